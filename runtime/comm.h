@@ -1,0 +1,61 @@
+/* comm.h - struct ddpc_comm: collectives between the ranks of one job.
+ *
+ * comm_shm.c (CPU workers on one host, memory mapped before fork) and
+ * comm_nccl.cu (NCCL) each fill one of these. Every call takes an absolute
+ * deadline on CLOCK_MONOTONIC in seconds (0 = none); past it the call returns
+ * DDPC_E_TIMEOUT with a message naming the operation and the ranks that did
+ * not arrive. A call also returns DDPC_E_ABORTED / DDPC_E_PEER when another
+ * rank aborted or died, so no rank waits forever on a dead peer.
+ *
+ * Reduction order is fixed (rank 0, 1, ..., W-1 for every element), so sums
+ * are bitwise reproducible for a given world size.
+ */
+#ifndef DDPC_COMM_H
+#define DDPC_COMM_H
+
+#include <stddef.h>
+#include "err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ddpc_reduce { DDPC_REDUCE_SUM, DDPC_REDUCE_AVG };
+
+struct ddpc_comm {
+    const char *name;     /* "shm" or "nccl" */
+    const char *purpose;  /* "gradient" or "rank-sync": named in timeout messages */
+    int rank, world;
+    void *impl;           /* owned by the backend */
+
+    /* recv[n] = reduce over ranks of send[n]; send == recv is in place.
+     * The async pair lets a bucket's reduction overlap the rest of backward:
+     * start may return before the data moved; wait completes it. Backends
+     * without real asynchrony do the work in start. One outstanding
+     * operation per tag (bucket index) at a time. */
+    int (*all_reduce_start)(struct ddpc_comm *c, int tag, const float *send, float *recv,
+                            size_t n, enum ddpc_reduce op, double deadline,
+                            struct ddpc_err *e);
+    int (*all_reduce_wait)(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e);
+
+    /* buf[n] on every rank = buf[n] on root. */
+    int (*broadcast)(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,
+                     struct ddpc_err *e);
+    int (*barrier)(struct ddpc_comm *c, double deadline, struct ddpc_err *e);
+    /* Make every rank's pending and future calls fail with DDPC_E_ABORTED. */
+    void (*abort)(struct ddpc_comm *c, const char *why);
+    void (*destroy)(struct ddpc_comm *c);
+};
+
+/* Convenience: start + wait on tag 0. */
+int comm_all_reduce(struct ddpc_comm *c, const float *send, float *recv, size_t n,
+                    enum ddpc_reduce op, double deadline, struct ddpc_err *e);
+
+/* Seconds on CLOCK_MONOTONIC; deadline_after(0) = 0 (none). */
+double ddpc_now(void);
+double ddpc_deadline_after(double seconds);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DDPC_COMM_H */

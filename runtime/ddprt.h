@@ -1,0 +1,27 @@
+/* ddprt.h - the runtime library's entry point, called by the generated job main.
+ *
+ * runtime/job.c (compiled by `ddpc build` with the job's job_config.h) fills
+ * struct ddprt_program with the baked job, its spec text and plan, and calls
+ * ddprt_main. The library never depends on a particular spec.
+ */
+#ifndef DDPC_DDPRT_H
+#define DDPC_DDPRT_H
+
+#include "job.h"
+#include "backend.h"
+
+struct ddprt_program {
+    const struct ddpc_job     *job;
+    const char                *spec_path;   /* as given to ddpc build */
+    const char                *spec_hash;   /* hex SHA-256 of the spec bytes */
+    const char                *spec_text;   /* the spec, verbatim */
+    const char                *plan_json;   /* job.plan.json, verbatim */
+    const char                *ddpc_version;
+    const struct ddpc_backend *cuda;        /* NULL when built without CUDA */
+};
+
+/* Parses the run-time flags (--dry-run, --help, --version, --resume, ...),
+ * launches and supervises the workers. Returns the process exit status. */
+int ddprt_main(const struct ddprt_program *p, int argc, char **argv);
+
+#endif /* DDPC_DDPRT_H */

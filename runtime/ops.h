@@ -1,0 +1,97 @@
+/* ops.h - struct ddpc_ops: the math backend interface.
+ *
+ * ops_cpu.c (OpenBLAS + loops) and ops_cuda.cu (cuBLAS + kernels) each fill
+ * one of these. Model and optimizer code call only through it, so the same
+ * training loop runs on either backend. Element-wise arithmetic lives in
+ * ops_kernels.h and is shared by both.
+ *
+ * Layout: row-major everywhere. A matrix "[r, c]" has r rows of c floats.
+ * Linear layers keep W as [out, in] (PyTorch's layout, so exports need no
+ * transpose). All pointers passed to ops are backend memory (host memory for
+ * the CPU backend, device memory for CUDA) unless the name says host.
+ * Every function returns 0 or a negative ddpc_err_code with e filled.
+ */
+#ifndef DDPC_OPS_H
+#define DDPC_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Hyper-parameters of one fused optimizer step (see ops_kernels.h). */
+struct ddpc_optim_step {
+    int    type;          /* enum ddpc_optimizer_type */
+    float  lr;            /* this step's learning rate, schedule applied */
+    float  momentum;      /* sgd */
+    int    nesterov;      /* sgd */
+    float  weight_decay;
+    float  beta1, beta2, eps;
+    float  bias_correction1;   /* 1 - beta1^t, precomputed on the host */
+    float  bias_correction2;   /* 1 - beta2^t */
+    float  grad_scale;    /* multiply grads first (clipping, loss scaling); 1 = none */
+    long   step;          /* 1-based optimizer step (sgd momentum starts at step 1) */
+};
+
+struct ddpc_ops {
+    const char *name;     /* "cpu" or "cuda" */
+    void *ctx;            /* backend state (cuBLAS handle, streams); owned by the backend */
+
+    int  (*alloc)(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e); /* zeroed */
+    void (*release)(struct ddpc_ops *o, void *p);
+    int  (*to_device)(struct ddpc_ops *o, void *dst, const void *host_src, size_t bytes,
+                      struct ddpc_err *e);
+    int  (*to_host)(struct ddpc_ops *o, void *host_dst, const void *src, size_t bytes,
+                    struct ddpc_err *e);
+    int  (*synchronize)(struct ddpc_ops *o, struct ddpc_err *e);
+
+    /* C[m, n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T (trans_x != 0).
+     * lda/ldb/ldc are row strides as stored. */
+    int (*gemm)(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                float alpha, const float *A, int lda, const float *B, int ldb,
+                float beta, float *C, int ldc, struct ddpc_err *e);
+
+    /* z[rows, cols] += bias[cols]; a = act(z). a may equal z only for identity
+     * (backward of the other activations needs z). */
+    int (*bias_act_forward)(struct ddpc_ops *o, float *z, const float *bias, float *a,
+                            int rows, int cols, int act, struct ddpc_err *e);
+    /* dz = da * act'(z), element-wise over n; dz may equal da. */
+    int (*act_backward)(struct ddpc_ops *o, const float *z, const float *da, float *dz,
+                        size_t n, int act, struct ddpc_err *e);
+    /* db[cols] = sum over rows of dz[rows, cols] (beta = 0: overwrite, 1: add). */
+    int (*bias_grad)(struct ddpc_ops *o, const float *dz, float *db, int rows, int cols,
+                     float beta, struct ddpc_err *e);
+
+    /* Loss over a batch of `rows`. Writes dlogits = d(mean loss)/dlogits scaled
+     * by grad_scale (typically 1/rows for the mean; callers pass 1/global rows
+     * for accumulation), and adds the summed loss and correct count (argmax ==
+     * label; 0 for mse) into host_loss_sum / host_correct.
+     * labels: int32 class indices (cross_entropy) or NULL;
+     * targets: float [rows, cols] (mse) or NULL. */
+    int (*loss)(struct ddpc_ops *o, int loss_type, const float *logits, const int32_t *labels,
+                const float *targets, float *dlogits, int rows, int cols, float grad_scale,
+                double *host_loss_sum, int64_t *host_correct, struct ddpc_err *e);
+
+    /* sum of squares of x[n] into *host_out (for grad_clip_norm). */
+    int (*sumsq)(struct ddpc_ops *o, const float *x, size_t n, double *host_out,
+                 struct ddpc_err *e);
+    /* x[n] *= s */
+    int (*scale)(struct ddpc_ops *o, float *x, size_t n, float s, struct ddpc_err *e);
+
+    /* One fused pass: param, grad, m, v are [n]; m/v unused by plain sgd. */
+    int (*optim_step)(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
+                      const float *grad, float *m, float *v, size_t n, struct ddpc_err *e);
+
+    void (*destroy)(struct ddpc_ops *o);
+};
+
+/* ops_cpu.c */
+int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DDPC_OPS_H */

@@ -1,0 +1,91 @@
+/* ops_kernels.h - element-wise arithmetic shared by the CPU and CUDA backends.
+ *
+ * Every function here is DDPC_HD: compiled for the host by the C compiler
+ * (ops_cpu.c) and for host and device by nvcc (ops_cuda.cu). The CPU unit
+ * tests therefore cover the exact arithmetic the GPU kernels run. Keep these
+ * pure: no memory allocation, no I/O, no globals.
+ */
+#ifndef DDPC_OPS_KERNELS_H
+#define DDPC_OPS_KERNELS_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define DDPC_HD __host__ __device__ static inline
+#else
+#define DDPC_HD static inline
+#endif
+
+/* Activation ids match enum ddpc_activation in spec/job.h. */
+#define DDPC_K_RELU     0
+#define DDPC_K_GELU     1
+#define DDPC_K_TANH     2
+#define DDPC_K_SIGMOID  3
+#define DDPC_K_IDENTITY 4
+
+/* Optimizer ids match enum ddpc_optimizer_type. */
+#define DDPC_K_ADAM  0
+#define DDPC_K_ADAMW 1
+#define DDPC_K_SGD   2
+
+/* GELU, exact (erf) form: PyTorch's nn.GELU() default. */
+DDPC_HD float ddpc_k_act(int act, float z)
+{
+    switch (act) {
+    case DDPC_K_RELU:    return z > 0.0f ? z : 0.0f;
+    case DDPC_K_GELU:    return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    case DDPC_K_TANH:    return tanhf(z);
+    case DDPC_K_SIGMOID: return 1.0f / (1.0f + expf(-z));
+    default:             return z;
+    }
+}
+
+/* d act(z) / dz */
+DDPC_HD float ddpc_k_act_grad(int act, float z)
+{
+    switch (act) {
+    case DDPC_K_RELU:    return z > 0.0f ? 1.0f : 0.0f;
+    case DDPC_K_GELU: {
+        float cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));
+        float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
+        return cdf + z * pdf;
+    }
+    case DDPC_K_TANH:    { float t = tanhf(z); return 1.0f - t * t; }
+    case DDPC_K_SIGMOID: { float s = 1.0f / (1.0f + expf(-z)); return s * (1.0f - s); }
+    default:             return 1.0f;
+    }
+}
+
+/* One parameter's update. g is the averaged gradient times grad_scale.
+ * Matches torch.optim.{SGD,Adam,AdamW} for a single step:
+ *   sgd:   g += wd*p; b = mu*b + g (b = g on the first step, which m == 0 and
+ *          first_step signal); p -= lr * (nesterov ? g + mu*b : b)
+ *   adam:  g += wd*p (L2); m,v moments; p -= lr * mhat / (sqrt(vhat) + eps)
+ *   adamw: p *= 1 - lr*wd; then adam without the L2 term. */
+DDPC_HD void ddpc_k_sgd(float *p, float g, float *buf, float lr, float mu, int nesterov,
+                        float wd, int first_step)
+{
+    g += wd * *p;
+    if (mu != 0.0f) {
+        float b = first_step ? g : mu * *buf + g;
+        *buf = b;
+        g = nesterov ? g + mu * b : b;
+    }
+    *p -= lr * g;
+}
+
+DDPC_HD void ddpc_k_adam(float *p, float g, float *m, float *v, float lr, float b1, float b2,
+                         float eps, float wd, int decoupled, float bc1, float bc2)
+{
+    if (decoupled)
+        *p *= 1.0f - lr * wd;
+    else
+        g += wd * *p;
+    *m = b1 * *m + (1.0f - b1) * g;
+    *v = b2 * *v + (1.0f - b2) * g * g;
+    float mhat = *m / bc1;
+    float vhat = *v / bc2;
+    *p -= lr * mhat / (sqrtf(vhat) + eps);
+}
+
+#endif /* DDPC_OPS_KERNELS_H */
