@@ -1,0 +1,46 @@
+/* spec.h - the spec front end as the compiler sees it: file in, job out.
+ *
+ * spec_load_job reads a YAML file, validates it against spec/keys.def and the
+ * cross-key rules, and fills a struct ddpc_job. All diagnostics go to d; the
+ * function never prints and never exits. Strings in the job point into
+ * memory owned by the returned struct spec_doc: free it with spec_doc_free
+ * after the last use of the job.
+ */
+#ifndef DDPC_SPEC_H
+#define DDPC_SPEC_H
+
+#include <stddef.h>
+#include "job.h"
+#include "diag.h"
+
+struct spec_doc;   /* opaque: the positioned tree, string arena, raw bytes */
+
+struct spec_options {
+    /* Read data headers (IDX/NPY/CSV) at check time for the cross-key rules on
+     * layer sizes and dataset size. Off makes check independent of the data. */
+    int read_data_headers;
+};
+
+/* Returns 0 when the spec is valid (warnings allowed), 1 when it has errors,
+ * 2 when the file could not be read. *doc is set in every case where the
+ * file was read (free it); on 2 it is NULL. */
+int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_job *job,
+                  struct spec_doc **doc, struct ddpc_diag *d);
+/* The file's bytes exactly as read (NUL-terminated copy) and their length. */
+const char *spec_doc_text(const struct spec_doc *doc, size_t *len);
+void spec_doc_free(struct spec_doc *doc);
+
+/* The number of devices the job will use on a machine with `available`
+ * devices (resolves "all"/-1). */
+int spec_world_size(const struct ddpc_job *job, int available);
+
+/* Writes the JSON Schema (2020-12) of the language, generated from keys.def. */
+void spec_write_schema(FILE *out);
+/* Writes the reference document (Markdown), generated from keys.def. */
+void spec_write_reference(FILE *out);
+
+/* Hex SHA-256 of len bytes into out[65]. Used for the spec hash that
+ * checkpoints and the job_config.h banner carry. */
+void spec_sha256_hex(const void *data, size_t len, char out[65]);
+
+#endif /* DDPC_SPEC_H */
