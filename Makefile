@@ -104,7 +104,7 @@ $(B)/lib/libddprt_cuda.a: $(CUDA_OBJ)
 
 $(DDPC): $(COMPILER_OBJ) $(SPEC_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(COMPILER_OBJ) $(SPEC_LIB) $(YAML_LIBS) -lm
+	$(CC) $(LDFLAGS) -o $@ $(COMPILER_OBJ) $(SPEC_LIB) $(YAML_LIBS) -lz -lm
 
 vpath %.h spec runtime
 $(B)/include/ddpc/%.h: %.h

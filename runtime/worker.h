@@ -1,0 +1,51 @@
+/* worker.h - one rank's training loop.
+ *
+ * The launcher forks, builds a rank's ops and communicators, and calls
+ * worker_run. worker_run owns everything else a rank does: seeded init and
+ * broadcast from rank 0, the sampler, forward/backward, bucketed gradient
+ * all-reduce, the optimizer, evaluation, and (rank 0 only) printing.
+ * It returns instead of exiting, so tests can run ranks in threads or
+ * processes and inspect the result.
+ */
+#ifndef DDPC_WORKER_H
+#define DDPC_WORKER_H
+
+#include <stdio.h>
+#include "job.h"
+#include "ops.h"
+#include "comm.h"
+#include "data.h"
+
+struct ddpc_worker_args {
+    const struct ddpc_job     *job;
+    int                        rank, world;
+    int                        device;      /* device index, or cpu worker number */
+    struct ddpc_ops           *ops;
+    struct ddpc_comm          *grad_comm;   /* gradients, init broadcast, metrics */
+    struct ddpc_comm          *sync_comm;   /* per-step rank-sync barrier; may be NULL */
+    const struct ddpc_dataset *train;
+    const struct ddpc_dataset *test;        /* NULL: no evaluation */
+    FILE                      *out;         /* rank 0's report stream (stdout) */
+    double                     t_launch;    /* ddpc_now() when ./job started */
+};
+
+/* What a finished run reports (identical on every rank after the final
+ * reductions). params is a host copy of the final flat parameters when the
+ * caller asks for it (for tests): set want_params and free *params. */
+struct ddpc_worker_result {
+    double  train_loss;        /* mean over the last epoch, all ranks */
+    double  test_loss;
+    double  test_accuracy;     /* -1 without a test set */
+    double  samples_per_s;     /* global training samples / training seconds */
+    double  wall_s;            /* since t_launch */
+    double  first_step_s;      /* since t_launch, to the end of the first step */
+    int64_t steps;             /* optimizer steps taken */
+    int     want_params;
+    float  *params;            /* malloc'd by worker_run when want_params */
+    size_t  n_params;
+};
+
+int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
+               struct ddpc_err *e);
+
+#endif /* DDPC_WORKER_H */
