@@ -1,3 +1,304 @@
-/* test_e2e.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_e2e.c - end to end, as a user runs it: `ddpc check`, `ddpc build`,
+ * then ./job. Each test asserts what the user sees (exit status, the lines
+ * printed) and that no process is left behind. Runs the real binaries from
+ * $DDPC_BUILD; writes only into temporary directories. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "suites.h"
-Suite *e2e_suite(void) { return suite_create("e2e"); }
+#include "testutil.h"
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+static char *ddpc_path(void)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/bin/ddpc", test_build()), 0);
+    return p;
+}
+
+/* Runs `ddpc build spec -o out`; asserts it succeeded. */
+static void build_job(const char *spec, const char *out)
+{
+    char *ddpc = ddpc_path();
+    char *argv[] = { ddpc, "build", (char *)spec, "-o", (char *)out, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc build %s failed (%d):\n%s%s", spec, r.code,
+                  r.out, r.err);
+    ck_assert_int_eq(access(out, X_OK), 0);
+    run_result_free(&r);
+    free(ddpc);
+}
+
+/* ---- ddpc check, as CI runs it ---- */
+
+START_TEST(check_accepts_the_example)
+{
+    char *ddpc = ddpc_path(), *spec = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist.yaml", test_top()), 0);
+    char *argv[] = { ddpc, "check", spec, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_ptr_null(strstr(r.out, "error"));
+    ck_assert_ptr_null(strstr(r.err, "error"));
+    run_result_free(&r);
+    free(spec);
+    free(ddpc);
+}
+END_TEST
+
+START_TEST(check_reports_typo_with_position_and_suggestion)
+{
+    char *dir = make_temp_dir("e2e-check"), *spec = NULL;
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/typo.yaml", dir), 0);
+    const char *text =
+        "version: 1\n"
+        "devices: 1\n"
+        "epochs: 1\n"
+        "learnig_rate: 0.01\n"
+        "batch_size: 8\n"
+        "model: {type: linear, layers: [4, 2]}\n"
+        "data:\n"
+        "  train: {format: synthetic, samples: 64, features: 4, classes: 2}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    char *ddpc = ddpc_path();
+    char *argv[] = { ddpc, "check", spec, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    char *want = NULL;
+    ck_assert_int_ge(asprintf(&want, "%s:4:1: error: learnig_rate: ", spec), 0);
+    char *all = NULL;
+    ck_assert_int_ge(asprintf(&all, "%s%s", r.out, r.err), 0);
+    ck_assert_msg(strstr(all, want), "no '%s' in:\n%s", want, all);
+    ck_assert_msg(strstr(all, "did you mean 'learning_rate'"), "no suggestion in:\n%s", all);
+    free(all);
+    free(want);
+    run_result_free(&r);
+
+    /* A file that does not exist is a usage/I/O error: exit 2. */
+    char *missing = NULL;
+    ck_assert_int_ge(asprintf(&missing, "%s/nope.yaml", dir), 0);
+    char *argv2[] = { ddpc, "check", missing, NULL };
+    ck_assert_int_eq(run_capture(argv2, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 2, "exit %d:\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    free(missing);
+    free(ddpc);
+    free(spec);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- the main job: Fashion-MNIST on 2 CPU workers ---- */
+
+START_TEST(fashion_mnist_reaches_accuracy)
+{
+    if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0)
+        ck_abort_msg("Fashion-MNIST missing: apt-get install dataset-fashion-mnist "
+                     "(scripts/install-deps does)");
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-fmnist"), *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist.yaml", test_top()), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/fashion-mnist", dir), 0);
+    build_job(spec, job);
+
+    char *argv[] = { job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 400, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "job exit %d (timed out %d):\n%s%s", r.code,
+                  r.timed_out, r.out, r.err);
+
+    /* One line per epoch, then one summary line of key=value pairs. */
+    const char *e1 = strstr(r.out, "epoch 1/");
+    ck_assert_msg(e1, "no epoch line in:\n%s", r.out);
+    double acc1 = find_kv(e1, "test_accuracy");
+    const char *done = strstr(r.out, "\ndone ");
+    ck_assert_msg(done, "no summary line in:\n%s", r.out);
+    double acc = find_kv(done, "test_accuracy");
+    double loss = find_kv(done, "train_loss");
+    double sps = find_kv(done, "samples_per_s");
+    double wall = find_kv(done, "wall_s");
+    ck_assert_msg(acc1 >= 0.83, "epoch 1 test_accuracy %.4f < 0.83:\n%s", acc1, r.out);
+    ck_assert_msg(acc >= 0.85, "final test_accuracy %.4f < 0.85:\n%s", acc, r.out);
+    ck_assert_msg(loss > 0 && loss < 0.6, "train_loss %.4f:\n%s", loss, r.out);
+    ck_assert_msg(sps > 0 && wall > 0, "samples_per_s %.1f wall_s %.3f", sps, wall);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+
+    /* --dry-run prints the baked configuration and trains nothing. */
+    char *argv2[] = { job, "--dry-run", NULL };
+    ck_assert_int_eq(run_capture(argv2, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "dry-run exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "learning_rate"), "no learning_rate in:\n%s", r.out);
+    ck_assert_msg(strstr(r.out, "train-images-idx3-ubyte.gz"), "no data path in:\n%s", r.out);
+    ck_assert_ptr_null(strstr(r.out, "epoch 1/"));
+    ck_assert_int_eq(leftover_children(0.5), 0);
+    run_result_free(&r);
+
+    free(job);
+    free(spec);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- bad data at run time: clear error naming the file, no hang, no orphan ---- */
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* IDX images [n, 4, 4] and labels [n] of a learnable 3-class problem. */
+static void write_idx(const char *images, const char *labels, int n, unsigned seed)
+{
+    size_t isz = 16 + (size_t)n * 16, lsz = 8 + (size_t)n;
+    unsigned char *im = calloc(1, isz), *lb = calloc(1, lsz);
+    ck_assert(im && lb);
+    put_be32(im, 0x00000803);
+    put_be32(im + 4, (uint32_t)n);
+    put_be32(im + 8, 4);
+    put_be32(im + 12, 4);
+    put_be32(lb, 0x00000801);
+    put_be32(lb + 4, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        int c = (int)((seed + (unsigned)i * 7u) % 3u);
+        lb[8 + i] = (unsigned char)c;
+        for (int j = 0; j < 16; j++)
+            im[16 + (size_t)i * 16 + (size_t)j] =
+                (unsigned char)(((j % 3) == c ? 200 : 20) + ((unsigned)(i * 31 + j * 17) % 40));
+    }
+    ck_assert_int_eq(write_file(images, im, isz), 0);
+    ck_assert_int_eq(write_file(labels, lb, lsz), 0);
+    free(im);
+    free(lb);
+}
+
+struct small_job { char *dir, *images, *labels, *spec, *job; };
+
+static void small_job_make(struct small_job *s)
+{
+    s->dir = make_temp_dir("e2e-small");
+    ck_assert_ptr_nonnull(s->dir);
+    ck_assert_int_ge(asprintf(&s->images, "%s/images.idx", s->dir), 0);
+    ck_assert_int_ge(asprintf(&s->labels, "%s/labels.idx", s->dir), 0);
+    ck_assert_int_ge(asprintf(&s->spec, "%s/small.yaml", s->dir), 0);
+    ck_assert_int_ge(asprintf(&s->job, "%s/small", s->dir), 0);
+    write_idx(s->images, s->labels, 240, 1);
+    char *text = NULL;
+    ck_assert_int_ge(asprintf(&text,
+        "version: 1\n"
+        "name: small\n"
+        "devices: 2\n"
+        "accelerator: cpu\n"
+        "epochs: 3\n"
+        "batch_size: 8\n"
+        "learning_rate: 0.01\n"
+        "lr_scaling: none\n"
+        "model: {type: mlp, layers: [16, 8, 3], activation: relu}\n"
+        "optimizer: {type: adam}\n"
+        "data:\n"
+        "  train: {format: idx, inputs: %s, labels: %s}\n"
+        "  test:  {format: idx, inputs: %s, labels: %s}\n",
+        s->images, s->labels, s->images, s->labels), 0);
+    ck_assert_int_eq(write_file(s->spec, text, strlen(text)), 0);
+    free(text);
+    build_job(s->spec, s->job);
+}
+
+static void small_job_free(struct small_job *s)
+{
+    rm_tree(s->dir);
+    free(s->dir); free(s->images); free(s->labels); free(s->spec); free(s->job);
+}
+
+/* Runs the job expecting failure; asserts the message names `file` and
+ * contains `what`, that it ended quickly and left nothing running. */
+static void expect_data_error(const struct small_job *s, const char *file, const char *what)
+{
+    char *argv[] = { s->job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, s->dir, NULL, 20, &r), 0);
+    ck_assert_msg(!r.timed_out, "job hung on bad data (%s)", what);
+    ck_assert_msg(r.exited && r.code != 0, "job succeeded on bad data (%s):\n%s", what, r.out);
+    ck_assert_msg(strstr(r.err, file), "error does not name %s:\n%s", file, r.err);
+    ck_assert_msg(strcasestr(r.err, what), "error does not say '%s':\n%s", what, r.err);
+    ck_assert_msg(r.seconds < 5.0, "took %.2f s to fail", r.seconds);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+}
+
+START_TEST(small_job_trains_then_bad_data_fails_cleanly)
+{
+    adopt_orphans();
+    struct small_job s;
+    small_job_make(&s);
+
+    char *argv[] = { s.job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+    double acc = find_kv(r.out, "test_accuracy");
+    ck_assert_msg(strstr(r.out, "\ndone ") && acc > 0.9, "accuracy %.3f:\n%s", acc, r.out);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    char *first = strdup(r.out);
+    run_result_free(&r);
+
+    /* Same spec, seed and world size: the same numbers, every digit. */
+    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 60, &r), 0);
+    ck_assert_int_eq(r.code, 0);
+    const char *a = strstr(first, "\ndone "), *b = strstr(r.out, "\ndone ");
+    ck_assert(a && b);
+    ck_assert_double_eq(find_kv(a, "train_loss"), find_kv(b, "train_loss"));
+    ck_assert_double_eq(find_kv(a, "test_loss"), find_kv(b, "test_loss"));
+    free(first);
+    run_result_free(&r);
+
+    /* Wrong magic number. */
+    unsigned char bad[32] = { 0, 0, 8, 1, 0, 0, 0, 1 };
+    ck_assert_int_eq(write_file(s.images, bad, sizeof bad), 0);
+    expect_data_error(&s, s.images, "magic");
+
+    /* Truncated: the header promises 240 images, the file holds 10. */
+    write_idx(s.images, s.labels, 240, 1);
+    ck_assert_int_eq(truncate(s.images, 16 + 10 * 16), 0);
+    expect_data_error(&s, s.images, "truncated");
+
+    /* Missing. */
+    write_idx(s.images, s.labels, 240, 1);
+    ck_assert_int_eq(unlink(s.labels), 0);
+    expect_data_error(&s, s.labels, "No such file");
+
+    small_job_free(&s);
+}
+END_TEST
+
+Suite *e2e_suite(void)
+{
+    Suite *s = suite_create("e2e");
+    TCase *cli = tcase_create("check");
+    tcase_set_timeout(cli, 60);
+    tcase_add_test(cli, check_accepts_the_example);
+    tcase_add_test(cli, check_reports_typo_with_position_and_suggestion);
+    suite_add_tcase(s, cli);
+
+    TCase *run = tcase_create("run");
+    tcase_set_timeout(run, 600);
+    tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
+    tcase_add_test(run, fashion_mnist_reaches_accuracy);
+    suite_add_tcase(s, run);
+    return s;
+}
