@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""torch_ddp.py - the PyTorch reference for ddpc's throughput goals.
+
+Same workload as examples/fashion-mnist.yaml: MLP 784-256-10, ReLU,
+cross-entropy, Adam lr 1e-3, batch 64 per rank, DistributedSampler, one BLAS
+thread per rank unless --threads says otherwise, 3 epochs, evaluation on the
+10,000 test images after each epoch.
+
+    /usr/bin/python3 bench/torch_ddp.py --world 2            # DDP, gloo, 2 processes
+    /usr/bin/python3 bench/torch_ddp.py --world 1            # 1 process
+    /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2
+
+Prints one line per epoch and a summary line in ddpc's key=value form:
+  done world=2 samples_per_s=… first_step_s=… test_accuracy=… allreduce_ms_median=…
+first_step_s counts from DDPC_BENCH_T0 (set by bench/measure.py before the
+interpreter starts) or from the script's first line.
+"""
+import argparse
+import gzip
+import os
+import statistics
+import sys
+import time
+
+T_START = float(os.environ.get("DDPC_BENCH_T0", time.time()))
+
+D = "/usr/share/datasets/fashion-mnist"
+
+
+def load_idx(images, labels):
+    import numpy as np
+    with gzip.open(images) as f:
+        x = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 784)
+    with gzip.open(labels) as f:
+        y = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
+    return x, y
+
+
+def worker(rank, world, args, port):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import numpy as np
+    torch.set_num_threads(args.threads)
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=rank, world_size=world)
+    torch.manual_seed(args.seed)
+    xtr, ytr = load_idx(f"{D}/train-images-idx3-ubyte.gz", f"{D}/train-labels-idx1-ubyte.gz")
+    xte, yte = load_idx(f"{D}/t10k-images-idx3-ubyte.gz", f"{D}/t10k-labels-idx1-ubyte.gz")
+    xtr = torch.from_numpy(xtr.astype(np.float32) / 255.0)
+    ytr = torch.from_numpy(ytr.astype(np.int64))
+    xte = torch.from_numpy(xte.astype(np.float32) / 255.0)
+    yte = torch.from_numpy(yte.astype(np.int64))
+    ds = torch.utils.data.TensorDataset(xtr, ytr)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    lossf = nn.CrossEntropyLoss()
+    rates, first_step, acc = [], None, 0.0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        t0 = time.perf_counter()
+        n = 0
+        for xb, yb in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(model(xb), yb)
+            loss.backward()
+            opt.step()
+            n += xb.shape[0]
+            if first_step is None:
+                first_step = time.time() - T_START
+        dt = time.perf_counter() - t0
+        rates.append(n * world / dt)
+        with torch.no_grad():
+            acc = (model(xte).argmax(1) == yte).float().mean().item()
+        if rank == 0:
+            print(f"epoch {epoch + 1}/{args.epochs} samples_per_s={rates[-1]:.0f} "
+                  f"test_accuracy={acc:.4f} epoch_s={dt:.2f}", flush=True)
+    if rank == 0:
+        print(f"done world={world} threads={args.threads} samples_per_s={statistics.median(rates):.0f} "
+              f"first_step_s={first_step:.3f} test_accuracy={acc:.4f}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--port", type=int, default=29533)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch_ddp.py: PyTorch is not installed (apt-get install python3-torch); "
+              "skipping the PyTorch reference", file=sys.stderr)
+        sys.exit(77)
+    if args.world == 1:
+        worker(0, 1, args, args.port)
+        return
+    import torch.multiprocessing as mp
+    mp.start_processes(worker, args=(args.world, args, args.port), nprocs=args.world,
+                       start_method="fork")
+
+
+if __name__ == "__main__":
+    main()
