@@ -131,6 +131,20 @@ test check: deps all $(TESTS)
 sanitize:
 	$(MAKE) B=build-san SANFLAGS='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' OPT='-O1 -g' NVCC= test
 
+# libFuzzer over the spec loader and validator, seeded with the spec corpus.
+FUZZ_SECONDS ?= 30
+FUZZ_CC      ?= clang
+$(B)/fuzz/fuzz_spec: tests/fuzz/fuzz_spec.c $(SPEC_SRC) $(wildcard spec/*.h spec/*.def)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -Ispec -Iruntime -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ tests/fuzz/fuzz_spec.c $(SPEC_SRC) $(YAML_LIBS) -lz -lm
+
+fuzz: $(B)/fuzz/fuzz_spec
+	@mkdir -p $(B)/fuzz/corpus
+	cp -f examples/*.yaml tests/specs/*/*.yaml $(B)/fuzz/corpus/ 2>/dev/null || true
+	$(B)/fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=5 \
+	  -rss_limit_mb=2048 -print_final_stats=1 $(B)/fuzz/corpus
+
 demo: deps all
 	$(DDPC) build examples/fashion-mnist.yaml -o fashion-mnist && ./fashion-mnist
 
