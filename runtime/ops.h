@@ -86,6 +86,11 @@ struct ddpc_ops {
                       const float *grad, float *m, float *v, size_t n, struct ddpc_err *e);
 
     void (*destroy)(struct ddpc_ops *o);
+
+    /* 1: backend pointers are ordinary host memory (the CPU backend), so
+     * callers may gather batches straight into them; 0 (CUDA): go through
+     * to_device. Zero-initialised ops default to 0, the safe choice. */
+    int host_memory;
 };
 
 /* ops_cpu.c */

@@ -74,6 +74,9 @@ DDPC_HD void ddpc_k_sgd(float *p, float g, float *buf, float lr, float mu, int n
     *p -= lr * g;
 }
 
+/* Adam in torch.optim's single-tensor arithmetic order (CPU default):
+ *   m.lerp_(g, 1-b1); v = v*b2 + (1-b2)*g*g;
+ *   denom = sqrt(v)/sqrt(bc2) + eps; p += (-lr/bc1) * m / denom. */
 DDPC_HD void ddpc_k_adam(float *p, float g, float *m, float *v, float lr, float b1, float b2,
                          float eps, float wd, int decoupled, float bc1, float bc2)
 {
@@ -81,11 +84,11 @@ DDPC_HD void ddpc_k_adam(float *p, float g, float *m, float *v, float lr, float 
         *p *= 1.0f - lr * wd;
     else
         g += wd * *p;
-    *m = b1 * *m + (1.0f - b1) * g;
-    *v = b2 * *v + (1.0f - b2) * g * g;
-    float mhat = *m / bc1;
-    float vhat = *v / bc2;
-    *p -= lr * mhat / (sqrtf(vhat) + eps);
+    *m += (1.0f - b1) * (g - *m);
+    *v = *v * b2 + (1.0f - b2) * g * g;
+    float denom = sqrtf(*v) / sqrtf(bc2) + eps;
+    float step_size = lr / bc1;
+    *p += (-step_size) * *m / denom;
 }
 
 #endif /* DDPC_OPS_KERNELS_H */

@@ -1,0 +1,811 @@
+/* data.c - datasets from IDX (.gz or plain), NPY, CSV and a seeded generator.
+ *
+ * Owns: data_load, data_free, data_gather (see data.h). Every file is read
+ * through zlib's gzopen/gzread, which reads plain files as well as gzipped
+ * ones. Every error names the file and says what is wrong and what to do.
+ * Runs in the launcher before fork; never communicates, never trains.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "data.h"
+#include "rng.h"
+
+/* ===== reading through zlib ===== */
+
+static int file_open(gzFile *f, const char *path, const char *what, struct ddpc_err *e)
+{
+    *f = NULL;
+    if (!path || !*path)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: no file given in the spec", what);
+    errno = 0;
+    *f = gzopen(path, "rb");
+    if (!*f)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot open %s: %s; check the path in the spec",
+                         what, path, errno ? strerror(errno) : "out of memory");
+    gzbuffer(*f, 1 << 17);
+    return 0;
+}
+
+/* Reads up to bytes; *got says how many came (short = end of file). */
+static int file_read(gzFile f, const char *path, void *buf, size_t bytes, size_t *got,
+                     struct ddpc_err *e)
+{
+    unsigned char *p = buf;
+    size_t done = 0;
+    while (done < bytes) {
+        size_t chunk = bytes - done;
+        if (chunk > (1u << 30))
+            chunk = 1u << 30;
+        int r = gzread(f, p + done, (unsigned)chunk);
+        if (r < 0) {
+            int zerr = 0;
+            const char *msg = gzerror(f, &zerr);
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s: read error: %s (corrupt gzip stream?)",
+                             path, zerr == Z_ERRNO ? strerror(errno) : msg);
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+static int read_exact(gzFile f, const char *path, void *buf, size_t bytes, const char *what,
+                      struct ddpc_err *e)
+{
+    size_t got = 0;
+    DDPC_TRY(file_read(f, path, buf, bytes, &got, e));
+    if (got != bytes)
+        return DDPC_FAIL(e, DDPC_E_DATA,
+                         "%s: truncated: expected %zu bytes of %s, the file has only %zu; "
+                         "re-download or re-create it",
+                         path, bytes, what, got);
+    return 0;
+}
+
+/* ===== element conversion ===== */
+
+/* kind: 'u' unsigned, 'i' signed, 'f' float; size 1, 2, 4, 8 bytes. */
+static double elem_load(const unsigned char *p, char kind, int size, int big_endian)
+{
+    unsigned char b[8];
+    for (int i = 0; i < size; i++)
+        b[i] = big_endian ? p[size - 1 - i] : p[i];   /* to little endian */
+    uint64_t u = 0;
+    for (int i = size - 1; i >= 0; i--)
+        u = (u << 8) | b[i];
+    if (kind == 'f') {
+        if (size == 4) {
+            uint32_t w = (uint32_t)u;
+            float fv;
+            memcpy(&fv, &w, 4);
+            return fv;
+        }
+        double dv;
+        memcpy(&dv, &u, 8);
+        return dv;
+    }
+    if (kind == 'i') {
+        int shift = 64 - 8 * size;
+        return (double)((int64_t)(u << shift) >> shift);
+    }
+    return (double)u;
+}
+
+static int host_big_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 0;
+}
+
+/* labels[n] from raw integer elements; classes = max + 1. */
+static int labels_from_raw(struct ddpc_dataset *ds, const unsigned char *raw, int64_t n,
+                           char kind, int size, int big_endian, const char *path,
+                           struct ddpc_err *e)
+{
+    if (kind == 'f')
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: labels must be integers for classification", path);
+    ds->labels = malloc((size_t)n * sizeof *ds->labels);
+    if (!ds->labels)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate %lld labels", path, (long long)n);
+    int32_t mx = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double v = elem_load(raw + (size_t)i * size, kind, size, big_endian);
+        if (v < 0 || v > 1e9)
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s: label %lld is %g; class labels must be "
+                             "0..classes-1", path, (long long)i, v);
+        ds->labels[i] = (int32_t)v;
+        if (ds->labels[i] > mx)
+            mx = ds->labels[i];
+    }
+    ds->classes = mx + 1;
+    return 0;
+}
+
+/* ===== IDX ===== */
+
+struct idx_array {
+    int      type;          /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 */
+    int      ndims;
+    int64_t  dims[4];
+    int64_t  count;         /* elements */
+    char     kind;
+    int      size;
+    unsigned char *raw;     /* [count * size], big endian as stored; owned */
+};
+
+static int idx_read(const char *path, const char *what, struct idx_array *a,
+                    struct ddpc_err *e)
+{
+    memset(a, 0, sizeof *a);
+    gzFile f;
+    DDPC_TRY(file_open(&f, path, what, e));
+    unsigned char hdr[4];
+    int rc = read_exact(f, path, hdr, 4, "IDX header", e);
+    if (rc < 0)
+        goto out;
+    a->type = hdr[2];
+    a->ndims = hdr[3];
+    switch (a->type) {
+    case 0x08: a->kind = 'u'; a->size = 1; break;
+    case 0x09: a->kind = 'i'; a->size = 1; break;
+    case 0x0B: a->kind = 'i'; a->size = 2; break;
+    case 0x0C: a->kind = 'i'; a->size = 4; break;
+    case 0x0D: a->kind = 'f'; a->size = 4; break;
+    case 0x0E: a->kind = 'f'; a->size = 8; break;
+    default:   a->size = 0; break;
+    }
+    if (hdr[0] != 0 || hdr[1] != 0 || a->size == 0 || a->ndims < 1 || a->ndims > 4) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA,
+                       "%s: not an IDX file (magic bytes %02x %02x %02x %02x; expected "
+                       "00 00 <type 08..0e> <dims 1..4>); is format: idx right for it?",
+                       path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        goto out;
+    }
+    unsigned char dimb[16];
+    rc = read_exact(f, path, dimb, (size_t)4 * a->ndims, "IDX dimensions", e);
+    if (rc < 0)
+        goto out;
+    a->count = 1;
+    for (int i = 0; i < a->ndims; i++) {
+        const unsigned char *d = dimb + 4 * i;
+        a->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
+        a->count *= a->dims[i];
+    }
+    if (a->count <= 0 || a->count > ((int64_t)1 << 40)) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: IDX header gives %lld elements", path,
+                       (long long)a->count);
+        goto out;
+    }
+    size_t bytes = (size_t)a->count * a->size;
+    a->raw = malloc(bytes);
+    if (!a->raw) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate %zu bytes", path, bytes);
+        goto out;
+    }
+    rc = read_exact(f, path, a->raw, bytes, "data the IDX header announces", e);
+out:
+    gzclose(f);
+    if (rc < 0) {
+        free(a->raw);
+        a->raw = NULL;
+    }
+    return rc;
+}
+
+static int load_idx(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+                    struct ddpc_err *e)
+{
+    struct idx_array x, y;
+    DDPC_TRY(idx_read(src->inputs, "data inputs", &x, e));
+    int rc = idx_read(src->labels, "data labels", &y, e);
+    if (rc < 0) {
+        free(x.raw);
+        return rc;
+    }
+    ds->n = x.dims[0];
+    int64_t feat = x.count / x.dims[0];
+    if (y.ndims != 1) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: labels must be one-dimensional, the file has %d "
+                       "dimensions", src->labels, y.ndims);
+        goto out;
+    }
+    if (y.dims[0] != ds->n) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld samples but %s has %lld labels; they "
+                       "must match", src->inputs, (long long)ds->n, src->labels,
+                       (long long)y.dims[0]);
+        goto out;
+    }
+    if (feat > INT32_MAX) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: %lld features per sample is too many",
+                       src->inputs, (long long)feat);
+        goto out;
+    }
+    ds->features = (int32_t)feat;
+    if (x.type == 0x08) {
+        ds->dtype = DDPC_DTYPE_U8;
+        ds->u8_scale = 1.0f / 255.0f;
+        ds->x = x.raw;
+        x.raw = NULL;
+    } else {
+        float *xf = malloc((size_t)x.count * sizeof *xf);
+        if (!xf) {
+            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
+            goto out;
+        }
+        for (int64_t i = 0; i < x.count; i++)
+            xf[i] = (float)elem_load(x.raw + (size_t)i * x.size, x.kind, x.size, 1);
+        ds->dtype = DDPC_DTYPE_F32;
+        ds->u8_scale = 1.0f;
+        ds->x = xf;
+    }
+    rc = labels_from_raw(ds, y.raw, y.count, y.kind, y.size, 1, src->labels, e);
+out:
+    free(x.raw);
+    free(y.raw);
+    return rc;
+}
+
+/* ===== NPY ===== */
+
+struct npy_array {
+    char     kind;          /* 'u' 'i' 'f' */
+    int      size;
+    int      big_endian;
+    int      ndims;
+    int64_t  dims[8];
+    int64_t  count;
+    unsigned char *raw;     /* owned */
+};
+
+/* Finds 'key': in the header dict and returns a pointer past the colon. */
+static const char *npy_key(const char *hdr, const char *key)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "'%s'", key);
+    const char *p = strstr(hdr, pat);
+    if (!p) {
+        snprintf(pat, sizeof pat, "\"%s\"", key);
+        p = strstr(hdr, pat);
+    }
+    if (!p)
+        return NULL;
+    p = strchr(p + strlen(pat), ':');
+    if (!p)
+        return NULL;
+    p++;
+    while (isspace((unsigned char)*p))
+        p++;
+    return p;
+}
+
+static int npy_read(const char *path, const char *what, struct npy_array *a,
+                    struct ddpc_err *e)
+{
+    memset(a, 0, sizeof *a);
+    gzFile f;
+    char *hdr = NULL;
+    DDPC_TRY(file_open(&f, path, what, e));
+    unsigned char pre[8];
+    int rc = read_exact(f, path, pre, 8, "NPY preamble", e);
+    if (rc < 0)
+        goto out;
+    if (memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] < 1 || pre[6] > 3) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: not a .npy file (no \\x93NUMPY magic); save it "
+                       "with numpy.save or use another data format", path);
+        goto out;
+    }
+    /* v1: u16 header length; v2/v3: u32, both little endian */
+    int lenbytes = pre[6] == 1 ? 2 : 4;
+    unsigned char lb[4] = {0, 0, 0, 0};
+    rc = read_exact(f, path, lb, (size_t)lenbytes, "NPY header length", e);
+    if (rc < 0)
+        goto out;
+    size_t hlen = (size_t)lb[0] | ((size_t)lb[1] << 8) | ((size_t)lb[2] << 16) |
+                  ((size_t)lb[3] << 24);
+    if (hlen > (1u << 20)) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: NPY header of %zu bytes is implausible", path, hlen);
+        goto out;
+    }
+    hdr = malloc(hlen + 1);
+    if (!hdr) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    rc = read_exact(f, path, hdr, hlen, "NPY header", e);
+    if (rc < 0)
+        goto out;
+    hdr[hlen] = 0;
+    const char *d = npy_key(hdr, "descr");
+    const char *fo = npy_key(hdr, "fortran_order");
+    const char *sh = npy_key(hdr, "shape");
+    if (!d || !fo || !sh || (*d != '\'' && *d != '"') || *sh != '(') {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot parse the NPY header \"%s\"", path, hdr);
+        goto out;
+    }
+    if (strncmp(fo, "False", 5) != 0) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: Fortran-order arrays are not supported; save "
+                       "with numpy.ascontiguousarray", path);
+        goto out;
+    }
+    const char *t = d + 1;   /* e.g. <f4 |u1 >i8 */
+    char order = t[0];
+    a->kind = t[1];
+    a->size = atoi(t + 2);
+    a->big_endian = order == '>' || (order == '=' && host_big_endian());
+    if (!(order == '<' || order == '>' || order == '|' || order == '=') ||
+        !(a->kind == 'u' || a->kind == 'i' || a->kind == 'f' || a->kind == 'b') ||
+        !(a->size == 1 || a->size == 2 || a->size == 4 || a->size == 8) ||
+        (a->kind == 'f' && a->size < 4)) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: NPY dtype %.8s is not supported (use float32, "
+                       "float64, or an integer type)", path, d);
+        goto out;
+    }
+    if (a->kind == 'b')
+        a->kind = 'u';
+    const char *p = sh + 1;
+    a->count = 1;
+    while (*p && *p != ')') {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (*p == ')')
+            break;
+        char *endp;
+        long long v = strtoll(p, &endp, 10);
+        if (endp == p || v < 0 || a->ndims == 8) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: bad NPY shape in \"%s\"", path, hdr);
+            goto out;
+        }
+        a->dims[a->ndims++] = v;
+        a->count *= v;
+        p = endp;
+    }
+    if (a->ndims == 0 || a->count <= 0) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: NPY array is empty or a scalar", path);
+        goto out;
+    }
+    size_t bytes = (size_t)a->count * a->size;
+    a->raw = malloc(bytes);
+    if (!a->raw) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate %zu bytes", path, bytes);
+        goto out;
+    }
+    rc = read_exact(f, path, a->raw, bytes, "data the NPY header announces", e);
+out:
+    free(hdr);
+    gzclose(f);
+    if (rc < 0) {
+        free(a->raw);
+        a->raw = NULL;
+    }
+    return rc;
+}
+
+static int load_npy(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+                    struct ddpc_err *e)
+{
+    struct npy_array x, y;
+    DDPC_TRY(npy_read(src->inputs, "data inputs", &x, e));
+    int rc = npy_read(src->labels, "data labels", &y, e);
+    if (rc < 0) {
+        free(x.raw);
+        return rc;
+    }
+    ds->n = x.dims[0];
+    int64_t feat = x.count / x.dims[0];
+    if (y.dims[0] != ds->n) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld samples but %s has %lld labels; they "
+                       "must match", src->inputs, (long long)ds->n, src->labels,
+                       (long long)y.dims[0]);
+        goto out;
+    }
+    ds->features = (int32_t)feat;
+    if (x.kind == 'u' && x.size == 1) {
+        ds->dtype = DDPC_DTYPE_U8;
+        ds->u8_scale = 1.0f / 255.0f;
+        ds->x = x.raw;
+        x.raw = NULL;
+    } else if (x.kind == 'f' && x.size == 4 && x.big_endian == host_big_endian()) {
+        ds->dtype = DDPC_DTYPE_F32;
+        ds->u8_scale = 1.0f;
+        ds->x = x.raw;
+        x.raw = NULL;
+    } else {
+        float *xf = malloc((size_t)x.count * sizeof *xf);
+        if (!xf) {
+            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
+            goto out;
+        }
+        for (int64_t i = 0; i < x.count; i++)
+            xf[i] = (float)elem_load(x.raw + (size_t)i * x.size, x.kind, x.size,
+                                     x.big_endian);
+        ds->dtype = DDPC_DTYPE_F32;
+        ds->u8_scale = 1.0f;
+        ds->x = xf;
+    }
+    if (y.kind == 'f') {
+        /* float labels: regression targets [n, targets] */
+        int64_t tg = y.count / y.dims[0];
+        ds->classes = 0;
+        ds->targets = (int32_t)tg;
+        ds->y = malloc((size_t)y.count * sizeof *ds->y);
+        if (!ds->y) {
+            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate targets", src->labels);
+            goto out;
+        }
+        for (int64_t i = 0; i < y.count; i++)
+            ds->y[i] = (float)elem_load(y.raw + (size_t)i * y.size, 'f', y.size,
+                                        y.big_endian);
+    } else {
+        if (y.ndims != 1) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: integer labels must be one-dimensional",
+                           src->labels);
+            goto out;
+        }
+        rc = labels_from_raw(ds, y.raw, y.count, y.kind, y.size, y.big_endian, src->labels, e);
+    }
+out:
+    free(x.raw);
+    free(y.raw);
+    return rc;
+}
+
+/* ===== CSV ===== */
+
+/* Reads the whole (possibly gzipped) file into a NUL-terminated buffer. */
+static int slurp(const char *path, const char *what, char **out, size_t *len,
+                 struct ddpc_err *e)
+{
+    *out = NULL;
+    gzFile f;
+    DDPC_TRY(file_open(&f, path, what, e));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    int rc = 0;
+    for (;;) {
+        if (!buf) {
+            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        size_t got = 0;
+        rc = file_read(f, path, buf + n, cap - n, &got, e);
+        if (rc < 0)
+            break;
+        n += got;
+        if (n < cap)
+            break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    gzclose(f);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* Splits one line in place on commas; returns the field count (max cap). */
+static int csv_fields(char *line, char **fields, int cap)
+{
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        if (n < cap)
+            fields[n] = p;
+        n++;
+        char *c = strchr(p, ',');
+        if (!c)
+            break;
+        *c = 0;
+        p = c + 1;
+    }
+    return n;
+}
+
+static int csv_number(const char *s, double *v)
+{
+    while (isspace((unsigned char)*s) || *s == '"')
+        s++;
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    if (end == s || errno == ERANGE)
+        return 0;
+    while (isspace((unsigned char)*end) || *end == '"')
+        end++;
+    return *end == 0;
+}
+
+static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+                    struct ddpc_err *e)
+{
+    const char *path = src->path;
+    char *text;
+    size_t len;
+    DDPC_TRY(slurp(path, "data csv", &text, &len, e));
+    int rc = 0;
+    /* pass 1: count data lines and columns */
+    int cols = 0;
+    int64_t rows = 0;
+    char **fields = NULL;
+    float *x = NULL, *y = NULL;
+    int32_t *labels = NULL;
+    size_t nlines = 0;
+    for (size_t i = 0; i < len; i++)
+        nlines += text[i] == '\n';
+    nlines++;
+    char **lines = malloc(nlines * sizeof *lines);
+    if (!lines) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    size_t nl = 0;
+    for (char *p = text; p && *p;) {
+        char *q = strchr(p, '\n');
+        if (q)
+            *q = 0;
+        size_t l = strlen(p);
+        if (l && p[l - 1] == '\r')
+            p[l - 1] = 0;
+        lines[nl++] = p;
+        p = q ? q + 1 : NULL;
+    }
+    /* columns from the first non-empty line */
+    size_t first = 0;
+    while (first < nl && lines[first][0] == 0)
+        first++;
+    if (first == nl) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: the CSV file is empty", path);
+        goto out;
+    }
+    cols = 1;
+    for (const char *c = lines[first]; *c; c++)
+        cols += *c == ',';
+    if (cols < 2) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: needs a label column and at least one feature "
+                       "column, comma-separated", path);
+        goto out;
+    }
+    int lc = src->label_column < 0 ? cols + src->label_column : src->label_column;
+    if (lc < 0 || lc >= cols) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: label_column %d is out of range for %d columns",
+                       path, (int)src->label_column, cols);
+        goto out;
+    }
+    fields = malloc((size_t)cols * sizeof *fields);
+    x = malloc(((size_t)nl * (cols - 1) + 1) * sizeof *x);
+    y = malloc(((size_t)nl + 1) * sizeof *y);
+    if (!fields || !x || !y) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    int integral = 1;
+    double ymax = -1;
+    for (size_t li = first; li < nl; li++) {
+        if (lines[li][0] == 0)
+            continue;
+        int nf = csv_fields(lines[li], fields, cols);
+        if (nf != cols) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s:%zu: expected %d columns like the first line, "
+                           "got %d", path, li + 1, cols, nf);
+            goto out;
+        }
+        float *xr = x + (size_t)rows * (cols - 1);
+        int k = 0, bad = -1;
+        double yv = 0;
+        for (int c = 0; c < cols; c++) {
+            double v;
+            if (!csv_number(fields[c], &v)) {
+                bad = c;
+                break;
+            }
+            if (c == lc)
+                yv = v;
+            else
+                xr[k++] = (float)v;
+        }
+        if (bad >= 0) {
+            if (li == first)   /* a header line */
+                continue;
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s:%zu: column %d (\"%s\") is not a number",
+                           path, li + 1, bad + 1, fields[bad]);
+            goto out;
+        }
+        y[rows] = (float)yv;
+        if (yv != floor(yv) || yv < 0 || yv > 1e6)
+            integral = 0;
+        else if (yv > ymax)
+            ymax = yv;
+        rows++;
+    }
+    if (rows == 0) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: no data rows", path);
+        goto out;
+    }
+    ds->n = rows;
+    ds->features = cols - 1;
+    ds->dtype = DDPC_DTYPE_F32;
+    ds->u8_scale = 1.0f;
+    ds->x = x;
+    x = NULL;
+    /* y is always kept (regression / mse); integral non-negative labels also
+     * become class indices */
+    ds->targets = 1;
+    ds->y = y;
+    y = NULL;
+    if (integral) {
+        labels = malloc((size_t)rows * sizeof *labels);
+        if (!labels) {
+            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+            goto out;
+        }
+        for (int64_t i = 0; i < rows; i++)
+            labels[i] = (int32_t)ds->y[i];
+        ds->labels = labels;
+        labels = NULL;
+        ds->classes = (int32_t)ymax + 1;
+    }
+out:
+    free(labels);
+    free(x);
+    free(y);
+    free(fields);
+    free(lines);
+    free(text);
+    return rc;
+}
+
+/* ===== synthetic ===== */
+
+/* classes > 0: Gaussian blobs, x = centre[label] + N(0, 1), centres N(0, 1);
+ * classes 0: x ~ N(0, 1), y = x . w + 0.1 N(0, 1), w ~ N(0, 1/features).
+ * Everything from one xoshiro stream seeded by src->seed, in a fixed order. */
+static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+                          struct ddpc_err *e)
+{
+    if (src->samples <= 0 || src->features <= 0 || src->classes < 0)
+        return DDPC_FAIL(e, DDPC_E_DATA, "synthetic data needs samples > 0 and features > 0 "
+                         "(got %lld, %d)", (long long)src->samples, (int)src->features);
+    int64_t n = src->samples;
+    int f = src->features, k = src->classes;
+    struct ddpc_rng r;
+    rng_seed(&r, src->seed);
+    float *x = malloc((size_t)n * f * sizeof *x);
+    if (!x)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: cannot allocate %lld x %d inputs",
+                         (long long)n, f);
+    ds->x = x;
+    ds->n = n;
+    ds->features = f;
+    ds->dtype = DDPC_DTYPE_F32;
+    ds->u8_scale = 1.0f;
+    if (k > 0) {
+        float *centre = malloc((size_t)k * f * sizeof *centre);   /* [k, f] */
+        ds->labels = malloc((size_t)n * sizeof *ds->labels);
+        if (!centre || !ds->labels) {
+            free(centre);
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: out of memory");
+        }
+        for (size_t i = 0; i < (size_t)k * f; i++)
+            centre[i] = (float)rng_normal(&r);
+        for (int64_t i = 0; i < n; i++) {
+            int c = (int)rng_below(&r, (uint64_t)k);
+            ds->labels[i] = c;
+            for (int j = 0; j < f; j++)
+                x[(size_t)i * f + j] = centre[(size_t)c * f + j] + (float)rng_normal(&r);
+        }
+        free(centre);
+        ds->classes = k;
+    } else {
+        float *w = malloc((size_t)f * sizeof *w);
+        ds->y = malloc((size_t)n * sizeof *ds->y);
+        if (!w || !ds->y) {
+            free(w);
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: out of memory");
+        }
+        for (int j = 0; j < f; j++)
+            w[j] = (float)(rng_normal(&r) / sqrt((double)f));
+        for (int64_t i = 0; i < n; i++) {
+            double acc = 0;
+            for (int j = 0; j < f; j++) {
+                float v = (float)rng_normal(&r);
+                x[(size_t)i * f + j] = v;
+                acc += (double)v * w[j];
+            }
+            ds->y[i] = (float)(acc + 0.1 * rng_normal(&r));
+        }
+        free(w);
+        ds->classes = 0;
+        ds->targets = 1;
+    }
+    return 0;
+}
+
+/* ===== public ===== */
+
+int data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+              struct ddpc_err *e)
+{
+    memset(ds, 0, sizeof *ds);
+    int rc;
+    switch (src->format) {
+    case DDPC_DATA_IDX:
+        snprintf(ds->source, sizeof ds->source, "%s", src->inputs ? src->inputs : "?");
+        rc = load_idx(src, ds, e);
+        break;
+    case DDPC_DATA_NPY:
+        snprintf(ds->source, sizeof ds->source, "%s", src->inputs ? src->inputs : "?");
+        rc = load_npy(src, ds, e);
+        break;
+    case DDPC_DATA_CSV:
+        snprintf(ds->source, sizeof ds->source, "%s", src->path ? src->path : "?");
+        rc = load_csv(src, ds, e);
+        break;
+    case DDPC_DATA_SYNTHETIC:
+        snprintf(ds->source, sizeof ds->source, "synthetic(seed=%llu)",
+                 (unsigned long long)src->seed);
+        rc = load_synthetic(src, ds, e);
+        break;
+    default:
+        rc = DDPC_FAIL(e, DDPC_E_INVALID, "unknown data format %d", (int)src->format);
+        break;
+    }
+    if (rc < 0)
+        data_free(ds);
+    return rc;
+}
+
+void data_free(struct ddpc_dataset *ds)
+{
+    free(ds->x);
+    free(ds->labels);
+    free(ds->y);
+    ds->x = NULL;
+    ds->labels = NULL;
+    ds->y = NULL;
+    ds->n = 0;
+}
+
+void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
+                 float *x_out, int32_t *labels_out, float *y_out)
+{
+    const size_t f = (size_t)ds->features;
+    if (x_out) {
+        if (ds->dtype == DDPC_DTYPE_U8) {
+            const uint8_t *x = ds->x;   /* [n, f] */
+            const float s = ds->u8_scale;
+            for (int i = 0; i < count; i++) {
+                const uint8_t *src = x + (size_t)idx[i] * f;
+                float *dst = x_out + (size_t)i * f;
+                for (size_t j = 0; j < f; j++)
+                    dst[j] = (float)src[j] * s;
+            }
+        } else {
+            const float *x = ds->x;     /* [n, f] */
+            for (int i = 0; i < count; i++)
+                memcpy(x_out + (size_t)i * f, x + (size_t)idx[i] * f, f * sizeof *x_out);
+        }
+    }
+    if (labels_out && ds->labels)
+        for (int i = 0; i < count; i++)
+            labels_out[i] = ds->labels[idx[i]];
+    if (y_out && ds->y) {
+        const size_t t = (size_t)ds->targets;
+        for (int i = 0; i < count; i++)
+            memcpy(y_out + (size_t)i * t, ds->y + (size_t)idx[i] * t, t * sizeof *y_out);
+    }
+}

@@ -1,0 +1,295 @@
+/* ops_cpu.c - the CPU math backend: OpenBLAS cblas_sgemm + loops over ops_kernels.h.
+ *
+ * Owns: ops_cpu_init and the struct ddpc_ops it fills. Memory is ordinary
+ * host memory (64-byte aligned, zeroed). Every loop runs in a fixed order on
+ * the calling thread, so results are bitwise reproducible as long as OpenBLAS
+ * runs one thread per rank (the launcher sets that). Never allocates per call.
+ */
+#include <cblas.h>
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+#include "ops.h"
+#include "ops_kernels.h"
+
+static int cpu_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
+{
+    *p = NULL;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0)
+        rounded = 64;
+    void *q = NULL;
+    if (posix_memalign(&q, 64, rounded) != 0)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    memset(q, 0, rounded);
+    *p = q;
+    return 0;
+}
+
+static void cpu_release(struct ddpc_ops *o, void *p)
+{
+    free(p);
+}
+
+static int cpu_copy(struct ddpc_ops *o, void *dst, const void *src, size_t bytes,
+                    struct ddpc_err *e)
+{
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_synchronize(struct ddpc_ops *o, struct ddpc_err *e)
+{
+    return 0;
+}
+
+static int cpu_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                    float alpha, const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, struct ddpc_err *e)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cpu gemm: negative size m=%d n=%d k=%d", m, n, k);
+    if (m == 0 || n == 0)
+        return 0;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb,
+                beta, C, ldc);
+    return 0;
+}
+
+/* One loop per activation so the switch in ddpc_k_act folds away. */
+#define BIAS_ACT_LOOP(ACT)                                                   \
+    for (int i = 0; i < rows; i++) {                                         \
+        float *zr = z + (size_t)i * cols;                                    \
+        float *ar = a + (size_t)i * cols;                                    \
+        for (int j = 0; j < cols; j++) {                                     \
+            float v = zr[j] + bias[j];                                       \
+            zr[j] = v;                                                       \
+            ar[j] = ddpc_k_act(ACT, v);                                      \
+        }                                                                    \
+    }
+
+static int cpu_bias_act_forward(struct ddpc_ops *o, float *z, const float *bias, float *a,
+                                int rows, int cols, int act, struct ddpc_err *e)
+{
+    if (a == z && act != DDPC_K_IDENTITY)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "bias_act_forward: a == z needs identity");
+    switch (act) {
+    case DDPC_K_RELU:     BIAS_ACT_LOOP(DDPC_K_RELU);     break;
+    case DDPC_K_GELU:     BIAS_ACT_LOOP(DDPC_K_GELU);     break;
+    case DDPC_K_TANH:     BIAS_ACT_LOOP(DDPC_K_TANH);     break;
+    case DDPC_K_SIGMOID:  BIAS_ACT_LOOP(DDPC_K_SIGMOID);  break;
+    case DDPC_K_IDENTITY: BIAS_ACT_LOOP(DDPC_K_IDENTITY); break;
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "bias_act_forward: unknown activation %d", act);
+    }
+    return 0;
+}
+
+#define ACT_BACK_LOOP(ACT)                                                   \
+    for (size_t i = 0; i < n; i++)                                           \
+        dz[i] = da[i] * ddpc_k_act_grad(ACT, z[i]);
+
+static int cpu_act_backward(struct ddpc_ops *o, const float *z, const float *da, float *dz,
+                            size_t n, int act, struct ddpc_err *e)
+{
+    switch (act) {
+    case DDPC_K_RELU:     ACT_BACK_LOOP(DDPC_K_RELU);     break;
+    case DDPC_K_GELU:     ACT_BACK_LOOP(DDPC_K_GELU);     break;
+    case DDPC_K_TANH:     ACT_BACK_LOOP(DDPC_K_TANH);     break;
+    case DDPC_K_SIGMOID:  ACT_BACK_LOOP(DDPC_K_SIGMOID);  break;
+    case DDPC_K_IDENTITY:
+        if (dz != da)
+            memmove(dz, da, n * sizeof *dz);
+        break;
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "act_backward: unknown activation %d", act);
+    }
+    return 0;
+}
+
+static int cpu_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int rows, int cols,
+                         float beta, struct ddpc_err *e)
+{
+    if (beta == 0.0f)
+        memset(db, 0, (size_t)cols * sizeof *db);
+    else if (beta != 1.0f)
+        for (int j = 0; j < cols; j++)
+            db[j] *= beta;
+    /* rows outer: unit-stride inner loop, fixed summation order */
+    for (int i = 0; i < rows; i++) {
+        const float *r = dz + (size_t)i * cols;
+        for (int j = 0; j < cols; j++)
+            db[j] += r[j];
+    }
+    return 0;
+}
+
+/* Per-sample loss summed into host_loss_sum:
+ *   cross_entropy: logsumexp(x) - x[label]
+ *   mse:           mean over cols of (x - y)^2, so that sum/rows is PyTorch's
+ *                  reduction='mean' over all elements.
+ * dlogits = grad_scale * d(per-sample loss)/dx. */
+static int cpu_loss(struct ddpc_ops *o, int loss_type, const float *logits,
+                    const int32_t *labels, const float *targets, float *dlogits, int rows,
+                    int cols, float grad_scale, double *host_loss_sum, int64_t *host_correct,
+                    struct ddpc_err *e)
+{
+    double loss_sum = 0.0;
+    int64_t correct = 0;
+    if (loss_type == DDPC_LOSS_CROSS_ENTROPY) {
+        if (!labels)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "cross_entropy loss needs labels");
+        for (int i = 0; i < rows; i++) {
+            const float *x = logits + (size_t)i * cols;   /* [cols] */
+            float *d = dlogits + (size_t)i * cols;        /* [cols] */
+            int32_t y = labels[i];
+            if (y < 0 || y >= cols)
+                return DDPC_FAIL(e, DDPC_E_DATA,
+                                 "label %d out of range for %d output classes; "
+                                 "model.layers must end with the number of classes",
+                                 (int)y, cols);
+            float mx = x[0];
+            int arg = 0;
+            for (int j = 1; j < cols; j++)
+                if (x[j] > mx) {
+                    mx = x[j];
+                    arg = j;
+                }
+            float s = 0.0f;
+            for (int j = 0; j < cols; j++) {
+                float ex = expf(x[j] - mx);
+                d[j] = ex;
+                s += ex;
+            }
+            float inv = grad_scale / s;
+            for (int j = 0; j < cols; j++)
+                d[j] *= inv;
+            d[y] -= grad_scale;
+            loss_sum += (double)logf(s) + (double)(mx - x[y]);
+            correct += arg == y;
+        }
+    } else if (loss_type == DDPC_LOSS_MSE) {
+        if (!targets)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "mse loss needs float targets");
+        float gs = 2.0f * grad_scale / (float)cols;
+        for (int i = 0; i < rows; i++) {
+            const float *x = logits + (size_t)i * cols;
+            const float *t = targets + (size_t)i * cols;
+            float *d = dlogits + (size_t)i * cols;
+            double row = 0.0;
+            for (int j = 0; j < cols; j++) {
+                float diff = x[j] - t[j];
+                row += (double)diff * diff;
+                d[j] = gs * diff;
+            }
+            loss_sum += row / cols;
+        }
+    } else {
+        return DDPC_FAIL(e, DDPC_E_INVALID, "unknown loss %d", loss_type);
+    }
+    if (host_loss_sum)
+        *host_loss_sum += loss_sum;
+    if (host_correct)
+        *host_correct += correct;
+    return 0;
+}
+
+static int cpu_sumsq(struct ddpc_ops *o, const float *x, size_t n, double *host_out,
+                     struct ddpc_err *e)
+{
+    /* four partial sums in a fixed pattern: fast and still deterministic */
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * x[i];
+        s1 += (double)x[i + 1] * x[i + 1];
+        s2 += (double)x[i + 2] * x[i + 2];
+        s3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)x[i] * x[i];
+    *host_out = (s0 + s1) + (s2 + s3);
+    return 0;
+}
+
+static int cpu_scale(struct ddpc_ops *o, float *x, size_t n, float s, struct ddpc_err *e)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+    return 0;
+}
+
+static int cpu_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
+                          const float *grad, float *m, float *v, size_t n, struct ddpc_err *e)
+{
+    const float gs = s->grad_scale;
+    switch (s->type) {
+    case DDPC_K_SGD: {
+        const int first = s->step <= 1;
+        if (s->momentum != 0.0f && !m)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "sgd with momentum needs a momentum buffer");
+        if (gs == 1.0f) {
+            for (size_t i = 0; i < n; i++)
+                ddpc_k_sgd(&param[i], grad[i], m ? &m[i] : NULL, s->lr, s->momentum,
+                           s->nesterov, s->weight_decay, first);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                ddpc_k_sgd(&param[i], grad[i] * gs, m ? &m[i] : NULL, s->lr, s->momentum,
+                           s->nesterov, s->weight_decay, first);
+        }
+        break;
+    }
+    case DDPC_K_ADAM:
+    case DDPC_K_ADAMW: {
+        if (!m || !v)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "adam needs moment buffers");
+        const int dec = s->type == DDPC_K_ADAMW;
+        if (gs == 1.0f) {
+            for (size_t i = 0; i < n; i++)
+                ddpc_k_adam(&param[i], grad[i], &m[i], &v[i], s->lr, s->beta1, s->beta2,
+                            s->eps, s->weight_decay, dec, s->bias_correction1,
+                            s->bias_correction2);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                ddpc_k_adam(&param[i], grad[i] * gs, &m[i], &v[i], s->lr, s->beta1,
+                            s->beta2, s->eps, s->weight_decay, dec, s->bias_correction1,
+                            s->bias_correction2);
+        }
+        break;
+    }
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "unknown optimizer %d", s->type);
+    }
+    return 0;
+}
+
+static void cpu_destroy(struct ddpc_ops *o)
+{
+    (void)o;
+}
+
+int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
+{
+    memset(o, 0, sizeof *o);
+    o->name = "cpu";
+    o->alloc = cpu_alloc;
+    o->release = cpu_release;
+    o->to_device = cpu_copy;
+    o->to_host = cpu_copy;
+    o->synchronize = cpu_synchronize;
+    o->gemm = cpu_gemm;
+    o->bias_act_forward = cpu_bias_act_forward;
+    o->act_backward = cpu_act_backward;
+    o->bias_grad = cpu_bias_grad;
+    o->loss = cpu_loss;
+    o->sumsq = cpu_sumsq;
+    o->scale = cpu_scale;
+    o->optim_step = cpu_optim_step;
+    o->destroy = cpu_destroy;
+    o->host_memory = 1;
+    return 0;
+}

@@ -1,0 +1,469 @@
+/* worker.c - one rank's training loop, with PyTorch DDP's semantics.
+ *
+ * Owns: worker_run (see worker.h) and struct ddpc_run, everything a rank
+ * holds. Order of a run: build model/optimizer/sampler; seeded init and
+ * broadcast from rank 0; per epoch: per step [rank-sync barrier] ->
+ * micro-batches (gather, forward, loss, backward) -> bucketed gradient
+ * all-reduce started as backward finishes each bucket -> wait -> clip ->
+ * optimizer; then evaluation on this rank's strided test shard and metrics
+ * reduced across ranks; rank 0 prints. Never exits, never parses YAML, never
+ * allocates inside the step loop.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "ops_kernels.h"
+#include "optim.h"
+#include "sampler.h"
+#include "worker.h"
+
+#define DDPC_MAX_BUCKETS (2 * DDPC_MAX_LAYERS)
+#define DDPC_EVAL_BATCH  512
+#define DDPC_N_METRICS   10
+
+/* A slice [lo, hi) of the flat gradient buffer, reduced as one collective.
+ * Buckets are filled with tensors in reverse order (b_last, W_last, b_..., W0)
+ * until they hold >= bucket_cap_mb MiB, like torch DDP's bucket assignment
+ * (without its smaller first bucket). */
+struct ddpc_bucket {
+    size_t lo, hi;          /* floats */
+    int    low_layer;       /* layer owning the tensor at lo: done => bucket ready */
+    int    started;
+};
+
+struct ddpc_run {
+    const struct ddpc_worker_args *a;
+    const struct ddpc_job *job;
+    struct ddpc_ops       *ops;
+    struct ddpc_model      model;
+    struct ddpc_optim      optim;
+    struct ddpc_sampler    sampler;
+    int      rank, world;
+    int      comm_on;       /* world > 1: gradients are all-reduced */
+    int      batch;         /* per-rank batch size */
+    int      in_dim, out_dim;
+    int      use_y;         /* mse: float targets (from y, or one-hot labels) */
+    int      onehot;        /* mse over class labels: targets are one-hot */
+    /* host staging; aliases the backend buffers when ops->host_memory */
+    float   *hx;            /* [max_rows, in] */
+    int32_t *hlab;          /* [max_rows] */
+    float   *hy;            /* [max_rows, out] */
+    float   *dx;            /* backend copies of the same */
+    int32_t *dlab;
+    float   *dy;
+    int64_t *eidx;          /* [DDPC_EVAL_BATCH] test indices of one eval batch */
+    float   *metric;        /* [DDPC_N_METRICS] backend, for metric all-reduce */
+    struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
+    int      n_buckets;
+    long     step_no;       /* 1-based number of the step in progress, for messages */
+};
+
+/* ===== errors ===== */
+
+/* Prefixes the recorded message with the step: "step 37: ...". */
+static int step_fail(struct ddpc_run *r, struct ddpc_err *e, int rc)
+{
+    char tmp[sizeof e->msg];
+    int n = snprintf(tmp, sizeof tmp, "step %ld: %s", r->step_no, e->msg);
+    if (n > 0)   /* truncated at worst, always terminated */
+        memcpy(e->msg, tmp, sizeof tmp);
+    return rc;
+}
+
+/* ===== buckets ===== */
+
+static void buckets_plan(struct ddpc_run *r)
+{
+    const struct ddpc_model *m = &r->model;
+    double cap = r->job->bucket_cap_mb * 1048576.0;   /* bytes */
+    int nb = 0;
+    size_t hi = m->n_params;
+    double bytes = 0;
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        const struct ddpc_layer *L = &m->layer[l];
+        size_t offs[2] = { L->b_off, L->w_off };
+        size_t lens[2] = { (size_t)L->out, (size_t)L->out * L->in };
+        for (int t = 0; t < 2; t++) {
+            bytes += (double)lens[t] * sizeof(float);
+            int last_tensor = l == 0 && t == 1;
+            if ((cap > 0 && bytes >= cap && nb < DDPC_MAX_BUCKETS - 1) || last_tensor) {
+                r->bucket[nb].lo = offs[t];
+                r->bucket[nb].hi = hi;
+                r->bucket[nb].low_layer = l;
+                hi = offs[t];
+                bytes = 0;
+                nb++;
+            }
+        }
+    }
+    r->n_buckets = nb;
+}
+
+static int bucket_start(struct ddpc_run *r, int i, struct ddpc_err *e)
+{
+    struct ddpc_comm *c = r->a->grad_comm;
+    struct ddpc_bucket *b = &r->bucket[i];
+    float *g = r->model.grads + b->lo;
+    b->started = 1;
+    int rc = c->all_reduce_start(c, i, g, g, b->hi - b->lo, DDPC_REDUCE_AVG,
+                                 ddpc_deadline_after(r->job->nccl_timeout_s), e);
+    return rc < 0 ? step_fail(r, e, rc) : 0;
+}
+
+/* model_backward hook: start every bucket whose tensors are all final. */
+static int on_layer_done(void *ctx, int layer, struct ddpc_err *e)
+{
+    struct ddpc_run *r = ctx;
+    for (int i = 0; i < r->n_buckets; i++)
+        if (!r->bucket[i].started && r->bucket[i].low_layer >= layer)
+            DDPC_TRY(bucket_start(r, i, e));
+    return 0;
+}
+
+static int buckets_finish(struct ddpc_run *r, struct ddpc_err *e)
+{
+    struct ddpc_comm *c = r->a->grad_comm;
+    for (int i = 0; i < r->n_buckets; i++)
+        if (!r->bucket[i].started)
+            DDPC_TRY(bucket_start(r, i, e));
+    for (int i = 0; i < r->n_buckets; i++) {
+        int rc = c->all_reduce_wait(c, i, ddpc_deadline_after(r->job->nccl_timeout_s), e);
+        if (rc < 0)
+            return step_fail(r, e, rc);
+        r->bucket[i].started = 0;
+    }
+    return 0;
+}
+
+/* ===== setup ===== */
+
+static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, const char *what,
+                          struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    if (ds->features != r->in_dim)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d features per sample but "
+                         "model.layers[0] is %d; make them equal", what, ds->source,
+                         (int)ds->features, r->in_dim);
+    if (j->loss == DDPC_LOSS_CROSS_ENTROPY) {
+        if (!ds->labels)
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has no class labels, which "
+                             "cross_entropy needs; use loss: mse for regression targets",
+                             what, ds->source);
+        if (ds->classes > r->out_dim)
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has labels up to %d but the model "
+                             "has %d outputs; the last of model.layers must be >= %d", what,
+                             ds->source, (int)ds->classes - 1, r->out_dim, (int)ds->classes);
+    } else {
+        if (ds->y && ds->targets == r->out_dim && !(ds->labels && r->out_dim > 1))
+            return 0;
+        if (ds->labels && ds->classes <= r->out_dim && r->out_dim > 1)
+            return 0;   /* one-hot targets */
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d targets per sample but the model "
+                         "has %d outputs; mse needs them equal", what, ds->source,
+                         ds->y ? (int)ds->targets : (int)ds->classes, r->out_dim);
+    }
+    return 0;
+}
+
+static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = a->job;
+    memset(r, 0, sizeof *r);
+    r->a = a;
+    r->job = j;
+    r->ops = a->ops;
+    r->rank = a->rank;
+    r->world = a->world;
+    r->comm_on = a->world > 1;
+    r->batch = j->batch_size;
+    r->in_dim = j->model.layers[0];
+    r->out_dim = j->model.layers[j->model.n_layers - 1];
+    if (r->comm_on && !a->grad_comm)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "world %d needs a gradient communicator", a->world);
+    if (!a->train)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "no training data");
+    if (j->batch_size <= 0 || j->epochs < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
+                         (int)j->epochs);
+    DDPC_TRY(run_check_data(r, a->train, "train", e));
+    if (a->test)
+        DDPC_TRY(run_check_data(r, a->test, "test", e));
+    if (j->loss == DDPC_LOSS_MSE) {
+        r->use_y = 1;
+        r->onehot = !(a->train->y && a->train->targets == r->out_dim &&
+                      !(a->train->labels && r->out_dim > 1));
+    }
+    int max_rows = r->batch > DDPC_EVAL_BATCH ? r->batch : DDPC_EVAL_BATCH;
+    DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
+    DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
+                          j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,
+                          j->limit_train_fraction, e));
+    int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
+    int64_t steps_per_epoch = (r->sampler.n_batches + accum - 1) / accum;
+    DDPC_TRY(optim_init(&r->optim, r->ops, j, r->world, r->model.n_params,
+                        steps_per_epoch * j->epochs, e));
+    buckets_plan(r);
+
+    struct ddpc_ops *o = r->ops;
+    size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
+    size_t lb = (size_t)max_rows * sizeof(int32_t);
+    size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);
+    DDPC_TRY(o->alloc(o, (void **)&r->dx, xb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->dlab, lb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->dy, yb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->metric, DDPC_N_METRICS * sizeof(float), e));
+    if (o->host_memory) {
+        r->hx = r->dx;
+        r->hlab = r->dlab;
+        r->hy = r->dy;
+    } else {
+        r->hx = malloc(xb);
+        r->hlab = malloc(lb);
+        r->hy = malloc(yb);
+    }
+    r->eidx = malloc(DDPC_EVAL_BATCH * sizeof *r->eidx);
+    if (!r->hx || !r->hlab || !r->hy || !r->eidx)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
+    return 0;
+}
+
+static void run_free(struct ddpc_run *r)
+{
+    struct ddpc_ops *o = r->ops;
+    if (!o)
+        return;
+    if (!o->host_memory) {
+        free(r->hx);
+        free(r->hlab);
+        free(r->hy);
+    }
+    if (r->dx) o->release(o, r->dx);
+    if (r->dlab) o->release(o, r->dlab);
+    if (r->dy) o->release(o, r->dy);
+    if (r->metric) o->release(o, r->metric);
+    free(r->eidx);
+    optim_free(&r->optim);
+    sampler_free(&r->sampler);
+    model_free(&r->model);
+    memset(r, 0, sizeof *r);
+}
+
+/* ===== one batch ===== */
+
+/* Gathers samples idx[0..rows) of ds into the backend batch buffers. */
+static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const int64_t *idx,
+                      int rows, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = r->ops;
+    int want_lab = !r->use_y || r->onehot;
+    data_gather(ds, idx, rows, r->hx, want_lab ? r->hlab : NULL,
+                r->use_y && !r->onehot ? r->hy : NULL);
+    if (r->onehot) {
+        memset(r->hy, 0, (size_t)rows * r->out_dim * sizeof *r->hy);
+        for (int i = 0; i < rows; i++)
+            r->hy[(size_t)i * r->out_dim + r->hlab[i]] = 1.0f;
+    }
+    if (!o->host_memory) {
+        DDPC_TRY(o->to_device(o, r->dx, r->hx, (size_t)rows * r->in_dim * sizeof(float), e));
+        if (r->use_y)
+            DDPC_TRY(o->to_device(o, r->dy, r->hy, (size_t)rows * r->out_dim * sizeof(float),
+                                  e));
+        else
+            DDPC_TRY(o->to_device(o, r->dlab, r->hlab, (size_t)rows * sizeof(int32_t), e));
+    }
+    return 0;
+}
+
+/* Forward + loss; dlogits land in model.dbuf[0]. */
+static int batch_forward(struct ddpc_run *r, int rows, float grad_scale, double *loss_sum,
+                         int64_t *correct, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = r->ops;
+    DDPC_TRY(model_forward(&r->model, r->dx, rows, e));
+    return o->loss(o, (int)r->job->loss, r->model.logits, r->use_y ? NULL : r->dlab,
+                   r->use_y ? r->dy : NULL, r->model.dbuf[0], rows, r->out_dim, grad_scale,
+                   loss_sum, correct, e);
+}
+
+/* ===== metrics ===== */
+
+/* Sums v[n] (doubles) over ranks through a float all-reduce: each value goes
+ * as a float pair hi + lo, which keeps ~48 bits (counts exact below 2^48). */
+static int metrics_reduce(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
+{
+    if (!r->comm_on)
+        return 0;
+    struct ddpc_ops *o = r->ops;
+    float h[DDPC_N_METRICS];
+    for (int i = 0; i < n; i++) {
+        h[2 * i] = (float)v[i];
+        h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
+    }
+    DDPC_TRY(o->to_device(o, r->metric, h, (size_t)2 * n * sizeof(float), e));
+    DDPC_TRY(comm_all_reduce(r->a->grad_comm, r->metric, r->metric, (size_t)2 * n,
+                             DDPC_REDUCE_SUM, ddpc_deadline_after(r->job->nccl_timeout_s), e));
+    DDPC_TRY(o->to_host(o, h, r->metric, (size_t)2 * n * sizeof(float), e));
+    for (int i = 0; i < n; i++)
+        v[i] = (double)h[2 * i] + (double)h[2 * i + 1];
+    return 0;
+}
+
+/* This rank's strided shard of the test set: r, r+W, ... (no padding). */
+static int evaluate(struct ddpc_run *r, double *loss_sum, double *correct, double *count,
+                    struct ddpc_err *e)
+{
+    const struct ddpc_dataset *ds = r->a->test;
+    int64_t n = ds->n, mine = n > r->rank ? (n - r->rank + r->world - 1) / r->world : 0;
+    double ls = 0;
+    int64_t ok = 0;
+    for (int64_t s = 0; s < mine; s += DDPC_EVAL_BATCH) {
+        int rows = (int)(mine - s < DDPC_EVAL_BATCH ? mine - s : DDPC_EVAL_BATCH);
+        for (int i = 0; i < rows; i++)
+            r->eidx[i] = r->rank + (s + i) * r->world;
+        DDPC_TRY(batch_load(r, ds, r->eidx, rows, e));
+        DDPC_TRY(batch_forward(r, rows, 1.0f, &ls, &ok, e));
+    }
+    *loss_sum = ls;
+    *correct = (double)ok;
+    *count = (double)mine;
+    return 0;
+}
+
+/* ===== the loop ===== */
+
+static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
+{
+    const struct ddpc_worker_args *a = r->a;
+    const struct ddpc_job *j = r->job;
+    struct ddpc_ops *o = r->ops;
+    FILE *out = r->rank == 0 ? a->out : NULL;
+    int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
+    int sync = r->comm_on && a->sync_comm && j->rank_sync_timeout_s > 0;
+    double train_time = 0;
+    double total_samples = 0;
+
+    /* identical initial parameters: seeded init, then rank 0's copy wins */
+    DDPC_TRY(model_init_params(&r->model, j->model.init, j->seed, e));
+    if (r->comm_on)
+        DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.params, r->model.n_params, 0,
+                                         ddpc_deadline_after(j->nccl_timeout_s), e));
+
+    res->test_accuracy = -1;
+    for (int epoch = 0; epoch < j->epochs; epoch++) {
+        double t_epoch = ddpc_now();
+        sampler_set_epoch(&r->sampler, epoch);
+        double loss_sum = 0;
+        int64_t seen = 0;
+        for (int64_t b = 0; b < r->sampler.n_batches; b++) {
+            int micro = (int)(b % accum);
+            int last_micro = micro == accum - 1 || b == r->sampler.n_batches - 1;
+            if (micro == 0) {
+                r->step_no = r->optim.step + 1;
+                if (sync) {
+                    int rc = a->sync_comm->barrier(a->sync_comm,
+                                                   ddpc_deadline_after(j->rank_sync_timeout_s),
+                                                   e);
+                    if (rc < 0)
+                        return step_fail(r, e, rc);
+                }
+            }
+            const int64_t *idx;
+            int rows = sampler_batch(&r->sampler, b, &idx);
+            DDPC_TRY(batch_load(r, a->train, idx, rows, e));
+            DDPC_TRY(batch_forward(r, rows, 1.0f / ((float)rows * (float)accum), &loss_sum,
+                                   NULL, e));
+            int reduce = last_micro && r->comm_on;
+            DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
+                                    reduce ? on_layer_done : NULL, r, e));
+            seen += rows;
+            if (!last_micro)
+                continue;
+            if (reduce)
+                DDPC_TRY(buckets_finish(r, e));
+            float gscale = 1.0f;
+            if (j->grad_clip_norm > 0) {
+                double ss = 0;
+                DDPC_TRY(o->sumsq(o, r->model.grads, r->model.n_params, &ss, e));
+                gscale = optim_clip_scale(ss, j->grad_clip_norm);
+            }
+            DDPC_TRY(optim_step(&r->optim, r->model.params, r->model.grads, gscale, e));
+            if (r->optim.step == 1) {
+                DDPC_TRY(o->synchronize(o, e));
+                res->first_step_s = ddpc_now() - a->t_launch;
+            }
+        }
+        DDPC_TRY(o->synchronize(o, e));
+        double t_train = ddpc_now() - t_epoch;
+        train_time += t_train;
+        double global_seen = (double)seen * r->world;
+        total_samples += global_seen;
+
+        double m[5] = { loss_sum, (double)seen, 0, 0, 0 };
+        if (a->test)
+            DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
+        DDPC_TRY(metrics_reduce(r, m, 5, e));
+        res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
+        if (a->test) {
+            res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
+            res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0
+                                     ? m[3] / m[4] : -1;
+        }
+        double epoch_s = ddpc_now() - t_epoch;
+        if (out) {
+            fprintf(out, "epoch %d/%d  train_loss=%.4f", epoch + 1, (int)j->epochs,
+                    res->train_loss);
+            if (a->test) {
+                fprintf(out, "  test_loss=%.4f", res->test_loss);
+                if (res->test_accuracy >= 0)
+                    fprintf(out, "  test_accuracy=%.4f", res->test_accuracy);
+            }
+            fprintf(out, "  samples_per_s=%.0f  epoch_s=%.2f\n",
+                    t_train > 0 ? global_seen / t_train : 0.0, epoch_s);
+            fflush(out);
+        }
+    }
+    res->steps = r->optim.step;
+    res->samples_per_s = train_time > 0 ? total_samples / train_time : 0;
+    res->wall_s = ddpc_now() - a->t_launch;
+    if (out) {
+        fprintf(out, "done epochs=%d steps=%lld train_loss=%.4f", (int)j->epochs,
+                (long long)res->steps, res->train_loss);
+        if (a->test) {
+            fprintf(out, " test_loss=%.4f", res->test_loss);
+            if (res->test_accuracy >= 0)
+                fprintf(out, " test_accuracy=%.4f", res->test_accuracy);
+        }
+        fprintf(out, " samples_per_s=%.0f first_step_s=%.3f wall_s=%.3f\n",
+                res->samples_per_s, res->first_step_s, res->wall_s);
+        fflush(out);
+    }
+    if (res->want_params) {
+        res->n_params = r->model.n_params;
+        res->params = malloc(r->model.n_params * sizeof(float));
+        if (!res->params)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot copy parameters out");
+        DDPC_TRY(o->to_host(o, res->params, r->model.params,
+                            r->model.n_params * sizeof(float), e));
+    }
+    return 0;
+}
+
+int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
+               struct ddpc_err *e)
+{
+    int want = res->want_params;
+    memset(res, 0, sizeof *res);
+    res->want_params = want;
+    res->test_accuracy = -1;
+    res->train_loss = res->test_loss = NAN;
+    struct ddpc_run r;
+    int rc = run_init(&r, a, e);
+    if (rc == 0)
+        rc = run_train(&r, res, e);
+    run_free(&r);
+    return rc;
+}
