@@ -1,3 +1,637 @@
-/* test_comm_shm.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_comm_shm.c - the shared-memory communicator and the launcher, with
+ * real forked processes.
+ *
+ * Collectives: per-rank data from a seed, an expectation computed here in
+ * the same fixed order the contract promises (so it must match bitwise),
+ * and a count of wrong elements like nccl-tests. Results travel back from
+ * the workers through a MAP_SHARED result page.
+ * Launcher: fake worker functions through launch_run, so no training code
+ * is needed: a worker that gets SIGKILLed, one that fails, one that hangs.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <check.h>
 #include "suites.h"
-Suite *comm_shm_suite(void) { return suite_create("comm_shm"); }
+#include "comm.h"
+#include "comm_shm.h"
+#include "launch.h"
+
+/* ===== helpers ===== */
+
+/* splitmix64: reproducible per-rank inputs with varied magnitudes, so the
+ * summation order is visible in the low bits. */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static float rank_value(uint64_t seed, int rank, size_t j)
+{
+    uint64_t h = mix(seed ^ mix((uint64_t)rank * 1000003u + j));
+    float u = (float)(h >> 40) / (float)(1u << 24);   /* [0, 1) */
+    float scale = (h & 1) ? 1e-3f : 1e3f;
+    return (u - 0.5f) * scale;
+}
+
+static void fill_rank(float *x, size_t n, uint64_t seed, int rank)
+{
+    for (size_t j = 0; j < n; j++)
+        x[j] = rank_value(seed, rank, j);
+}
+
+static float expect_at(uint64_t seed, int world, size_t j, enum ddpc_reduce op)
+{
+    float s = rank_value(seed, 0, j);
+    for (int k = 1; k < world; k++)
+        s += rank_value(seed, k, j);
+    if (op == DDPC_REDUCE_AVG)
+        s /= (float)world;
+    return s;
+}
+
+/* Shared page where each worker reports back. */
+struct report {
+    int    rc[8];
+    int    code[8];
+    double took[8];
+    long   wrong[8];
+    uint64_t hash[8];
+    char   msg[8][512];
+};
+
+static struct report *report_map(void)
+{
+    void *m = mmap(NULL, sizeof(struct report), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    memset(m, 0, sizeof(struct report));
+    return m;
+}
+
+static uint64_t hash_floats(const float *x, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+typedef void (*rank_body)(struct ddpc_comm *c, int rank, struct report *rep, void *arg);
+
+/* Forks `world` processes attached to region r, runs body in each, waits.
+ * Every child exits 0; the body reports through rep. */
+static void run_ranks(int world, size_t slot, rank_body body, void *arg, struct report *rep)
+{
+    struct comm_shm_region *r = NULL;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(comm_shm_create(&r, world, slot, &e), 0);
+    pid_t pids[8];
+    for (int i = 0; i < world; i++) {
+        pids[i] = fork();
+        ck_assert_int_ne(pids[i], -1);
+        if (pids[i] == 0) {
+            struct ddpc_comm c;
+            struct ddpc_err ce = { 0 };
+            if (comm_shm_attach(&c, r, i, "gradient", &ce) < 0)
+                _exit(3);
+            body(&c, i, rep, arg);
+            c.destroy(&c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < world; i++) {
+        int st;
+        ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d wait status 0x%x", i, st);
+    }
+    comm_shm_region_free(r);
+}
+
+/* ===== all-reduce correctness ===== */
+
+struct ar_case {
+    size_t n;
+    enum ddpc_reduce op;
+    int in_place;
+    uint64_t seed;
+    int repeats;
+};
+
+static void body_all_reduce(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    const struct ar_case *k = arg;
+    size_t n = k->n;
+    float *send = malloc((n ? n : 1) * sizeof(float));
+    float *recv = malloc((n ? n : 1) * sizeof(float));
+    if (!send || !recv)
+        _exit(4);
+    uint64_t first = 0;
+    for (int rep_i = 0; rep_i < k->repeats; rep_i++) {
+        fill_rank(send, n, k->seed, rank);
+        for (size_t j = 0; j < n; j++)
+            recv[j] = -7.0f;   /* poison: every element must be written */
+        struct ddpc_err e = { 0 };
+        float *out = k->in_place ? send : recv;
+        int rc = comm_all_reduce(c, send, out, n, k->op, ddpc_deadline_after(60), &e);
+        rep->rc[rank] = rc;
+        if (rc < 0) {
+            (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+            break;
+        }
+        long wrong = 0;
+        for (size_t j = 0; j < n; j++) {
+            float want = expect_at(k->seed, c->world, j, k->op);
+            if (memcmp(&out[j], &want, sizeof want) != 0)
+                wrong++;
+        }
+        rep->wrong[rank] += wrong;
+        uint64_t h = hash_floats(out, n);
+        if (rep_i == 0)
+            first = h;
+        else if (h != first)
+            rep->wrong[rank] += 1000000000L;   /* not reproducible */
+        rep->hash[rank] = h;
+    }
+    free(send);
+    free(recv);
+}
+
+static void check_all_reduce(int world, size_t slot, size_t n, enum ddpc_reduce op, int in_place)
+{
+    struct report *rep = report_map();
+    struct ar_case k = { n, op, in_place, 0x5eed0000u + n * 31u + (uint64_t)world, 2 };
+    run_ranks(world, slot, body_all_reduce, &k, rep);
+    for (int i = 0; i < world; i++) {
+        ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+        ck_assert_msg(rep->wrong[i] == 0,
+                      "world %d n %zu op %d in_place %d: rank %d has %ld wrong elements",
+                      world, n, (int)op, in_place, i, rep->wrong[i]);
+        ck_assert(rep->hash[i] == rep->hash[0]);
+    }
+    munmap(rep, sizeof *rep);
+}
+
+START_TEST(all_reduce_sizes_2_and_3_ranks)
+{
+    static const size_t sizes[] = { 1, 7, 1000003 };
+    for (int world = 2; world <= 3; world++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int op = 0; op < 2; op++)
+                check_all_reduce(world, 0, sizes[s], (enum ddpc_reduce)op, (int)(s & 1));
+}
+END_TEST
+
+START_TEST(all_reduce_larger_than_slot)
+{
+    /* 1000 floats through 64-float slots: 16 pieces, last one partial. */
+    for (int world = 2; world <= 3; world++) {
+        check_all_reduce(world, 64, 1000, DDPC_REDUCE_SUM, 0);
+        check_all_reduce(world, 64, 1000, DDPC_REDUCE_AVG, 1);
+        check_all_reduce(world, 16, 33, DDPC_REDUCE_SUM, 1);
+    }
+}
+END_TEST
+
+START_TEST(all_reduce_bitwise_across_runs)
+{
+    struct report *a = report_map(), *b = report_map();
+    struct ar_case k = { 100000, DDPC_REDUCE_AVG, 0, 42, 3 };
+    run_ranks(3, 4096, body_all_reduce, &k, a);
+    run_ranks(3, 4096, body_all_reduce, &k, b);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(a->rc[i], 0);
+        ck_assert_int_eq(a->wrong[i], 0);
+        ck_assert(a->hash[i] == b->hash[i]);
+    }
+    munmap(a, sizeof *a);
+    munmap(b, sizeof *b);
+}
+END_TEST
+
+START_TEST(all_reduce_single_rank_and_empty)
+{
+    check_all_reduce(1, 0, 1000, DDPC_REDUCE_AVG, 0);
+    check_all_reduce(2, 0, 0, DDPC_REDUCE_SUM, 0);
+}
+END_TEST
+
+/* ===== broadcast and barrier ===== */
+
+static void body_broadcast(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    size_t n = 777;
+    float *x = malloc(n * sizeof(float));
+    if (!x)
+        _exit(4);
+    for (int root = 0; root < c->world; root++) {
+        fill_rank(x, n, 99, rank);
+        struct ddpc_err e = { 0 };
+        int rc = c->broadcast(c, x, n, root, ddpc_deadline_after(30), &e);
+        if (rc < 0) {
+            rep->rc[rank] = rc;
+            (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+            break;
+        }
+        for (size_t j = 0; j < n; j++) {
+            float want = rank_value(99, root, j);
+            if (memcmp(&x[j], &want, sizeof want) != 0)
+                rep->wrong[rank]++;
+        }
+    }
+    free(x);
+}
+
+START_TEST(broadcast_from_every_root)
+{
+    for (int world = 2; world <= 3; world++) {
+        struct report *rep = report_map();
+        run_ranks(world, 100, body_broadcast, NULL, rep);   /* 777 > slot: pieces */
+        for (int i = 0; i < world; i++) {
+            ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+            ck_assert_int_eq(rep->wrong[i], 0);
+        }
+        munmap(rep, sizeof *rep);
+    }
+}
+END_TEST
+
+/* Rank r sleeps r*50 ms, then barriers; nobody may leave before the last
+ * arrives. */
+static void body_barrier(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    struct ddpc_err e = { 0 };
+    for (int round = 0; round < 3; round++) {
+        usleep((useconds_t)(rank * 50000));
+        double t0 = ddpc_now();
+        int rc = c->barrier(c, ddpc_deadline_after(10), &e);
+        rep->rc[rank] = rc;
+        if (rc < 0) {
+            (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+            return;
+        }
+        rep->took[rank] += ddpc_now() - t0;
+    }
+}
+
+START_TEST(barrier_waits_for_the_last_rank)
+{
+    struct report *rep = report_map();
+    run_ranks(3, 0, body_barrier, NULL, rep);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+    /* rank 0 waited ~100 ms per round for rank 2 */
+    ck_assert_msg(rep->took[0] > 0.25, "rank 0 waited %.3f s", rep->took[0]);
+    ck_assert_msg(rep->took[2] < 0.1, "rank 2 waited %.3f s", rep->took[2]);
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
+/* ===== timeouts and aborts ===== */
+
+/* Rank 1 of 3 never arrives (sleeps past everyone's deadline). */
+static void body_missing_rank(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    if (rank == 1) {
+        usleep(2500000);
+        return;
+    }
+    float x[5] = { 1, 2, 3, 4, 5 };
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    double deadline = t0 + 0.5 + 0.3 * rank;   /* rank 0 expires first */
+    rep->rc[rank] = comm_all_reduce(c, x, x, 5, DDPC_REDUCE_SUM, deadline, &e);
+    rep->took[rank] = ddpc_now() - deadline;
+    rep->code[rank] = e.code;
+    (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+}
+
+START_TEST(deadline_names_the_missing_rank)
+{
+    struct report *rep = report_map();
+    run_ranks(3, 0, body_missing_rank, NULL, rep);
+    /* rank 0 times out itself and names rank 1 */
+    ck_assert_int_eq(rep->rc[0], DDPC_E_TIMEOUT);
+    ck_assert_msg(strstr(rep->msg[0], "gradient") && strstr(rep->msg[0], "all-reduce") &&
+                  strstr(rep->msg[0], "rank 1 ") && !strstr(rep->msg[0], "rank 2"),
+                  "message: %s", rep->msg[0]);
+    ck_assert_msg(rep->took[0] >= 0 && rep->took[0] < 1.0, "expired %.3f s late", rep->took[0]);
+    /* rank 2 is woken by rank 0's abort before its own deadline */
+    ck_assert_int_eq(rep->rc[2], DDPC_E_ABORTED);
+    ck_assert_msg(strstr(rep->msg[2], "timed out"), "message: %s", rep->msg[2]);
+    ck_assert_msg(rep->took[2] < 0, "rank 2 waited for its own deadline");
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
+/* Rank 0 aborts while ranks 1 and 2 wait in a barrier with no deadline. */
+static void body_abort(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    struct ddpc_err e = { 0 };
+    if (rank == 0) {
+        usleep(200000);
+        c->abort(c, "loss is NaN");
+        rep->took[0] = ddpc_now();
+        return;
+    }
+    rep->rc[rank] = c->barrier(c, 0, &e);
+    rep->took[rank] = ddpc_now();
+    (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+    /* and every later call fails at once */
+    struct ddpc_err e2 = { 0 };
+    rep->code[rank] = c->barrier(c, 0, &e2);
+}
+
+START_TEST(abort_wakes_the_others)
+{
+    struct report *rep = report_map();
+    run_ranks(3, 0, body_abort, NULL, rep);
+    for (int i = 1; i < 3; i++) {
+        ck_assert_int_eq(rep->rc[i], DDPC_E_ABORTED);
+        ck_assert_msg(strstr(rep->msg[i], "rank 0: loss is NaN"), "message: %s", rep->msg[i]);
+        ck_assert_msg(rep->took[i] - rep->took[0] < 0.2, "woke %.3f s after the abort",
+                      rep->took[i] - rep->took[0]);
+        ck_assert_int_eq(rep->code[i], DDPC_E_ABORTED);
+    }
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
+/* Rank 1 exits without telling anyone; rank 0 must notice (DDPC_E_PEER)
+ * without a launcher, by polling liveness. The test reaps rank 1 first. */
+START_TEST(dead_peer_is_noticed)
+{
+    struct comm_shm_region *r = NULL;
+    struct ddpc_err e = { 0 };
+    struct report *rep = report_map();
+    ck_assert_int_eq(comm_shm_create(&r, 2, 0, &e), 0);
+    pid_t p1 = fork();
+    if (p1 == 0) {
+        struct ddpc_comm c;
+        if (comm_shm_attach(&c, r, 1, "rank-sync", &e) < 0)
+            _exit(3);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(p1, &st, 0), p1);
+    pid_t p0 = fork();
+    if (p0 == 0) {
+        struct ddpc_comm c;
+        struct ddpc_err ce = { 0 };
+        if (comm_shm_attach(&c, r, 0, "rank-sync", &ce) < 0)
+            _exit(3);
+        double t0 = ddpc_now();
+        rep->rc[0] = c.barrier(&c, ddpc_deadline_after(10), &ce);
+        rep->took[0] = ddpc_now() - t0;
+        (void)snprintf(rep->msg[0], sizeof rep->msg[0], "%s", ce.msg);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(p0, &st, 0), p0);
+    ck_assert_int_eq(rep->rc[0], DDPC_E_PEER);
+    ck_assert_msg(strstr(rep->msg[0], "rank 1") && strstr(rep->msg[0], "rank-sync"),
+                  "message: %s", rep->msg[0]);
+    ck_assert_msg(rep->took[0] < 1.0, "noticed after %.3f s", rep->took[0]);
+    comm_shm_region_free(r);
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
+START_TEST(create_rejects_bad_world)
+{
+    struct comm_shm_region *r = (void *)1;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(comm_shm_create(&r, 0, 0, &e), DDPC_E_INVALID);
+    ck_assert_ptr_null(r);
+    comm_shm_region_free(NULL);
+}
+END_TEST
+
+/* ===== the launcher with fake workers ===== */
+
+/* Each fake worker runs barriers on the gradient communicator until told to
+ * stop; what it does differently per rank comes from the mode. */
+enum fake_mode { FAKE_OK, FAKE_KILL_RANK1, FAKE_FAIL_RANK1, FAKE_HANG, FAKE_TIMEOUT_RANK1 };
+
+static int fake_worker(const struct launch_worker *w, struct ddpc_err *e)
+{
+    enum fake_mode mode = *(const enum fake_mode *)w->user;
+    struct ddpc_comm c;
+    DDPC_TRY(comm_shm_attach(&c, w->grad_region, w->rank, "gradient", e));
+    int rc = 0;
+    for (int step = 0; step < 20 && rc == 0; step++) {
+        if (w->rank == 1 && step == 5) {
+            if (mode == FAKE_KILL_RANK1)
+                raise(SIGKILL);
+            if (mode == FAKE_FAIL_RANK1) {
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "fake: batch %d is corrupt", step);
+                break;
+            }
+            if (mode == FAKE_TIMEOUT_RANK1)
+                sleep(30);
+        }
+        if (mode == FAKE_HANG && w->rank == 0 && step == 2)
+            pause();
+        float x[3] = { (float)w->rank, 1, 2 };
+        rc = comm_all_reduce(&c, x, x, 3, DDPC_REDUCE_SUM,
+                             ddpc_deadline_after(mode == FAKE_TIMEOUT_RANK1 ? 0.5 : 0), e);
+        if (rc == 0 && x[1] != (float)w->world)
+            rc = DDPC_FAIL(e, DDPC_E_INVALID, "fake: sum %g != %d", x[1], w->world);
+    }
+    c.destroy(&c);
+    return rc;
+}
+
+static void fake_opts(struct launch_opts *o, int world)
+{
+    memset(o, 0, sizeof *o);
+    o->world = world;
+    o->device_kind = "cpu worker";
+    o->use_shm = 1;
+    o->grace_s = 1.0;
+    for (int i = 0; i < world; i++)
+        o->devices[i] = i;
+}
+
+/* No process of ours may be left: no child to wait for. */
+static void assert_no_children(void)
+{
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+}
+
+START_TEST(launch_all_ok)
+{
+    struct launch_opts o;
+    fake_opts(&o, 3);
+    enum fake_mode mode = FAKE_OK;
+    struct ddpc_err e = { 0 };
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_msg(st == 0, "status %d: %s", st, e.msg);
+    assert_no_children();
+}
+END_TEST
+
+START_TEST(launch_worker_killed)
+{
+    struct launch_opts o;
+    fake_opts(&o, 3);
+    enum fake_mode mode = FAKE_KILL_RANK1;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_int_eq(st, 1);
+    ck_assert_msg(strstr(e.msg, "rank 1 (cpu worker 1) killed by signal 9"), "msg: %s", e.msg);
+    ck_assert_msg(ddpc_now() - t0 < 3.0, "took %.2f s", ddpc_now() - t0);
+    assert_no_children();
+}
+END_TEST
+
+START_TEST(launch_worker_fails)
+{
+    struct launch_opts o;
+    fake_opts(&o, 2);
+    enum fake_mode mode = FAKE_FAIL_RANK1;
+    struct ddpc_err e = { 0 };
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_int_eq(st, 1);
+    ck_assert_msg(strstr(e.msg, "rank 1 (cpu worker 1) exited with status 12 (data error)"),
+                  "msg: %s", e.msg);
+    assert_no_children();
+}
+END_TEST
+
+START_TEST(launch_timeout_reports_the_slow_rank)
+{
+    struct launch_opts o;
+    fake_opts(&o, 2);
+    enum fake_mode mode = FAKE_TIMEOUT_RANK1;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_int_eq(st, 1);
+    /* rank 0 times out (exit 13) and is the cause; rank 1 is torn down */
+    ck_assert_msg(strstr(e.msg, "rank 0 (cpu worker 0) exited with status 13 (timeout)"),
+                  "msg: %s", e.msg);
+    ck_assert_msg(ddpc_now() - t0 < 3.0, "took %.2f s", ddpc_now() - t0);
+    assert_no_children();
+}
+END_TEST
+
+/* SIGTERM to the launcher: forwarded, reaped, status 143. The hanging
+ * worker ignores nothing, so it dies by the forwarded signal. */
+static void send_sigterm_later(pid_t target)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        usleep(300000);
+        kill(target, SIGTERM);
+        _exit(0);
+    }
+}
+
+START_TEST(launch_sigterm_stops_everything)
+{
+    struct launch_opts o;
+    fake_opts(&o, 2);
+    enum fake_mode mode = FAKE_HANG;
+    struct ddpc_err e = { 0 };
+    send_sigterm_later(getpid());
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_int_eq(st, 143);
+    ck_assert_msg(strstr(e.msg, "SIGTERM"), "msg: %s", e.msg);
+    /* the signal helper is our child too; reap it, then nothing is left */
+    while (waitpid(-1, NULL, 0) > 0)
+        ;
+    assert_no_children();
+}
+END_TEST
+
+/* The launcher itself is SIGKILLed: PR_SET_PDEATHSIG takes the workers. */
+START_TEST(launch_killed_launcher_leaves_no_worker)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t launcher = fork();
+    if (launcher == 0) {
+        close(fds[0]);
+        struct launch_opts o;
+        fake_opts(&o, 2);
+        enum fake_mode mode = FAKE_HANG;   /* rank 0 pauses, rank 1 waits */
+        struct ddpc_err e = { 0 };
+        /* keep the write end open in every worker: EOF on the read end
+         * then proves that every process holding it is gone */
+        (void)launch_run(&o, fake_worker, &mode, &e);
+        _exit(0);
+    }
+    close(fds[1]);
+    usleep(300000);
+    ck_assert_int_eq(kill(launcher, SIGKILL), 0);
+    int st;
+    ck_assert_int_eq(waitpid(launcher, &st, 0), launcher);
+    /* read() returns 0 once no process holds the write end */
+    char b;
+    double t0 = ddpc_now();
+    ssize_t n = read(fds[0], &b, 1);
+    ck_assert_int_eq((int)n, 0);
+    ck_assert_msg(ddpc_now() - t0 < 2.0, "workers outlived the launcher by %.2f s",
+                  ddpc_now() - t0);
+    close(fds[0]);
+}
+END_TEST
+
+START_TEST(exit_codes_are_distinct)
+{
+    ck_assert_int_eq(launch_exit_code(0), 0);
+    ck_assert_int_eq(launch_exit_code(DDPC_E_TIMEOUT), 13);
+    ck_assert_str_eq(launch_exit_name(13), "timeout");
+    ck_assert_ptr_null(launch_exit_name(1));
+    for (int c = DDPC_E_SYS; c >= DDPC_E_NOMEM; c--)
+        ck_assert_ptr_nonnull(launch_exit_name(launch_exit_code(c)));
+}
+END_TEST
+
+Suite *comm_shm_suite(void)
+{
+    Suite *s = suite_create("comm_shm");
+    TCase *t = tcase_create("collectives");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, all_reduce_sizes_2_and_3_ranks);
+    tcase_add_test(t, all_reduce_larger_than_slot);
+    tcase_add_test(t, all_reduce_bitwise_across_runs);
+    tcase_add_test(t, all_reduce_single_rank_and_empty);
+    tcase_add_test(t, broadcast_from_every_root);
+    tcase_add_test(t, barrier_waits_for_the_last_rank);
+    tcase_add_test(t, create_rejects_bad_world);
+    suite_add_tcase(s, t);
+
+    TCase *f = tcase_create("failures");
+    tcase_set_timeout(f, 30);
+    tcase_add_test(f, deadline_names_the_missing_rank);
+    tcase_add_test(f, abort_wakes_the_others);
+    tcase_add_test(f, dead_peer_is_noticed);
+    suite_add_tcase(s, f);
+
+    TCase *l = tcase_create("launch");
+    tcase_set_timeout(l, 30);
+    tcase_add_test(l, exit_codes_are_distinct);
+    tcase_add_test(l, launch_all_ok);
+    tcase_add_test(l, launch_worker_killed);
+    tcase_add_test(l, launch_worker_fails);
+    tcase_add_test(l, launch_timeout_reports_the_slow_rank);
+    tcase_add_test(l, launch_sigterm_stops_everything);
+    tcase_add_test(l, launch_killed_launcher_leaves_no_worker);
+    suite_add_tcase(s, l);
+    return s;
+}

@@ -1,0 +1,561 @@
+/* comm_shm.c - struct ddpc_comm over shared memory mapped before fork.
+ *
+ * Owns the shared region's layout, the process-shared barrier, and the
+ * all-reduce / broadcast built on it. Never forks, never signals, never
+ * prints: the launcher (launch.c) owns processes, and errors go back in
+ * struct ddpc_err.
+ *
+ * Layout of one region (one mmap, inherited by every worker):
+ *
+ *   struct comm_shm_region      header: world, slot size, futex word, abort
+ *   struct shm_rank[world]      one cache line per rank: arrival seq, pid
+ *   float slots[world][slot]    each rank's input piece (page aligned)
+ *   float result[slot]          the reduced piece
+ *
+ * Synchronisation is one barrier primitive: rank r publishes "I have arrived
+ * at barrier k" by storing k into ranks[r].seq, then waits until every rank's
+ * seq >= k. The sequence numbers double as the diagnosis on a timeout: the
+ * ranks with seq < k are the ones that did not arrive.
+ *
+ * All-reduce, per piece of at most `slot` floats:
+ *   1. every rank copies its input piece into its own slot;
+ *   2. barrier;
+ *   3. rank r reduces its chunk [lo_r, hi_r) of the piece into result,
+ *      summing slots 0, 1, ..., W-1 in that order for every element;
+ *   4. barrier;
+ *   5. every rank copies result out.
+ * The order in step 3 depends only on W, so sums are bitwise reproducible.
+ * Why this is race-free across consecutive operations: slots are read only
+ * between the two barriers of a piece and result is written only after the
+ * first barrier, which no rank passes before every rank finished step 5 of
+ * the previous piece.
+ *
+ * Waiting: spin for a few tens of microseconds (a barrier between ranks on
+ * idle cores completes in well under that), then sleep on a futex word that
+ * every arrival and every abort bumps. Futexes on a MAP_SHARED mapping work
+ * across processes as long as FUTEX_PRIVATE_FLAG is not used. Sleeps are
+ * capped at 100 ms so a waiter also notices a peer that died without anyone
+ * telling it and its own deadline.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include "comm_shm.h"
+
+#define SHM_LINE          64
+#define SHM_DEFAULT_SLOT  ((size_t)1 << 20)   /* floats: 4 MiB per rank */
+#define SHM_SLEEP_CAP_S   0.1                 /* max futex sleep: liveness poll period */
+#define SHM_REDUCE_BLOCK  2048                /* floats per L1-resident reduce block */
+#define SHM_ALIGN_FLOATS  16                  /* chunk edges on cache lines */
+#define SHM_WHY_MAX       384
+
+enum { ABORT_NONE = 0, ABORT_WRITING = 1, ABORT_SET = 2 };
+
+struct shm_rank {
+    _Alignas(SHM_LINE) _Atomic uint64_t seq;  /* last barrier this rank arrived at */
+    _Atomic int32_t pid;                      /* 0 until attached */
+    _Atomic int32_t dead;                     /* set by the launcher */
+};
+
+struct comm_shm_region {
+    /* read-only after comm_shm_create */
+    int    world;
+    size_t slot_floats;
+    size_t map_bytes;
+    size_t slots_off;                         /* bytes from the region start */
+    double spin_s;
+
+    /* written by every rank */
+    _Alignas(SHM_LINE) _Atomic uint32_t epoch;  /* futex word */
+    _Atomic uint32_t sleepers;                  /* waiters in FUTEX_WAIT */
+    _Alignas(SHM_LINE) _Atomic int abort_state;
+    int    abort_code;                          /* DDPC_E_ABORTED or DDPC_E_PEER */
+    char   why[SHM_WHY_MAX];
+    struct shm_rank ranks[];
+};
+
+/* One worker's handle; lives in the worker's private memory. */
+struct shm_handle {
+    struct comm_shm_region *r;
+    uint64_t seq;          /* barriers this rank has passed */
+    uint64_t ops;          /* collectives started, for messages */
+    int      broken;       /* a failed call leaves the barrier counts unmatched */
+    int      last_rc;      /* result of the last all_reduce_start, for wait */
+};
+
+/* ===== region layout ===== */
+
+static float *region_slot(struct comm_shm_region *r, int rank)
+{
+    return (float *)((char *)r + r->slots_off) + (size_t)rank * r->slot_floats;
+}
+
+static float *region_result(struct comm_shm_region *r)
+{
+    return region_slot(r, r->world);
+}
+
+int comm_shm_create(struct comm_shm_region **out, int world, size_t slot_floats,
+                    struct ddpc_err *e)
+{
+    *out = NULL;
+    if (world < 1 || world > DDPC_SHM_MAX_WORLD)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "comm_shm: world size %d outside 1..%d",
+                         world, DDPC_SHM_MAX_WORLD);
+    if (slot_floats == 0)
+        slot_floats = SHM_DEFAULT_SLOT;
+    /* Round the slot to whole cache lines so rank chunks never share one. */
+    slot_floats = (slot_floats + SHM_ALIGN_FLOATS - 1) / SHM_ALIGN_FLOATS * SHM_ALIGN_FLOATS;
+
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        page = 4096;
+    size_t head = sizeof(struct comm_shm_region) + (size_t)world * sizeof(struct shm_rank);
+    size_t slots_off = (head + (size_t)page - 1) / (size_t)page * (size_t)page;
+    size_t nslots = (size_t)world + 1;
+    if (slot_floats > (SIZE_MAX - slots_off) / sizeof(float) / nslots)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "comm_shm: %zu floats x %zu slots overflows",
+                         slot_floats, nslots);
+    size_t bytes = slots_off + nslots * slot_floats * sizeof(float);
+
+    /* MAP_NORESERVE: only touched pages count; a region is sized for the
+     * largest operation but small jobs never touch most of it. */
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "comm_shm: mmap of %zu bytes for %d ranks: %s",
+                         bytes, world, strerror(errno));
+    /* Anonymous mappings are zero-filled: seq 0, no abort, pid 0. */
+    struct comm_shm_region *r = m;
+    r->world = world;
+    r->slot_floats = slot_floats;
+    r->map_bytes = bytes;
+    r->slots_off = slots_off;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    /* Spinning only pays when every rank has a core of its own; otherwise a
+     * spinner steals the time slice of the rank it waits for. */
+    r->spin_s = (ncpu > 0 && world <= ncpu) ? 50e-6 : 0.0;
+    for (int i = 0; i < world; i++) {
+        atomic_init(&r->ranks[i].seq, 0);
+        atomic_init(&r->ranks[i].pid, 0);
+        atomic_init(&r->ranks[i].dead, 0);
+    }
+    atomic_init(&r->epoch, 0);
+    atomic_init(&r->sleepers, 0);
+    atomic_init(&r->abort_state, ABORT_NONE);
+    *out = r;
+    return 0;
+}
+
+void comm_shm_region_free(struct comm_shm_region *r)
+{
+    if (!r)
+        return;
+    /* munmap only fails on bad arguments, which would be a bug here. */
+    (void)munmap(r, r->map_bytes);
+}
+
+void comm_shm_set_spin(struct comm_shm_region *r, double spin_s)
+{
+    r->spin_s = spin_s < 0 ? 0 : spin_s;
+}
+
+/* ===== waking and aborting ===== */
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    /* No FUTEX_PRIVATE_FLAG: waiters are in different processes. */
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void region_wake(struct comm_shm_region *r, int always)
+{
+    atomic_fetch_add(&r->epoch, 1);
+    /* seq_cst: a waiter increments sleepers before it re-reads epoch in
+     * FUTEX_WAIT, so either it sees our bump and does not sleep, or we see
+     * it here and wake it. */
+    if (always || atomic_load(&r->sleepers) > 0)
+        (void)futex(&r->epoch, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static void region_abort(struct comm_shm_region *r, int code, const char *why)
+{
+    int expected = ABORT_NONE;
+    if (atomic_compare_exchange_strong(&r->abort_state, &expected, ABORT_WRITING)) {
+        r->abort_code = code;
+        size_t n = strlen(why);
+        if (n >= SHM_WHY_MAX)
+            n = SHM_WHY_MAX - 1;
+        memcpy(r->why, why, n);
+        r->why[n] = '\0';
+        atomic_store(&r->abort_state, ABORT_SET);
+    }
+    region_wake(r, 1);
+}
+
+void comm_shm_abort_all(struct comm_shm_region *r, const char *why)
+{
+    if (r)
+        region_abort(r, DDPC_E_ABORTED, why);
+}
+
+void comm_shm_mark_dead(struct comm_shm_region *r, int rank, const char *why)
+{
+    if (!r || rank < 0 || rank >= r->world)
+        return;
+    atomic_store(&r->ranks[rank].dead, 1);
+    region_abort(r, DDPC_E_PEER, why);
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ===== the barrier ===== */
+
+/* Fills e from the region's abort state; the handle is unusable afterwards. */
+static int fail_aborted(struct shm_handle *h, const char *purpose, const char *what,
+                        struct ddpc_err *e)
+{
+    struct comm_shm_region *r = h->r;
+    h->broken = 1;
+    /* The writer may have been killed between claiming and publishing the
+     * reason: wait for it only briefly. */
+    for (int i = 0; i < 100000 && atomic_load(&r->abort_state) == ABORT_WRITING; i++)
+        cpu_relax();
+    if (atomic_load(&r->abort_state) != ABORT_SET)
+        return DDPC_FAIL(e, DDPC_E_ABORTED, "%s %s aborted (no reason recorded)", purpose,
+                         what);
+    return DDPC_FAIL(e, r->abort_code, "%s %s aborted: %s", purpose, what, r->why);
+}
+
+/* Appends "1, 3" (the ranks whose seq < target) to buf; returns how many. */
+static int list_missing(struct comm_shm_region *r, uint64_t target, char *buf, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->world; i++) {
+        if (atomic_load(&r->ranks[i].seq) >= target)
+            continue;
+        if (n < 16 && used < len) {
+            int w = snprintf(buf + used, len - used, "%s%d", n ? ", " : "", i);
+            if (w > 0)
+                used += (size_t)w;
+        } else if (n == 16 && used < len) {
+            (void)snprintf(buf + used, len - used, ", ...");
+            used = len;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* 1 if every rank's seq >= target, else 0. */
+static int all_arrived(struct comm_shm_region *r, uint64_t target)
+{
+    for (int i = 0; i < r->world; i++)
+        if (atomic_load_explicit(&r->ranks[i].seq, memory_order_acquire) < target)
+            return 0;
+    return 1;
+}
+
+/* A missing rank whose process is gone (and nobody marked it yet). */
+static int find_dead_peer(struct comm_shm_region *r, uint64_t target, int *pid_out)
+{
+    for (int i = 0; i < r->world; i++) {
+        if (atomic_load(&r->ranks[i].seq) >= target)
+            continue;
+        pid_t pid = atomic_load(&r->ranks[i].pid);
+        if (atomic_load(&r->ranks[i].dead) || (pid > 0 && kill(pid, 0) == -1 && errno == ESRCH)) {
+            *pid_out = pid;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int fail_timeout(struct shm_handle *h, int rank, const char *purpose, const char *what,
+                        uint64_t target, double t0, struct ddpc_err *e)
+{
+    struct comm_shm_region *r = h->r;
+    char missing[160], msg[SHM_WHY_MAX], why[SHM_WHY_MAX + 16];
+    int n = list_missing(r, target, missing, sizeof missing);
+    const char *knob = strcmp(purpose, "rank-sync") == 0 ? "rank_sync_timeout" : "nccl_timeout";
+    h->broken = 1;
+    (void)snprintf(msg, sizeof msg,
+                   "%s %s timed out after %.2f s waiting for rank%s %s (did not arrive); "
+                   "a rank is stuck or much slower: raise %s if this is expected",
+                   purpose, what, ddpc_now() - t0, n == 1 ? "" : "s", missing, knob);
+    /* The barrier counts no longer match: take every rank down with a reason
+     * instead of letting each wait out its own deadline. */
+    (void)snprintf(why, sizeof why, "rank %d: %s", rank, msg);
+    region_abort(r, DDPC_E_ABORTED, why);
+    return DDPC_FAIL(e, DDPC_E_TIMEOUT, "%s", msg);
+}
+
+/* Arrive at the next barrier and wait for every rank. `what` names the
+ * public operation for messages ("all-reduce #3 (1000 floats)"). */
+static int shm_barrier_wait(struct shm_handle *h, int rank, const char *purpose,
+                            const char *what, double deadline, struct ddpc_err *e)
+{
+    struct comm_shm_region *r = h->r;
+    uint64_t target = ++h->seq;
+    atomic_store_explicit(&r->ranks[rank].seq, target, memory_order_release);
+    region_wake(r, 0);
+
+    double t0 = ddpc_now();
+    double spin_until = t0 + r->spin_s;
+    for (unsigned iter = 0;; iter++) {
+        uint32_t ep = atomic_load(&r->epoch);
+        if (atomic_load(&r->abort_state) != ABORT_NONE)
+            return fail_aborted(h, purpose, what, e);
+        if (all_arrived(r, target))
+            return 0;
+        /* Read the clock only now and then: it costs ~20 ns per call. */
+        if ((iter & 63) != 0) {
+            cpu_relax();
+            continue;
+        }
+        double now = ddpc_now();
+        if (deadline > 0 && now >= deadline)
+            return fail_timeout(h, rank, purpose, what, target, t0, e);
+        if (now < spin_until) {
+            cpu_relax();
+            continue;
+        }
+        if (iter < 64 * 4) {         /* a few yields before a syscall sleep */
+            (void)sched_yield();
+            continue;
+        }
+        int dead_pid = 0;
+        int dead = find_dead_peer(r, target, &dead_pid);
+        if (dead >= 0) {
+            char why[SHM_WHY_MAX];
+            (void)snprintf(why, sizeof why, "rank %d (pid %d) died before reaching %s %s",
+                           dead, dead_pid, purpose, what);
+            region_abort(r, DDPC_E_PEER, why);
+            return fail_aborted(h, purpose, what, e);
+        }
+        double nap = SHM_SLEEP_CAP_S;
+        if (deadline > 0 && deadline - now < nap)
+            nap = deadline - now;
+        struct timespec ts = { (time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9) };
+        if (ts.tv_sec == 0 && ts.tv_nsec < 1000)
+            ts.tv_nsec = 1000;
+        atomic_fetch_add(&r->sleepers, 1);
+        long rc = futex(&r->epoch, FUTEX_WAIT, ep, &ts);
+        int err = errno;
+        atomic_fetch_sub(&r->sleepers, 1);
+        if (rc == -1 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+            h->broken = 1;
+            return DDPC_FAIL(e, DDPC_E_SYS, "%s %s: futex wait: %s", purpose, what,
+                             strerror(err));
+        }
+    }
+}
+
+/* ===== the collectives ===== */
+
+static int check_usable(struct ddpc_comm *c, const char *what, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    if (!h->broken && atomic_load(&h->r->abort_state) != ABORT_NONE)
+        return fail_aborted(h, c->purpose, what, e);
+    if (h->broken)
+        return DDPC_FAIL(e, DDPC_E_ABORTED, "%s %s: communicator unusable after an earlier "
+                         "failure", c->purpose, what);
+    return 0;
+}
+
+/* Sum (then scale) slots 0..W-1 into result over [lo, hi), rank order. */
+static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum ddpc_reduce op)
+{
+    int W = r->world;
+    float *restrict res = region_result(r);
+    for (size_t b = lo; b < hi; b += SHM_REDUCE_BLOCK) {
+        size_t be = b + SHM_REDUCE_BLOCK < hi ? b + SHM_REDUCE_BLOCK : hi;
+        const float *restrict s0 = region_slot(r, 0);
+        for (size_t j = b; j < be; j++)
+            res[j] = s0[j];
+        for (int k = 1; k < W; k++) {
+            const float *restrict sk = region_slot(r, k);
+            for (size_t j = b; j < be; j++)
+                res[j] += sk[j];
+        }
+        if (op == DDPC_REDUCE_AVG) {
+            /* Divide (not multiply by 1/W): the correctly rounded mean of the
+             * ordered sum, still a function of W alone. */
+            float w = (float)W;
+            for (size_t j = b; j < be; j++)
+                res[j] /= w;
+        }
+    }
+}
+
+static int shm_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv,
+                                size_t n, enum ddpc_reduce op, double deadline,
+                                struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    char what[96];
+    (void)tag;  /* synchronous: at most one operation is ever in flight */
+    h->ops++;
+    (void)snprintf(what, sizeof what, "all-reduce #%llu (%zu floats)",
+                   (unsigned long long)h->ops, n);
+    h->last_rc = check_usable(c, what, e);
+    if (h->last_rc < 0)
+        return h->last_rc;
+
+    int W = r->world, rank = c->rank;
+    size_t P = r->slot_floats;
+    float *mine = region_slot(r, rank);
+    float *res = region_result(r);
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += P) {
+        size_t m = n - off < P ? n - off : P;
+        if (m)
+            memcpy(mine, send + off, m * sizeof(float));
+        int rc = shm_barrier_wait(h, rank, c->purpose, what, deadline, e);
+        if (rc < 0)
+            return h->last_rc = rc;
+        /* Chunk edges on cache lines so no two ranks write one line. */
+        size_t per = (m + (size_t)W - 1) / (size_t)W;
+        per = (per + SHM_ALIGN_FLOATS - 1) / SHM_ALIGN_FLOATS * SHM_ALIGN_FLOATS;
+        size_t lo = per * (size_t)rank, hi = lo + per;
+        if (lo > m)
+            lo = m;
+        if (hi > m)
+            hi = m;
+        reduce_chunk(r, lo, hi, op);
+        rc = shm_barrier_wait(h, rank, c->purpose, what, deadline, e);
+        if (rc < 0)
+            return h->last_rc = rc;
+        if (m)
+            memcpy(recv + off, res, m * sizeof(float));
+        if (n == 0)
+            break;
+    }
+    return h->last_rc = 0;
+}
+
+static int shm_all_reduce_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    (void)tag;
+    (void)deadline;
+    /* start did the work; report its outcome again so a caller that checks
+     * only wait still sees a failure (e already holds the message). */
+    if (h->last_rc < 0)
+        return DDPC_FAIL(e, h->last_rc, "%s all-reduce failed (see the first error)",
+                         c->purpose);
+    return 0;
+}
+
+static int shm_broadcast(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,
+                         struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    char what[96];
+    h->ops++;
+    (void)snprintf(what, sizeof what, "broadcast #%llu (%zu floats from rank %d)",
+                   (unsigned long long)h->ops, n, root);
+    DDPC_TRY(check_usable(c, what, e));
+    if (root < 0 || root >= r->world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s %s: root outside 0..%d", c->purpose, what,
+                         r->world - 1);
+    size_t P = r->slot_floats;
+    /* Staged in the root's slot, not in result: a slow rank may still be
+     * copying result out of the previous all-reduce. */
+    float *stage = region_slot(r, root);
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += P) {
+        size_t m = n - off < P ? n - off : P;
+        if (c->rank == root && m)
+            memcpy(stage, buf + off, m * sizeof(float));
+        DDPC_TRY(shm_barrier_wait(h, c->rank, c->purpose, what, deadline, e));
+        if (c->rank != root && m)
+            memcpy(buf + off, stage, m * sizeof(float));
+        /* The root must not refill its slot while others still read it. */
+        DDPC_TRY(shm_barrier_wait(h, c->rank, c->purpose, what, deadline, e));
+        if (n == 0)
+            break;
+    }
+    return 0;
+}
+
+static int shm_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    char what[64];
+    h->ops++;
+    (void)snprintf(what, sizeof what, "barrier #%llu", (unsigned long long)h->ops);
+    DDPC_TRY(check_usable(c, what, e));
+    return shm_barrier_wait(h, c->rank, c->purpose, what, deadline, e);
+}
+
+static void shm_abort(struct ddpc_comm *c, const char *why)
+{
+    struct shm_handle *h = c->impl;
+    char buf[SHM_WHY_MAX];
+    (void)snprintf(buf, sizeof buf, "rank %d: %s", c->rank, why);
+    region_abort(h->r, DDPC_E_ABORTED, buf);
+}
+
+static void shm_destroy(struct ddpc_comm *c)
+{
+    if (!c)
+        return;
+    free(c->impl);
+    c->impl = NULL;
+}
+
+int comm_shm_attach(struct ddpc_comm *c, struct comm_shm_region *r, int rank,
+                    const char *purpose, struct ddpc_err *e)
+{
+    memset(c, 0, sizeof *c);
+    if (!r)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "comm_shm_attach: no region");
+    if (rank < 0 || rank >= r->world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "comm_shm_attach: rank %d outside 0..%d", rank,
+                         r->world - 1);
+    struct shm_handle *h = calloc(1, sizeof *h);
+    if (!h)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "comm_shm_attach: out of memory");
+    h->r = r;
+    /* Resume from the shared count: a rank attaches once per region, but
+     * this keeps a re-attach after a clean run consistent. */
+    h->seq = atomic_load(&r->ranks[rank].seq);
+    atomic_store(&r->ranks[rank].pid, (int32_t)getpid());
+    c->name = "shm";
+    c->purpose = purpose ? purpose : "comm";
+    c->rank = rank;
+    c->world = r->world;
+    c->impl = h;
+    c->all_reduce_start = shm_all_reduce_start;
+    c->all_reduce_wait = shm_all_reduce_wait;
+    c->broadcast = shm_broadcast;
+    c->barrier = shm_barrier;
+    c->abort = shm_abort;
+    c->destroy = shm_destroy;
+    return 0;
+}

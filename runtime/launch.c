@@ -1,0 +1,454 @@
+/* launch.c - fork the workers of one host, supervise them, tear them down.
+ *
+ * Owns processes and signals: the shm communicators' lifetime (mapped before
+ * fork, unmapped after the last worker is reaped), fork, PR_SET_PDEATHSIG,
+ * the supervision loop, and turning a worker's death into one message that
+ * names its rank, device and cause. Never trains, never parses flags (ddprt.c
+ * does), never calls exit(): workers leave with _exit at their top level
+ * here, the launcher returns a status to main.
+ *
+ * Signals: the only global state in the runtime lives here, because a signal
+ * handler can reach nothing else. The handlers set a flag and write one byte
+ * to a self-pipe; the supervision loop polls that pipe, so a SIGCHLD or
+ * SIGINT wakes it at once. Handlers rather than sigwait: OpenBLAS starts
+ * threads at load time whose masks we do not control, and a process-directed
+ * signal may land on any of them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include "comm.h"
+#include "launch.h"
+
+/* Provided by OpenBLAS when it is linked; weak so launch.c does not force
+ * it on programs (tests, benchmarks) that never do math. */
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+#define LAUNCH_STATUS_FAILED 1
+#define LAUNCH_ECHO_DELAY_S  0.5   /* see launch_teardown */
+
+/* ===== signals ===== */
+
+static struct {
+    int pipe_rd, pipe_wr;
+    volatile sig_atomic_t stop_sig;     /* SIGINT or SIGTERM received, else 0 */
+} launch_sig = { -1, -1, 0 };
+
+static void launch_on_signal(int sig)
+{
+    int saved = errno;
+    if ((sig == SIGINT || sig == SIGTERM) && launch_sig.stop_sig == 0)
+        launch_sig.stop_sig = sig;
+    char b = 0;
+    /* Non-blocking: a full pipe already guarantees a wake-up. */
+    ssize_t w = write(launch_sig.pipe_wr, &b, 1);
+    (void)w;
+    errno = saved;
+}
+
+static const int launch_signals[] = { SIGINT, SIGTERM, SIGCHLD };
+#define N_LAUNCH_SIGNALS ((int)(sizeof launch_signals / sizeof launch_signals[0]))
+
+int launch_exit_code(int err_code)
+{
+    if (err_code >= 0)
+        return 0;
+    int s = 10 - err_code;   /* -1 -> 11, ..., -8 -> 18 */
+    return s < 10 || s > 99 ? 10 : s;
+}
+
+const char *launch_exit_name(int status)
+{
+    switch (status) {
+    case 10 - DDPC_E_SYS:     return "system error";
+    case 10 - DDPC_E_DATA:    return "data error";
+    case 10 - DDPC_E_TIMEOUT: return "timeout";
+    case 10 - DDPC_E_ABORTED: return "aborted by another rank";
+    case 10 - DDPC_E_PEER:    return "a peer died";
+    case 10 - DDPC_E_DEVICE:  return "device error";
+    case 10 - DDPC_E_INVALID: return "internal error";
+    case 10 - DDPC_E_NOMEM:   return "out of memory";
+    default:                  return NULL;
+    }
+}
+
+/* ===== the worker side ===== */
+
+struct launch_child {
+    pid_t pid;
+    int   alive;
+    int   status;          /* from waitpid */
+    int   reaped_order;    /* 0 while alive; 1, 2, ... in reap order */
+    int   secondary;       /* died because of the teardown, not its cause */
+    char  label[48];
+};
+
+/* Runs in the child right after fork; never returns. */
+static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
+                              struct launch_worker *w, pid_t launcher,
+                              const sigset_t *orig_mask)
+{
+    /* A killed launcher must not leave workers behind. The getppid check
+     * closes the race where it died before prctl took effect. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != launcher)
+        _exit(launch_exit_code(DDPC_E_SYS));
+    for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
+        (void)signal(launch_signals[i], SIG_DFL);
+    (void)close(launch_sig.pipe_rd);
+    (void)close(launch_sig.pipe_wr);
+    if (sigprocmask(SIG_SETMASK, orig_mask, NULL) == -1)
+        _exit(launch_exit_code(DDPC_E_SYS));
+    /* W workers x N BLAS threads would oversubscribe the cores W-fold. */
+    if (o->single_blas_thread && openblas_set_num_threads)
+        openblas_set_num_threads(1);
+
+    struct ddpc_err e = { 0 };
+    int rc = fn(w, &e);
+    if (rc < 0) {
+        if (e.code == DDPC_OK)
+            (void)DDPC_FAIL(&e, rc, "worker failed without a message");
+        char why[640];
+        (void)snprintf(why, sizeof why, "rank %d (%s) failed: %s", w->rank, w->label, e.msg);
+        /* Peers blocked in a collective learn the cause at once. */
+        comm_shm_abort_all(w->grad_region, why);
+        comm_shm_abort_all(w->sync_region, why);
+        (void)fflush(stdout);
+        fprintf(stderr, "[rank %d] error: %s (%s:%d)\n", w->rank, e.msg,
+                e.file ? e.file : "?", e.line);
+        (void)fflush(stderr);
+        _exit(launch_exit_code(e.code < 0 ? e.code : rc));
+    }
+    if (fflush(stdout) == EOF) {
+        fprintf(stderr, "[rank %d] error: writing stdout: %s\n", w->rank, strerror(errno));
+        _exit(launch_exit_code(DDPC_E_SYS));
+    }
+    _exit(0);
+}
+
+/* ===== the launcher side ===== */
+
+static void launch_describe(const struct launch_child *c, int rank, char *buf, size_t len)
+{
+    if (WIFSIGNALED(c->status)) {
+        int s = WTERMSIG(c->status);
+        const char *name = strsignal(s);
+        (void)snprintf(buf, len, "rank %d (%s) killed by signal %d (%s)", rank, c->label, s,
+                       name ? name : "unknown");
+    } else if (WIFEXITED(c->status)) {
+        int s = WEXITSTATUS(c->status);
+        const char *name = launch_exit_name(s);
+        (void)snprintf(buf, len, "rank %d (%s) exited with status %d%s%s%s", rank, c->label, s,
+                       name ? " (" : "", name ? name : "", name ? ")" : "");
+    } else {
+        (void)snprintf(buf, len, "rank %d (%s) stopped with wait status 0x%x", rank, c->label,
+                       (unsigned)c->status);
+    }
+}
+
+static void launch_signal_alive(struct launch_child *ch, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (ch[i].alive && ch[i].pid > 0)
+            (void)kill(ch[i].pid, sig);   /* ESRCH: it just died; reaped below */
+}
+
+static int launch_install(struct sigaction *old, struct ddpc_err *e)
+{
+    int fds[2];
+    SYS_CHECK(e, pipe2(fds, O_CLOEXEC | O_NONBLOCK));
+    launch_sig.pipe_rd = fds[0];
+    launch_sig.pipe_wr = fds[1];
+    launch_sig.stop_sig = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = launch_on_signal;
+    sa.sa_flags = SA_NOCLDSTOP;   /* no SA_RESTART: poll returns EINTR at once */
+    SYS_CHECK(e, sigemptyset(&sa.sa_mask));
+    for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
+        SYS_CHECK(e, sigaction(launch_signals[i], &sa, &old[i]));
+    return 0;
+}
+
+static void launch_uninstall(const struct sigaction *old)
+{
+    for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
+        (void)sigaction(launch_signals[i], &old[i], NULL);
+    if (launch_sig.pipe_rd >= 0)
+        (void)close(launch_sig.pipe_rd);
+    if (launch_sig.pipe_wr >= 0)
+        (void)close(launch_sig.pipe_wr);
+    launch_sig.pipe_rd = launch_sig.pipe_wr = -1;
+}
+
+struct launch_state {
+    const struct launch_opts *o;
+    struct launch_child ch[DDPC_MAX_DEVICES];
+    struct comm_shm_region *grad, *sync;
+    int    n_alive;
+    int    reaped;
+    int    tearing_down;     /* communicators aborted */
+    int    termed;           /* SIGTERM (or the user's signal) sent */
+    int    killed;           /* SIGKILL sent */
+    double term_at, kill_at;
+};
+
+/* Aborts the communicators at once; SIGTERMs the workers after term_delay
+ * seconds and SIGKILLs them grace_s later. The delay is for a failure that
+ * is only an echo (a rank that exited "aborted by another rank"): the rank
+ * that caused it is then usually still printing its own error, and killing
+ * it would hide the real cause. */
+static void launch_teardown(struct launch_state *s, const char *why, double term_delay)
+{
+    if (s->tearing_down)
+        return;
+    s->tearing_down = 1;
+    comm_shm_abort_all(s->grad, why);
+    comm_shm_abort_all(s->sync, why);
+    s->term_at = ddpc_now() + term_delay;
+    s->kill_at = s->term_at + (s->o->grace_s > 0 ? s->o->grace_s : 1.0);
+    if (term_delay <= 0) {
+        launch_signal_alive(s->ch, s->o->world, SIGTERM);
+        s->termed = 1;
+    }
+}
+
+/* Reaps every worker that has exited; starts the teardown on a failure. */
+static int launch_reap(struct launch_state *s, struct ddpc_err *e)
+{
+    for (int i = 0; i < s->o->world; i++) {
+        struct launch_child *c = &s->ch[i];
+        if (!c->alive)
+            continue;
+        int st;
+        pid_t p = waitpid(c->pid, &st, WNOHANG);
+        if (p == 0)
+            continue;
+        if (p == -1) {
+            if (errno == EINTR) {
+                i--;
+                continue;
+            }
+            /* ECHILD: someone else reaped it (cannot happen unless the
+             * embedding program reaps with -1); treat it as gone. */
+            c->alive = 0;
+            c->status = 0;
+            s->n_alive--;
+            return DDPC_FAIL(e, DDPC_E_SYS, "waitpid(rank %d, pid %d): %s",
+                             s->o->rank_offset + i, (int)c->pid, strerror(errno));
+        }
+        c->alive = 0;
+        c->status = st;
+        c->reaped_order = ++s->reaped;
+        s->n_alive--;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (ok)
+            continue;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+        /* Secondary: it failed because another rank did (abort / dead
+         * peer), or it is one of ours killed by the teardown. A worker that
+         * exits with its own error during the teardown may still be the
+         * cause: another rank's abort can simply have been reaped first. */
+        int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+        c->secondary = code == launch_exit_code(DDPC_E_ABORTED) ||
+                       code == launch_exit_code(DDPC_E_PEER) ||
+                       (s->tearing_down && sig != 0 &&
+                        (sig == SIGTERM || sig == SIGKILL || sig == launch_sig.stop_sig));
+        if (!s->tearing_down) {
+            char why[160];
+            launch_describe(c, s->o->rank_offset + i, why, sizeof why);
+            /* Peers blocked on this rank see DDPC_E_PEER with the cause
+             * (unless the worker already recorded its own reason). */
+            comm_shm_mark_dead(s->grad, i, why);
+            comm_shm_mark_dead(s->sync, i, why);
+            launch_teardown(s, why, c->secondary ? LAUNCH_ECHO_DELAY_S : 0);
+        }
+    }
+    return 0;
+}
+
+/* The rank that caused the failure: the first that failed on its own, else
+ * the first that failed at all. */
+static int launch_primary(const struct launch_state *s)
+{
+    int best = -1, best_sec = -1;
+    for (int i = 0; i < s->o->world; i++) {
+        const struct launch_child *c = &s->ch[i];
+        if (c->reaped_order == 0 || (WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0))
+            continue;
+        if (!c->secondary && (best < 0 || c->reaped_order < s->ch[best].reaped_order))
+            best = i;
+        if (best_sec < 0 || c->reaped_order < s->ch[best_sec].reaped_order)
+            best_sec = i;
+    }
+    return best >= 0 ? best : best_sec;
+}
+
+static int launch_supervise(struct launch_state *s, struct ddpc_err *e)
+{
+    int sys_rc = 0;
+    while (s->n_alive > 0) {
+        if (launch_reap(s, e) < 0)
+            sys_rc = -1;
+        if (s->n_alive == 0)
+            break;
+        if (launch_sig.stop_sig && !s->termed) {
+            int sig = launch_sig.stop_sig;
+            char why[64];
+            (void)snprintf(why, sizeof why, "job interrupted by %s",
+                           sig == SIGINT ? "SIGINT" : "SIGTERM");
+            comm_shm_abort_all(s->grad, why);
+            comm_shm_abort_all(s->sync, why);
+            /* Forward the signal itself: a worker may handle SIGINT (flush
+             * a checkpoint) differently from SIGTERM. */
+            launch_signal_alive(s->ch, s->o->world, sig);
+            s->tearing_down = s->termed = 1;
+            s->kill_at = ddpc_now() + (s->o->grace_s > 0 ? s->o->grace_s : 1.0);
+        }
+        int timeout_ms = 1000;   /* SIGCHLD wakes us; this is only a backstop */
+        if (s->tearing_down) {
+            double now = ddpc_now();
+            if (!s->termed && now >= s->term_at) {
+                launch_signal_alive(s->ch, s->o->world, SIGTERM);
+                s->termed = 1;
+            }
+            if (!s->killed && now >= s->kill_at) {
+                launch_signal_alive(s->ch, s->o->world, SIGKILL);
+                s->killed = 1;
+            }
+            double next = !s->termed ? s->term_at : s->kill_at;
+            timeout_ms = next > now ? (int)((next - now) * 1000) + 1 : 50;
+            if (timeout_ms > 100)
+                timeout_ms = 100;
+        }
+        struct pollfd pfd = { launch_sig.pipe_rd, POLLIN, 0 };
+        int pr = poll(&pfd, 1, timeout_ms);
+        if (pr == -1 && errno != EINTR) {
+            (void)DDPC_FAIL(e, DDPC_E_SYS, "poll on the launcher's signal pipe: %s",
+                            strerror(errno));
+            sys_rc = -1;
+            launch_teardown(s, "launcher failure", 0);
+        }
+        char drain[64];
+        while (read(launch_sig.pipe_rd, drain, sizeof drain) > 0)
+            ;
+    }
+    return sys_rc;
+}
+
+int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
+               struct ddpc_err *e)
+{
+    if (o->world < 1 || o->world > DDPC_MAX_DEVICES) {
+        (void)DDPC_FAIL(e, DDPC_E_INVALID, "launch: %d workers; this host supports 1..%d",
+                        o->world, DDPC_MAX_DEVICES);
+        return LAUNCH_STATUS_FAILED;
+    }
+    struct launch_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        (void)DDPC_FAIL(e, DDPC_E_NOMEM, "launch: out of memory");
+        return LAUNCH_STATUS_FAILED;
+    }
+    s->o = o;
+    int status = LAUNCH_STATUS_FAILED;
+    struct sigaction old[N_LAUNCH_SIGNALS];
+    int installed = 0, masked = 0;
+    sigset_t block, orig;
+
+    if (o->use_shm) {
+        if (comm_shm_create(&s->grad, o->world, o->grad_slot_floats, e) < 0 ||
+            comm_shm_create(&s->sync, o->world, o->sync_slot_floats, e) < 0)
+            goto out;
+    }
+    if (launch_install(old, e) < 0)
+        goto out;
+    installed = 1;
+    /* Block our signals across fork so a child never runs the launcher's
+     * handler before it resets them. */
+    if (sigemptyset(&block) == -1 || sigaddset(&block, SIGINT) == -1 ||
+        sigaddset(&block, SIGTERM) == -1 || sigaddset(&block, SIGCHLD) == -1 ||
+        sigprocmask(SIG_BLOCK, &block, &orig) == -1) {
+        (void)DDPC_FAIL(e, DDPC_E_SYS, "launch: sigprocmask: %s", strerror(errno));
+        goto out;
+    }
+    masked = 1;
+    /* Buffered output would otherwise be written once per process. */
+    (void)fflush(stdout);
+    (void)fflush(stderr);
+
+    pid_t self = getpid();
+    for (int i = 0; i < o->world; i++) {
+        struct launch_child *c = &s->ch[i];
+        (void)snprintf(c->label, sizeof c->label, "%s%s%d",
+                       o->device_kind ? o->device_kind : "cpu worker",
+                       o->device_kind && o->device_kind[0] &&
+                       o->device_kind[strlen(o->device_kind) - 1] == ':' ? "" : " ",
+                       o->devices[i]);
+        pid_t pid = fork();
+        if (pid == -1) {
+            (void)DDPC_FAIL(e, DDPC_E_SYS, "launch: fork for rank %d: %s (%d workers "
+                            "already started are stopped)", o->rank_offset + i,
+                            strerror(errno), i);
+            launch_teardown(s, "launcher could not fork every worker", 0);
+            break;
+        }
+        if (pid == 0) {
+            struct launch_worker w = {
+                .rank = o->rank_offset + i,
+                .world = o->global_world > 0 ? o->global_world : o->world,
+                .device = o->devices[i],
+                .label = c->label,
+                .grad_region = s->grad,
+                .sync_region = s->sync,
+                .user = user,
+            };
+            launch_child_main(o, fn, &w, self, &orig);
+        }
+        c->pid = pid;
+        c->alive = 1;
+        s->n_alive++;
+    }
+    int fork_failed = e && e->code != DDPC_OK;
+    if (sigprocmask(SIG_SETMASK, &orig, NULL) == -1) {
+        (void)DDPC_FAIL(e, DDPC_E_SYS, "launch: sigprocmask: %s", strerror(errno));
+        launch_teardown(s, "launcher failure", 0);
+    }
+    masked = 0;
+
+    int sup = launch_supervise(s, e);
+    if (launch_sig.stop_sig) {
+        int sig = launch_sig.stop_sig;
+        (void)DDPC_FAIL(e, DDPC_E_ABORTED, "interrupted by %s; stopped %d worker%s",
+                        sig == SIGINT ? "SIGINT" : "SIGTERM", o->world,
+                        o->world == 1 ? "" : "s");
+        status = 128 + sig;
+        goto out;
+    }
+    int p = launch_primary(s);
+    if (p >= 0) {
+        char why[200];
+        launch_describe(&s->ch[p], o->rank_offset + p, why, sizeof why);
+        (void)DDPC_FAIL(e, DDPC_E_PEER, "%s", why);
+        status = LAUNCH_STATUS_FAILED;
+    } else if (fork_failed || sup < 0) {
+        status = LAUNCH_STATUS_FAILED;
+    } else {
+        status = 0;
+    }
+out:
+    if (masked)
+        (void)sigprocmask(SIG_SETMASK, &orig, NULL);
+    if (installed)
+        launch_uninstall(old);
+    comm_shm_region_free(s->grad);
+    comm_shm_region_free(s->sync);
+    free(s);
+    return status;
+}
