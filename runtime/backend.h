@@ -21,6 +21,8 @@ extern "C" {
 struct ddpc_device_info {
     int  count;                                    /* devices visible to this process */
     char names[64][DDPC_DEVICE_NAME_MAX];          /* model name of each, for warnings */
+    char note[160];     /* with count 0: the driver's reason, e.g. "cudaErrorNoDevice
+                         * (no CUDA-capable device is detected)"; "" otherwise */
 };
 
 struct ddpc_backend {
@@ -38,6 +40,9 @@ struct ddpc_backend {
                      const char *master_addr, int master_port, double deadline,
                      struct ddpc_err *e);
 };
+
+/* backend_cuda.cu, in libddprt_cuda.a: only jobs linked with CUDA see it. */
+extern const struct ddpc_backend ddpc_cuda_backend;
 
 #ifdef __cplusplus
 }
