@@ -1,0 +1,465 @@
+/* comm_nccl.cu - struct ddpc_comm over NCCL, with deadlines and abort.
+ *
+ * Owns: comm_nccl_init (comm_nccl.h) and the communicator it fills: its own
+ * high-priority communication stream, one pair of events per tag, and a
+ * two-float scratch for barriers.
+ *
+ * How a gradient bucket moves:
+ *   all_reduce_start: record "ready" on the compute stream, make the comm
+ *     stream wait for it, enqueue ncclAllReduce there, record "done". The host
+ *     does not wait, so backward keeps issuing kernels while NCCL reduces.
+ *   all_reduce_wait: poll "done" and ncclCommGetAsyncError until the
+ *     deadline; then make the compute stream wait for "done", so the
+ *     optimizer (issued next on the compute stream) reads reduced gradients.
+ *
+ * Rules this file keeps:
+ *   - communicators are non-blocking (config.blocking = 0), so no NCCL call
+ *     can hang the host: every wait is a poll against the caller's deadline,
+ *     and past it the communicator is aborted (ncclCommAbort) and the error
+ *     names the purpose ("gradient"/"rank-sync"), the operation, the timeout
+ *     and the spec key that sets it;
+ *   - every CUDA and NCCL call is checked (cuda_check.h); errors are returned,
+ *     never printed, never exit();
+ *   - it never allocates model memory and never issues compute work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "cuda_check.h"
+#include "comm_nccl.h"
+
+/* One operation in flight on a tag (gradient bucket), or the internal slot
+ * used by broadcast and barrier. */
+struct nccl_slot {
+    cudaEvent_t ready;        /* on compute: the inputs are written */
+    cudaEvent_t done;         /* on the comm stream: the collective finished */
+    int         pending;
+    int         ordered;      /* 1: compute must wait for done (all-reduce, broadcast) */
+    const char *what;         /* "all_reduce", "broadcast", "barrier" */
+    size_t      n;            /* floats */
+    double      t_start;      /* ddpc_now() at start, for the timeout message */
+};
+
+struct comm_nccl {
+    ncclComm_t        comm;       /* NULL once aborted or destroyed */
+    cudaStream_t      stream;     /* communication stream, owned */
+    cudaStream_t      compute;    /* the ops' compute stream, borrowed; may be NULL */
+    struct nccl_slot *slots;      /* [n_slots], indexed by tag, grown on demand */
+    int               n_slots;
+    struct nccl_slot  sys;        /* broadcast, barrier */
+    float            *d_sync;     /* [2] barrier: send 0, receive 0 (stays 0) */
+    int               aborted;
+    char              why[200];   /* why it was aborted */
+    char              addr[160];  /* "master:port", for messages */
+    const char       *timeout_key;/* the spec key that sets this comm's deadlines */
+};
+
+static struct comm_nccl *impl_of(const struct ddpc_comm *c)
+{
+    return (struct comm_nccl *)c->impl;
+}
+
+/* Polling back-off: small buckets finish in microseconds, so spin briefly
+ * before sleeping; 20 us sleeps keep a waiting rank off the CPU the data
+ * loader needs without adding measurable latency to a millisecond reduce. */
+static void poll_pause(unsigned spins)
+{
+    if (spins < 200)
+        return;
+    struct timespec ts = {0, 20000};
+    (void)nanosleep(&ts, NULL);   /* EINTR only shortens one pause */
+}
+
+/* Tears the communicator down at once. ncclCommAbort does not wait for
+ * peers or for outstanding kernels, which is the point: a timed-out
+ * collective will never complete. Its result is ignored because the
+ * communicator is gone either way and the caller is already reporting the
+ * cause. */
+static void kill_comm(struct comm_nccl *k, const char *why)
+{
+    if (!k->aborted)
+        snprintf(k->why, sizeof k->why, "%s", why);
+    k->aborted = 1;
+    if (k->comm) {
+        (void)ncclCommAbort(k->comm);
+        k->comm = NULL;
+    }
+}
+
+static int check_alive(const struct ddpc_comm *c, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    if (!k || !k->aborted)
+        return 0;
+    return DDPC_FAIL(e, DDPC_E_ABORTED,
+                     "nccl %s communicator was aborted earlier (%s); no further "
+                     "collectives can run on it",
+                     c->purpose, k->why);
+}
+
+static int timeout_err(struct ddpc_comm *c, struct nccl_slot *s, int tag, double deadline,
+                       struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    kill_comm(k, "a collective passed its deadline");
+    s->pending = 0;
+    return DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                     "nccl %s %s (tag %d, %zu floats, rank %d of %d) did not complete "
+                     "within %.1f s; the communicator was aborted. A peer is hung, dead "
+                     "or far behind.\n---> HINT: if the launcher names a rank that died, "
+                     "that is the cause; if steps are legitimately this slow, raise %s",
+                     c->purpose, s->what, tag, s->n, c->rank, c->world,
+                     deadline - s->t_start, k->timeout_key);
+}
+
+static int async_err(struct ddpc_comm *c, const char *what, ncclResult_t st,
+                     struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    const char *detail = k->comm ? ncclGetLastError(k->comm) : "";
+    int r = DDPC_FAIL(e, DDPC_E_DEVICE,
+                      "nccl %s %s failed on rank %d of %d: %s (%s); the communicator was "
+                      "aborted\n" DDPC_NCCL_HINT,
+                      c->purpose, what, c->rank, c->world, ncclGetErrorString(st), detail);
+    kill_comm(k, "an NCCL operation failed");
+    return r;
+}
+
+/* A non-blocking communicator may answer ncclInProgress while it is still
+ * setting up (the lazy connection of the first collective, or init itself).
+ * Nothing else may be issued on it until ncclCommGetAsyncError says
+ * ncclSuccess, and an event recorded before that would not cover the kernel,
+ * so poll here, bounded by the deadline. */
+static int settle(struct ddpc_comm *c, struct nccl_slot *s, int tag, ncclResult_t st,
+                  double deadline, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    for (unsigned spins = 0;; spins++) {
+        if (st == ncclSuccess)
+            return 0;
+        if (st != ncclInProgress)
+            return async_err(c, s->what, st, e);
+        if (deadline > 0 && ddpc_now() > deadline)
+            return timeout_err(c, s, tag, deadline, e);
+        poll_pause(spins);
+        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &st));
+    }
+}
+
+static int slot_events(struct nccl_slot *s, struct ddpc_err *e)
+{
+    if (!s->ready)
+        CUDA_CHECK(e, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    if (!s->done)
+        CUDA_CHECK(e, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+    return 0;
+}
+
+static int slot_get(struct ddpc_comm *c, int tag, struct nccl_slot **out, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    if (tag < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: negative tag %d", c->purpose, tag);
+    if (tag >= k->n_slots) {
+        int n = tag + 1 > 2 * k->n_slots ? tag + 1 : 2 * k->n_slots;
+        struct nccl_slot *p =
+            (struct nccl_slot *)realloc(k->slots, (size_t)n * sizeof *p);
+        if (!p)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "nccl %s: cannot grow the tag table to %d",
+                             c->purpose, n);
+        memset(p + k->n_slots, 0, (size_t)(n - k->n_slots) * sizeof *p);
+        k->slots = p;
+        k->n_slots = n;
+    }
+    *out = &k->slots[tag];
+    return slot_events(*out, e);
+}
+
+enum coll { COLL_ALL_REDUCE, COLL_BROADCAST, COLL_BARRIER };
+
+static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum coll kind,
+                      const float *send, float *recv, size_t n, ncclRedOp_t op, int root,
+                      double deadline, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    static const char *const names[] = {"all_reduce", "broadcast", "barrier"};
+    if (s->pending)
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "nccl %s %s: tag %d still has a %s outstanding; wait for it first",
+                         c->purpose, names[kind], tag, s->what);
+    s->what = names[kind];
+    s->n = n;
+    s->t_start = ddpc_now();
+    s->ordered = kind != COLL_BARRIER;
+    if (s->ordered) {
+        if (!k->compute)
+            return DDPC_FAIL(e, DDPC_E_INVALID,
+                             "nccl %s %s needs the compute stream, but the communicator "
+                             "was made without one",
+                             c->purpose, s->what);
+        /* The collective reads what the compute stream wrote (a bucket's
+         * gradients, the initial parameters). Order it after that work with an
+         * event instead of a host sync: the host returns at once and keeps
+         * issuing backward kernels, which overlap this reduction. */
+        CUDA_CHECK(e, cudaEventRecord(s->ready, k->compute));
+        CUDA_CHECK(e, cudaStreamWaitEvent(k->stream, s->ready, 0));
+    }
+    ncclResult_t st;
+    switch (kind) {
+    case COLL_ALL_REDUCE:
+        st = ncclAllReduce(send, recv, n, ncclFloat, op, k->comm, k->stream);
+        break;
+    case COLL_BROADCAST:
+        st = ncclBroadcast(recv, recv, n, ncclFloat, root, k->comm, k->stream);
+        break;
+    default:
+        /* A barrier is a one-float all-reduce: it completes only when every
+         * rank has contributed. It waits for no compute work on purpose: it
+         * measures arrival (data-loading skew), not the GPU queue. */
+        st = ncclAllReduce(k->d_sync, k->d_sync + 1, 1, ncclFloat, ncclSum, k->comm,
+                           k->stream);
+        break;
+    }
+    DDPC_TRY(settle(c, s, tag, st, deadline, e));
+    CUDA_CHECK(e, cudaEventRecord(s->done, k->stream));
+    s->pending = 1;
+    return 0;
+}
+
+static int coll_wait(struct ddpc_comm *c, struct nccl_slot *s, int tag, double deadline,
+                     struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    if (!s->pending)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: wait on tag %d, which has nothing "
+                         "outstanding", c->purpose, tag);
+    for (unsigned spins = 0;; spins++) {
+        /* NCCL reports a peer's failure (or a network error) here, while the
+         * event would simply never fire. */
+        ncclResult_t ae = ncclSuccess;
+        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &ae));
+        if (ae != ncclSuccess && ae != ncclInProgress) {
+            s->pending = 0;
+            return async_err(c, s->what, ae, e);
+        }
+        cudaError_t q = cudaEventQuery(s->done);
+        if (q == cudaSuccess)
+            break;
+        if (q != cudaErrorNotReady) {
+            s->pending = 0;
+            kill_comm(k, "a CUDA error while waiting for a collective");
+            return DDPC_FAIL(e, DDPC_E_DEVICE,
+                             "nccl %s %s (tag %d): cudaEventQuery: %s (%s); the "
+                             "communicator was aborted\n" DDPC_CUDA_HINT,
+                             c->purpose, s->what, tag, cudaGetErrorName(q),
+                             cudaGetErrorString(q));
+        }
+        if (deadline > 0 && ddpc_now() > deadline)
+            return timeout_err(c, s, tag, deadline, e);
+        poll_pause(spins);
+    }
+    s->pending = 0;
+    /* The optimizer is issued next on the compute stream and must read the
+     * reduced values: make the compute stream wait for "done" (on the GPU;
+     * the host already knows it fired). */
+    if (s->ordered)
+        CUDA_CHECK(e, cudaStreamWaitEvent(k->compute, s->done, 0));
+    return 0;
+}
+
+/* ===== struct ddpc_comm ===== */
+
+static int nccl_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv,
+                                 size_t n, enum ddpc_reduce op, double deadline,
+                                 struct ddpc_err *e)
+{
+    DDPC_TRY(check_alive(c, e));
+    struct nccl_slot *s;
+    DDPC_TRY(slot_get(c, tag, &s, e));
+    return coll_start(c, s, tag, COLL_ALL_REDUCE, send, recv, n,
+                      op == DDPC_REDUCE_AVG ? ncclAvg : ncclSum, 0, deadline, e);
+}
+
+static int nccl_all_reduce_wait(struct ddpc_comm *c, int tag, double deadline,
+                                struct ddpc_err *e)
+{
+    DDPC_TRY(check_alive(c, e));
+    struct nccl_slot *s;
+    DDPC_TRY(slot_get(c, tag, &s, e));
+    return coll_wait(c, s, tag, deadline, e);
+}
+
+static int nccl_broadcast(struct ddpc_comm *c, float *buf, size_t n, int root,
+                          double deadline, struct ddpc_err *e)
+{
+    DDPC_TRY(check_alive(c, e));
+    struct comm_nccl *k = impl_of(c);
+    if (root < 0 || root >= c->world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s broadcast: root %d outside world %d",
+                         c->purpose, root, c->world);
+    DDPC_TRY(coll_start(c, &k->sys, -1, COLL_BROADCAST, buf, buf, n, ncclSum, root,
+                        deadline, e));
+    return coll_wait(c, &k->sys, -1, deadline, e);
+}
+
+static int nccl_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
+{
+    DDPC_TRY(check_alive(c, e));
+    struct comm_nccl *k = impl_of(c);
+    DDPC_TRY(coll_start(c, &k->sys, -1, COLL_BARRIER, NULL, NULL, 1, ncclSum, 0, deadline,
+                        e));
+    return coll_wait(c, &k->sys, -1, deadline, e);
+}
+
+static void nccl_abort(struct ddpc_comm *c, const char *why)
+{
+    struct comm_nccl *k = impl_of(c);
+    if (k)
+        kill_comm(k, why ? why : "aborted by the caller");
+}
+
+static void slot_free(struct nccl_slot *s)
+{
+    if (s->ready)
+        (void)cudaEventDestroy(s->ready);
+    if (s->done)
+        (void)cudaEventDestroy(s->done);
+    s->ready = s->done = NULL;
+}
+
+/* Safe after a failed init. A clean communicator is finalized (flushing
+ * outstanding work) with a bounded poll and then destroyed; one with work
+ * still pending, or that will not finalize in time, is aborted instead.
+ * Errors are ignored: destroy runs on the way out, often after the failure
+ * that is being reported. */
+static void nccl_destroy(struct ddpc_comm *c)
+{
+    struct comm_nccl *k = impl_of(c);
+    if (!k)
+        return;
+    if (k->comm) {
+        int pending = k->sys.pending;
+        for (int i = 0; i < k->n_slots; i++)
+            pending |= k->slots[i].pending;
+        /* non-blocking: finalize answers ncclInProgress and completes in the
+         * background; poll it for a bounded time */
+        ncclResult_t st = pending ? ncclInvalidUsage : ncclCommFinalize(k->comm);
+        double deadline = ddpc_now() + 10.0;
+        for (unsigned spins = 0; st == ncclInProgress; spins++) {
+            if (ddpc_now() > deadline || ncclCommGetAsyncError(k->comm, &st) != ncclSuccess)
+                st = ncclInternalError;
+            poll_pause(spins);
+        }
+        if (st == ncclSuccess) {
+            (void)ncclCommDestroy(k->comm);
+            k->comm = NULL;
+        } else {
+            kill_comm(k, "destroyed with work outstanding");
+        }
+    }
+    /* Never wait on the stream of an aborted communicator: its kernels are
+     * being torn down, and cudaStreamDestroy releases it once they are. */
+    if (k->stream && !k->aborted)
+        (void)cudaStreamSynchronize(k->stream);
+    for (int i = 0; i < k->n_slots; i++)
+        slot_free(&k->slots[i]);
+    slot_free(&k->sys);
+    free(k->slots);
+    if (k->d_sync)
+        (void)cudaFree(k->d_sync);
+    if (k->stream)
+        (void)cudaStreamDestroy(k->stream);
+    free(k);
+    c->impl = NULL;
+}
+
+int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
+                   const char *master_addr, int master_port, cudaStream_t compute,
+                   double deadline, struct ddpc_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->name = "nccl";
+    c->purpose = purpose;
+    c->rank = rank;
+    c->world = world;
+    c->destroy = nccl_destroy;
+    c->abort = nccl_abort;
+    struct comm_nccl *k = (struct comm_nccl *)calloc(1, sizeof *k);
+    if (!k)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "nccl %s: cannot allocate the communicator",
+                         purpose);
+    c->impl = k;
+    k->compute = compute;
+    k->timeout_key = strcmp(purpose, "rank-sync") == 0 ? "rank_sync_timeout" : "nccl_timeout";
+    snprintf(k->addr, sizeof k->addr, "%s:%d", master_addr, master_port);
+    if (rank < 0 || rank >= world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: rank %d outside world %d", purpose,
+                         rank, world);
+
+    /* Highest priority: NCCL's kernels get SMs as soon as their bucket is
+     * ready instead of queueing behind the backward kernels they overlap. */
+    int least = 0, greatest = 0;
+    CUDA_CHECK(e, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(e, cudaStreamCreateWithPriority(&k->stream, cudaStreamNonBlocking, greatest));
+    DDPC_TRY(slot_events(&k->sys, e));
+    CUDA_CHECK(e, cudaMalloc(&k->d_sync, 2 * sizeof *k->d_sync));
+    CUDA_CHECK(e, cudaMemsetAsync(k->d_sync, 0, 2 * sizeof *k->d_sync, k->stream));
+    CUDA_CHECK(e, cudaStreamSynchronize(k->stream));
+
+    /* With NCCL_COMM_ID=host:port set, ncclGetUniqueId derives the id from
+     * the address alone, so every rank (on every node) computes the same id
+     * with no out-of-band exchange, and rank 0's init listens on that port.
+     * It must stay set until init completes (rank 0 reads it in
+     * ncclCommInitRankConfig); the next communicator overwrites it. */
+    if (setenv("NCCL_COMM_ID", k->addr, 1) != 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "setenv NCCL_COMM_ID=%s: %s", k->addr,
+                         strerror(errno));
+    ncclUniqueId id;
+    NCCL_CHECK(e, ncclGetUniqueId(&id));
+
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    /* Non-blocking: init and every collective return at once (possibly with
+     * ncclInProgress) and we poll, so a missing peer costs a deadline, not a
+     * hang. */
+    cfg.blocking = 0;
+    cfg.commName = strcmp(purpose, "rank-sync") == 0 ? "ddpc-rank-sync" : "ddpc-gradient";
+    double t0 = ddpc_now();
+    ncclResult_t st = ncclCommInitRankConfig(&k->comm, world, id, rank, &cfg);
+    for (unsigned spins = 0;; spins++) {
+        if (st == ncclSuccess)
+            break;
+        if (st != ncclInProgress) {
+            int r = DDPC_FAIL(e, DDPC_E_DEVICE,
+                              "nccl %s communicator init (rank %d of %d, NCCL_COMM_ID=%s) "
+                              "failed: %s (%s)\n" DDPC_NCCL_HINT,
+                              purpose, rank, world, k->addr, ncclGetErrorString(st),
+                              k->comm ? ncclGetLastError(k->comm) : "");
+            kill_comm(k, "init failed");
+            return r;
+        }
+        if (deadline > 0 && ddpc_now() > deadline) {
+            kill_comm(k, "init passed its deadline");
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                             "nccl %s communicator init (rank %d of %d, NCCL_COMM_ID=%s) did "
+                             "not complete within %.1f s; it was aborted.\n---> HINT: every "
+                             "rank must start and reach rank 0 at that address: check "
+                             "master_addr/master_port, firewalls, and that the port is free "
+                             "on rank 0's node",
+                             purpose, rank, world, k->addr, deadline - t0);
+        }
+        poll_pause(spins);
+        if (!k->comm)
+            return DDPC_FAIL(e, DDPC_E_DEVICE, "nccl %s communicator init returned "
+                             "ncclInProgress without a communicator", purpose);
+        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &st));
+    }
+
+    c->all_reduce_start = nccl_all_reduce_start;
+    c->all_reduce_wait = nccl_all_reduce_wait;
+    c->broadcast = nccl_broadcast;
+    c->barrier = nccl_barrier;
+    return 0;
+}

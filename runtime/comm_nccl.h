@@ -1,0 +1,27 @@
+/* comm_nccl.h - the NCCL communicator's entry point, for .cu files only.
+ *
+ * backend_cuda.cu calls comm_nccl_init in the worker, after ops_cuda_init
+ * selected the device (NCCL binds a communicator to the current device).
+ * Never included by C files: it needs cuda_runtime.h.
+ */
+#ifndef DDPC_COMM_NCCL_H
+#define DDPC_COMM_NCCL_H
+
+#include <cuda_runtime.h>
+#include "comm.h"
+
+/* Fills c with a non-blocking NCCL communicator over `world` ranks,
+ * bootstrapped from NCCL_COMM_ID=master_addr:master_port (so every rank
+ * derives the same unique id without an out-of-band exchange). `compute` is
+ * the ops' compute stream: all-reduce and broadcast wait for the work issued
+ * on it before they start, and it waits for them in all_reduce_wait. NULL is
+ * allowed for a communicator that only runs barriers (rank-sync).
+ * Init is bounded by deadline (0 = none): past it the half-made communicator
+ * is aborted and DDPC_E_TIMEOUT names the purpose and the address.
+ * c->destroy is safe after a failed init. Destroy communicators before the
+ * ops whose stream they borrow. */
+int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
+                   const char *master_addr, int master_port, cudaStream_t compute,
+                   double deadline, struct ddpc_err *e);
+
+#endif /* DDPC_COMM_NCCL_H */

@@ -1,0 +1,581 @@
+/* ops_cuda.cu - struct ddpc_ops on one CUDA device: cuBLAS gemm + thin kernels.
+ *
+ * Owns: ops_cuda_init / ops_cuda_stream (ops_cuda.h) and the ops struct they
+ * fill. Every op runs on ONE compute stream, in issue order, so the training
+ * loop needs no synchronisation of its own; only the calls that hand a number
+ * to the host (loss, sumsq, to_host) wait for the stream.
+ *
+ * Rules this file keeps:
+ *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
+ *     backend runs too); the kernels here only index and reduce;
+ *   - reductions that reach the host (loss, sumsq) use a fixed grid and a
+ *     fixed tree order, never atomics, so they are run-to-run reproducible;
+ *   - every CUDA / cuBLAS call is checked (cuda_check.h) and errors are
+ *     returned, never printed, never exit();
+ *   - it never touches a communicator: comm_nccl.cu orders itself against
+ *     this stream with events.
+ *
+ * Precision: fp32 only so far. Mixed precision (bf16/fp16 activations with
+ * fp32 master weights) slots in at cuda_gemm: cublasGemmEx with
+ * CUBLAS_COMPUTE_32F on bf16/fp16 copies, and a loss-scale factor that the
+ * loss op already takes (grad_scale) plus an overflow flag from sumsq.
+ * struct ops_cuda_ctx.precision is where that choice will live.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "ops_kernels.h"
+#include "cuda_check.h"
+#include "ops_cuda.h"
+
+/* enum ddpc_loss values (spec/job.h); the kernels need only these two. */
+#define DDPC_K_LOSS_XENT 0
+#define DDPC_K_LOSS_MSE  1
+
+#define THREADS     256     /* block size of every kernel here */
+#define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
+#define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
+
+struct ops_cuda_ctx {
+    int             device;
+    int             precision;       /* enum ddpc_precision; only FP32 implemented */
+    cudaStream_t    stream;          /* compute stream: every op, in order */
+    cublasHandle_t  blas;            /* bound to stream */
+    /* loss scratch, grown on demand: one entry per row */
+    double         *d_row_loss;      /* [cap_rows] */
+    int            *d_row_flag;      /* [cap_rows] 1 correct, 0 wrong, -1 bad label */
+    int             cap_rows;
+    double         *d_partial;       /* [RED_BLOCKS] first-stage sums */
+    double         *d_result;        /* [3] final sums, copied to h_result */
+    double         *h_result;        /* [3] pinned, so the copy is truly async */
+};
+
+static struct ops_cuda_ctx *ctx_of(const struct ddpc_ops *o)
+{
+    return (struct ops_cuda_ctx *)o->ctx;
+}
+
+static unsigned grid_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b > MAX_BLOCKS ? MAX_BLOCKS : b);
+}
+
+/* ===== shared per-row loss arithmetic =====
+ * The exact operation order of ops_cpu.c's cpu_loss, so both backends
+ * compute the same thing (up to expf/logf ulps on the device). */
+
+/* One row of softmax cross-entropy. x[cols] logits, y its label.
+ * d[cols] = grad_scale * (softmax(x) - onehot(y)); returns
+ * logsumexp(x) - x[y] (max-shifted: large logits do not overflow).
+ * *correct = argmax(x) == y, first maximum wins (torch.argmax). */
+__device__ static double k_xent_row(const float *x, int y, float *d, int cols,
+                                    float grad_scale, int *correct)
+{
+    float xy = x[y];              /* read before d (which may alias x) is written */
+    float mx = x[0];
+    int arg = 0;
+    for (int j = 1; j < cols; j++)
+        if (x[j] > mx) {
+            mx = x[j];
+            arg = j;
+        }
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) {
+        float ex = expf(x[j] - mx);
+        d[j] = ex;
+        s += ex;
+    }
+    float inv = grad_scale / s;
+    for (int j = 0; j < cols; j++)
+        d[j] *= inv;
+    d[y] -= grad_scale;
+    *correct = arg == y;
+    return (double)logf(s) + (double)(mx - xy);
+}
+
+/* One row of mean squared error: returns mean over cols of (x - t)^2, so the
+ * sum over rows divided by rows is PyTorch's MSELoss(reduction='mean');
+ * d = grad_scale * 2 (x - t) / cols. */
+__device__ static double k_mse_row(const float *x, const float *t, float *d, int cols,
+                                   float grad_scale)
+{
+    float gs = 2.0f * grad_scale / (float)cols;
+    double row = 0.0;
+    for (int j = 0; j < cols; j++) {
+        float diff = x[j] - t[j];
+        row += (double)diff * diff;
+        d[j] = gs * diff;
+    }
+    return row / cols;
+}
+
+/* ===== kernels ===== */
+
+/* Sum of v over the block, in a fixed tree order. Every thread must call it;
+ * every thread gets the result. */
+__device__ static double block_sum(double v)
+{
+    __shared__ double s[THREADS];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = s[0];
+    __syncthreads();              /* s is reused by the next call in this kernel */
+    return r;
+}
+
+/* z[rows, cols] += bias[cols] (bias may be NULL); a = act(z). */
+__global__ static void k_bias_act(float *z, const float *bias, float *a, size_t n, int cols,
+                                  int act)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = z[i] + (bias ? bias[i % (size_t)cols] : 0.0f);
+        z[i] = v;
+        a[i] = ddpc_k_act(act, v);
+    }
+}
+
+/* dz = da * act'(z) */
+__global__ static void k_act_back(const float *z, const float *da, float *dz, size_t n,
+                                  int act)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dz[i] = da[i] * ddpc_k_act_grad(act, z[i]);
+}
+
+/* db[cols] = beta * db + sum over rows of dz[rows, cols]. One thread per
+ * column: adjacent threads read adjacent columns (coalesced), and the sum
+ * runs over rows in order, as ops_cpu.c's loop does per column. */
+__global__ static void k_bias_grad(const float *dz, float *db, int rows, int cols, float beta)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols)
+        return;
+    /* beta == 0 must not read db: 0 * NaN would leak stale garbage */
+    float s = beta == 0.0f ? 0.0f : (beta == 1.0f ? db[c] : db[c] * beta);
+    for (int r = 0; r < rows; r++)
+        s += dz[(size_t)r * cols + c];
+    db[c] = s;
+}
+
+/* One thread per row: the row's loss, correctness flag and dlogits. */
+__global__ static void k_loss_rows(int loss_type, const float *logits, const int32_t *labels,
+                                   const float *targets, float *dlogits, int rows, int cols,
+                                   float grad_scale, double *row_loss, int *row_flag)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    const float *x = logits + (size_t)r * cols;     /* [cols] */
+    float *d = dlogits + (size_t)r * cols;          /* [cols] */
+    if (loss_type == DDPC_K_LOSS_XENT) {
+        int y = labels[r];
+        if (y < 0 || y >= cols) {                   /* reported by the host */
+            row_loss[r] = 0.0;
+            row_flag[r] = -1;
+            return;
+        }
+        int correct = 0;
+        row_loss[r] = k_xent_row(x, y, d, cols, grad_scale, &correct);
+        row_flag[r] = correct;
+    } else {
+        row_loss[r] = k_mse_row(x, targets + (size_t)r * cols, d, cols, grad_scale);
+        row_flag[r] = 0;
+    }
+}
+
+/* One block: out[0] = sum row_loss, out[1] = correct rows, out[2] = bad labels. */
+__global__ static void k_loss_reduce(const double *row_loss, const int *row_flag, int rows,
+                                     double *out)
+{
+    double l = 0.0, c = 0.0, bad = 0.0;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        l += row_loss[r];
+        c += row_flag[r] == 1;
+        bad += row_flag[r] == -1;
+    }
+    l = block_sum(l);
+    c = block_sum(c);
+    bad = block_sum(bad);
+    if (threadIdx.x == 0) {
+        out[0] = l;
+        out[1] = c;
+        out[2] = bad;
+    }
+}
+
+/* Stage 1 of sumsq: RED_BLOCKS blocks, each a grid-stride partial sum. */
+__global__ static void k_sumsq_partial(const float *x, size_t n, double *partial)
+{
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+/* Stage 2: one block sums the RED_BLOCKS partials. */
+__global__ static void k_sum_partials(const double *partial, int n, double *out)
+{
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        s += partial[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        out[0] = s;
+}
+
+__global__ static void k_scale(float *x, size_t n, float s)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+/* The fused optimizer step; s is passed by value (kernel parameter space). */
+__global__ static void k_optim(struct ddpc_optim_step s, float *p, const float *g, float *m,
+                               float *v, size_t n)
+{
+    const int first = s.step <= 1;
+    const int decoupled = s.type == DDPC_K_ADAMW;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = s.grad_scale == 1.0f ? g[i] : g[i] * s.grad_scale;
+        if (s.type == DDPC_K_SGD)
+            ddpc_k_sgd(&p[i], gi, m ? &m[i] : NULL, s.lr, s.momentum, s.nesterov,
+                       s.weight_decay, first);
+        else
+            ddpc_k_adam(&p[i], gi, &m[i], &v[i], s.lr, s.beta1, s.beta2, s.eps,
+                        s.weight_decay, decoupled, s.bias_correction1, s.bias_correction2);
+    }
+}
+
+/* ===== ops ===== */
+
+static int cuda_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    *p = NULL;
+    if (bytes == 0)
+        bytes = 1;                /* a valid, distinct pointer, like ops_cpu */
+    cudaError_t st = cudaMalloc(p, bytes);
+    if (st != cudaSuccess) {
+        *p = NULL;
+        return DDPC_FAIL(e, DDPC_E_NOMEM,
+                         "cuda:%d: cannot allocate %zu bytes of device memory: %s\n"
+                         "---> HINT: lower batch_size or the model's widths, or check "
+                         "`nvidia-smi` for other processes on this GPU",
+                         c->device, bytes, cudaGetErrorString(st));
+    }
+    /* Zeroed, as ops.h promises. On the compute stream, so every later op on
+     * it sees zeros without a host-side wait. */
+    CUDA_CHECK(e, cudaMemsetAsync(*p, 0, bytes, c->stream));
+    return 0;
+}
+
+static void cuda_release(struct ddpc_ops *o, void *p)
+{
+    /* release cannot report: a failing cudaFree means the context is already
+     * broken, and the next checked call on this device reports that. */
+    if (p)
+        (void)cudaFree(p);
+}
+
+static int cuda_to_device(struct ddpc_ops *o, void *dst, const void *host_src, size_t bytes,
+                          struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (bytes == 0)
+        return 0;
+    CUDA_CHECK(e, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+    /* Wait: the caller may reuse host_src as soon as we return (the next
+     * batch is gathered into the same buffer), and a pinned source would
+     * otherwise still be read by the DMA engine. */
+    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+static int cuda_to_host(struct ddpc_ops *o, void *host_dst, const void *src, size_t bytes,
+                        struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (bytes == 0)
+        return 0;
+    /* On the compute stream, so the copy sees every op issued before it. */
+    CUDA_CHECK(e, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+static int cuda_synchronize(struct ddpc_ops *o, struct ddpc_err *e)
+{
+    CUDA_CHECK(e, cudaStreamSynchronize(ctx_of(o)->stream));
+    return 0;
+}
+
+/* Row-major C[m,n] = alpha op(A) op(B) + beta C through column-major cuBLAS:
+ * a row-major matrix with row stride ld is, read column-major, its transpose
+ * with leading dimension ld. So compute C^T = op(B)^T op(A)^T: swap the
+ * operands and m/n, keep each operand's own transpose flag. */
+static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                     float alpha, const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc, struct ddpc_err *e)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm: negative size m=%d n=%d k=%d", m, n, k);
+    if (m == 0 || n == 0)
+        return 0;
+    struct ops_cuda_ctx *c = ctx_of(o);
+    CUBLAS_CHECK(e, cublasSgemm(c->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb,
+                                A, lda, &beta, C, ldc));
+    return 0;
+}
+
+static int cuda_bias_act_forward(struct ddpc_ops *o, float *z, const float *bias, float *a,
+                                 int rows, int cols, int act, struct ddpc_err *e)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    if (n == 0)
+        return 0;
+    k_bias_act<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(z, bias, a, n, cols, act);
+    KERNEL_CHECK(e, "k_bias_act");
+    return 0;
+}
+
+static int cuda_act_backward(struct ddpc_ops *o, const float *z, const float *da, float *dz,
+                             size_t n, int act, struct ddpc_err *e)
+{
+    if (n == 0)
+        return 0;
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (act == DDPC_K_IDENTITY) {
+        if (dz != da)
+            CUDA_CHECK(e, cudaMemcpyAsync(dz, da, n * sizeof *dz, cudaMemcpyDeviceToDevice,
+                                          c->stream));
+        return 0;
+    }
+    k_act_back<<<grid_for(n), THREADS, 0, c->stream>>>(z, da, dz, n, act);
+    KERNEL_CHECK(e, "k_act_back");
+    return 0;
+}
+
+static int cuda_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int rows, int cols,
+                          float beta, struct ddpc_err *e)
+{
+    if (cols <= 0)
+        return 0;
+    k_bias_grad<<<(cols + THREADS - 1) / THREADS, THREADS, 0, ctx_of(o)->stream>>>(
+        dz, db, rows, cols, beta);
+    KERNEL_CHECK(e, "k_bias_grad");
+    return 0;
+}
+
+/* Grows the per-row loss scratch; cudaFree synchronises the device, which is
+ * fine: this happens once, at the first (largest) batch. */
+static int ensure_rows(struct ops_cuda_ctx *c, int rows, struct ddpc_err *e)
+{
+    if (rows <= c->cap_rows)
+        return 0;
+    if (c->d_row_loss)
+        CUDA_CHECK(e, cudaFree(c->d_row_loss));
+    if (c->d_row_flag)
+        CUDA_CHECK(e, cudaFree(c->d_row_flag));
+    c->d_row_loss = NULL;
+    c->d_row_flag = NULL;
+    c->cap_rows = 0;
+    CUDA_CHECK(e, cudaMalloc(&c->d_row_loss, (size_t)rows * sizeof *c->d_row_loss));
+    CUDA_CHECK(e, cudaMalloc(&c->d_row_flag, (size_t)rows * sizeof *c->d_row_flag));
+    c->cap_rows = rows;
+    return 0;
+}
+
+static int cuda_loss(struct ddpc_ops *o, int loss_type, const float *logits,
+                     const int32_t *labels, const float *targets, float *dlogits, int rows,
+                     int cols, float grad_scale, double *host_loss_sum, int64_t *host_correct,
+                     struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (loss_type == DDPC_K_LOSS_XENT && !labels)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cross_entropy loss needs labels");
+    if (loss_type == DDPC_K_LOSS_MSE && !targets)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "mse loss needs float targets");
+    if (loss_type != DDPC_K_LOSS_XENT && loss_type != DDPC_K_LOSS_MSE)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "unknown loss %d", loss_type);
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    DDPC_TRY(ensure_rows(c, rows, e));
+    k_loss_rows<<<(rows + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(
+        loss_type, logits, labels, targets, dlogits, rows, cols, grad_scale, c->d_row_loss,
+        c->d_row_flag);
+    KERNEL_CHECK(e, "k_loss_rows");
+    k_loss_reduce<<<1, THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows,
+                                                c->d_result);
+    KERNEL_CHECK(e, "k_loss_reduce");
+    CUDA_CHECK(e, cudaMemcpyAsync(c->h_result, c->d_result, 3 * sizeof *c->h_result,
+                                  cudaMemcpyDeviceToHost, c->stream));
+    /* The caller reads the sums at once (progress line, metrics). */
+    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    if (c->h_result[2] > 0)
+        return DDPC_FAIL(e, DDPC_E_DATA,
+                         "%.0f label(s) out of range for %d output classes; "
+                         "model.layers must end with the number of classes",
+                         c->h_result[2], cols);
+    if (host_loss_sum)
+        *host_loss_sum += c->h_result[0];
+    if (host_correct)
+        *host_correct += (int64_t)c->h_result[1];
+    return 0;
+}
+
+static int cuda_sumsq(struct ddpc_ops *o, const float *x, size_t n, double *host_out,
+                      struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (n == 0) {
+        *host_out = 0.0;
+        return 0;
+    }
+    /* Fixed grid (not sized by n), so the summation order depends only on n. */
+    k_sumsq_partial<<<RED_BLOCKS, THREADS, 0, c->stream>>>(x, n, c->d_partial);
+    KERNEL_CHECK(e, "k_sumsq_partial");
+    k_sum_partials<<<1, THREADS, 0, c->stream>>>(c->d_partial, RED_BLOCKS, c->d_result);
+    KERNEL_CHECK(e, "k_sum_partials");
+    CUDA_CHECK(e, cudaMemcpyAsync(c->h_result, c->d_result, sizeof *c->h_result,
+                                  cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    *host_out = c->h_result[0];
+    return 0;
+}
+
+static int cuda_scale(struct ddpc_ops *o, float *x, size_t n, float s, struct ddpc_err *e)
+{
+    if (n == 0 || s == 1.0f)
+        return 0;
+    k_scale<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(x, n, s);
+    KERNEL_CHECK(e, "k_scale");
+    return 0;
+}
+
+static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
+                           const float *grad, float *m, float *v, size_t n, struct ddpc_err *e)
+{
+    switch (s->type) {
+    case DDPC_K_SGD:
+        if (s->momentum != 0.0f && !m)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "sgd with momentum needs a momentum buffer");
+        break;
+    case DDPC_K_ADAM:
+    case DDPC_K_ADAMW:
+        if (!m || !v)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "adam needs moment buffers");
+        break;
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "unknown optimizer %d", s->type);
+    }
+    if (n == 0)
+        return 0;
+    k_optim<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(*s, param, grad, m, v, n);
+    KERNEL_CHECK(e, "k_optim");
+    return 0;
+}
+
+/* Safe after a partial init: every handle is checked for NULL. Errors are
+ * ignored here on purpose: destroy runs on the way out, often after the
+ * failure that is being reported, which must not be overwritten. */
+static void cuda_destroy(struct ddpc_ops *o)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (!c)
+        return;
+    if (c->stream)
+        (void)cudaStreamSynchronize(c->stream);
+    if (c->blas)
+        (void)cublasDestroy(c->blas);
+    if (c->d_row_loss)
+        (void)cudaFree(c->d_row_loss);
+    if (c->d_row_flag)
+        (void)cudaFree(c->d_row_flag);
+    if (c->d_partial)
+        (void)cudaFree(c->d_partial);
+    if (c->d_result)
+        (void)cudaFree(c->d_result);
+    if (c->h_result)
+        (void)cudaFreeHost(c->h_result);
+    if (c->stream)
+        (void)cudaStreamDestroy(c->stream);
+    free(c);
+    o->ctx = NULL;
+}
+
+static int ctx_init(struct ops_cuda_ctx *c, int device, struct ddpc_err *e)
+{
+    int count = 0;
+    CUDA_CHECK(e, cudaGetDeviceCount(&count));
+    if (device < 0 || device >= count)
+        return DDPC_FAIL(e, DDPC_E_DEVICE,
+                         "cuda: device %d does not exist: this process sees %d GPU(s)\n"
+                         "---> HINT: list them with `nvidia-smi -L`; CUDA_VISIBLE_DEVICES "
+                         "renumbers them from 0",
+                         device, count);
+    c->device = device;
+    /* In the worker, after fork: the launcher never initialised CUDA. */
+    CUDA_CHECK(e, cudaSetDevice(device));
+    /* Non-blocking: no implicit ordering with the legacy default stream, so
+     * NCCL's stream and ours are ordered only by the events we record. */
+    CUDA_CHECK(e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(e, cublasCreate(&c->blas));
+    CUBLAS_CHECK(e, cublasSetStream(c->blas, c->stream));
+    /* Plain fp32 (no TF32): results comparable with the CPU backend. TF32 is
+     * a later, opt-in precision choice (CUBLAS_TF32_TENSOR_OP_MATH). */
+    CUBLAS_CHECK(e, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(e, cudaMalloc(&c->d_partial, RED_BLOCKS * sizeof *c->d_partial));
+    CUDA_CHECK(e, cudaMalloc(&c->d_result, 3 * sizeof *c->d_result));
+    CUDA_CHECK(e, cudaMallocHost(&c->h_result, 3 * sizeof *c->h_result));
+    return 0;
+}
+
+int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
+{
+    memset(o, 0, sizeof *o);
+    o->name = "cuda";
+    o->destroy = cuda_destroy;
+    struct ops_cuda_ctx *c = (struct ops_cuda_ctx *)calloc(1, sizeof *c);
+    if (!c)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "cuda: cannot allocate the backend context");
+    o->ctx = c;
+    c->precision = 0;             /* DDPC_PRECISION_FP32 */
+    DDPC_TRY(ctx_init(c, device, e));
+    o->alloc = cuda_alloc;
+    o->release = cuda_release;
+    o->to_device = cuda_to_device;
+    o->to_host = cuda_to_host;
+    o->synchronize = cuda_synchronize;
+    o->gemm = cuda_gemm;
+    o->bias_act_forward = cuda_bias_act_forward;
+    o->act_backward = cuda_act_backward;
+    o->bias_grad = cuda_bias_grad;
+    o->loss = cuda_loss;
+    o->sumsq = cuda_sumsq;
+    o->scale = cuda_scale;
+    o->optim_step = cuda_optim_step;
+    return 0;
+}
+
+cudaStream_t ops_cuda_stream(const struct ddpc_ops *o)
+{
+    if (!o || !o->ctx || !o->name || strcmp(o->name, "cuda") != 0)
+        return NULL;
+    return ctx_of(o)->stream;
+}
