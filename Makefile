@@ -127,6 +127,30 @@ $(TESTS): $(TEST_OBJ) $(SPEC_LIB) $(RT_LIB)
 test check: deps all $(TESTS)
 	DDPC_TOP=$(CURDIR) DDPC_BUILD=$(CURDIR)/$(B) $(TESTS)
 
+# ---- CUDA: link check (CI, no GPU needed) and GPU tests (need a GPU) ----
+# cuda-link-check links a C program against libddprt_cuda.a + libddprt.a the
+# way a CUDA job links, runs its device probe (0 devices here is fine, and it
+# says so), and builds test_gpu so that cannot rot. gpu-test compares every
+# CUDA op with the CPU backend and all-reduces over every visible GPU; it
+# prints SKIP without one.
+CUDA_LINK_CHECK := $(B)/tests/cuda_link_check
+GPU_TEST        := $(B)/tests/test_gpu
+.PHONY: cuda-link-check gpu-test
+ifneq ($(NVCC),)
+$(CUDA_LINK_CHECK) $(GPU_TEST): $(B)/tests/%: $(B)/obj/tests/gpu/%.o $(CUDA_LIB) $(RT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(CUDA_LIB) $(RT_LIB) $(CUDA_LINK) $(RT_LIBS)
+
+cuda-link-check: $(CUDA_LINK_CHECK) $(GPU_TEST)
+	$(CUDA_LINK_CHECK)
+
+gpu-test: $(GPU_TEST)
+	$(GPU_TEST)
+else
+cuda-link-check gpu-test:
+	@echo "SKIP $@: nvcc not found, the CUDA backend is not built"
+endif
+
 # The same suite with ASan + UBSan, in its own build tree.
 sanitize:
 	$(MAKE) B=build-san SANFLAGS='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined' OPT='-O1 -g' NVCC= test

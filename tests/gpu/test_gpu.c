@@ -1,0 +1,604 @@
+/* test_gpu.c - the CUDA backend against the CPU backend, on a real GPU.
+ *
+ *   make gpu-test            (builds build/tests/test_gpu and runs it)
+ *   DDPC_TEST_SEED=42 build/tests/test_gpu    (replay one seed)
+ *
+ * Owns: the GPU checks that the CPU-only Check runner cannot link.
+ *   1. NCCL, one forked process per visible GPU: seeded per-rank data, a
+ *      host-computed expectation, wrong-element counts (nccl-tests style):
+ *      out-of-place sum and in-place average overlapping on two tags,
+ *      broadcast, barrier, and (with 2+ GPUs) a barrier deadline that must
+ *      fire with a message naming "rank-sync" and "barrier".
+ *   2. Every op of struct ddpc_ops, CUDA vs ops_cpu_init, on fresh random
+ *      inputs (the seed is printed), with relative error bounds for fp32.
+ * The NCCL part runs first: the parent must not initialise CUDA before it
+ * forks the ranks.
+ *
+ * Never pretends: without a GPU it prints "SKIP" and exits 0; any mismatch
+ * makes the exit status non-zero.
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "ops.h"
+#include "ops_kernels.h"
+
+#define TOL_ELEM 2e-6   /* fp32 element-wise: a few ulps (device expf/erff/tanhf) */
+#define TOL_SUM  1e-5   /* fp32 dot products / column sums: different summation order */
+
+static int checks, failures;
+static uint64_t rng_state;
+
+static void check(int ok, const char *what, double err, double tol)
+{
+    checks++;
+    if (!ok)
+        failures++;
+    printf("%s %-40s max rel err %.3g (bound %.3g)\n", ok ? "PASS" : "FAIL", what, err, tol);
+    fflush(stdout);
+}
+
+static void fail_err(const char *what, const struct ddpc_err *e)
+{
+    checks++;
+    failures++;
+    printf("FAIL %s: %s (%s:%d)\n", what, e->msg, e->file ? e->file : "?", e->line);
+    fflush(stdout);
+}
+
+static float frand(void)   /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof *v + 4);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+/* max |got - want| / max |want| (norm-wise: a tiny want next to a large
+ * one does not make an ulp look like a failure) */
+static double rel_err(const float *got, const float *want, size_t n)
+{
+    double d = 0.0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)got[i] - want[i]);
+        if (x > d || isnan(x))
+            d = isnan(x) ? INFINITY : x;
+        if (fabs(want[i]) > m)
+            m = fabs(want[i]);
+    }
+    return d / m;
+}
+
+/* ===== ops: CUDA vs CPU ===== */
+
+struct pair {
+    struct ddpc_ops cpu, gpu;
+};
+
+/* A host array copied to a new device buffer; NULL (and a FAIL) on error. */
+static float *up(struct pair *p, const void *host, size_t bytes)
+{
+    struct ddpc_err e = {0};
+    void *d = NULL;
+    if (p->gpu.alloc(&p->gpu, &d, bytes, &e) < 0 || p->gpu.to_device(&p->gpu, d, host, bytes, &e) < 0) {
+        fail_err("upload", &e);
+        return NULL;
+    }
+    return d;
+}
+
+static float *down(struct pair *p, const float *dev, size_t n)
+{
+    struct ddpc_err e = {0};
+    float *h = malloc(n * sizeof *h + 4);
+    if (p->gpu.to_host(&p->gpu, h, dev, n * sizeof *h, &e) < 0) {
+        fail_err("download", &e);
+        memset(h, 0, n * sizeof *h);
+    }
+    return h;
+}
+
+static void compare_dev(struct pair *p, const char *what, const float *dev, const float *want,
+                        size_t n, double tol)
+{
+    float *got = down(p, dev, n);
+    double err = rel_err(got, want, n);
+    check(err <= tol, what, err, tol);
+    free(got);
+}
+
+static void test_gemm(struct pair *p)
+{
+    const int m = 37, n = 53, k = 129, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+            size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb,
+                   nc = (size_t)m * ldc;
+            float *A = rand_vec(na, 1), *B = rand_vec(nb, 1), *C = rand_vec(nc, 1);
+            float *dA = up(p, A, na * 4), *dB = up(p, B, nb * 4), *dC = up(p, C, nc * 4);
+            struct ddpc_err e = {0};
+            char what[64];
+            snprintf(what, sizeof what, "gemm trans_a=%d trans_b=%d", ta, tb);
+            if (!dA || !dB || !dC ||
+                p->cpu.gemm(&p->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc, &e) < 0 ||
+                p->gpu.gemm(&p->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, &e) < 0)
+                fail_err(what, &e);
+            else
+                compare_dev(p, what, dC, C, nc, TOL_SUM);
+            p->gpu.release(&p->gpu, dA);
+            p->gpu.release(&p->gpu, dB);
+            p->gpu.release(&p->gpu, dC);
+            free(A);
+            free(B);
+            free(C);
+        }
+}
+
+static void test_act(struct pair *p)
+{
+    static const char *names[] = {"relu", "gelu", "tanh", "sigmoid", "identity"};
+    const int rows = 33, cols = 70;
+    size_t n = (size_t)rows * cols;
+    for (int act = 0; act <= DDPC_K_IDENTITY; act++) {
+        float *z = rand_vec(n, 3), *bias = rand_vec(cols, 1), *a = calloc(n, 4);
+        float *dz = up(p, z, n * 4), *db = up(p, bias, cols * 4), *da = up(p, a, n * 4);
+        struct ddpc_err e = {0};
+        char what[64];
+        snprintf(what, sizeof what, "bias_act_forward %s", names[act]);
+        if (!dz || !db || !da ||
+            p->cpu.bias_act_forward(&p->cpu, z, bias, a, rows, cols, act, &e) < 0 ||
+            p->gpu.bias_act_forward(&p->gpu, dz, db, da, rows, cols, act, &e) < 0) {
+            fail_err(what, &e);
+        } else {
+            compare_dev(p, what, dz, z, n, TOL_ELEM);
+            compare_dev(p, what, da, a, n, TOL_ELEM);
+        }
+        /* backward on the same z, fresh upstream gradient */
+        float *g = rand_vec(n, 1), *gz = calloc(n, 4);
+        float *dg = up(p, g, n * 4), *dgz = up(p, gz, n * 4);
+        snprintf(what, sizeof what, "act_backward %s", names[act]);
+        if (!dg || !dgz || p->cpu.act_backward(&p->cpu, z, g, gz, n, act, &e) < 0 ||
+            p->gpu.act_backward(&p->gpu, dz, dg, dgz, n, act, &e) < 0)
+            fail_err(what, &e);
+        else
+            compare_dev(p, what, dgz, gz, n, TOL_ELEM);
+        p->gpu.release(&p->gpu, dz);
+        p->gpu.release(&p->gpu, db);
+        p->gpu.release(&p->gpu, da);
+        p->gpu.release(&p->gpu, dg);
+        p->gpu.release(&p->gpu, dgz);
+        free(z);
+        free(bias);
+        free(a);
+        free(g);
+        free(gz);
+    }
+}
+
+static void test_bias_grad(struct pair *p)
+{
+    const int rows = 129, cols = 300;
+    for (int b = 0; b < 2; b++) {
+        float beta = (float)b;
+        float *dz = rand_vec((size_t)rows * cols, 1), *db = rand_vec(cols, 1);
+        float *ddz = up(p, dz, (size_t)rows * cols * 4), *ddb = up(p, db, cols * 4);
+        struct ddpc_err e = {0};
+        char what[64];
+        snprintf(what, sizeof what, "bias_grad beta=%d", b);
+        if (!ddz || !ddb || p->cpu.bias_grad(&p->cpu, dz, db, rows, cols, beta, &e) < 0 ||
+            p->gpu.bias_grad(&p->gpu, ddz, ddb, rows, cols, beta, &e) < 0)
+            fail_err(what, &e);
+        else
+            compare_dev(p, what, ddb, db, cols, TOL_SUM);
+        p->gpu.release(&p->gpu, ddz);
+        p->gpu.release(&p->gpu, ddb);
+        free(dz);
+        free(db);
+    }
+}
+
+static void test_loss(struct pair *p)
+{
+    const int rows = 100, cols = 10;
+    size_t n = (size_t)rows * cols;
+    int32_t labels[100];
+    for (int r = 0; r < rows; r++)
+        labels[r] = (int32_t)((frand() + 1.0f) * 0.5f * cols) % cols;
+    for (int type = 0; type < 2; type++) {       /* 0 cross_entropy, 1 mse */
+        const char *name = type ? "loss mse" : "loss cross_entropy";
+        float *x = rand_vec(n, 4), *t = rand_vec(n, 1), *dx = calloc(n, 4);
+        float *gx = up(p, x, n * 4), *gt = up(p, t, n * 4), *gdx = up(p, dx, n * 4);
+        int32_t *gl = (int32_t *)up(p, labels, sizeof labels);
+        double lc = 0, lg = 0;
+        int64_t cc = 0, cg = 0;
+        struct ddpc_err e = {0};
+        if (!gx || !gt || !gdx || !gl ||
+            p->cpu.loss(&p->cpu, type, x, type ? NULL : labels, type ? t : NULL, dx, rows, cols,
+                        1.0f / rows, &lc, &cc, &e) < 0 ||
+            p->gpu.loss(&p->gpu, type, gx, type ? NULL : gl, type ? gt : NULL, gdx, rows, cols,
+                        1.0f / rows, &lg, &cg, &e) < 0) {
+            fail_err(name, &e);
+        } else {
+            char what[64];
+            snprintf(what, sizeof what, "%s dlogits", name);
+            compare_dev(p, what, gdx, dx, n, TOL_ELEM);
+            double err = fabs(lg - lc) / fabs(lc);
+            snprintf(what, sizeof what, "%s sum", name);
+            check(err <= 1e-6, what, err, 1e-6);
+            snprintf(what, sizeof what, "%s correct %lld == %lld", name, (long long)cg,
+                     (long long)cc);
+            check(cg == cc, what, (double)llabs(cg - cc), 0);
+        }
+        p->gpu.release(&p->gpu, gx);
+        p->gpu.release(&p->gpu, gt);
+        p->gpu.release(&p->gpu, gdx);
+        p->gpu.release(&p->gpu, gl);
+        free(x);
+        free(t);
+        free(dx);
+    }
+    /* a label outside [0, cols) is a data error, as on the CPU */
+    int32_t bad[2] = {1, cols};
+    float *x = rand_vec(2 * cols, 1);
+    float *gx = up(p, x, 2 * cols * 4), *gdx = up(p, x, 2 * cols * 4);
+    int32_t *gl = (int32_t *)up(p, bad, sizeof bad);
+    struct ddpc_err e = {0};
+    double l = 0;
+    int64_t c = 0;
+    int rc = gx && gdx && gl ? p->gpu.loss(&p->gpu, 0, gx, gl, NULL, gdx, 2, cols, 0.5f, &l, &c, &e)
+                             : 0;
+    check(rc == DDPC_E_DATA, "loss: label out of range -> DDPC_E_DATA", rc, 0);
+    p->gpu.release(&p->gpu, gx);
+    p->gpu.release(&p->gpu, gdx);
+    p->gpu.release(&p->gpu, gl);
+    free(x);
+}
+
+static void test_sumsq_scale(struct pair *p)
+{
+    size_t n = 1000007;
+    float *x = rand_vec(n, 2);
+    float *gx = up(p, x, n * 4);
+    double sc = 0, sg = 0;
+    struct ddpc_err e = {0};
+    if (!gx || p->cpu.sumsq(&p->cpu, x, n, &sc, &e) < 0 || p->gpu.sumsq(&p->gpu, gx, n, &sg, &e) < 0) {
+        fail_err("sumsq", &e);
+    } else {
+        double err = fabs(sg - sc) / sc;
+        check(err <= 1e-12, "sumsq (double accumulation)", err, 1e-12);
+    }
+    if (!gx || p->cpu.scale(&p->cpu, x, n, 0.37f, &e) < 0 ||
+        p->gpu.scale(&p->gpu, gx, n, 0.37f, &e) < 0)
+        fail_err("scale", &e);
+    else
+        compare_dev(p, "scale (one multiply: exact)", gx, x, n, 0.0);
+    p->gpu.release(&p->gpu, gx);
+    free(x);
+}
+
+static void test_optim(struct pair *p)
+{
+    static const struct { int type; float mu; int nesterov; float wd; const char *name; } cases[] = {
+        {DDPC_K_SGD, 0.0f, 0, 0.0f, "sgd"},
+        {DDPC_K_SGD, 0.9f, 0, 1e-4f, "sgd momentum"},
+        {DDPC_K_SGD, 0.9f, 1, 1e-4f, "sgd nesterov"},
+        {DDPC_K_ADAM, 0.0f, 0, 1e-4f, "adam"},
+        {DDPC_K_ADAMW, 0.0f, 0, 1e-2f, "adamw"},
+    };
+    const size_t n = 10007;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *w = rand_vec(n, 1), *m = calloc(n, 4), *v = calloc(n, 4);
+        float *gw = up(p, w, n * 4), *gm = up(p, m, n * 4), *gv = up(p, v, n * 4);
+        int ok = gw && gm && gv;
+        struct ddpc_err e = {0};
+        for (long step = 1; ok && step <= 3; step++) {
+            float *g = rand_vec(n, 1);
+            float *gg = up(p, g, n * 4);
+            struct ddpc_optim_step s = {0};
+            s.type = cases[c].type;
+            s.lr = 1e-2f;
+            s.momentum = cases[c].mu;
+            s.nesterov = cases[c].nesterov;
+            s.weight_decay = cases[c].wd;
+            s.beta1 = 0.9f;
+            s.beta2 = 0.999f;
+            s.eps = 1e-8f;
+            s.bias_correction1 = 1.0f - powf(0.9f, (float)step);
+            s.bias_correction2 = 1.0f - powf(0.999f, (float)step);
+            s.grad_scale = step == 2 ? 0.5f : 1.0f;
+            s.step = step;
+            float *mm = cases[c].type == DDPC_K_SGD && cases[c].mu == 0.0f ? NULL : m;
+            float *gmm = mm ? gm : NULL;
+            if (!gg || p->cpu.optim_step(&p->cpu, &s, w, g, mm, v, n, &e) < 0 ||
+                p->gpu.optim_step(&p->gpu, &s, gw, gg, gmm, gv, n, &e) < 0) {
+                fail_err(cases[c].name, &e);
+                ok = 0;
+            }
+            p->gpu.release(&p->gpu, gg);
+            free(g);
+        }
+        if (ok) {
+            char what[64];
+            snprintf(what, sizeof what, "optim_step %s: params after 3 steps", cases[c].name);
+            compare_dev(p, what, gw, w, n, TOL_ELEM);
+            if (cases[c].type != DDPC_K_SGD || cases[c].mu != 0.0f) {
+                snprintf(what, sizeof what, "optim_step %s: first moment", cases[c].name);
+                compare_dev(p, what, gm, m, n, TOL_ELEM);
+            }
+            if (cases[c].type != DDPC_K_SGD) {
+                snprintf(what, sizeof what, "optim_step %s: second moment", cases[c].name);
+                compare_dev(p, what, gv, v, n, TOL_ELEM);
+            }
+        }
+        p->gpu.release(&p->gpu, gw);
+        p->gpu.release(&p->gpu, gm);
+        p->gpu.release(&p->gpu, gv);
+        free(w);
+        free(m);
+        free(v);
+    }
+}
+
+static void run_ops_tests(const struct ddpc_backend *b)
+{
+    struct pair p;
+    struct ddpc_err e = {0};
+    if (ops_cpu_init(&p.cpu, &e) < 0) {
+        fail_err("ops_cpu_init", &e);
+        return;
+    }
+    if (b->ops_init(&p.gpu, 0, &e) < 0) {
+        fail_err("cuda ops_init(device 0)", &e);
+        if (p.gpu.destroy)
+            p.gpu.destroy(&p.gpu);
+        return;
+    }
+    test_gemm(&p);
+    test_act(&p);
+    test_bias_grad(&p);
+    test_loss(&p);
+    test_sumsq_scale(&p);
+    test_optim(&p);
+    p.gpu.destroy(&p.gpu);
+    p.cpu.destroy(&p.cpu);
+}
+
+/* ===== NCCL: one process per GPU ===== */
+
+/* A free TCP port on the loopback interface (bound, read back, released). */
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+static float rank_value(int rank, size_t i)   /* small integers: sums are exact in fp32 */
+{
+    return (float)((long)((i * 7 + (size_t)rank * 13) % 17) - 8);
+}
+
+#define RFAIL(...) do { printf("FAIL [rank %d] ", rank); printf(__VA_ARGS__); printf("\n"); \
+                        fflush(stdout); bad++; } while (0)
+
+/* Runs in a forked child; returns its failure count (the exit status). */
+static int nccl_rank(const struct ddpc_backend *b, int rank, int world, int port_grad,
+                     int port_sync)
+{
+    struct ddpc_ops ops;
+    struct ddpc_comm grad, sync;
+    struct ddpc_err e = {0};
+    int bad = 0;
+    double dl = ddpc_deadline_after(60);
+    memset(&grad, 0, sizeof grad);
+    memset(&sync, 0, sizeof sync);
+    if (b->ops_init(&ops, rank, &e) < 0 ||
+        b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port_grad, dl, &e) < 0 ||
+        b->comm_init(&sync, "rank-sync", rank, world, "127.0.0.1", port_sync, dl, &e) < 0) {
+        RFAIL("init: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
+        return bad;
+    }
+    const size_t n = (1u << 20) + 3;
+    float *h = malloc(n * sizeof *h), *out = malloc(n * sizeof *out);
+    float *a = NULL, *r = NULL, *c = NULL;
+    if (ops.alloc(&ops, (void **)&a, n * 4, &e) < 0 || ops.alloc(&ops, (void **)&r, n * 4, &e) < 0 ||
+        ops.alloc(&ops, (void **)&c, n * 4, &e) < 0) {
+        RFAIL("alloc: %s", e.msg);
+        return bad;
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = rank_value(rank, i);
+    if (ops.to_device(&ops, a, h, n * 4, &e) < 0 || ops.to_device(&ops, c, h, n * 4, &e) < 0) {
+        RFAIL("upload: %s", e.msg);
+        return bad;
+    }
+    /* two tags in flight at once, like two gradient buckets */
+    if (grad.all_reduce_start(&grad, 0, a, r, n, DDPC_REDUCE_SUM, dl, &e) < 0 ||
+        grad.all_reduce_start(&grad, 1, c, c, n, DDPC_REDUCE_AVG, dl, &e) < 0 ||
+        grad.all_reduce_wait(&grad, 1, dl, &e) < 0 || grad.all_reduce_wait(&grad, 0, dl, &e) < 0) {
+        RFAIL("all-reduce: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
+        return bad;
+    }
+    size_t wrong_sum = 0, wrong_avg = 0;
+    if (ops.to_host(&ops, out, r, n * 4, &e) < 0)
+        RFAIL("download: %s", e.msg);
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < world; q++)
+            want += rank_value(q, i);
+        wrong_sum += out[i] != (float)want;
+    }
+    if (ops.to_host(&ops, out, c, n * 4, &e) < 0)
+        RFAIL("download: %s", e.msg);
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < world; q++)
+            want += rank_value(q, i);
+        want /= world;
+        wrong_avg += fabs(out[i] - want) > 1e-6 * (fabs(want) + 1);
+    }
+    if (wrong_sum)
+        RFAIL("all-reduce sum out of place: %zu of %zu wrong", wrong_sum, n);
+    if (wrong_avg)
+        RFAIL("all-reduce avg in place: %zu of %zu wrong", wrong_avg, n);
+
+    /* broadcast from the last rank */
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)rank * 1000.0f + (float)(i % 1000);
+    size_t wrong_bc = 0;
+    if (ops.to_device(&ops, a, h, n * 4, &e) < 0 ||
+        grad.broadcast(&grad, a, n, world - 1, dl, &e) < 0 || ops.to_host(&ops, out, a, n * 4, &e) < 0)
+        RFAIL("broadcast: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
+    else
+        for (size_t i = 0; i < n; i++)
+            wrong_bc += out[i] != (float)(world - 1) * 1000.0f + (float)(i % 1000);
+    if (wrong_bc)
+        RFAIL("broadcast: %zu of %zu wrong", wrong_bc, n);
+    if (sync.barrier(&sync, dl, &e) < 0)
+        RFAIL("barrier: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
+
+    /* the deadline: rank 0 arrives 3 s late, the others allow 1 s */
+    if (world >= 2 && !bad) {
+        if (rank == 0) {
+            sleep(3);
+            struct ddpc_err e2 = {0};
+            (void)sync.barrier(&sync, ddpc_deadline_after(5), &e2);  /* peers gave up */
+        } else {
+            struct ddpc_err e2 = {0};
+            int rc = sync.barrier(&sync, ddpc_deadline_after(1), &e2);
+            if (rc != DDPC_E_TIMEOUT || !strstr(e2.msg, "rank-sync") || !strstr(e2.msg, "barrier"))
+                RFAIL("late peer: want DDPC_E_TIMEOUT naming rank-sync barrier, got %d: %s", rc,
+                      e2.msg);
+            else
+                printf("[rank %d] deadline fired as expected: %.120s...\n", rank, e2.msg);
+        }
+    }
+    if (!bad)
+        printf("[rank %d] all-reduce sum/avg, broadcast, barrier: %zu floats OK\n", rank, n);
+    fflush(stdout);
+    ops.release(&ops, a);
+    ops.release(&ops, r);
+    ops.release(&ops, c);
+    sync.destroy(&sync);
+    grad.destroy(&grad);
+    ops.destroy(&ops);
+    free(h);
+    free(out);
+    return bad;
+}
+
+static void run_nccl_tests(const struct ddpc_backend *b, int world)
+{
+    int pg = free_port(), ps = free_port();
+    if (pg < 0 || ps < 0 || pg == ps) {
+        checks++;
+        failures++;
+        printf("FAIL nccl: no free loopback ports\n");
+        return;
+    }
+    pid_t pids[64];
+    fflush(stdout);
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int bad = nccl_rank(b, r, world, pg, ps);
+            fflush(stdout);
+            _exit(bad > 100 ? 100 : bad);
+        }
+        if (pids[r] < 0) {
+            printf("FAIL nccl: fork rank %d\n", r);
+            failures++;
+            world = r;
+            break;
+        }
+    }
+    /* bounded: a hung rank is a failure, not a hung test */
+    int alive = world, status;
+    double end = ddpc_now() + 180;
+    int result[64] = {0};
+    while (alive > 0) {
+        for (int r = 0; r < world; r++) {
+            if (!pids[r])
+                continue;
+            pid_t w = waitpid(pids[r], &status, WNOHANG);
+            if (w == pids[r]) {
+                result[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                pids[r] = 0;
+                alive--;
+            }
+        }
+        if (alive > 0 && ddpc_now() > end) {
+            for (int r = 0; r < world; r++)
+                if (pids[r]) {
+                    printf("FAIL nccl: rank %d still running after 180 s; killed\n", r);
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], &status, 0);
+                    result[r] = 1;
+                    pids[r] = 0;
+                    alive--;
+                }
+        }
+        usleep(10000);
+    }
+    for (int r = 0; r < world; r++) {
+        char what[64];
+        snprintf(what, sizeof what, "nccl rank %d of %d (exit status)", r, world);
+        check(result[r] == 0, what, result[r], 0);
+    }
+}
+
+int main(void)
+{
+    const struct ddpc_backend *b = &ddpc_cuda_backend;
+    struct ddpc_device_info info;
+    struct ddpc_err e = {0};
+    if (b->probe(&info, &e) < 0) {
+        printf("FAIL probe: %s\n", e.msg);
+        return 1;
+    }
+    if (info.count == 0) {
+        printf("SKIP test_gpu: no GPU found (%s); nothing was tested\n",
+               info.note[0] ? info.note : "probe saw 0 devices");
+        return 0;
+    }
+    const char *s = getenv("DDPC_TEST_SEED");
+    uint64_t seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    rng_state = seed ? seed : 1;
+    printf("test_gpu: %d GPU(s), first %s; seed %llu (DDPC_TEST_SEED to replay)\n", info.count,
+           info.names[0], (unsigned long long)seed);
+    int world = info.count > 64 ? 64 : info.count;
+    run_nccl_tests(b, world);
+    run_ops_tests(b);
+    printf("test_gpu: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
