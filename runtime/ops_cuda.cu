@@ -30,10 +30,6 @@
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
-/* enum ddpc_loss values (spec/job.h); the kernels need only these two. */
-#define DDPC_K_LOSS_XENT 0
-#define DDPC_K_LOSS_MSE  1
-
 #define THREADS     256     /* block size of every kernel here */
 #define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
 #define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
@@ -61,55 +57,6 @@ static unsigned grid_for(size_t n)
 {
     size_t b = (n + THREADS - 1) / THREADS;
     return (unsigned)(b > MAX_BLOCKS ? MAX_BLOCKS : b);
-}
-
-/* ===== shared per-row loss arithmetic =====
- * The exact operation order of ops_cpu.c's cpu_loss, so both backends
- * compute the same thing (up to expf/logf ulps on the device). */
-
-/* One row of softmax cross-entropy. x[cols] logits, y its label.
- * d[cols] = grad_scale * (softmax(x) - onehot(y)); returns
- * logsumexp(x) - x[y] (max-shifted: large logits do not overflow).
- * *correct = argmax(x) == y, first maximum wins (torch.argmax). */
-__device__ static double k_xent_row(const float *x, int y, float *d, int cols,
-                                    float grad_scale, int *correct)
-{
-    float xy = x[y];              /* read before d (which may alias x) is written */
-    float mx = x[0];
-    int arg = 0;
-    for (int j = 1; j < cols; j++)
-        if (x[j] > mx) {
-            mx = x[j];
-            arg = j;
-        }
-    float s = 0.0f;
-    for (int j = 0; j < cols; j++) {
-        float ex = expf(x[j] - mx);
-        d[j] = ex;
-        s += ex;
-    }
-    float inv = grad_scale / s;
-    for (int j = 0; j < cols; j++)
-        d[j] *= inv;
-    d[y] -= grad_scale;
-    *correct = arg == y;
-    return (double)logf(s) + (double)(mx - xy);
-}
-
-/* One row of mean squared error: returns mean over cols of (x - t)^2, so the
- * sum over rows divided by rows is PyTorch's MSELoss(reduction='mean');
- * d = grad_scale * 2 (x - t) / cols. */
-__device__ static double k_mse_row(const float *x, const float *t, float *d, int cols,
-                                   float grad_scale)
-{
-    float gs = 2.0f * grad_scale / (float)cols;
-    double row = 0.0;
-    for (int j = 0; j < cols; j++) {
-        float diff = x[j] - t[j];
-        row += (double)diff * diff;
-        d[j] = gs * diff;
-    }
-    return row / cols;
 }
 
 /* ===== kernels ===== */
@@ -185,10 +132,10 @@ __global__ static void k_loss_rows(int loss_type, const float *logits, const int
             return;
         }
         int correct = 0;
-        row_loss[r] = k_xent_row(x, y, d, cols, grad_scale, &correct);
+        row_loss[r] = ddpc_k_xent_row(x, y, d, cols, grad_scale, &correct);
         row_flag[r] = correct;
     } else {
-        row_loss[r] = k_mse_row(x, targets + (size_t)r * cols, d, cols, grad_scale);
+        row_loss[r] = ddpc_k_mse_row(x, targets + (size_t)r * cols, d, cols, grad_scale);
         row_flag[r] = 0;
     }
 }

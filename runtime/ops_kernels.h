@@ -91,4 +91,55 @@ DDPC_HD void ddpc_k_adam(float *p, float g, float *m, float *v, float lr, float 
     *p += (-step_size) * *m / denom;
 }
 
+/* Loss ids match enum ddpc_loss. */
+#define DDPC_K_LOSS_XENT 0
+#define DDPC_K_LOSS_MSE  1
+
+/* One row of softmax cross-entropy; the loss op calls it once per sample.
+ *   x[cols]: logits; y: the label, 0 <= y < cols (callers check first);
+ *   d[cols] = grad_scale * (softmax(x) - onehot(y)); d may alias x;
+ *   returns logsumexp(x) - x[y], max-shifted so large logits do not overflow;
+ *   *correct = argmax(x) == y, the first maximum winning ties (torch.argmax).
+ * Accumulate the returned per-row losses in double. */
+DDPC_HD double ddpc_k_xent_row(const float *x, int y, float *d, int cols, float grad_scale,
+                               int *correct)
+{
+    float xy = x[y];              /* read before d, which may alias x, is written */
+    float mx = x[0];
+    int arg = 0;
+    for (int j = 1; j < cols; j++)
+        if (x[j] > mx) {
+            mx = x[j];
+            arg = j;
+        }
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) {
+        float ex = expf(x[j] - mx);
+        d[j] = ex;
+        s += ex;
+    }
+    float inv = grad_scale / s;
+    for (int j = 0; j < cols; j++)
+        d[j] *= inv;
+    d[y] -= grad_scale;
+    *correct = arg == y;
+    return (double)logf(s) + (double)(mx - xy);
+}
+
+/* One row of mean squared error: returns the mean over cols of (x - t)^2,
+ * so (sum over rows) / rows is PyTorch's MSELoss(reduction='mean');
+ * d[cols] = grad_scale * 2 (x - t) / cols; d may alias x. */
+DDPC_HD double ddpc_k_mse_row(const float *x, const float *t, float *d, int cols,
+                              float grad_scale)
+{
+    float gs = 2.0f * grad_scale / (float)cols;
+    double row = 0.0;
+    for (int j = 0; j < cols; j++) {
+        float diff = x[j] - t[j];
+        row += (double)diff * diff;
+        d[j] = gs * diff;
+    }
+    return row / cols;
+}
+
 #endif /* DDPC_OPS_KERNELS_H */
