@@ -1,0 +1,703 @@
+/* ddprt.c - ddprt_main: what ./job does between argv and the exit status.
+ *
+ * Owns: run-time flags (--help --version --dry-run --resume --node-rank
+ * --master), the backend and device choice (cpu / gpu / auto), the dry-run
+ * report of the baked job, loading the datasets once before fork, the
+ * max_restarts loop, and the worker body that launch.c runs in each forked
+ * process (ops + communicators + worker_run).
+ * Never parses YAML, never trains (worker.c does), never forks or signals
+ * (launch.c does), never calls exit(): the status goes back to main.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "comm_shm.h"
+#include "data.h"
+#include "ddprt.h"
+#include "launch.h"
+#include "worker.h"
+
+#define DDPRT_EXIT_USAGE   2
+#define DDPRT_EXIT_FAIL    1
+#define DDPRT_DEFAULT_PORT 29500
+/* Collective pieces: 4 MiB per rank for gradients (a bucket of 25 MB goes
+ * through in a few pieces); the rank-sync communicator only runs barriers. */
+#define DDPRT_GRAD_SLOT    ((size_t)1 << 20)
+#define DDPRT_SYNC_SLOT    ((size_t)64)
+
+/* Everything the launcher decided, for the workers and for --dry-run. */
+struct ddprt_run {
+    const struct ddprt_program *p;
+    struct ddpc_job job;               /* the baked job with run-time overrides */
+    int   use_cuda;
+    int   world;                       /* global */
+    int   local_world;
+    int   node_rank, num_nodes;
+    int   devices[DDPC_MAX_DEVICES];   /* local rank -> device index / cpu worker */
+    char  master_addr[128];
+    int   master_port;
+    char  accel_note[700];             /* how the accelerator was chosen */
+    struct ddpc_device_info info;      /* probe result, when probed */
+    struct ddpc_dataset train, test;
+    int   has_test;
+    double t_launch;
+};
+
+/* ===== flags ===== */
+
+struct ddprt_flags {
+    int dry_run, help, version;
+    const char *resume;
+    int node_rank;                     /* -1: not given */
+    const char *master;                /* HOST:PORT */
+};
+
+static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *p)
+{
+    fprintf(f,
+            "usage: %s [--dry-run] [--resume PATH] [--node-rank K] [--master HOST:PORT]\n"
+            "\n"
+            "Trains the job `%s` built by ddpc from %s: one worker process per device,\n"
+            "gradients all-reduced every step.\n"
+            "\n"
+            "  --dry-run          print the baked configuration and the launch plan; train nothing\n"
+            "  --resume PATH      start from this checkpoint (overrides checkpoint.resume)\n"
+            "  --node-rank K      this node's index in a multi-node job (default: $SLURM_NODEID or 0)\n"
+            "  --master HOST:PORT rendezvous address for multi-node jobs (default: launch.master_addr\n"
+            "                     and launch.master_port from the spec)\n"
+            "  --version          print the ddpc version and the spec's hash\n"
+            "  --help             this text\n",
+            argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
+}
+
+/* Returns 0, or an exit status after printing the problem. */
+static int ddprt_parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
+{
+    memset(f, 0, sizeof *f);
+    f->node_rank = -1;
+    const char *argv0 = argc > 0 ? argv[0] : "job";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        const char *eq = strchr(a, '=');
+        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+        /* --flag VALUE and --flag=VALUE both work, as in getopt_long */
+#define FLAG_IS(name) (klen == strlen(name) && strncmp(a, name, klen) == 0)
+#define TAKE_VALUE() do {                                                        \
+            if (eq) val = eq + 1;                                                \
+            else if (i + 1 < argc) val = argv[++i];                              \
+            else { fprintf(stderr, "%s: %.*s needs a value (see --help)\n",      \
+                           argv0, (int)klen, a); return DDPRT_EXIT_USAGE; }      \
+        } while (0)
+        if (FLAG_IS("--help") || FLAG_IS("-h")) {
+            f->help = 1;
+        } else if (FLAG_IS("--version")) {
+            f->version = 1;
+        } else if (FLAG_IS("--dry-run")) {
+            f->dry_run = 1;
+        } else if (FLAG_IS("--resume")) {
+            TAKE_VALUE();
+            if (!*val) {
+                fprintf(stderr, "%s: --resume needs a checkpoint path\n", argv0);
+                return DDPRT_EXIT_USAGE;
+            }
+            f->resume = val;
+        } else if (FLAG_IS("--node-rank")) {
+            TAKE_VALUE();
+            if (ddprt_parse_int(val, 0, 65535, &f->node_rank) < 0) {
+                fprintf(stderr, "%s: --node-rank '%s': expected an integer >= 0\n", argv0, val);
+                return DDPRT_EXIT_USAGE;
+            }
+        } else if (FLAG_IS("--master")) {
+            TAKE_VALUE();
+            f->master = val;
+        } else {
+            fprintf(stderr, "%s: unknown argument '%s' (see --help)\n", argv0, a);
+            return DDPRT_EXIT_USAGE;
+        }
+#undef FLAG_IS
+#undef TAKE_VALUE
+    }
+    return 0;
+}
+
+/* "host:port" -> addr, port. [v6]:port is accepted too. */
+static int ddprt_split_master(const char *s, char *addr, size_t len, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -1;
+    const char *h = s, *he = colon;
+    if (*h == '[' && he > h + 1 && he[-1] == ']') {
+        h++;
+        he--;
+    }
+    if ((size_t)(he - h) >= len)
+        return -1;
+    memcpy(addr, h, (size_t)(he - h));
+    addr[he - h] = '\0';
+    return ddprt_parse_int(colon + 1, 1, 65535, port);
+}
+
+/* ===== the launch plan: backend and devices ===== */
+
+static int ddprt_cpu_plan(struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    int n = j->n_devices;
+    if (j->devices_all) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        n = ncpu > 0 ? (int)ncpu : 1;
+        if (n > DDPC_MAX_DEVICES)
+            n = DDPC_MAX_DEVICES;
+    }
+    if (j->strategy == DDPC_STRATEGY_NONE)
+        n = 1;
+    if (n < 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "devices: no device listed");
+    if (r->num_nodes > 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "launch.num_nodes is %d but the job runs as CPU workers, which "
+                         "share memory on one host; multi-node needs GPUs (NCCL): set "
+                         "accelerator: gpu on GPU nodes, or num_nodes: 1", r->num_nodes);
+    r->use_cuda = 0;
+    r->local_world = n;
+    for (int i = 0; i < n; i++)
+        r->devices[i] = i;   /* CPU workers are numbered, not bound */
+    return 0;
+}
+
+static int ddprt_gpu_plan(struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    int count = r->info.count;
+    if (j->devices_all) {
+        if (count < 1)
+            return DDPC_FAIL(e, DDPC_E_DEVICE, "devices: all: no GPU visible%s%s",
+                             r->info.note[0] ? ": " : "", r->info.note);
+        r->local_world = count > DDPC_MAX_DEVICES ? DDPC_MAX_DEVICES : count;
+        for (int i = 0; i < r->local_world; i++)
+            r->devices[i] = i;
+    } else {
+        int n = j->strategy == DDPC_STRATEGY_NONE ? 1 : j->n_devices;
+        for (int i = 0; i < n; i++) {
+            int d = j->devices[i];
+            if (d >= count) {
+                if (count == 0)
+                    return DDPC_FAIL(e, DDPC_E_DEVICE,
+                                     "devices: GPU %d not found: no GPU is visible%s%s "
+                                     "(check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
+                                     "accelerator: cpu)", d, r->info.note[0] ? ": " : "",
+                                     r->info.note);
+                return DDPC_FAIL(e, DDPC_E_DEVICE,
+                                 "devices: GPU %d not found: %d GPU%s visible (indices 0..%d); "
+                                 "check CUDA_VISIBLE_DEVICES or list fewer devices", d, count,
+                                 count == 1 ? " is" : "s are", count - 1);
+            }
+            r->devices[i] = d;
+        }
+        r->local_world = n;
+    }
+    r->use_cuda = 1;
+    return 0;
+}
+
+static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct ddpc_err *e)
+{
+    const struct ddprt_program *p = r->p;
+    const struct ddpc_job *j = &r->job;
+
+    r->num_nodes = j->launch.num_nodes > 0 ? j->launch.num_nodes : 1;
+    r->node_rank = 0;
+    if (f->node_rank >= 0) {
+        r->node_rank = f->node_rank;
+    } else if (r->num_nodes > 1 && getenv("SLURM_NODEID")) {
+        if (ddprt_parse_int(getenv("SLURM_NODEID"), 0, 65535, &r->node_rank) < 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "SLURM_NODEID '%s' is not a node index",
+                             getenv("SLURM_NODEID"));
+    }
+    if (r->node_rank >= r->num_nodes)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--node-rank %d: the job has %d node%s (0..%d)",
+                         r->node_rank, r->num_nodes, r->num_nodes == 1 ? "" : "s",
+                         r->num_nodes - 1);
+    (void)snprintf(r->master_addr, sizeof r->master_addr, "%s",
+                   j->launch.master_addr && *j->launch.master_addr ? j->launch.master_addr
+                                                                   : "127.0.0.1");
+    r->master_port = j->launch.master_port > 0 ? j->launch.master_port : DDPRT_DEFAULT_PORT;
+    if (f->master && ddprt_split_master(f->master, r->master_addr, sizeof r->master_addr,
+                                        &r->master_port) < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--master '%s': expected HOST:PORT", f->master);
+
+    switch (j->accelerator) {
+    case DDPC_ACCEL_CPU:
+        (void)snprintf(r->accel_note, sizeof r->accel_note, "accelerator cpu");
+        DDPC_TRY(ddprt_cpu_plan(r, e));
+        break;
+    case DDPC_ACCEL_GPU:
+        if (!p->cuda)
+            return DDPC_FAIL(e, DDPC_E_DEVICE,
+                             "accelerator gpu, but this job was built without CUDA (no nvcc "
+                             "when `ddpc build` ran): rebuild where CUDA is installed, or set "
+                             "accelerator: cpu or auto");
+        DDPC_TRY(p->cuda->probe(&r->info, e));
+        (void)snprintf(r->accel_note, sizeof r->accel_note, "accelerator gpu: %d GPU%s visible",
+                       r->info.count, r->info.count == 1 ? "" : "s");
+        DDPC_TRY(ddprt_gpu_plan(r, e));
+        break;
+    case DDPC_ACCEL_AUTO: {
+        struct ddpc_err pe = { 0 };
+        int probed = p->cuda && p->cuda->probe(&r->info, &pe) == 0;
+        if (probed && r->info.count > 0) {
+            (void)snprintf(r->accel_note, sizeof r->accel_note,
+                           "accelerator auto: %d GPU%s found", r->info.count,
+                           r->info.count == 1 ? "" : "s");
+            DDPC_TRY(ddprt_gpu_plan(r, e));
+        } else {
+            DDPC_TRY(ddprt_cpu_plan(r, e));
+            const char *why = !p->cuda ? "built without CUDA"
+                            : !probed  ? pe.msg
+                            : r->info.note[0] ? r->info.note : "no GPU found";
+            (void)snprintf(r->accel_note, sizeof r->accel_note,
+                           "accelerator auto: no GPU found, running %d CPU worker process%s (%s)",
+                           r->local_world, r->local_world == 1 ? "" : "es", why);
+        }
+        break;
+    }
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "accelerator %d unknown", (int)j->accelerator);
+    }
+    r->world = r->local_world * r->num_nodes;
+    return 0;
+}
+
+/* ===== --dry-run: every field of the job, exactly as baked ===== */
+
+static void put_str(FILE *f, const char *key, const char *v)
+{
+    if (!v) {
+        fprintf(f, "  %-34s null\n", key);
+        return;
+    }
+    fprintf(f, "  %-34s \"", key);
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20)
+            fprintf(f, "\\x%02x", (unsigned char)*c);
+        else
+            fputc(*c, f);
+    }
+    fputs("\"\n", f);
+}
+
+#define PUT_I(key, v)  fprintf(f, "  %-34s %lld\n", key, (long long)(v))
+#define PUT_U(key, v)  fprintf(f, "  %-34s %llu\n", key, (unsigned long long)(v))
+/* %.17g: the double exactly as baked, round-trippable */
+#define PUT_D(key, v)  fprintf(f, "  %-34s %.17g\n", key, (double)(v))
+#define PUT_E(key, v, names) do {                                                   \
+        int v_ = (int)(v);                                                          \
+        int n_ = (int)(sizeof names / sizeof names[0]);                             \
+        fprintf(f, "  %-34s %s\n", key, v_ >= 0 && v_ < n_ ? names[v_] : "?");      \
+    } while (0)
+
+static void put_source(FILE *f, const char *pre, const struct ddpc_data_source *s)
+{
+    static const char *fmt[] = { "idx", "npy", "csv", "synthetic" };
+    char k[64];
+#define K(name) (snprintf(k, sizeof k, "%s.%s", pre, name), k)
+    PUT_E(K("format"), s->format, fmt);
+    put_str(f, K("inputs"), s->inputs);
+    put_str(f, K("labels"), s->labels);
+    put_str(f, K("path"), s->path);
+    PUT_I(K("label_column"), s->label_column);
+    PUT_I(K("samples"), s->samples);
+    PUT_I(K("features"), s->features);
+    PUT_I(K("classes"), s->classes);
+    PUT_U(K("seed"), s->seed);
+#undef K
+}
+
+static void ddprt_print_job(FILE *f, const struct ddpc_job *j)
+{
+    static const char *accel[] = { "auto", "cpu", "gpu" };
+    static const char *strategy[] = { "ddp", "none" };
+    static const char *scaling[] = { "none", "linear", "sqrt" };
+    static const char *precision[] = { "fp32", "bf16", "fp16" };
+    static const char *model[] = { "mlp", "linear" };
+    static const char *act[] = { "relu", "gelu", "tanh", "sigmoid", "identity" };
+    static const char *init[] = { "pytorch", "xavier_uniform", "kaiming_normal" };
+    static const char *loss[] = { "cross_entropy", "mse" };
+    static const char *optim[] = { "adam", "adamw", "sgd" };
+    static const char *decay[] = { "constant", "cosine", "step" };
+    static const char *resume[] = { "auto", "never", "path" };
+    static const char *progress[] = { "auto", "on", "off" };
+    static const char *launcher[] = { "local", "slurm" };
+
+    fprintf(f, "job (as baked into this binary):\n");
+    PUT_I("version", j->version);
+    put_str(f, "name", j->name);
+    PUT_I("n_devices", j->n_devices);
+    PUT_I("devices_all", j->devices_all);
+    fprintf(f, "  %-34s [", "devices");
+    for (int i = 0; i < j->n_devices && i < DDPC_MAX_DEVICES; i++)
+        fprintf(f, "%s%d", i ? ", " : "", j->devices[i]);
+    fprintf(f, "]\n");
+    PUT_E("strategy", j->strategy, strategy);
+    PUT_E("accelerator", j->accelerator, accel);
+    PUT_U("seed", j->seed);
+    PUT_I("deterministic", j->deterministic);
+    PUT_I("epochs", j->epochs);
+    PUT_D("learning_rate", j->learning_rate);
+    PUT_E("lr_scaling", j->lr_scaling, scaling);
+    PUT_I("batch_size", j->batch_size);
+    PUT_I("grad_accumulation", j->grad_accumulation);
+    PUT_I("limit_train_batches", j->limit_train_batches);
+    PUT_D("limit_train_fraction", j->limit_train_fraction);
+    PUT_E("precision", j->precision, precision);
+    PUT_D("grad_clip_norm", j->grad_clip_norm);
+    PUT_D("bucket_cap_mb", j->bucket_cap_mb);
+    put_str(f, "checkpoint_dir", j->checkpoint_dir);
+    PUT_D("nccl_timeout_s", j->nccl_timeout_s);
+    PUT_D("rank_sync_timeout_s", j->rank_sync_timeout_s);
+
+    PUT_E("model.type", j->model.type, model);
+    PUT_I("model.n_layers", j->model.n_layers);
+    fprintf(f, "  %-34s [", "model.layers");
+    for (int i = 0; i < j->model.n_layers && i < DDPC_MAX_LAYERS; i++)
+        fprintf(f, "%s%d", i ? ", " : "", j->model.layers[i]);
+    fprintf(f, "]\n");
+    PUT_E("model.activation", j->model.activation, act);
+    PUT_E("model.init", j->model.init, init);
+    PUT_E("loss", j->loss, loss);
+
+    put_source(f, "data.train", &j->data.train);
+    put_source(f, "data.test", &j->data.test);
+    PUT_I("data.has_test", j->data.has_test);
+    PUT_I("data.shuffle", j->data.shuffle);
+    PUT_I("data.drop_last", j->data.drop_last);
+
+    PUT_E("optimizer.type", j->optimizer.type, optim);
+    PUT_D("optimizer.momentum", j->optimizer.momentum);
+    PUT_I("optimizer.nesterov", j->optimizer.nesterov);
+    PUT_D("optimizer.weight_decay", j->optimizer.weight_decay);
+    PUT_D("optimizer.beta1", j->optimizer.beta1);
+    PUT_D("optimizer.beta2", j->optimizer.beta2);
+    PUT_D("optimizer.eps", j->optimizer.eps);
+
+    PUT_I("schedule.warmup_steps", j->schedule.warmup_steps);
+    PUT_D("schedule.warmup_start_factor", j->schedule.warmup_start_factor);
+    PUT_E("schedule.decay", j->schedule.decay, decay);
+    PUT_D("schedule.min_lr_factor", j->schedule.min_lr_factor);
+    PUT_I("schedule.step_size", j->schedule.step_size);
+    PUT_D("schedule.gamma", j->schedule.gamma);
+
+    PUT_I("checkpoint.every_n_epochs", j->checkpoint.every_n_epochs);
+    PUT_I("checkpoint.keep_last", j->checkpoint.keep_last);
+    PUT_E("checkpoint.resume", j->checkpoint.resume, resume);
+    put_str(f, "checkpoint.resume_path", j->checkpoint.resume_path);
+    put_str(f, "checkpoint.export_path", j->checkpoint.export_path);
+
+    PUT_I("logging.every_n_steps", j->logging.every_n_steps);
+    put_str(f, "logging.metrics_csv", j->logging.metrics_csv);
+    put_str(f, "logging.tensorboard", j->logging.tensorboard);
+    PUT_E("logging.progress", j->logging.progress, progress);
+
+    PUT_I("launch.num_nodes", j->launch.num_nodes);
+    PUT_E("launch.launcher", j->launch.launcher, launcher);
+    put_str(f, "launch.master_addr", j->launch.master_addr);
+    PUT_I("launch.master_port", j->launch.master_port);
+    PUT_I("launch.max_restarts", j->launch.max_restarts);
+}
+
+static void ddprt_rank_label(const struct ddprt_run *r, int local, char *buf, size_t len)
+{
+    int d = r->devices[local];
+    if (r->use_cuda)
+        (void)snprintf(buf, len, "cuda:%d", d);
+    else
+        (void)snprintf(buf, len, "cpu worker %d", d);
+}
+
+static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct ddprt_flags *fl)
+{
+    fprintf(f, "launch plan:\n");
+    fprintf(f, "  %-34s %s\n", "backend", r->use_cuda ? "cuda (NCCL)" : "cpu (shared memory)");
+    fprintf(f, "  %-34s %s\n", "accelerator", r->accel_note);
+    fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
+            r->num_nodes == 1 ? "" : "s", r->local_world);
+    fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
+    if (r->use_cuda || r->num_nodes > 1)
+        fprintf(f, "  %-34s %s:%d (rank-sync on port %d)\n", "master", r->master_addr,
+                r->master_port, r->master_port + 1);
+    if (r->job.nccl_timeout_s > 0)
+        fprintf(f, "  %-34s %.17g s per gradient all-reduce\n", "nccl_timeout",
+                r->job.nccl_timeout_s);
+    else
+        fprintf(f, "  %-34s none\n", "nccl_timeout");
+    if (r->job.rank_sync_timeout_s > 0 && r->world > 1)
+        fprintf(f, "  %-34s %.17g s per step barrier\n", "rank_sync_timeout",
+                r->job.rank_sync_timeout_s);
+    else
+        fprintf(f, "  %-34s off (no per-step barrier)\n", "rank_sync_timeout");
+    if (fl->resume)
+        fprintf(f, "  %-34s %s\n", "resume from (--resume)", fl->resume);
+    for (int i = 0; i < r->local_world; i++) {
+        char label[48];
+        ddprt_rank_label(r, i, label, sizeof label);
+        int g = r->node_rank * r->local_world + i;
+        fprintf(f, "  rank %-3d node %d local %-3d %s", g, r->node_rank, i, label);
+        if (r->use_cuda && r->devices[i] < 64 && r->info.names[r->devices[i]][0])
+            fprintf(f, " (%s)", r->info.names[r->devices[i]]);
+        fputc('\n', f);
+    }
+}
+
+static void ddprt_print_text(FILE *f, const char *title, const char *text)
+{
+    fprintf(f, "%s:\n", title);
+    if (!text) {
+        fprintf(f, "  (not embedded)\n");
+        return;
+    }
+    fputs(text, f);
+    size_t n = strlen(text);
+    if (n == 0 || text[n - 1] != '\n')
+        fputc('\n', f);
+}
+
+/* ===== the worker body (runs in each forked process) ===== */
+
+static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
+{
+    const struct ddprt_run *r = w->user;
+    const struct ddpc_job *j = &r->job;
+    struct ddpc_ops ops;
+    struct ddpc_comm grad, sync;
+    int have_ops = 0, have_grad = 0, have_sync = 0;
+    int want_sync = r->world > 1 && j->rank_sync_timeout_s > 0;
+    int rc;
+    memset(&ops, 0, sizeof ops);
+    memset(&grad, 0, sizeof grad);
+    memset(&sync, 0, sizeof sync);
+
+    if (r->use_cuda)
+        rc = r->p->cuda->ops_init(&ops, w->device, e);
+    else
+        rc = ops_cpu_init(&ops, e);
+    if (rc < 0)
+        goto out;
+    have_ops = 1;
+
+    if (r->use_cuda) {
+        /* NCCL init waits for every rank: bound it like a collective. The
+         * rank-sync communicator listens on the next port (backend.h). */
+        double dl = ddpc_deadline_after(j->nccl_timeout_s);
+        rc = r->p->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
+                                   r->master_port, dl, e);
+        have_grad = 1;   /* destroy is safe after a failed init */
+        if (rc < 0)
+            goto out;
+        if (want_sync) {
+            rc = r->p->cuda->comm_init(&sync, "rank-sync", w->rank, w->world, r->master_addr,
+                                       r->master_port + 1, dl, e);
+            have_sync = 1;
+            if (rc < 0)
+                goto out;
+        }
+    } else {
+        if ((rc = comm_shm_attach(&grad, w->grad_region, w->rank, "gradient", e)) < 0)
+            goto out;
+        have_grad = 1;
+        if (want_sync) {
+            if ((rc = comm_shm_attach(&sync, w->sync_region, w->rank, "rank-sync", e)) < 0)
+                goto out;
+            have_sync = 1;
+        }
+    }
+
+    struct ddpc_worker_args args = {
+        .job = j,
+        .rank = w->rank,
+        .world = w->world,
+        .device = w->device,
+        .ops = &ops,
+        .grad_comm = &grad,
+        .sync_comm = have_sync ? &sync : NULL,
+        .train = &r->train,
+        .test = r->has_test ? &r->test : NULL,
+        .out = w->rank == 0 ? stdout : NULL,
+        .t_launch = r->t_launch,
+    };
+    struct ddpc_worker_result res;
+    memset(&res, 0, sizeof res);
+    rc = worker_run(&args, &res, e);
+    free(res.params);
+
+out:
+    if (rc < 0) {
+        /* Peers blocked in a collective stop now, with this rank's reason. */
+        char why[600];
+        (void)snprintf(why, sizeof why, "rank %d (%s) failed: %s", w->rank, w->label, e->msg);
+        if (have_grad && grad.abort)
+            grad.abort(&grad, why);
+        if (have_sync && sync.abort)
+            sync.abort(&sync, why);
+    }
+    /* Communicators borrow the ops' stream: destroy them first. */
+    if (have_sync && sync.destroy)
+        sync.destroy(&sync);
+    if (have_grad && grad.destroy)
+        grad.destroy(&grad);
+    if (have_ops && ops.destroy)
+        ops.destroy(&ops);
+    return rc;
+}
+
+/* ===== ddprt_main ===== */
+
+static int ddprt_load_data(struct ddprt_run *r, struct ddpc_err *e)
+{
+    DDPC_TRY(data_load(&r->job.data.train, &r->train, e));
+    if (r->job.data.has_test) {
+        DDPC_TRY(data_load(&r->job.data.test, &r->test, e));
+        r->has_test = 1;
+    }
+    return 0;
+}
+
+static void ddprt_report(const char *argv0, const struct ddpc_err *e)
+{
+    fprintf(stderr, "%s: error: %s", argv0, e->msg);
+    if (e->file)
+        fprintf(stderr, " (%s:%d)", e->file, e->line);
+    fputc('\n', stderr);
+}
+
+int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
+{
+    const char *argv0 = argc > 0 && argv[0] ? argv[0] : "job";
+    struct ddprt_flags fl;
+    int st = ddprt_parse_flags(argc, argv, &fl);
+    if (st)
+        return st;
+    if (fl.help) {
+        ddprt_usage(stdout, argv0, p);
+        return 0;
+    }
+    if (fl.version) {
+        printf("%s: job %s, built by ddpc %s from %s (sha256 %s), backends: cpu%s\n", argv0,
+               p->job->name ? p->job->name : "?", p->ddpc_version ? p->ddpc_version : "?",
+               p->spec_path ? p->spec_path : "?", p->spec_hash ? p->spec_hash : "?",
+               p->cuda ? ", cuda" : "");
+        return 0;
+    }
+
+    struct ddprt_run *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "%s: error: out of memory\n", argv0);
+        return DDPRT_EXIT_FAIL;
+    }
+    r->p = p;
+    r->job = *p->job;
+    r->t_launch = ddpc_now();
+    if (fl.resume) {
+        r->job.checkpoint.resume = DDPC_RESUME_PATH;
+        r->job.checkpoint.resume_path = fl.resume;
+    }
+    struct ddpc_err e = { 0 };
+    int status = DDPRT_EXIT_FAIL;
+
+    if (fl.dry_run) {
+        printf("# %s --dry-run: the configuration baked into this binary and the launch "
+               "plan; nothing is trained\n", argv0);
+        printf("# built by ddpc %s from %s (sha256 %s)\n",
+               p->ddpc_version ? p->ddpc_version : "?", p->spec_path ? p->spec_path : "?",
+               p->spec_hash ? p->spec_hash : "?");
+        ddprt_print_job(stdout, p->job);   /* as baked: before any override */
+        int prc = ddprt_plan(r, &fl, &e);
+        if (prc == 0)
+            ddprt_print_plan(stdout, r, &fl);
+        ddprt_print_text(stdout, "spec", p->spec_text);
+        ddprt_print_text(stdout, "plan (job.plan.json)", p->plan_json);
+        if (fflush(stdout) == EOF) {
+            fprintf(stderr, "%s: error: writing stdout: %s\n", argv0, strerror(errno));
+            goto done;
+        }
+        if (prc < 0) {
+            ddprt_report(argv0, &e);
+            goto done;
+        }
+        status = 0;
+        goto done;
+    }
+
+    if (ddprt_plan(r, &fl, &e) < 0) {
+        ddprt_report(argv0, &e);
+        goto done;
+    }
+    if (r->job.accelerator == DDPC_ACCEL_AUTO && !r->use_cuda)
+        fprintf(stderr, "%s\n", r->accel_note);
+    if (fl.resume && access(fl.resume, R_OK) != 0) {
+        fprintf(stderr, "%s: error: --resume %s: %s\n", argv0, fl.resume, strerror(errno));
+        goto done;
+    }
+    /* Before fork: one copy of the data, shared copy-on-write by every
+     * worker; a bad file stops the job here with nothing started. */
+    if (ddprt_load_data(r, &e) < 0) {
+        ddprt_report(argv0, &e);
+        goto done;
+    }
+
+    struct launch_opts o;
+    memset(&o, 0, sizeof o);
+    o.world = r->local_world;
+    o.rank_offset = r->node_rank * r->local_world;
+    o.global_world = r->world;
+    for (int i = 0; i < r->local_world; i++)
+        o.devices[i] = r->devices[i];
+    o.device_kind = r->use_cuda ? "cuda:" : "cpu worker";
+    o.use_shm = !r->use_cuda;
+    o.grad_slot_floats = DDPRT_GRAD_SLOT;
+    o.sync_slot_floats = DDPRT_SYNC_SLOT;
+    o.grace_s = 1.0;
+    o.single_blas_thread = !r->use_cuda;
+
+    int max_restarts = r->job.launch.max_restarts > 0 ? r->job.launch.max_restarts : 0;
+    for (int attempt = 0;; attempt++) {
+        ddpc_err_clear(&e);
+        status = launch_run(&o, ddprt_worker, r, &e);
+        if (status == 0)
+            break;
+        fprintf(stderr, "%s: %s\n", argv0, e.msg);
+        /* An interrupt is the user's decision, not a fault to retry. */
+        if (status >= 128 || attempt >= max_restarts)
+            break;
+        int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
+        fprintf(stderr, "%s: restarting (%d of %d) %s\n", argv0, attempt + 1, max_restarts,
+                ckpt ? "from the last checkpoint" : "from scratch: no checkpoint_dir is set");
+        if (ckpt) {
+            r->job.checkpoint.resume = DDPC_RESUME_AUTO;
+            r->job.checkpoint.resume_path = NULL;
+        }
+        r->t_launch = ddpc_now();
+    }
+
+done:
+    data_free(&r->train);
+    data_free(&r->test);
+    free(r);
+    return status;
+}
