@@ -1,0 +1,238 @@
+/* cc.c - the compiler driver of `ddpc build` (see cc.h).
+ *
+ * Owns: the command line that turns job.c + job_config.h into a program,
+ * the CPU/CUDA link choice, and the messages when that fails.
+ * Never: runs a shell, prints the compiler's output before saying what
+ * failed, or leaves OUT half-written.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "buf.h"
+#include "cc.h"
+#include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_CUDA_LINK, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
+
+#ifndef DDPC_SANFLAGS
+#define DDPC_SANFLAGS ""
+#endif
+
+extern char **environ;
+
+/* argv under construction: every string owned */
+struct argv_list {
+    char **v;
+    int    n, cap;
+    int    oom;
+};
+
+static void argv_add(struct argv_list *a, const char *s)
+{
+    if (a->oom)
+        return;
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            a->oom = 1;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    if (!(a->v[a->n] = strdup(s))) {
+        a->oom = 1;
+        return;
+    }
+    a->v[++a->n] = NULL;
+}
+
+static void argv_addf(struct argv_list *a, const char *fmt, const char *x, const char *y)
+{
+    char *s;
+    if (asprintf(&s, fmt, x, y) < 0) {
+        a->oom = 1;
+        return;
+    }
+    argv_add(a, s);
+    free(s);
+}
+
+/* Toolchain strings from the Makefile are space-separated word lists. */
+static void argv_add_words(struct argv_list *a, const char *words)
+{
+    char *copy = strdup(words), *save = NULL;
+    if (!copy) {
+        a->oom = 1;
+        return;
+    }
+    for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        argv_add(a, w);
+    free(copy);
+}
+
+static void argv_free(struct argv_list *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+int cc_wants_cuda(const struct ddpc_job *job, int cpu_only)
+{
+    return DDPC_HAVE_CUDA_LIB && !cpu_only && job->accelerator != DDPC_ACCEL_CPU;
+}
+
+/* A file the build needs; the hint says how to get it. */
+static int need(const char *prefix, const char *rel, const char *what, struct ddpc_diag *d)
+{
+    char *p;
+    if (asprintf(&p, "%s/%s", prefix, rel) < 0)
+        return -1;
+    int ok = access(p, R_OK) == 0;
+    if (!ok)
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                 "%s not found at %s: run `make` in the ddpc source tree, or `make install`",
+                 what, p);
+    free(p);
+    return ok ? 0 : -1;
+}
+
+/* Everything the compiler wrote to fd, as a string the caller frees. */
+static char *read_output(int fd)
+{
+    struct ddpc_buf b;
+    char chunk[4096];
+    ssize_t n;
+    buf_init(&b);
+    buf_add(&b, "", 0);
+    if (lseek(fd, 0, SEEK_SET) == 0)
+        while ((n = read(fd, chunk, sizeof chunk)) > 0)
+            buf_add(&b, chunk, (size_t)n);
+    return buf_take(&b);
+}
+
+int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
+{
+    int rc = -1, out_fd = -1, have_fa = 0;
+    char *tmp = NULL;
+    struct argv_list a = { 0 };
+    posix_spawn_file_actions_t fa;
+    FILE *log = o->log ? o->log : stderr;
+    *output = NULL;
+    int cuda = cc_wants_cuda(o->job, o->cpu_only);
+
+    if (o->job->accelerator == DDPC_ACCEL_GPU && !DDPC_HAVE_CUDA_LIB && !o->cpu_only) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "accelerator",
+                 "the job asks for GPUs but this ddpc was built without CUDA (no nvcc): "
+                 "rebuild ddpc where CUDA is installed, or use accelerator: auto or cpu");
+        goto done;
+    }
+    if (need(o->prefix, "lib/libddprt.a", "the runtime library libddprt.a", d) != 0 ||
+        need(o->prefix, "share/ddpc/job.c", "the job main (job.c)", d) != 0 ||
+        need(o->prefix, "include/ddpc/ddprt.h", "the runtime headers", d) != 0 ||
+        (cuda && need(o->prefix, "lib/libddprt_cuda.a", "the CUDA runtime libddprt_cuda.a", d) != 0))
+        goto done;
+
+    if (asprintf(&tmp, "%s.tmp.%ld", o->out, (long)getpid()) < 0) {
+        tmp = NULL;
+        goto oom;
+    }
+
+    argv_add_words(&a, DDPC_CC);
+    argv_add_words(&a, DDPC_SANFLAGS);
+    /* -O2 of one small file: the job's speed is in libddprt, built once */
+    argv_add(&a, "-O2");
+    argv_addf(&a, "-I%s%s", o->emit_dir, "");
+    argv_addf(&a, "-I%s/%s", o->prefix, "include/ddpc");
+    if (cuda)
+        argv_add(&a, "-DDDPC_WITH_CUDA=1");
+    argv_addf(&a, "%s/%s", o->prefix, "share/ddpc/job.c");
+    if (cuda)
+        argv_addf(&a, "%s/%s", o->prefix, "lib/libddprt_cuda.a");
+    argv_addf(&a, "%s/%s", o->prefix, "lib/libddprt.a");
+    argv_add_words(&a, DDPC_RT_LIBS);
+    if (cuda)
+        argv_add_words(&a, DDPC_CUDA_LINK);
+    argv_add(&a, "-o");
+    argv_add(&a, tmp);
+    if (a.oom)
+        goto oom;
+
+    if (o->verbose) {
+        for (int i = 0; i < a.n; i++)
+            fprintf(log, "%s%s", i ? " " : "", a.v[i]);
+        fputc('\n', log);
+    }
+
+    /* the compiler's stdout and stderr go to an anonymous file, so they can
+     * follow our summary instead of preceding it */
+    out_fd = memfd_create("ddpc-cc", MFD_CLOEXEC);
+    if (out_fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "memfd_create: %s", strerror(errno));
+        goto done;
+    }
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        goto oom;
+    have_fa = 1;
+    if (posix_spawn_file_actions_adddup2(&fa, out_fd, 1) != 0 ||
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 2) != 0)
+        goto oom;
+    pid_t pid;
+    int err = posix_spawnp(&pid, a.v[0], &fa, NULL, a.v, environ);
+    if (err != 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run the C compiler %s: %s%s", a.v[0],
+                 strerror(err),
+                 err == ENOENT ? " (install one: apt-get install gcc)" : "");
+        goto done;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+            goto done;
+        }
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        if (WIFEXITED(st))
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                     "compiling job.c and linking the runtime%s failed (%s exit status %d); "
+                     "the compiler's output follows", cuda ? " (with CUDA)" : "", a.v[0],
+                     WEXITSTATUS(st));
+        else
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "the C compiler %s was killed by signal %d",
+                     a.v[0], WTERMSIG(st));
+        goto done;
+    }
+    if (rename(tmp, o->out) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, o->out, 0, 0, "", "cannot write the program: %s",
+                 strerror(errno));
+        goto done;
+    }
+    free(tmp);
+    tmp = NULL;
+    rc = 0;
+    goto done;
+oom:
+    diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+done:
+    /* the summary is in d; the caller prints it, then this output */
+    if (out_fd >= 0)
+        *output = read_output(out_fd);
+    if (have_fa)
+        posix_spawn_file_actions_destroy(&fa);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    argv_free(&a);
+    if (out_fd >= 0)
+        close(out_fd);
+    return rc;
+}

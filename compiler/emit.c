@@ -1,0 +1,543 @@
+/* emit.c - job + plan -> m4 definitions -> generated files.
+ *
+ * Owns: the spelling of every job field and plan number in generated files
+ * (through buf.c's escapers) and the m4 invocation. The templates own the
+ * layout; this file owns the values.
+ *
+ * Safety argument, in order:
+ *   1. every spec string is escaped by buf_c_str / buf_json_str /
+ *      buf_sh_word into printable ASCII (def() re-checks each body and
+ *      refuses anything else, so a bug here fails the build rather than
+ *      leaking bytes);
+ *   2. m4's quotes become QL/QR, made of bytes >= 0x80 that escaped text
+ *      cannot hold, and each body is quoted twice: define strips one level,
+ *      expansion's rescan strips the other, and quoted text is never
+ *      expanded, so "m4_syscmd(...)" or "DDPC_X" in a value is just text;
+ *   3. the C and JSON escapers never emit '$', and a shell word only as $'
+ *      (def() checks), so m4's argument substitution ($1, $#, $* and $@)
+ *      has nothing to act on;
+ *   4. comments are disabled, so '#' cannot hide the rest of a line from m4;
+ *   5. m4 runs with -P (builtins are m4_*), from an argv array, no shell.
+ *
+ * Never: starts a shell, writes a timestamp or a temporary path into an
+ * output, prints, exits.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "buf.h"
+#include "emit.h"
+
+extern char **environ;
+
+#define QL "\xc2\xab"    /* U+00AB, m4's open quote while templates run */
+#define QR "\xc2\xbb"    /* U+00BB, its close quote */
+
+/* ======================= definitions ======================= */
+
+struct defs {
+    struct ddpc_buf  out;
+    struct ddpc_diag *d;
+    int bad;             /* a body failed the check: an internal error */
+};
+
+/* Appends m4_define(QL name QR, QL QL body QR QR). The body must be
+ * printable ASCII (newlines allowed) with no '$' except "$'" (see the
+ * safety argument); anything else is refused. */
+static void def(struct defs *df, const char *name, const char *body)
+{
+    for (const unsigned char *c = (const unsigned char *)body; *c; c++) {
+        int ok = (*c >= 0x20 && *c < 0x7f) || *c == '\n';
+        if (*c == '$' && c[1] != '\'')
+            ok = 0;
+        if (!ok) {
+            if (!df->bad)
+                diag_add(df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                         "internal error: unsafe byte 0x%02x in the value of %s; "
+                         "please report this", *c, name);
+            df->bad = 1;
+            return;
+        }
+    }
+    buf_printf(&df->out, "m4_define(" QL "%s" QR ", " QL QL "%s" QR QR ")\n", name, body);
+}
+
+static void def_i64(struct defs *df, const char *name, int64_t v)
+{
+    char s[48];
+    if (v == INT64_MIN)
+        snprintf(s, sizeof s, "(-INT64_C(9223372036854775807) - 1)");
+    else if (v > INT32_MAX || v < INT32_MIN)
+        snprintf(s, sizeof s, "INT64_C(%lld)", (long long)v);
+    else
+        snprintf(s, sizeof s, "%lld", (long long)v);
+    def(df, name, s);
+}
+
+static void def_u64(struct defs *df, const char *name, uint64_t v)
+{
+    char s[48];
+    snprintf(s, sizeof s, "UINT64_C(%llu)", (unsigned long long)v);
+    def(df, name, s);
+}
+
+/* A double as a C constant that reads back to the same bits: %.17g, with
+ * ".0" added where the result would otherwise be an integer constant. */
+static void c_double(char *s, size_t n, double v)
+{
+    snprintf(s, n, "%.17g", v);
+    if (!strpbrk(s, ".eE"))
+        strncat(s, ".0", n - strlen(s) - 1);
+}
+
+static void def_f64(struct defs *df, const char *name, double v)
+{
+    char s[48];
+    if (!isfinite(v)) {
+        if (!df->bad)
+            diag_add(df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "%s is not a finite number", name);
+        df->bad = 1;
+        return;
+    }
+    c_double(s, sizeof s, v);
+    def(df, name, s);
+}
+
+/* Plan numbers that may be unknown: -1.0 stands for "unknown". */
+static void def_f64_or_unknown(struct defs *df, const char *name, double v)
+{
+    def_f64(df, name, isfinite(v) ? v : -1.0);
+}
+
+static void def_cstr(struct defs *df, const char *name, const char *s)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    buf_c_str_or_null(&b, s);
+    if (b.oom)
+        df->out.oom = 1;
+    else
+        def(df, name, b.s);
+    buf_free(&b);
+}
+
+static void def_cbytes(struct defs *df, const char *name, const char *s, size_t n)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    buf_c_str(&b, s, n);
+    if (b.oom)
+        df->out.oom = 1;
+    else
+        def(df, name, b.s);
+    buf_free(&b);
+}
+
+static void def_enum(struct defs *df, const char *name, int v, const char *const *names,
+                     int n)
+{
+    if (v < 0 || v >= n) {
+        if (!df->bad)
+            diag_add(df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                     "internal error: %s has no enumerator %d", name, v);
+        df->bad = 1;
+        return;
+    }
+    def(df, name, names[v]);
+}
+
+#define DEF_ENUM(df, name, v, names) \
+    def_enum((df), (name), (int)(v), (names), (int)(sizeof(names) / sizeof(names[0])))
+
+static const char *const accel_names[] = { "DDPC_ACCEL_AUTO", "DDPC_ACCEL_CPU", "DDPC_ACCEL_GPU" };
+static const char *const strategy_names[] = { "DDPC_STRATEGY_DDP", "DDPC_STRATEGY_NONE" };
+static const char *const scaling_names[] = { "DDPC_LR_SCALING_NONE", "DDPC_LR_SCALING_LINEAR",
+                                             "DDPC_LR_SCALING_SQRT" };
+static const char *const precision_names[] = { "DDPC_PRECISION_FP32", "DDPC_PRECISION_BF16",
+                                               "DDPC_PRECISION_FP16" };
+static const char *const model_names[] = { "DDPC_MODEL_MLP", "DDPC_MODEL_LINEAR" };
+static const char *const act_names[] = { "DDPC_ACT_RELU", "DDPC_ACT_GELU", "DDPC_ACT_TANH",
+                                         "DDPC_ACT_SIGMOID", "DDPC_ACT_IDENTITY" };
+static const char *const init_names[] = { "DDPC_INIT_PYTORCH", "DDPC_INIT_XAVIER_UNIFORM",
+                                          "DDPC_INIT_KAIMING_NORMAL" };
+static const char *const loss_names[] = { "DDPC_LOSS_CROSS_ENTROPY", "DDPC_LOSS_MSE" };
+static const char *const format_names[] = { "DDPC_DATA_IDX", "DDPC_DATA_NPY", "DDPC_DATA_CSV",
+                                            "DDPC_DATA_SYNTHETIC" };
+static const char *const optim_names[] = { "DDPC_OPTIM_ADAM", "DDPC_OPTIM_ADAMW",
+                                           "DDPC_OPTIM_SGD" };
+static const char *const decay_names[] = { "DDPC_DECAY_CONSTANT", "DDPC_DECAY_COSINE",
+                                           "DDPC_DECAY_STEP" };
+static const char *const resume_names[] = { "DDPC_RESUME_AUTO", "DDPC_RESUME_NEVER",
+                                            "DDPC_RESUME_PATH" };
+static const char *const progress_names[] = { "DDPC_PROGRESS_AUTO", "DDPC_PROGRESS_ON",
+                                              "DDPC_PROGRESS_OFF" };
+static const char *const launcher_names[] = { "DDPC_LAUNCHER_LOCAL", "DDPC_LAUNCHER_SLURM" };
+
+/* "{ a, b, c }" of the first n of v (at least one element, so the
+ * initializer is never empty). */
+static void def_i32_list(struct defs *df, const char *name, const int32_t *v, int n, int max)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    if (n < 0 || n > max)
+        n = 0;
+    buf_puts(&b, "{ ");
+    for (int i = 0; i < n; i++)
+        buf_printf(&b, "%s%d", i ? ", " : "", v[i]);
+    buf_puts(&b, n ? " }" : "0 }");
+    if (b.oom)
+        df->out.oom = 1;
+    else
+        def(df, name, b.s);
+    buf_free(&b);
+}
+
+static void def_source(struct defs *df, const char *pre, const struct ddpc_data_source *s)
+{
+    char name[64];
+#define SRC(field) (snprintf(name, sizeof name, "M_%s_%s", pre, field), name)
+    DEF_ENUM(df, SRC("FORMAT"), s->format, format_names);
+    def_cstr(df, SRC("INPUTS"), s->inputs);
+    def_cstr(df, SRC("LABELS"), s->labels);
+    def_cstr(df, SRC("PATH"), s->path);
+    def_i64(df, SRC("LABEL_COLUMN"), s->label_column);
+    def_i64(df, SRC("SAMPLES"), s->samples);
+    def_i64(df, SRC("FEATURES"), s->features);
+    def_i64(df, SRC("CLASSES"), s->classes);
+    def_u64(df, SRC("SEED"), s->seed);
+#undef SRC
+}
+
+/* Every field of struct ddpc_job, in declaration order; the template
+ * job_config.h.m4 names each of these macros once. */
+static void def_job(struct defs *df, const struct ddpc_job *j)
+{
+    def_i64(df, "M_VERSION_FIELD", j->version);
+    def_cstr(df, "M_NAME", j->name);
+    def_i64(df, "M_N_DEVICES", j->n_devices);
+    def_i64(df, "M_DEVICES_ALL", j->devices_all);
+    def_i32_list(df, "M_DEVICES", j->devices, j->n_devices, DDPC_MAX_DEVICES);
+    DEF_ENUM(df, "M_STRATEGY", j->strategy, strategy_names);
+    DEF_ENUM(df, "M_ACCELERATOR", j->accelerator, accel_names);
+    def_u64(df, "M_SEED", j->seed);
+    def_i64(df, "M_DETERMINISTIC", j->deterministic);
+    def_i64(df, "M_EPOCHS", j->epochs);
+    def_f64(df, "M_LEARNING_RATE", j->learning_rate);
+    DEF_ENUM(df, "M_LR_SCALING", j->lr_scaling, scaling_names);
+    def_i64(df, "M_BATCH_SIZE", j->batch_size);
+    def_i64(df, "M_GRAD_ACCUMULATION", j->grad_accumulation);
+    def_i64(df, "M_LIMIT_TRAIN_BATCHES", j->limit_train_batches);
+    def_f64(df, "M_LIMIT_TRAIN_FRACTION", j->limit_train_fraction);
+    DEF_ENUM(df, "M_PRECISION", j->precision, precision_names);
+    def_f64(df, "M_GRAD_CLIP_NORM", j->grad_clip_norm);
+    def_f64(df, "M_BUCKET_CAP_MB", j->bucket_cap_mb);
+    def_cstr(df, "M_CHECKPOINT_DIR", j->checkpoint_dir);
+    def_f64(df, "M_NCCL_TIMEOUT_S", j->nccl_timeout_s);
+    def_f64(df, "M_RANK_SYNC_TIMEOUT_S", j->rank_sync_timeout_s);
+
+    DEF_ENUM(df, "M_MODEL_TYPE", j->model.type, model_names);
+    def_i64(df, "M_MODEL_N_LAYERS", j->model.n_layers);
+    def_i32_list(df, "M_MODEL_LAYERS", j->model.layers, j->model.n_layers, DDPC_MAX_LAYERS);
+    DEF_ENUM(df, "M_MODEL_ACTIVATION", j->model.activation, act_names);
+    DEF_ENUM(df, "M_MODEL_INIT", j->model.init, init_names);
+    DEF_ENUM(df, "M_LOSS", j->loss, loss_names);
+
+    def_source(df, "TRAIN", &j->data.train);
+    def_source(df, "TEST", &j->data.test);
+    def_i64(df, "M_DATA_HAS_TEST", j->data.has_test);
+    def_i64(df, "M_DATA_SHUFFLE", j->data.shuffle);
+    def_i64(df, "M_DATA_DROP_LAST", j->data.drop_last);
+
+    DEF_ENUM(df, "M_OPTIM_TYPE", j->optimizer.type, optim_names);
+    def_f64(df, "M_OPTIM_MOMENTUM", j->optimizer.momentum);
+    def_i64(df, "M_OPTIM_NESTEROV", j->optimizer.nesterov);
+    def_f64(df, "M_OPTIM_WEIGHT_DECAY", j->optimizer.weight_decay);
+    def_f64(df, "M_OPTIM_BETA1", j->optimizer.beta1);
+    def_f64(df, "M_OPTIM_BETA2", j->optimizer.beta2);
+    def_f64(df, "M_OPTIM_EPS", j->optimizer.eps);
+
+    def_i64(df, "M_SCHED_WARMUP_STEPS", j->schedule.warmup_steps);
+    def_f64(df, "M_SCHED_WARMUP_START_FACTOR", j->schedule.warmup_start_factor);
+    DEF_ENUM(df, "M_SCHED_DECAY", j->schedule.decay, decay_names);
+    def_f64(df, "M_SCHED_MIN_LR_FACTOR", j->schedule.min_lr_factor);
+    def_i64(df, "M_SCHED_STEP_SIZE", j->schedule.step_size);
+    def_f64(df, "M_SCHED_GAMMA", j->schedule.gamma);
+
+    def_i64(df, "M_CKPT_EVERY_N_EPOCHS", j->checkpoint.every_n_epochs);
+    def_i64(df, "M_CKPT_KEEP_LAST", j->checkpoint.keep_last);
+    DEF_ENUM(df, "M_CKPT_RESUME", j->checkpoint.resume, resume_names);
+    def_cstr(df, "M_CKPT_RESUME_PATH", j->checkpoint.resume_path);
+    def_cstr(df, "M_CKPT_EXPORT_PATH", j->checkpoint.export_path);
+
+    def_i64(df, "M_LOG_EVERY_N_STEPS", j->logging.every_n_steps);
+    def_cstr(df, "M_LOG_METRICS_CSV", j->logging.metrics_csv);
+    def_cstr(df, "M_LOG_TENSORBOARD", j->logging.tensorboard);
+    DEF_ENUM(df, "M_LOG_PROGRESS", j->logging.progress, progress_names);
+
+    def_i64(df, "M_LAUNCH_NUM_NODES", j->launch.num_nodes);
+    DEF_ENUM(df, "M_LAUNCH_LAUNCHER", j->launch.launcher, launcher_names);
+    def_cstr(df, "M_LAUNCH_MASTER_ADDR", j->launch.master_addr);
+    def_i64(df, "M_LAUNCH_MASTER_PORT", j->launch.master_port);
+    def_i64(df, "M_LAUNCH_MAX_RESTARTS", j->launch.max_restarts);
+}
+
+static void def_plan(struct defs *df, const struct ddpc_plan *p)
+{
+    def_i64(df, "M_P_WORLD_SIZE", p->world_known ? p->world_size : 0);
+    def_i64(df, "M_P_NUM_NODES", p->num_nodes);
+    def_i64(df, "M_P_DEVICES_PER_NODE", p->world_known ? p->devices_per_node : 0);
+    def_i64(df, "M_P_TRAIN_SAMPLES", p->train_samples);
+    def_i64(df, "M_P_SAMPLES_PER_RANK", p->samples_per_rank);
+    def_i64(df, "M_P_BATCHES_PER_EPOCH", p->batches_per_epoch);
+    def_i64(df, "M_P_OPTIMIZER_STEPS_PER_EPOCH", p->optimizer_steps_per_epoch);
+    def_i64(df, "M_P_TOTAL_OPTIMIZER_STEPS", p->total_optimizer_steps);
+    def_i64(df, "M_P_GLOBAL_BATCH", p->global_batch);
+    def_f64_or_unknown(df, "M_P_LR_PEAK", p->lr_peak);
+    def_i64(df, "M_P_N_PARAMS", p->total_params);
+    def_i64(df, "M_P_N_BUCKETS", p->n_buckets);
+    def_i64(df, "M_P_BUCKET_CAP_BYTES", p->bucket_cap_bytes);
+    def_i64(df, "M_P_MEM_PER_DEVICE", p->mem_total);
+}
+
+/* What job.sbatch needs: shell words and numbers. The master address comes
+ * from the allocation (the template asks scontrol) unless the spec names a
+ * real host. */
+static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct ddpc_plan *p)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    buf_sh_word(&b, j->name ? j->name : "job");
+    if (!b.oom)
+        def(df, "M_SH_NAME", b.s);
+    buf_free(&b);
+    buf_init(&b);
+    buf_sh_word(&b, p->program);
+    if (!b.oom)
+        def(df, "M_SH_PROGRAM", b.s);
+    buf_free(&b);
+    const char *m = j->launch.master_addr;
+    int from_alloc = !m || !m[0] || strcmp(m, "localhost") == 0 || strcmp(m, "127.0.0.1") == 0;
+    def_i64(df, "M_SH_MASTER_FROM_ALLOC", from_alloc);
+    buf_init(&b);
+    buf_sh_word(&b, from_alloc ? "" : m);
+    if (!b.oom)
+        def(df, "M_SH_MASTER", b.s);
+    buf_free(&b);
+    def_i64(df, "M_SH_PORT", j->launch.master_port);
+    def_i64(df, "M_SH_GPUS",
+            j->accelerator == DDPC_ACCEL_CPU || !p->world_known ? 0 : p->devices_per_node);
+}
+
+char *emit_prologue(const struct emit_input *in, const char *plan_json, struct ddpc_diag *d)
+{
+    struct defs df = { .d = d };
+    buf_init(&df.out);
+    /* Default quotes are still on for the first lines; the diversion keeps
+     * the definitions' newlines out of the output. */
+    buf_puts(&df.out, "m4_divert(-1)\nm4_changecom()\nm4_changequote(" QL "," QR ")\n");
+
+    def_cstr(&df, "M_VERSION", in->version);
+    def_cstr(&df, "M_SPEC_PATH", in->spec_path);
+    def_cstr(&df, "M_SPEC_HASH", in->spec_hash);
+    def_cbytes(&df, "M_SPEC_TEXT", in->spec_text, in->spec_len);
+    def_i64(&df, "M_SPEC_LEN", (int64_t)in->spec_len);
+    /* the banner: the same escaped literals, which hold no star-slash */
+    def_job(&df, in->job);
+    def_plan(&df, in->plan);
+    def_sbatch(&df, in->job, in->plan);
+    if (plan_json) {
+        size_t n = strlen(plan_json);
+        def_cbytes(&df, "M_PLAN_JSON", plan_json, n);
+        /* job.plan.json: the text itself, its final newline left to the template */
+        char *raw = strndup(plan_json, n && plan_json[n - 1] == '\n' ? n - 1 : n);
+        if (!raw)
+            df.out.oom = 1;
+        else
+            def(&df, "M_PLAN_JSON_RAW", raw);
+        free(raw);
+    }
+    buf_puts(&df.out, "m4_divert(0)m4_dnl\n");
+    if (df.out.oom && !df.bad)
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory while generating");
+    if (df.bad || df.out.oom) {
+        buf_free(&df.out);
+        return NULL;
+    }
+    return buf_take(&df.out);
+}
+
+/* ======================= running m4 ======================= */
+
+int emit_m4(const char *m4, const char *prologue, const char *template_path,
+            const char *out_path, struct ddpc_diag *d)
+{
+    int rc = -1, in_fd = -1, out_fd = -1, have_fa = 0;
+    char *tmp = NULL;
+    posix_spawn_file_actions_t fa;
+    if (!m4)
+        m4 = "m4";
+
+    if (access(template_path, R_OK) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, template_path, 0, 0, "",
+                 "template not readable (%s): is ddpc installed completely (make install)?",
+                 strerror(errno));
+        goto done;
+    }
+    /* the prologue travels on stdin from an anonymous file: no temp path to
+     * clean up, and no pipe for m4 to break if it exits early */
+    in_fd = memfd_create("ddpc-prologue", MFD_CLOEXEC);
+    if (in_fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "memfd_create: %s", strerror(errno));
+        goto done;
+    }
+    size_t len = strlen(prologue), off = 0;
+    while (off < len) {
+        ssize_t w = write(in_fd, prologue + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "writing the m4 prologue: %s",
+                     strerror(errno));
+            goto done;
+        }
+        off += (size_t)w;
+    }
+    if (lseek(in_fd, 0, SEEK_SET) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "lseek: %s", strerror(errno));
+        goto done;
+    }
+    if (asprintf(&tmp, "%s.tmp.%ld", out_path, (long)getpid()) < 0) {
+        tmp = NULL;
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+        goto done;
+    }
+    out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "cannot create: %s", strerror(errno));
+        free(tmp);
+        tmp = NULL;    /* nothing to remove */
+        goto done;
+    }
+    if (posix_spawn_file_actions_init(&fa) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "posix_spawn_file_actions_init failed");
+        goto done;
+    }
+    have_fa = 1;
+    if (posix_spawn_file_actions_adddup2(&fa, in_fd, 0) != 0 ||
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 1) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "posix_spawn_file_actions_adddup2 failed");
+        goto done;
+    }
+    char *argv[] = { (char *)m4, "-P", "-E", "-", (char *)template_path, NULL };
+    pid_t pid;
+    int err = posix_spawnp(&pid, m4, &fa, NULL, argv, environ);
+    if (err != 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run %s: %s%s", m4, strerror(err),
+                 err == ENOENT ? " (install GNU m4: apt-get install m4)" : "");
+        goto done;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+            goto done;
+        }
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, template_path, 0, 0, "",
+                 "m4 failed (%s %d) on this template; its messages are above",
+                 WIFEXITED(st) ? "exit status" : "signal",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        goto done;
+    }
+    if (fsync(out_fd) != 0 || close(out_fd) != 0) {
+        out_fd = -1;
+        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "write failed: %s", strerror(errno));
+        goto done;
+    }
+    out_fd = -1;
+    if (rename(tmp, out_path) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, out_path, 0, 0, "", "cannot rename %s into place: %s", tmp,
+                 strerror(errno));
+        goto done;
+    }
+    free(tmp);
+    tmp = NULL;
+    rc = 0;
+done:
+    if (have_fa)
+        posix_spawn_file_actions_destroy(&fa);
+    if (out_fd >= 0)
+        close(out_fd);
+    if (in_fd >= 0)
+        close(in_fd);
+    if (tmp) {
+        unlink(tmp);    /* a failed run leaves no partial file */
+        free(tmp);
+    }
+    return rc;
+}
+
+/* ======================= all files ======================= */
+
+static char *path_join(const char *dir, const char *name)
+{
+    char *p;
+    if (asprintf(&p, "%s/%s", dir, name) < 0)
+        return NULL;
+    return p;
+}
+
+int emit_files(const struct emit_input *in, const char *out_dir, const char *sbatch_path,
+               struct ddpc_diag *d)
+{
+    int rc = -1;
+    char *json = NULL, *pro = NULL, *tpl = NULL, *out = NULL;
+
+    json = plan_json(in->plan, in->job);
+    if (!json) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory while writing the plan");
+        goto done;
+    }
+    pro = emit_prologue(in, json, d);
+    if (!pro)
+        goto done;
+
+    static const char *const names[][2] = {
+        { "job.plan.json.m4", "job.plan.json" },
+        { "job_config.h.m4",  "job_config.h" },
+        { "job.sbatch.m4",    "job.sbatch" },
+    };
+    int n = in->job->launch.launcher == DDPC_LAUNCHER_SLURM ? 3 : 2;
+    for (int i = 0; i < n; i++) {
+        free(tpl);
+        free(out);
+        tpl = path_join(in->templates_dir, names[i][0]);
+        out = (i == 2 && sbatch_path) ? strdup(sbatch_path) : path_join(out_dir, names[i][1]);
+        if (!tpl || !out) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+            goto done;
+        }
+        if (emit_m4(in->m4, pro, tpl, out, d) != 0)
+            goto done;
+        if (i == 2 && chmod(out, 0755) != 0) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "chmod: %s", strerror(errno));
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(json);
+    free(pro);
+    free(tpl);
+    free(out);
+    return rc;
+}

@@ -1,0 +1,323 @@
+/* main.c - the ddpc command: check, plan, build, schema.
+ *
+ *   ddpc check FILE...                 validate specs (compiler/check.c)
+ *   ddpc plan FILE [--json]            the static launch plan
+ *   ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only]
+ *   ddpc schema                        JSON Schema of the language (compiler/check.c)
+ *   ddpc --version | --help
+ *
+ * Exit status: 0 ok; 1 the spec is invalid; 2 usage or I/O error (a file
+ * that cannot be read or written, a missing installation piece); 3 the job
+ * could not be generated or compiled (m4, cc or the linker failed).
+ *
+ * Owns: argument parsing, the order of the build steps, and turning their
+ * results into messages and exit statuses. Never: validates a spec itself
+ * (spec/ does), computes plan numbers (plan.c), or runs a shell.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "buf.h"
+#include "cc.h"
+#include "emit.h"
+#include "paths.h"
+#include "plan.h"
+#include "spec.h"
+#include "toolchain.h"
+
+/* compiler/check.c (the spec front end's commands) */
+int cmd_check(int argc, char **argv);
+int cmd_schema(int argc, char **argv);
+
+enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
+
+static const char usage_text[] =
+    "usage: ddpc check FILE... [--format text|json|github]\n"
+    "       ddpc plan FILE [--json]\n"
+    "       ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only]\n"
+    "       ddpc schema\n"
+    "       ddpc --version | --help\n"
+    "\n"
+    "  check   validate specs; every problem as file:line:col\n"
+    "  plan    print the launch plan: ranks, shards, batches, learning rate,\n"
+    "          gradient buckets, memory per device, timeouts, checkpoints\n"
+    "  build   check, plan, generate job_config.h from the m4 templates and\n"
+    "          compile the job program OUT (default ./NAME from the spec)\n"
+    "          --emit-dir DIR  keep the generated files in DIR\n"
+    "          --verbose       print the compiler command line\n"
+    "          --cpu-only      never link the CUDA backend\n"
+    "  schema  print the JSON Schema of the spec language\n"
+    "\n"
+    "exit status: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "ddpc: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage_text);
+    return EXIT_USAGE;
+}
+
+/* Prints the collected diagnostics in source order. */
+static void print_diags(struct ddpc_diag *d, int from)
+{
+    diag_sort(d);
+    diag_print(d, from, DDPC_FMT_TEXT, stderr);
+}
+
+/* Loads and validates path. Returns EXIT_OK with *job and *doc filled (free
+ * the doc), or the exit status after printing why. */
+static int load(const char *path, struct ddpc_job *job, struct spec_doc **doc,
+                struct ddpc_diag *d)
+{
+    /* read data headers: a layer size that does not match the data is
+     * caught here, before anything is compiled */
+    struct spec_options opt = { .read_data_headers = 1 };
+    memset(job, 0, sizeof *job);
+    int rc = spec_load_job(path, &opt, job, doc, d);
+    print_diags(d, 0);
+    if (rc == 2 || d->io_error)
+        return EXIT_USAGE;
+    if (rc != 0 || d->n_errors > 0)
+        return EXIT_INVALID;
+    return EXIT_OK;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    const char *file = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return usage_error("plan: unknown option %s", argv[i]);
+        else if (file)
+            return usage_error("plan: one spec at a time (%s is extra)", argv[i]);
+        else
+            file = argv[i];
+    }
+    if (!file)
+        return usage_error("plan: no spec file given%s", "");
+
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    struct ddpc_plan plan = { 0 };
+    struct spec_doc *doc = NULL;
+    char *text = NULL;
+    diag_init(&d);
+    int rc = load(file, &job, &doc, &d);
+    if (rc != EXIT_OK)
+        goto done;
+    int from = d.n;
+    if (plan_build(&job, NULL, &plan, &d) != 0) {
+        print_diags(&d, from);
+        rc = EXIT_INVALID;
+        goto done;
+    }
+    if (json) {
+        text = plan_json(&plan, &job);
+        if (!text || fputs(text, stdout) == EOF) {
+            fprintf(stderr, "ddpc: cannot write the plan\n");
+            rc = EXIT_USAGE;
+        }
+    } else if (plan_write_text(&plan, &job, stdout) != 0) {
+        fprintf(stderr, "ddpc: cannot write the plan\n");
+        rc = EXIT_USAGE;
+    }
+    if (fflush(stdout) != 0)
+        rc = EXIT_USAGE;
+done:
+    free(text);
+    plan_free(&plan);
+    spec_doc_free(doc);
+    diag_free(&d);
+    return rc;
+}
+
+/* Removes the files emit may have written in a temporary emit dir, then it. */
+static void remove_emit_dir(const char *dir)
+{
+    static const char *const names[] = { "job_config.h", "job.plan.json", "job.sbatch" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *p;
+        if (asprintf(&p, "%s/%s", dir, names[i]) < 0)
+            continue;
+        if (unlink(p) != 0 && errno != ENOENT)
+            fprintf(stderr, "ddpc: warning: cannot remove %s: %s\n", p, strerror(errno));
+        free(p);
+    }
+    if (rmdir(dir) != 0)
+        fprintf(stderr, "ddpc: warning: cannot remove %s: %s\n", dir, strerror(errno));
+}
+
+/* How the plan and the sbatch script name the program: as given when it has
+ * a slash, else ./OUT so a shell does not search PATH for it. */
+static char *program_name(const char *out)
+{
+    char *p;
+    if (asprintf(&p, strchr(out, '/') ? "%s" : "./%s", out) < 0)
+        return NULL;
+    return p;
+}
+
+static int cmd_build(int argc, char **argv)
+{
+    const char *file = NULL, *out = NULL, *emit_dir = NULL;
+    int verbose = 0, cpu_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--emit-dir") == 0) {
+            if (i + 1 >= argc)
+                return usage_error("build: %s needs a value", argv[i]);
+            if (argv[i][1] == 'o')
+                out = argv[++i];
+            else
+                emit_dir = argv[++i];
+        } else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0) {
+            verbose = 1;
+        } else if (strcmp(argv[i], "--cpu-only") == 0) {
+            cpu_only = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return usage_error("build: unknown option %s", argv[i]);
+        } else if (file) {
+            return usage_error("build: one spec at a time (%s is extra)", argv[i]);
+        } else {
+            file = argv[i];
+        }
+    }
+    if (!file)
+        return usage_error("build: no spec file given%s", "");
+    if (out && !out[0])
+        return usage_error("build: -o needs a file name%s", "");
+
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    struct ddpc_plan plan = { 0 };
+    struct spec_doc *doc = NULL;
+    char prefix[PATH_MAX], hash[65];
+    char *tmp_dir = NULL, *program = NULL, *out_default = NULL, *templates = NULL;
+    char *sbatch = NULL, *cc_output = NULL;
+    diag_init(&d);
+
+    int rc = load(file, &job, &doc, &d);
+    if (rc != EXIT_OK)
+        goto done;
+    int from = d.n;
+    rc = EXIT_USAGE;
+    if (paths_prefix(prefix, sizeof prefix, &d) != 0)
+        goto fail;
+    if (!out) {
+        if (asprintf(&out_default, "%s", job.name) < 0)
+            goto oom;
+        out = out_default;
+    }
+    if (!(program = program_name(out)))
+        goto oom;
+
+    rc = EXIT_INVALID;
+    if (plan_build(&job, program, &plan, &d) != 0)
+        goto fail;
+
+    /* ---- generate ---- */
+    rc = EXIT_USAGE;
+    if (emit_dir) {
+        if (mkdir(emit_dir, 0755) != 0 && errno != EEXIST) {
+            diag_add(&d, DDPC_SEV_ERROR, emit_dir, 0, 0, "", "cannot create: %s",
+                     strerror(errno));
+            goto fail;
+        }
+    } else {
+        const char *t = getenv("TMPDIR");
+        if (asprintf(&tmp_dir, "%s/ddpc-XXXXXX", t && t[0] ? t : "/tmp") < 0)
+            goto oom;
+        if (!mkdtemp(tmp_dir)) {
+            diag_add(&d, DDPC_SEV_ERROR, tmp_dir, 0, 0, "", "cannot create: %s",
+                     strerror(errno));
+            free(tmp_dir);
+            tmp_dir = NULL;
+            goto fail;
+        }
+        emit_dir = tmp_dir;
+    }
+    if (asprintf(&templates, "%s/share/ddpc/templates", prefix) < 0)
+        goto oom;
+    if (job.launch.launcher == DDPC_LAUNCHER_SLURM && asprintf(&sbatch, "%s.sbatch", out) < 0)
+        goto oom;
+    size_t spec_len = 0;
+    const char *spec_text = spec_doc_text(doc, &spec_len);
+    spec_sha256_hex(spec_text, spec_len, hash);
+    struct emit_input in = {
+        .job = &job, .plan = &plan, .spec_path = file, .spec_text = spec_text,
+        .spec_len = spec_len, .spec_hash = hash, .version = DDPC_VERSION,
+        .templates_dir = templates, .m4 = NULL,
+    };
+    rc = EXIT_COMPILE;
+    if (emit_files(&in, emit_dir, sbatch, &d) != 0)
+        goto fail;
+    if (verbose)
+        fprintf(stderr, "ddpc: generated %s/job_config.h, job.plan.json%s%s\n", emit_dir,
+                sbatch ? " and " : "", sbatch ? sbatch : "");
+
+    /* ---- compile ---- */
+    struct cc_options cc = {
+        .job = &job, .prefix = prefix, .emit_dir = emit_dir, .out = out,
+        .verbose = verbose, .cpu_only = cpu_only, .log = stderr,
+    };
+    if (cc_build(&cc, &cc_output, &d) != 0)
+        goto fail;
+    if (cc_output && cc_output[0])
+        fputs(cc_output, stderr);
+    if (verbose)
+        fprintf(stderr, "ddpc: wrote %s\n", out);
+    rc = EXIT_OK;
+    goto done;
+oom:
+    diag_add(&d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+fail:
+    print_diags(&d, from);
+    if (cc_output && cc_output[0])
+        fputs(cc_output, stderr);
+done:
+    if (tmp_dir)
+        remove_emit_dir(tmp_dir);
+    free(tmp_dir);
+    free(templates);
+    free(sbatch);
+    free(program);
+    free(out_default);
+    free(cc_output);
+    plan_free(&plan);
+    spec_doc_free(doc);
+    diag_free(&d);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("no command given%s", "");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("ddpc %s (spec language version %d, CUDA backend %s)\n", DDPC_VERSION,
+               DDPC_JOB_VERSION, DDPC_HAVE_CUDA_LIB ? "built" : "not built");
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    /* each subcommand sees argv starting at its own name */
+    if (strcmp(cmd, "check") == 0)
+        return cmd_check(argc - 1, argv + 1);
+    if (strcmp(cmd, "schema") == 0)
+        return cmd_schema(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(argc - 1, argv + 1);
+    if (strcmp(cmd, "build") == 0)
+        return cmd_build(argc - 1, argv + 1);
+    return usage_error("unknown command %s", cmd);
+}

@@ -1,0 +1,897 @@
+/* plan.c - the static launch plan: what a job will do, computed before it runs.
+ *
+ * Owns: the arithmetic of ranks, shards, batches, learning-rate scaling and
+ * schedule, gradient buckets, memory and checkpoints, and the launch
+ * commands; and reading just enough of a data file to count its samples.
+ * The conventions it shares with the runtime are listed in plan.h.
+ *
+ * Never: parses YAML (the job is already validated), trains, prints a
+ * diagnostic itself, or exits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include "buf.h"
+#include "plan.h"
+
+/* ======================= counting samples ======================= */
+
+/* IDX: 0 0 type ndim, then ndim big-endian uint32 sizes; the first is the
+ * sample count. gzread reads plain files as they are, so one path serves
+ * both .gz and uncompressed files. */
+static int64_t count_idx(const char *path, char *why, size_t why_len)
+{
+    int64_t n = -1;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    unsigned char h[8];
+    if (gzread(f, h, sizeof h) != (int)sizeof h) {
+        snprintf(why, why_len, "%s: too short for an IDX header", path);
+        goto done;
+    }
+    if (h[0] != 0 || h[1] != 0 || h[3] == 0) {
+        snprintf(why, why_len, "%s: not an IDX file (bad magic)", path);
+        goto done;
+    }
+    n = ((int64_t)h[4] << 24) | ((int64_t)h[5] << 16) | ((int64_t)h[6] << 8) | h[7];
+    snprintf(why, why_len, "IDX header of %s", path);
+done:
+    gzclose(f);
+    return n;
+}
+
+/* NPY: "\x93NUMPY", version, header length, then a Python dict literal with
+ * 'shape': (N, ...). Only the first dimension is needed. */
+static int64_t count_npy(const char *path, char *why, size_t why_len)
+{
+    int64_t n = -1;
+    char *hdr = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    unsigned char m[12];
+    if (fread(m, 1, 10, f) != 10 || memcmp(m, "\x93NUMPY", 6) != 0) {
+        snprintf(why, why_len, "%s: not an NPY file (bad magic)", path);
+        goto done;
+    }
+    size_t hlen = (size_t)m[8] | ((size_t)m[9] << 8);
+    if (m[6] >= 2) {    /* versions 2 and 3 have a 4-byte length */
+        if (fread(m + 10, 1, 2, f) != 2) {
+            snprintf(why, why_len, "%s: truncated NPY header", path);
+            goto done;
+        }
+        hlen |= ((size_t)m[10] << 16) | ((size_t)m[11] << 24);
+    }
+    if (hlen > (1u << 20)) {
+        snprintf(why, why_len, "%s: NPY header too long", path);
+        goto done;
+    }
+    hdr = malloc(hlen + 1);
+    if (!hdr || fread(hdr, 1, hlen, f) != hlen) {
+        snprintf(why, why_len, "%s: truncated NPY header", path);
+        goto done;
+    }
+    hdr[hlen] = '\0';
+    const char *s = strstr(hdr, "'shape'");
+    s = s ? strchr(s, '(') : NULL;
+    if (!s) {
+        snprintf(why, why_len, "%s: NPY header has no shape", path);
+        goto done;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s + 1, &end, 10);
+    if (end == s + 1 || errno || v < 0) {
+        snprintf(why, why_len, "%s: NPY shape is not (N, ...)", path);
+        goto done;
+    }
+    n = v;
+    snprintf(why, why_len, "NPY header of %s", path);
+done:
+    free(hdr);
+    fclose(f);
+    return n;
+}
+
+/* A line that holds anything but numbers and separators is a header. */
+static int csv_is_header(const char *line)
+{
+    for (const char *c = line; *c && *c != '\n'; c++)
+        if (!strchr("0123456789+-.eE,; \t\r", *c))
+            return 1;
+    return 0;
+}
+
+static int64_t count_csv(const char *path, char *why, size_t why_len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int64_t n = 0;
+    int first = 1, header = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        int blank = 1;
+        for (ssize_t i = 0; i < len; i++)
+            if (!strchr(" \t\r\n", line[i]))
+                blank = 0;
+        if (blank)
+            continue;
+        if (first && csv_is_header(line))
+            header = 1;
+        else
+            n++;
+        first = 0;
+    }
+    int err = ferror(f);
+    free(line);
+    fclose(f);
+    if (err) {
+        snprintf(why, why_len, "%s: read error", path);
+        return -1;
+    }
+    snprintf(why, why_len, "data lines of %s%s", path, header ? " (after its header line)" : "");
+    return n;
+}
+
+int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t why_len)
+{
+    switch (src->format) {
+    case DDPC_DATA_SYNTHETIC:
+        snprintf(why, why_len, "data.train.samples");
+        return src->samples;
+    case DDPC_DATA_IDX:
+        if (!src->inputs)
+            break;
+        return count_idx(src->inputs, why, why_len);
+    case DDPC_DATA_NPY:
+        if (!src->inputs)
+            break;
+        return count_npy(src->inputs, why, why_len);
+    case DDPC_DATA_CSV:
+        if (!src->path)
+            break;
+        return count_csv(src->path, why, why_len);
+    }
+    snprintf(why, why_len, "no data file named");
+    return -1;
+}
+
+/* ======================= the plan ======================= */
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static void lr_point(struct ddpc_plan *p, int64_t step, double lr, const char *what)
+{
+    if (p->n_lr_points < DDPC_PLAN_MAX_LR_POINTS)
+        p->lr_points[p->n_lr_points++] = (struct ddpc_plan_lr_point){ step, lr, what };
+}
+
+/* The schedule's key points. Warmup is linear from warmup_start_factor x peak
+ * at step 0 to the peak at warmup_steps; decay runs from there: cosine to
+ * min_lr_factor x peak at the last step, or x gamma every step_size steps. */
+static void plan_schedule(const struct ddpc_job *job, struct ddpc_plan *p)
+{
+    int64_t w = job->schedule.warmup_steps > 0 ? job->schedule.warmup_steps : 0;
+    int64_t total = p->total_optimizer_steps;    /* -1: unknown */
+    double peak = p->lr_peak;
+    if (w > 0) {
+        lr_point(p, 0, peak * job->schedule.warmup_start_factor, "start (warmup)");
+        lr_point(p, w, peak, "warmup end, peak");
+    } else {
+        lr_point(p, 0, peak, "start, peak");
+    }
+    switch (job->schedule.decay) {
+    case DDPC_DECAY_CONSTANT:
+        break;
+    case DDPC_DECAY_COSINE:
+        if (total > w) {
+            double lo = peak * job->schedule.min_lr_factor;
+            int64_t mid = w + (total - w) / 2;
+            double t = (double)(mid - w) / (double)(total - w);
+            lr_point(p, mid, lo + (peak - lo) * 0.5 * (1.0 + cos(M_PI * t)), "cosine midpoint");
+            lr_point(p, total, lo, "cosine end (min_lr_factor)");
+        }
+        break;
+    case DDPC_DECAY_STEP:
+        if (job->schedule.step_size > 0) {
+            double lr = peak;
+            for (int64_t s = w + job->schedule.step_size;
+                 (total < 0 || s < total) && p->n_lr_points < DDPC_PLAN_MAX_LR_POINTS - 1;
+                 s += job->schedule.step_size) {
+                lr *= job->schedule.gamma;
+                lr_point(p, s, lr, "step decay (x gamma)");
+            }
+        }
+        break;
+    }
+    if (total >= 0) {
+        /* the rate of the last step the run takes */
+        double last = peak;
+        int64_t s = total > 0 ? total - 1 : 0;
+        if (w > 0 && s < w)
+            last = peak * (job->schedule.warmup_start_factor +
+                           (1.0 - job->schedule.warmup_start_factor) * (double)s / (double)w);
+        else if (job->schedule.decay == DDPC_DECAY_COSINE && total > w) {
+            double lo = peak * job->schedule.min_lr_factor;
+            last = lo + (peak - lo) * 0.5 * (1.0 + cos(M_PI * (double)(s - w) / (double)(total - w)));
+        } else if (job->schedule.decay == DDPC_DECAY_STEP && job->schedule.step_size > 0)
+            last = peak * pow(job->schedule.gamma, (double)((s - w) / job->schedule.step_size));
+        lr_point(p, s, last, "last step");
+    }
+}
+
+/* Flat parameters W0[out,in], b0[out], ... and buckets filled backward. */
+static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct ddpc_diag *d)
+{
+    int nl = job->model.n_layers;
+    if (nl < 2 || nl > DDPC_MAX_LAYERS) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model.layers",
+                 "the plan needs 2 to %d layer sizes, the job has %d", DDPC_MAX_LAYERS, nl);
+        return -1;
+    }
+    int64_t off = 0;
+    for (int l = 0; l + 1 < nl; l++) {
+        int32_t in = job->model.layers[l], out = job->model.layers[l + 1];
+        if (in <= 0 || out <= 0) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model.layers", "layer sizes must be positive");
+            return -1;
+        }
+        struct ddpc_plan_param *w = &p->params[p->n_params++];
+        snprintf(w->name, sizeof w->name, "W%d", l);
+        w->rows = out;
+        w->cols = in;
+        w->numel = (int64_t)out * in;
+        w->offset = off;
+        off += w->numel;
+        struct ddpc_plan_param *b = &p->params[p->n_params++];
+        snprintf(b->name, sizeof b->name, "b%d", l);
+        b->rows = out;
+        b->cols = 0;
+        b->numel = out;
+        b->offset = off;
+        off += b->numel;
+    }
+    p->total_params = off;
+
+    double cap = job->bucket_cap_mb * 1024.0 * 1024.0;
+    p->bucket_cap_bytes = cap >= 1.0 ? (int64_t)cap : 1;
+    struct ddpc_plan_bucket *cur = NULL;
+    for (int i = p->n_params - 1; i >= 0; i--) {
+        if (!cur)
+            cur = &p->buckets[p->n_buckets++];
+        cur->params[cur->n++] = i;
+        cur->numel += p->params[i].numel;
+        cur->bytes += p->params[i].numel * 4;
+        if (cur->bytes >= p->bucket_cap_bytes)
+            cur = NULL;
+    }
+    return 0;
+}
+
+static int plan_data(const struct ddpc_job *job, struct ddpc_plan *p)
+{
+    int64_t n = plan_count_samples(&job->data.train, p->samples_source,
+                                   sizeof p->samples_source);
+    p->train_samples = n;
+    p->samples_per_rank = p->padded_samples = p->dropped_samples = -1;
+    p->full_batches_per_epoch = p->batches_per_epoch = p->last_batch_size = -1;
+    p->optimizer_steps_per_epoch = p->total_optimizer_steps = -1;
+    if (n < 0 || !p->world_known)
+        return 0;
+    int64_t W = p->world_size, bs = job->batch_size > 0 ? job->batch_size : 1;
+    if (job->data.drop_last) {
+        p->samples_per_rank = n / W;
+        p->dropped_samples = n - p->samples_per_rank * W;
+        p->padded_samples = 0;
+        p->full_batches_per_epoch = p->samples_per_rank / bs;
+    } else {
+        p->samples_per_rank = ceil_div(n, W);
+        p->padded_samples = p->samples_per_rank * W - n;
+        p->dropped_samples = 0;
+        p->full_batches_per_epoch = ceil_div(p->samples_per_rank, bs);
+    }
+    int64_t nb = p->full_batches_per_epoch;
+    if (job->limit_train_batches > 0) {
+        if (job->limit_train_batches < nb)
+            nb = job->limit_train_batches;
+    } else if (job->limit_train_fraction > 0 && job->limit_train_fraction < 1.0) {
+        nb = (int64_t)floor(job->limit_train_fraction * (double)nb);
+        if (nb < 1 && p->full_batches_per_epoch > 0)
+            nb = 1;
+    }
+    p->batches_per_epoch = nb;
+    if (nb == p->full_batches_per_epoch && !job->data.drop_last &&
+        p->samples_per_rank % bs != 0)
+        p->last_batch_size = p->samples_per_rank % bs;
+    else
+        p->last_batch_size = nb > 0 ? bs : 0;
+    int64_t acc = job->grad_accumulation > 0 ? job->grad_accumulation : 1;
+    p->optimizer_steps_per_epoch = ceil_div(nb, acc);
+    p->total_optimizer_steps = p->optimizer_steps_per_epoch * job->epochs;
+    return 0;
+}
+
+static char *program_default(const struct ddpc_job *job)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    buf_puts(&b, "./");
+    buf_puts(&b, job->name ? job->name : "job");
+    return buf_take(&b);
+}
+
+static int plan_launch(const struct ddpc_job *job, struct ddpc_plan *p)
+{
+    int n = (p->num_nodes > 1 && job->launch.launcher == DDPC_LAUNCHER_LOCAL) ? p->num_nodes : 1;
+    p->commands = calloc((size_t)n, sizeof *p->commands);
+    if (!p->commands)
+        return -1;
+    p->n_commands = n;
+    for (int k = 0; k < n; k++) {
+        struct ddpc_buf b;
+        buf_init(&b);
+        if (job->launch.launcher == DDPC_LAUNCHER_SLURM) {
+            buf_puts(&b, "sbatch ");
+            struct ddpc_buf s;
+            buf_init(&s);
+            buf_printf(&s, "%s.sbatch", p->program);
+            char *script = buf_take(&s);
+            if (!script) {
+                buf_free(&b);
+                return -1;
+            }
+            buf_sh_word(&b, script);
+            free(script);
+        } else {
+            buf_sh_word(&b, p->program);
+            if (p->num_nodes > 1) {
+                char master[300];
+                snprintf(master, sizeof master, "%s:%d",
+                         job->launch.master_addr ? job->launch.master_addr : "localhost",
+                         job->launch.master_port);
+                buf_printf(&b, " --node-rank %d --master ", k);
+                buf_sh_word(&b, master);
+            }
+        }
+        if (!(p->commands[k] = buf_take(&b)))
+            return -1;
+    }
+    return 0;
+}
+
+int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan *p,
+               struct ddpc_diag *d)
+{
+    memset(p, 0, sizeof *p);
+    int rc = -1;
+
+    p->program = program ? strdup(program) : program_default(job);
+    if (!p->program)
+        goto oom;
+
+    /* ---- world ---- */
+    p->num_nodes = job->launch.num_nodes > 0 ? job->launch.num_nodes : 1;
+    p->world_known = !job->devices_all;
+    if (job->n_devices < 0 || job->n_devices > DDPC_MAX_DEVICES) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "devices", "%d devices: at most %d per node",
+                 job->n_devices, DDPC_MAX_DEVICES);
+        goto done;
+    }
+    if (p->world_known) {
+        p->devices_per_node = job->n_devices > 0 ? job->n_devices : 1;
+        if ((int64_t)p->num_nodes * p->devices_per_node > (1 << 20)) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "launch.num_nodes",
+                     "%d nodes x %d devices is more ranks than a plan can list",
+                     p->num_nodes, p->devices_per_node);
+            goto done;
+        }
+        p->world_size = p->num_nodes * p->devices_per_node;
+        p->ranks = calloc((size_t)p->world_size, sizeof *p->ranks);
+        if (!p->ranks)
+            goto oom;
+        for (int r = 0; r < p->world_size; r++) {
+            int local = r % p->devices_per_node;
+            p->ranks[r] = (struct ddpc_plan_rank){
+                .rank = r, .node = r / p->devices_per_node, .local_rank = local,
+                .device = job->n_devices > 0 ? job->devices[local] : 0,
+            };
+        }
+    }
+
+    /* ---- data, batches, learning rate ---- */
+    int64_t acc = job->grad_accumulation > 0 ? job->grad_accumulation : 1;
+    p->global_batch = p->world_known ? (int64_t)job->batch_size * p->world_size * acc : -1;
+    if (plan_data(job, p) != 0)
+        goto done;
+    p->lr_base = job->learning_rate;
+    double scale = p->world_known ? (double)p->world_size * (double)acc : NAN;
+    switch (job->lr_scaling) {
+    case DDPC_LR_SCALING_NONE:   p->lr_factor = 1.0; break;
+    case DDPC_LR_SCALING_LINEAR: p->lr_factor = scale; break;
+    case DDPC_LR_SCALING_SQRT:   p->lr_factor = sqrt(scale); break;
+    }
+    p->lr_peak = p->lr_base * p->lr_factor;
+    plan_schedule(job, p);
+
+    /* ---- parameters, buckets, memory ---- */
+    if (plan_params(job, p, d) != 0)
+        goto done;
+    switch (job->optimizer.type) {
+    case DDPC_OPTIM_SGD:   p->optim_states = job->optimizer.momentum != 0.0 ? 1 : 0; break;
+    case DDPC_OPTIM_ADAM:
+    case DDPC_OPTIM_ADAMW: p->optim_states = 2; break;
+    }
+    int64_t layer_sum = 0;
+    for (int l = 0; l < job->model.n_layers; l++)
+        layer_sum += job->model.layers[l];
+    p->activation_floats = (int64_t)job->batch_size * layer_sum * 2;
+    p->mem_params = p->total_params * 4;
+    p->mem_grads = p->total_params * 4;
+    p->mem_optim = p->total_params * 4 * p->optim_states;
+    p->mem_activations = p->activation_floats * 4;
+    /* one staging copy of the flat gradients for the all-reduce */
+    p->mem_comm = (!p->world_known || p->world_size > 1) ? p->total_params * 4 : 0;
+    p->mem_total = p->mem_params + p->mem_grads + p->mem_optim + p->mem_activations + p->mem_comm;
+
+    /* ---- communicators ---- */
+    p->grad_comm = !p->world_known || p->world_size > 1;
+    p->grad_timeout_s = p->grad_comm ? job->nccl_timeout_s : 0;
+    p->sync_comm = p->grad_comm && job->rank_sync_timeout_s > 0;
+    p->sync_timeout_s = p->sync_comm ? job->rank_sync_timeout_s : 0;
+    p->grad_port = job->launch.master_port;
+    p->sync_port = job->launch.master_port + 1;
+
+    /* ---- checkpoints ---- */
+    p->ckpt_enabled = job->checkpoint_dir && job->checkpoint_dir[0];
+    if (p->ckpt_enabled) {
+        int every = job->checkpoint.every_n_epochs;
+        if (every <= 0 || every >= job->epochs)
+            p->ckpt_saves = 1;
+        else
+            p->ckpt_saves = job->epochs / every + (job->epochs % every != 0);
+        p->ckpt_bytes = p->mem_params + p->mem_optim;
+    }
+
+    /* ---- launch ---- */
+    if (plan_launch(job, p) != 0)
+        goto oom;
+    rc = 0;
+    goto done;
+oom:
+    diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory while planning");
+done:
+    return rc;
+}
+
+void plan_free(struct ddpc_plan *p)
+{
+    free(p->ranks);
+    free((char *)p->program);
+    for (int i = 0; i < p->n_commands; i++)
+        free(p->commands[i]);
+    free(p->commands);
+    memset(p, 0, sizeof *p);
+}
+
+/* ======================= output ======================= */
+
+static const char *accel_name(enum ddpc_accelerator a)
+{
+    switch (a) {
+    case DDPC_ACCEL_AUTO: return "auto";
+    case DDPC_ACCEL_CPU:  return "cpu";
+    case DDPC_ACCEL_GPU:  return "gpu";
+    }
+    return "?";
+}
+
+static const char *scaling_name(enum ddpc_lr_scaling s)
+{
+    switch (s) {
+    case DDPC_LR_SCALING_NONE:   return "none";
+    case DDPC_LR_SCALING_LINEAR: return "linear";
+    case DDPC_LR_SCALING_SQRT:   return "sqrt";
+    }
+    return "?";
+}
+
+static const char *decay_name(enum ddpc_decay dc)
+{
+    switch (dc) {
+    case DDPC_DECAY_CONSTANT: return "constant";
+    case DDPC_DECAY_COSINE:   return "cosine";
+    case DDPC_DECAY_STEP:     return "step";
+    }
+    return "?";
+}
+
+static const char *optim_name(enum ddpc_optimizer_type t)
+{
+    switch (t) {
+    case DDPC_OPTIM_ADAM:  return "adam";
+    case DDPC_OPTIM_ADAMW: return "adamw";
+    case DDPC_OPTIM_SGD:   return "sgd";
+    }
+    return "?";
+}
+
+/* Bytes for people: exact count and a binary-prefixed approximation. */
+static void put_bytes(struct ddpc_buf *b, int64_t n)
+{
+    if (n >= 1 << 30)
+        buf_printf(b, "%lld B (%.2f GiB)", (long long)n, (double)n / (1 << 30));
+    else if (n >= 1 << 20)
+        buf_printf(b, "%lld B (%.2f MiB)", (long long)n, (double)n / (1 << 20));
+    else if (n >= 1 << 10)
+        buf_printf(b, "%lld B (%.2f KiB)", (long long)n, (double)n / (1 << 10));
+    else
+        buf_printf(b, "%lld B", (long long)n);
+}
+
+static void put_count(struct ddpc_buf *b, int64_t n)
+{
+    if (n < 0)
+        buf_puts(b, "unknown");
+    else
+        buf_printf(b, "%lld", (long long)n);
+}
+
+static void put_timeout(struct ddpc_buf *b, double s)
+{
+    if (s > 0)
+        buf_printf(b, "%gs", s);
+    else
+        buf_puts(b, "none");
+}
+
+/* Untrusted strings in text output: printable ASCII as is, other bytes as
+ * \xHH, so a spec cannot drive the terminal with escape sequences. */
+static void put_text(struct ddpc_buf *b, const char *s)
+{
+    if (!s) {
+        buf_puts(b, "(none)");
+        return;
+    }
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c >= 0x20 && *c < 0x7f)
+            buf_add(b, c, 1);
+        else
+            buf_printf(b, "\\x%02x", *c);
+    }
+}
+
+int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE *out)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+
+    buf_puts(&b, "job ");
+    put_text(&b, job->name);
+    buf_puts(&b, "\n\nworld\n");
+    if (p->world_known) {
+        buf_printf(&b, "  world size      %d = %d node%s x %d device%s (accelerator %s)\n",
+                   p->world_size, p->num_nodes, p->num_nodes == 1 ? "" : "s",
+                   p->devices_per_node, p->devices_per_node == 1 ? "" : "s",
+                   accel_name(job->accelerator));
+        buf_puts(&b, "  rank  node  local  device\n");
+        for (int r = 0; r < p->world_size; r++)
+            buf_printf(&b, "  %4d  %4d  %5d  %6d\n", p->ranks[r].rank, p->ranks[r].node,
+                       p->ranks[r].local_rank, p->ranks[r].device);
+    } else {
+        buf_printf(&b, "  world size      %d node%s x every device the machine has "
+                   "(counted at run time; accelerator %s)\n", p->num_nodes,
+                   p->num_nodes == 1 ? "" : "s", accel_name(job->accelerator));
+    }
+
+    buf_puts(&b, "\ndata (per rank, DistributedSampler)\n  train samples   ");
+    put_count(&b, p->train_samples);
+    buf_puts(&b, "  [");
+    put_text(&b, p->samples_source);
+    buf_puts(&b, "]\n");
+    if (p->samples_per_rank >= 0) {
+        buf_printf(&b, "  shard           %lld samples per rank", (long long)p->samples_per_rank);
+        if (job->data.drop_last)
+            buf_printf(&b, " (drop_last: %lld dropped)\n", (long long)p->dropped_samples);
+        else
+            buf_printf(&b, " (ceil(%lld/%d); %lld padded)\n", (long long)p->train_samples,
+                       p->world_size, (long long)p->padded_samples);
+        buf_printf(&b, "  batches/epoch   %lld of %d", (long long)p->batches_per_epoch,
+                   job->batch_size);
+        if (p->batches_per_epoch != p->full_batches_per_epoch)
+            buf_printf(&b, " (limited from %lld)", (long long)p->full_batches_per_epoch);
+        buf_printf(&b, ", last batch %lld\n", (long long)p->last_batch_size);
+        buf_printf(&b, "  optimizer steps %lld per epoch (grad_accumulation %d), %lld in %d epochs\n",
+                   (long long)p->optimizer_steps_per_epoch, job->grad_accumulation,
+                   (long long)p->total_optimizer_steps, job->epochs);
+    } else {
+        buf_puts(&b, "  shard, batches  unknown (they need the sample count and the world size)\n");
+    }
+    buf_puts(&b, "  global batch    ");
+    if (p->global_batch >= 0)
+        buf_printf(&b, "%lld = %d per device x %d ranks x %d accumulation\n",
+                   (long long)p->global_batch, job->batch_size, p->world_size,
+                   job->grad_accumulation);
+    else
+        buf_printf(&b, "%d per device x world size x %d accumulation\n", job->batch_size,
+                   job->grad_accumulation);
+
+    buf_puts(&b, "\nlearning rate\n");
+    buf_printf(&b, "  base %.17g, lr_scaling %s", p->lr_base, scaling_name(job->lr_scaling));
+    if (isfinite(p->lr_factor))
+        buf_printf(&b, " (x %.17g) -> peak %.17g\n", p->lr_factor, p->lr_peak);
+    else
+        buf_puts(&b, " -> peak depends on the world size\n");
+    buf_printf(&b, "  schedule: warmup %lld steps, decay %s\n",
+               (long long)job->schedule.warmup_steps, decay_name(job->schedule.decay));
+    for (int i = 0; i < p->n_lr_points; i++)
+        buf_printf(&b, "    step %-8lld lr %-24.17g %s\n", (long long)p->lr_points[i].step,
+                   p->lr_points[i].lr, p->lr_points[i].what);
+
+    buf_printf(&b, "\nparameters (%lld, flat in this order)\n", (long long)p->total_params);
+    for (int i = 0; i < p->n_params; i++) {
+        const struct ddpc_plan_param *q = &p->params[i];
+        if (q->cols)
+            buf_printf(&b, "  %-4s [%d, %d]", q->name, q->rows, q->cols);
+        else
+            buf_printf(&b, "  %-4s [%d]", q->name, q->rows);
+        buf_printf(&b, "  %lld elements at offset %lld\n", (long long)q->numel,
+                   (long long)q->offset);
+    }
+    buf_printf(&b, "\ngradient buckets (bucket_cap_mb %g = %lld B, filled from the last parameter)\n",
+               job->bucket_cap_mb, (long long)p->bucket_cap_bytes);
+    for (int i = 0; i < p->n_buckets; i++) {
+        const struct ddpc_plan_bucket *k = &p->buckets[i];
+        buf_printf(&b, "  bucket %d:", i);
+        for (int j = 0; j < k->n; j++)
+            buf_printf(&b, " %s", p->params[k->params[j]].name);
+        buf_printf(&b, "  %lld elements, ", (long long)k->numel);
+        put_bytes(&b, k->bytes);
+        buf_puts(&b, "\n");
+    }
+
+    buf_puts(&b, "\nmemory per device (estimate, fp32)\n");
+    buf_printf(&b, "  parameters      %lld x 4 B = ", (long long)p->total_params);
+    put_bytes(&b, p->mem_params);
+    buf_printf(&b, "\n  gradients       %lld x 4 B = ", (long long)p->total_params);
+    put_bytes(&b, p->mem_grads);
+    buf_printf(&b, "\n  optimizer state %d x %lld x 4 B (%s%s) = ", p->optim_states,
+               (long long)p->total_params, optim_name(job->optimizer.type),
+               job->optimizer.type == DDPC_OPTIM_SGD
+                   ? (p->optim_states ? " with momentum" : " without momentum") : "");
+    put_bytes(&b, p->mem_optim);
+    buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
+               job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
+    put_bytes(&b, p->mem_activations);
+    buf_puts(&b, "\n  comm buffers    ");
+    if (p->mem_comm)
+        buf_printf(&b, "%lld x 4 B (gradient staging) = ", (long long)p->total_params);
+    put_bytes(&b, p->mem_comm);
+    buf_puts(&b, "\n  total           ");
+    put_bytes(&b, p->mem_total);
+    buf_puts(&b, "\n");
+
+    buf_puts(&b, "\ncommunicators\n");
+    if (p->grad_comm) {
+        buf_puts(&b, "  gradient        timeout ");
+        put_timeout(&b, p->grad_timeout_s);
+        buf_printf(&b, " (nccl_timeout), port %d\n", p->grad_port);
+        buf_puts(&b, "  rank-sync       ");
+        if (p->sync_comm) {
+            buf_puts(&b, "timeout ");
+            put_timeout(&b, p->sync_timeout_s);
+            buf_printf(&b, " (rank_sync_timeout), port %d\n", p->sync_port);
+        } else {
+            buf_puts(&b, "none (no rank_sync_timeout)\n");
+        }
+    } else {
+        buf_puts(&b, "  none (one rank)\n");
+    }
+
+    buf_puts(&b, "\ncheckpoints\n");
+    if (p->ckpt_enabled) {
+        buf_puts(&b, "  dir             ");
+        put_text(&b, job->checkpoint_dir);
+        if (job->checkpoint.every_n_epochs > 0)
+            buf_printf(&b, "\n  schedule        every %d epoch%s and at the end: %d save%s\n",
+                       job->checkpoint.every_n_epochs,
+                       job->checkpoint.every_n_epochs == 1 ? "" : "s", p->ckpt_saves,
+                       p->ckpt_saves == 1 ? "" : "s");
+        else
+            buf_puts(&b, "\n  schedule        at the end only: 1 save\n");
+        buf_puts(&b, "  size            ");
+        put_bytes(&b, p->ckpt_bytes);
+        buf_puts(&b, " (parameters + optimizer state)\n");
+    } else {
+        buf_puts(&b, "  none (no checkpoint_dir)\n");
+    }
+
+    buf_puts(&b, "\nlaunch\n");
+    for (int i = 0; i < p->n_commands; i++) {
+        if (p->n_commands > 1)
+            buf_printf(&b, "  node %d: ", i);
+        else
+            buf_puts(&b, "  ");
+        put_text(&b, p->commands[i]);
+        buf_puts(&b, "\n");
+    }
+
+    int rc = -1;
+    if (!b.oom && fwrite(b.s, 1, b.len, out) == b.len)
+        rc = 0;
+    buf_free(&b);
+    return rc;
+}
+
+static void json_count(struct ddpc_buf *b, const char *key, int64_t n)
+{
+    if (n < 0)
+        buf_printf(b, "\"%s\": null", key);
+    else
+        buf_printf(b, "\"%s\": %lld", key, (long long)n);
+}
+
+static void json_double(struct ddpc_buf *b, const char *key, double v)
+{
+    buf_printf(b, "\"%s\": ", key);
+    buf_json_num(b, v);
+}
+
+static void json_string(struct ddpc_buf *b, const char *key, const char *s)
+{
+    buf_printf(b, "\"%s\": ", key);
+    buf_json_str(b, s);
+}
+
+char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+
+    buf_puts(&b, "{\n  \"ddpc_plan\": 1,\n  ");
+    json_string(&b, "job", job->name);
+
+    buf_puts(&b, ",\n  \"world\": {");
+    buf_printf(&b, "\"known\": %s, ", p->world_known ? "true" : "false");
+    json_count(&b, "size", p->world_known ? p->world_size : -1);
+    buf_printf(&b, ", \"num_nodes\": %d, ", p->num_nodes);
+    json_count(&b, "devices_per_node", p->world_known ? p->devices_per_node : -1);
+    buf_printf(&b, ", \"accelerator\": \"%s\"}", accel_name(job->accelerator));
+
+    buf_puts(&b, ",\n  \"ranks\": [");
+    for (int r = 0; p->world_known && r < p->world_size; r++)
+        buf_printf(&b, "%s\n    {\"rank\": %d, \"node\": %d, \"local_rank\": %d, \"device\": %d}",
+                   r ? "," : "", p->ranks[r].rank, p->ranks[r].node, p->ranks[r].local_rank,
+                   p->ranks[r].device);
+    buf_puts(&b, p->world_known && p->world_size ? "\n  ]" : "]");
+
+    buf_puts(&b, ",\n  \"data\": {");
+    json_count(&b, "train_samples", p->train_samples);
+    buf_puts(&b, ", ");
+    json_string(&b, "samples_source", p->samples_source);
+    buf_puts(&b, ",\n    ");
+    json_count(&b, "samples_per_rank", p->samples_per_rank);
+    buf_puts(&b, ", ");
+    json_count(&b, "padded_samples", p->padded_samples);
+    buf_puts(&b, ", ");
+    json_count(&b, "dropped_samples", p->dropped_samples);
+    buf_printf(&b, ", \"shuffle\": %s, \"drop_last\": %s,\n    \"batch_size\": %d, ",
+               job->data.shuffle ? "true" : "false", job->data.drop_last ? "true" : "false",
+               job->batch_size);
+    json_count(&b, "full_batches_per_epoch", p->full_batches_per_epoch);
+    buf_puts(&b, ", ");
+    json_count(&b, "batches_per_epoch", p->batches_per_epoch);
+    buf_puts(&b, ", ");
+    json_count(&b, "last_batch_size", p->last_batch_size);
+    buf_printf(&b, ",\n    \"grad_accumulation\": %d, ", job->grad_accumulation);
+    json_count(&b, "optimizer_steps_per_epoch", p->optimizer_steps_per_epoch);
+    buf_printf(&b, ", \"epochs\": %d, ", job->epochs);
+    json_count(&b, "total_optimizer_steps", p->total_optimizer_steps);
+    buf_puts(&b, ", ");
+    json_count(&b, "global_batch", p->global_batch);
+    buf_puts(&b, "}");
+
+    buf_puts(&b, ",\n  \"learning_rate\": {");
+    json_double(&b, "base", p->lr_base);
+    buf_printf(&b, ", \"scaling\": \"%s\", ", scaling_name(job->lr_scaling));
+    json_double(&b, "factor", p->lr_factor);
+    buf_puts(&b, ", ");
+    json_double(&b, "peak", p->lr_peak);
+    buf_printf(&b, ",\n    \"warmup_steps\": %lld, ", (long long)job->schedule.warmup_steps);
+    json_double(&b, "warmup_start_factor", job->schedule.warmup_start_factor);
+    buf_printf(&b, ", \"decay\": \"%s\",\n    \"points\": [", decay_name(job->schedule.decay));
+    for (int i = 0; i < p->n_lr_points; i++) {
+        buf_printf(&b, "%s\n      {\"step\": %lld, ", i ? "," : "",
+                   (long long)p->lr_points[i].step);
+        json_double(&b, "lr", p->lr_points[i].lr);
+        buf_puts(&b, ", ");
+        json_string(&b, "at", p->lr_points[i].what);
+        buf_puts(&b, "}");
+    }
+    buf_puts(&b, p->n_lr_points ? "\n    ]}" : "]}");
+
+    buf_printf(&b, ",\n  \"parameters\": {\"total\": %lld, \"tensors\": [",
+               (long long)p->total_params);
+    for (int i = 0; i < p->n_params; i++) {
+        const struct ddpc_plan_param *q = &p->params[i];
+        buf_printf(&b, "%s\n    {\"name\": \"%s\", ", i ? "," : "", q->name);
+        if (q->cols)
+            buf_printf(&b, "\"shape\": [%d, %d]", q->rows, q->cols);
+        else
+            buf_printf(&b, "\"shape\": [%d]", q->rows);
+        buf_printf(&b, ", \"numel\": %lld, \"offset\": %lld}", (long long)q->numel,
+                   (long long)q->offset);
+    }
+    buf_puts(&b, "\n  ]}");
+
+    buf_printf(&b, ",\n  \"buckets\": {\"cap_bytes\": %lld, \"order\": \"reverse\", \"list\": [",
+               (long long)p->bucket_cap_bytes);
+    for (int i = 0; i < p->n_buckets; i++) {
+        const struct ddpc_plan_bucket *k = &p->buckets[i];
+        buf_printf(&b, "%s\n    {\"index\": %d, \"tensors\": [", i ? "," : "", i);
+        for (int j = 0; j < k->n; j++)
+            buf_printf(&b, "%s\"%s\"", j ? ", " : "", p->params[k->params[j]].name);
+        buf_printf(&b, "], \"numel\": %lld, \"bytes\": %lld}", (long long)k->numel,
+                   (long long)k->bytes);
+    }
+    buf_puts(&b, "\n  ]}");
+
+    buf_printf(&b, ",\n  \"memory_per_device\": {\"bytes_per_float\": 4, "
+               "\"params\": %lld, \"grads\": %lld,\n    \"optimizer_states\": %d, "
+               "\"optimizer\": %lld, \"activation_floats\": %lld, \"activations\": %lld,\n"
+               "    \"comm\": %lld, \"total\": %lld}",
+               (long long)p->mem_params, (long long)p->mem_grads, p->optim_states,
+               (long long)p->mem_optim, (long long)p->activation_floats,
+               (long long)p->mem_activations, (long long)p->mem_comm, (long long)p->mem_total);
+
+    buf_puts(&b, ",\n  \"communicators\": [");
+    if (p->grad_comm) {
+        buf_puts(&b, "\n    {\"name\": \"gradient\", ");
+        json_double(&b, "timeout_s", p->grad_timeout_s > 0 ? p->grad_timeout_s : NAN);
+        buf_printf(&b, ", \"port\": %d}", p->grad_port);
+        if (p->sync_comm) {
+            buf_puts(&b, ",\n    {\"name\": \"rank-sync\", ");
+            json_double(&b, "timeout_s", p->sync_timeout_s);
+            buf_printf(&b, ", \"port\": %d}", p->sync_port);
+        }
+        buf_puts(&b, "\n  ]");
+    } else {
+        buf_puts(&b, "]");
+    }
+
+    buf_printf(&b, ",\n  \"checkpoint\": {\"enabled\": %s", p->ckpt_enabled ? "true" : "false");
+    if (p->ckpt_enabled) {
+        buf_puts(&b, ", ");
+        json_string(&b, "dir", job->checkpoint_dir);
+        buf_printf(&b, ", \"every_n_epochs\": %d, \"saves\": %d, \"keep_last\": %d, "
+                   "\"bytes\": %lld", job->checkpoint.every_n_epochs, p->ckpt_saves,
+                   job->checkpoint.keep_last, (long long)p->ckpt_bytes);
+    }
+    buf_puts(&b, "}");
+
+    buf_printf(&b, ",\n  \"launch\": {\"launcher\": \"%s\", ",
+               job->launch.launcher == DDPC_LAUNCHER_SLURM ? "slurm" : "local");
+    json_string(&b, "program", p->program);
+    buf_puts(&b, ", \"commands\": [");
+    for (int i = 0; i < p->n_commands; i++) {
+        buf_puts(&b, i ? ", " : "");
+        buf_json_str(&b, p->commands[i]);
+    }
+    buf_puts(&b, "]}\n}\n");
+    return buf_take(&b);
+}

@@ -1,0 +1,40 @@
+/* job.c - main() of every job binary: the baked job in, ddprt_main out.
+ *
+ * `ddpc build` compiles this file (installed as share/ddpc/job.c) with the
+ * job's generated job_config.h on the include path and links libddprt.
+ *
+ * Rules this file keeps:
+ *   - it is the ONLY file that includes job_config.h, so libddprt never
+ *     depends on a particular spec and is built once;
+ *   - it holds the project's one `#if DDPC_WITH_CUDA`: ddpc build defines it
+ *     to 1 when it links libddprt_cuda.a, and the CUDA backend is then
+ *     handed to the runtime here; nothing else tests for CUDA;
+ *   - it never parses anything and holds no logic beyond filling the struct.
+ */
+#include "ddprt.h"
+#include "job_config.h"
+
+#ifndef DDPC_WITH_CUDA
+#define DDPC_WITH_CUDA 0
+#endif
+
+#if DDPC_WITH_CUDA
+/* ddpc_cuda_backend is declared in backend.h, defined in libddprt_cuda.a */
+#define DDPC_JOB_CUDA (&ddpc_cuda_backend)
+#else
+#define DDPC_JOB_CUDA NULL
+#endif
+
+int main(int argc, char **argv)
+{
+    const struct ddprt_program program = {
+        .job          = &ddpc_job,
+        .spec_path    = DDPC_SPEC_PATH,
+        .spec_hash    = DDPC_SPEC_HASH,
+        .spec_text    = DDPC_SPEC_TEXT,
+        .plan_json    = DDPC_PLAN_JSON,
+        .ddpc_version = DDPC_COMPILER_VERSION,
+        .cuda         = DDPC_JOB_CUDA,
+    };
+    return ddprt_main(&program, argc, argv);
+}
