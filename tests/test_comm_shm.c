@@ -21,6 +21,8 @@
 #include "comm.h"
 #include "comm_shm.h"
 #include "launch.h"
+#include "ddprt.h"
+#include <fcntl.h>
 
 /* ===== helpers ===== */
 
@@ -602,6 +604,219 @@ START_TEST(exit_codes_are_distinct)
 }
 END_TEST
 
+
+/* ===== ddprt_main: flags, device plan, dry run, a real tiny run ===== */
+
+/* A small valid job: synthetic 3-class data, MLP 8-16-3, two CPU workers. */
+static void tiny_job(struct ddpc_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->version = 1;
+    j->name = "tiny";
+    j->n_devices = 2;
+    j->devices[0] = 0;
+    j->devices[1] = 1;
+    j->strategy = DDPC_STRATEGY_DDP;
+    j->accelerator = DDPC_ACCEL_CPU;
+    j->seed = 7;
+    j->epochs = 1;
+    j->learning_rate = 1e-3;
+    j->batch_size = 16;
+    j->grad_accumulation = 1;
+    j->limit_train_fraction = 1.0;
+    j->bucket_cap_mb = 25;
+    j->nccl_timeout_s = 30;
+    j->rank_sync_timeout_s = 30;
+    j->model.type = DDPC_MODEL_MLP;
+    j->model.n_layers = 3;
+    j->model.layers[0] = 8;
+    j->model.layers[1] = 16;
+    j->model.layers[2] = 3;
+    j->loss = DDPC_LOSS_CROSS_ENTROPY;
+    j->data.train.format = DDPC_DATA_SYNTHETIC;
+    j->data.train.samples = 256;
+    j->data.train.features = 8;
+    j->data.train.classes = 3;
+    j->data.train.seed = 1;
+    j->data.shuffle = 1;
+    j->optimizer.type = DDPC_OPTIM_ADAM;
+    j->optimizer.beta1 = 0.9;
+    j->optimizer.beta2 = 0.999;
+    j->optimizer.eps = 1e-8;
+    j->schedule.warmup_start_factor = 1.0;
+    j->schedule.gamma = 0.1;
+    j->schedule.step_size = 1;
+    j->logging.every_n_steps = 50;
+    j->logging.progress = DDPC_PROGRESS_OFF;
+    j->launch.num_nodes = 1;
+    j->launch.master_port = 29500;
+}
+
+/* Runs ddprt_main in a child with stdout/stderr in files; returns its exit
+ * status (or 1000 + signal) and the two outputs (static buffers). */
+static char main_out[65536], main_err[65536];
+
+static void slurp(const char *path, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static int run_main(const struct ddpc_job *job, const struct ddpc_backend *cuda,
+                    const char *a1, const char *a2)
+{
+    char out[] = "/tmp/ddprt_out_XXXXXX", err[] = "/tmp/ddprt_err_XXXXXX";
+    int fo = mkstemp(out), fe = mkstemp(err);
+    ck_assert(fo >= 0 && fe >= 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ne(pid, -1);
+    if (pid == 0) {
+        dup2(fo, 1);
+        dup2(fe, 2);
+        struct ddprt_program p = {
+            .job = job, .spec_path = "tiny.yaml", .spec_hash = "abc123",
+            .spec_text = "name: tiny\n", .plan_json = "{\"world\": 2}",
+            .ddpc_version = "test", .cuda = cuda,
+        };
+        char *argv[4] = { (char *)"job", (char *)a1, (char *)a2, NULL };
+        int argc = a1 ? (a2 ? 3 : 2) : 1;
+        int rc = ddprt_main(&p, argc, argv);
+        fflush(stdout);   /* main's return would flush; _exit does not */
+        _exit(rc);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    slurp(out, main_out, sizeof main_out);
+    slurp(err, main_err, sizeof main_err);
+    close(fo);
+    close(fe);
+    unlink(out);
+    unlink(err);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+START_TEST(ddprt_dry_run_prints_everything)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    int st = run_main(&j, NULL, "--dry-run", NULL);
+    ck_assert_msg(st == 0, "status %d: %s", st, main_err);
+    static const char *want[] = {
+        "learning_rate", "0.001", "data.train.format", "synthetic", "optimizer.beta2",
+        "launch.max_restarts", "world size", "rank 1 ", "cpu worker 1", "name: tiny",
+        "{\"world\": 2}", "nccl_timeout", "rank_sync_timeout", "abc123",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(main_out, want[i]), "dry run lacks '%s':\n%s", want[i], main_out);
+}
+END_TEST
+
+START_TEST(ddprt_flags)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    ck_assert_int_eq(run_main(&j, NULL, "--bogus", NULL), 2);
+    ck_assert_msg(strstr(main_err, "--bogus"), "%s", main_err);
+    ck_assert_int_eq(run_main(&j, NULL, "--help", NULL), 0);
+    ck_assert_msg(strstr(main_out, "--dry-run"), "%s", main_out);
+    ck_assert_int_eq(run_main(&j, NULL, "--version", NULL), 0);
+    ck_assert_msg(strstr(main_out, "abc123"), "%s", main_out);
+    ck_assert_int_eq(run_main(&j, NULL, "--node-rank", "x"), 2);
+    ck_assert_int_eq(run_main(&j, NULL, "--resume", NULL), 2);
+    ck_assert_int_eq(run_main(&j, NULL, "--resume", "/nonexistent/ckpt"), 1);
+    ck_assert_msg(strstr(main_err, "/nonexistent/ckpt"), "%s", main_err);
+    ck_assert_int_eq(run_main(&j, NULL, "--master", "nohost"), 1);
+    ck_assert_msg(strstr(main_err, "HOST:PORT"), "%s", main_err);
+}
+END_TEST
+
+START_TEST(ddprt_gpu_without_cuda_fails_at_once)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.accelerator = DDPC_ACCEL_GPU;
+    double t0 = ddpc_now();
+    ck_assert_int_eq(run_main(&j, NULL, NULL, NULL), 1);
+    ck_assert_msg(strstr(main_err, "without CUDA"), "%s", main_err);
+    ck_assert(ddpc_now() - t0 < 2.0);
+}
+END_TEST
+
+/* A fake CUDA backend whose probe sees one GPU. */
+static int probe_one(struct ddpc_device_info *info, struct ddpc_err *e)
+{
+    (void)e;
+    memset(info, 0, sizeof *info);
+    info->count = 1;
+    snprintf(info->names[0], sizeof info->names[0], "Fake GPU");
+    return 0;
+}
+
+static int probe_none(struct ddpc_device_info *info, struct ddpc_err *e)
+{
+    (void)e;
+    memset(info, 0, sizeof *info);
+    return 0;
+}
+
+START_TEST(ddprt_missing_gpu_named)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.accelerator = DDPC_ACCEL_GPU;
+    struct ddpc_backend one = { "cuda", probe_one, NULL, NULL };
+    ck_assert_int_eq(run_main(&j, &one, NULL, NULL), 1);
+    ck_assert_msg(strstr(main_err, "GPU 1 not found") && strstr(main_err, "1 GPU is visible"),
+                  "%s", main_err);
+    /* auto with no GPU falls back to CPU workers, and says so (dry run) */
+    j.accelerator = DDPC_ACCEL_AUTO;
+    struct ddpc_backend none = { "cuda", probe_none, NULL, NULL };
+    ck_assert_int_eq(run_main(&j, &none, "--dry-run", NULL), 0);
+    ck_assert_msg(strstr(main_out, "accelerator auto: no GPU found, running 2 CPU worker "
+                                   "processes"), "%s", main_out);
+}
+END_TEST
+
+START_TEST(ddprt_multinode_cpu_refused)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.launch.num_nodes = 2;
+    ck_assert_int_eq(run_main(&j, NULL, NULL, NULL), 1);
+    ck_assert_msg(strstr(main_err, "num_nodes") && strstr(main_err, "CPU"), "%s", main_err);
+}
+END_TEST
+
+START_TEST(ddprt_bad_data_file_forks_nothing)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.data.train.format = DDPC_DATA_IDX;
+    j.data.train.inputs = "/nonexistent/train-images.gz";
+    j.data.train.labels = "/nonexistent/train-labels.gz";
+    ck_assert_int_eq(run_main(&j, NULL, NULL, NULL), 1);
+    ck_assert_msg(strstr(main_err, "/nonexistent/train-"), "%s", main_err);
+    ck_assert_msg(!strstr(main_err, "[rank"), "a worker ran: %s", main_err);
+}
+END_TEST
+
+START_TEST(ddprt_trains_tiny_job)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    int st = run_main(&j, NULL, NULL, NULL);
+    ck_assert_msg(st == 0, "status %d\nstdout:\n%s\nstderr:\n%s", st, main_out, main_err);
+    ck_assert_msg(!strstr(main_out, "[rank 1]"), "rank 1 printed:\n%s", main_out);
+}
+END_TEST
+
 Suite *comm_shm_suite(void)
 {
     Suite *s = suite_create("comm_shm");
@@ -633,5 +848,16 @@ Suite *comm_shm_suite(void)
     tcase_add_test(l, launch_sigterm_stops_everything);
     tcase_add_test(l, launch_killed_launcher_leaves_no_worker);
     suite_add_tcase(s, l);
+
+    TCase *m = tcase_create("ddprt");
+    tcase_set_timeout(m, 60);
+    tcase_add_test(m, ddprt_dry_run_prints_everything);
+    tcase_add_test(m, ddprt_flags);
+    tcase_add_test(m, ddprt_gpu_without_cuda_fails_at_once);
+    tcase_add_test(m, ddprt_missing_gpu_named);
+    tcase_add_test(m, ddprt_multinode_cpu_refused);
+    tcase_add_test(m, ddprt_bad_data_file_forks_nothing);
+    tcase_add_test(m, ddprt_trains_tiny_job);
+    suite_add_tcase(s, m);
     return s;
 }
