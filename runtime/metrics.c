@@ -1,0 +1,559 @@
+/* metrics.c - rank 0's observability: progress line, metrics CSV, TensorBoard.
+ *
+ * Owns: the metrics CSV file, the TensorBoard event file (TFRecord framing,
+ * hand-encoded Event protobufs, CRC-32C) and the in-place progress line.
+ * API and file formats: metrics.h.
+ *
+ * Rules this file keeps:
+ *   - it runs on rank 0 only (the caller guarantees it): it never touches a
+ *     communicator, never reduces, never names ranks; values arrive reduced;
+ *   - it never prints anything but the progress line, and nothing at all to
+ *     `out` when progress is off (the caller owns the plain per-epoch lines);
+ *   - it never exits and never aborts the job: every libc call is checked and
+ *     failures come back as struct ddpc_err, the caller decides;
+ *   - no globals: the CRC table is const data, all state is in ddpc_metrics.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "metrics.h"
+
+/* ===== CRC-32C ========================================================== */
+
+/* crc32c_table[i] = CRC of the single byte i, reflected polynomial
+ * 0x82F63B78. Generated once and pasted, so there is no init call and no
+ * mutable global; tests/test_metrics.c recomputes it bit by bit. */
+static const uint32_t crc32c_table[256] = {
+    0x00000000u, 0xf26b8303u, 0xe13b70f7u, 0x1350f3f4u, 0xc79a971fu, 0x35f1141cu,
+    0x26a1e7e8u, 0xd4ca64ebu, 0x8ad958cfu, 0x78b2dbccu, 0x6be22838u, 0x9989ab3bu,
+    0x4d43cfd0u, 0xbf284cd3u, 0xac78bf27u, 0x5e133c24u, 0x105ec76fu, 0xe235446cu,
+    0xf165b798u, 0x030e349bu, 0xd7c45070u, 0x25afd373u, 0x36ff2087u, 0xc494a384u,
+    0x9a879fa0u, 0x68ec1ca3u, 0x7bbcef57u, 0x89d76c54u, 0x5d1d08bfu, 0xaf768bbcu,
+    0xbc267848u, 0x4e4dfb4bu, 0x20bd8edeu, 0xd2d60dddu, 0xc186fe29u, 0x33ed7d2au,
+    0xe72719c1u, 0x154c9ac2u, 0x061c6936u, 0xf477ea35u, 0xaa64d611u, 0x580f5512u,
+    0x4b5fa6e6u, 0xb93425e5u, 0x6dfe410eu, 0x9f95c20du, 0x8cc531f9u, 0x7eaeb2fau,
+    0x30e349b1u, 0xc288cab2u, 0xd1d83946u, 0x23b3ba45u, 0xf779deaeu, 0x05125dadu,
+    0x1642ae59u, 0xe4292d5au, 0xba3a117eu, 0x4851927du, 0x5b016189u, 0xa96ae28au,
+    0x7da08661u, 0x8fcb0562u, 0x9c9bf696u, 0x6ef07595u, 0x417b1dbcu, 0xb3109ebfu,
+    0xa0406d4bu, 0x522bee48u, 0x86e18aa3u, 0x748a09a0u, 0x67dafa54u, 0x95b17957u,
+    0xcba24573u, 0x39c9c670u, 0x2a993584u, 0xd8f2b687u, 0x0c38d26cu, 0xfe53516fu,
+    0xed03a29bu, 0x1f682198u, 0x5125dad3u, 0xa34e59d0u, 0xb01eaa24u, 0x42752927u,
+    0x96bf4dccu, 0x64d4cecfu, 0x77843d3bu, 0x85efbe38u, 0xdbfc821cu, 0x2997011fu,
+    0x3ac7f2ebu, 0xc8ac71e8u, 0x1c661503u, 0xee0d9600u, 0xfd5d65f4u, 0x0f36e6f7u,
+    0x61c69362u, 0x93ad1061u, 0x80fde395u, 0x72966096u, 0xa65c047du, 0x5437877eu,
+    0x4767748au, 0xb50cf789u, 0xeb1fcbadu, 0x197448aeu, 0x0a24bb5au, 0xf84f3859u,
+    0x2c855cb2u, 0xdeeedfb1u, 0xcdbe2c45u, 0x3fd5af46u, 0x7198540du, 0x83f3d70eu,
+    0x90a324fau, 0x62c8a7f9u, 0xb602c312u, 0x44694011u, 0x5739b3e5u, 0xa55230e6u,
+    0xfb410cc2u, 0x092a8fc1u, 0x1a7a7c35u, 0xe811ff36u, 0x3cdb9bddu, 0xceb018deu,
+    0xdde0eb2au, 0x2f8b6829u, 0x82f63b78u, 0x709db87bu, 0x63cd4b8fu, 0x91a6c88cu,
+    0x456cac67u, 0xb7072f64u, 0xa457dc90u, 0x563c5f93u, 0x082f63b7u, 0xfa44e0b4u,
+    0xe9141340u, 0x1b7f9043u, 0xcfb5f4a8u, 0x3dde77abu, 0x2e8e845fu, 0xdce5075cu,
+    0x92a8fc17u, 0x60c37f14u, 0x73938ce0u, 0x81f80fe3u, 0x55326b08u, 0xa759e80bu,
+    0xb4091bffu, 0x466298fcu, 0x1871a4d8u, 0xea1a27dbu, 0xf94ad42fu, 0x0b21572cu,
+    0xdfeb33c7u, 0x2d80b0c4u, 0x3ed04330u, 0xccbbc033u, 0xa24bb5a6u, 0x502036a5u,
+    0x4370c551u, 0xb11b4652u, 0x65d122b9u, 0x97baa1bau, 0x84ea524eu, 0x7681d14du,
+    0x2892ed69u, 0xdaf96e6au, 0xc9a99d9eu, 0x3bc21e9du, 0xef087a76u, 0x1d63f975u,
+    0x0e330a81u, 0xfc588982u, 0xb21572c9u, 0x407ef1cau, 0x532e023eu, 0xa145813du,
+    0x758fe5d6u, 0x87e466d5u, 0x94b49521u, 0x66df1622u, 0x38cc2a06u, 0xcaa7a905u,
+    0xd9f75af1u, 0x2b9cd9f2u, 0xff56bd19u, 0x0d3d3e1au, 0x1e6dcdeeu, 0xec064eedu,
+    0xc38d26c4u, 0x31e6a5c7u, 0x22b65633u, 0xd0ddd530u, 0x0417b1dbu, 0xf67c32d8u,
+    0xe52cc12cu, 0x1747422fu, 0x49547e0bu, 0xbb3ffd08u, 0xa86f0efcu, 0x5a048dffu,
+    0x8ecee914u, 0x7ca56a17u, 0x6ff599e3u, 0x9d9e1ae0u, 0xd3d3e1abu, 0x21b862a8u,
+    0x32e8915cu, 0xc083125fu, 0x144976b4u, 0xe622f5b7u, 0xf5720643u, 0x07198540u,
+    0x590ab964u, 0xab613a67u, 0xb831c993u, 0x4a5a4a90u, 0x9e902e7bu, 0x6cfbad78u,
+    0x7fab5e8cu, 0x8dc0dd8fu, 0xe330a81au, 0x115b2b19u, 0x020bd8edu, 0xf0605beeu,
+    0x24aa3f05u, 0xd6c1bc06u, 0xc5914ff2u, 0x37faccf1u, 0x69e9f0d5u, 0x9b8273d6u,
+    0x88d28022u, 0x7ab90321u, 0xae7367cau, 0x5c18e4c9u, 0x4f48173du, 0xbd23943eu,
+    0xf36e6f75u, 0x0105ec76u, 0x12551f82u, 0xe03e9c81u, 0x34f4f86au, 0xc69f7b69u,
+    0xd5cf889du, 0x27a40b9eu, 0x79b737bau, 0x8bdcb4b9u, 0x988c474du, 0x6ae7c44eu,
+    0xbe2da0a5u, 0x4c4623a6u, 0x5f16d052u, 0xad7d5351u,
+};
+
+uint32_t metrics_crc32c(const void *data, size_t n)
+{
+    /* Byte at a time: records are ~100 bytes every every_n_steps steps, so
+     * slicing-by-8 would buy nothing measurable. */
+    const uint8_t *p = data;
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < n; i++)
+        crc = crc32c_table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
+    return crc ^ 0xffffffffu;
+}
+
+uint32_t metrics_crc32c_masked(const void *data, size_t n)
+{
+    /* TFRecord masks the CRC so that a CRC of data that itself holds CRCs
+     * does not degenerate (see TensorFlow's crc32c.h). */
+    uint32_t crc = metrics_crc32c(data, n);
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+/* ===== small helpers ==================================================== */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    /* CLOCK_MONOTONIC cannot fail on Linux with a valid pointer. */
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    /* TensorBoard plots "relative" and "wall" time from this: it must be
+     * Unix time, not monotonic. */
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* mkdir -p: every component of dir, 0755. An existing component is fine;
+ * one that exists but is not a directory fails at the next mkdir or open,
+ * with ENOTDIR/EEXIST in the message. */
+static int mkdir_p(const char *dir, const char *what, struct ddpc_err *e)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(dir);
+    if (len == 0)
+        return 0;
+    if (len >= sizeof buf)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s '%s': path too long", what, dir);
+    memcpy(buf, dir, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) == -1 && errno != EEXIST)
+            return DDPC_FAIL(e, DDPC_E_SYS, "%s: cannot create directory '%s': %s; "
+                             "---> HINT: point it at a writable location", what, buf,
+                             strerror(errno));
+        buf[i] = saved;
+    }
+    struct stat st;
+    if (stat(dir, &st) == -1 || !S_ISDIR(st.st_mode))
+        return DDPC_FAIL(e, DDPC_E_SYS, "%s: '%s' exists and is not a directory; "
+                         "---> HINT: move it away or choose another path", what, dir);
+    return 0;
+}
+
+/* fwrite all of it, then fflush, so that a killed job keeps every record
+ * written before the kill. */
+static int write_flush(FILE *f, const void *p, size_t n, const char *what, struct ddpc_err *e)
+{
+    if (n > 0 && fwrite(p, 1, n, f) != n)
+        return DDPC_FAIL(e, DDPC_E_SYS, "writing %s: %s; ---> HINT: is the disk full?",
+                         what, strerror(errno));
+    if (fflush(f) == EOF)
+        return DDPC_FAIL(e, DDPC_E_SYS, "writing %s: %s; ---> HINT: is the disk full?",
+                         what, strerror(errno));
+    return 0;
+}
+
+/* fflush + fsync + fclose; *fp is NULL afterwards whatever happens. */
+static int close_file(FILE **fp, const char *what, struct ddpc_err *e)
+{
+    FILE *f = *fp;
+    int rc = 0;
+    if (!f)
+        return 0;
+    *fp = NULL;
+    if (fflush(f) == EOF)
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "flushing %s: %s", what, strerror(errno));
+    /* EINVAL/EROFS: a pipe or special file (metrics_csv: /dev/stdout) that
+     * cannot be synced; there is nothing to make durable. */
+    if (fsync(fileno(f)) == -1 && errno != EINVAL && errno != EROFS && rc == 0)
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "fsync %s: %s", what, strerror(errno));
+    if (fclose(f) == EOF && rc == 0)
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "closing %s: %s", what, strerror(errno));
+    return rc;
+}
+
+char *metrics_format_eta(double eta_s, char *buf, size_t n)
+{
+    if (n == 0)
+        return buf;
+    /* Unknown (< 0, NaN) or meaningless (a first-step estimate of years). */
+    if (!(eta_s >= 0.0) || eta_s > 100000.0 * 3600.0) {
+        (void)snprintf(buf, n, "-:--:--");
+        return buf;
+    }
+    long long s = (long long)(eta_s + 0.5);
+    (void)snprintf(buf, n, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    return buf;
+}
+
+/* ===== CSV ============================================================== */
+
+static const char csv_header[] =
+    "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n";
+
+/* A cell: %.9g keeps every digit a float-precision metric has and reads
+ * back in any CSV reader; absent values are empty cells. */
+static void csv_cell(char *buf, size_t n, int present, double v)
+{
+    if (present)
+        (void)snprintf(buf, n, ",%.9g", v);
+    else
+        (void)snprintf(buf, n, ",");
+}
+
+static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, double lr,
+                   double loss, double sps, int eval, double eval_loss, double eval_acc,
+                   struct ddpc_err *e)
+{
+    char c[5][40], line[256];
+    csv_cell(c[0], sizeof c[0], train, lr);
+    csv_cell(c[1], sizeof c[1], train, loss);
+    csv_cell(c[2], sizeof c[2], train, sps);
+    csv_cell(c[3], sizeof c[3], eval, eval_loss);
+    csv_cell(c[4], sizeof c[4], eval && eval_acc >= 0.0, eval_acc);
+    int len = snprintf(line, sizeof line, "%lld,%d%s%s%s%s%s\n", (long long)step, epoch,
+                       c[0], c[1], c[2], c[3], c[4]);
+    if (len < 0 || (size_t)len >= sizeof line)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "metrics CSV row does not fit %zu bytes",
+                         sizeof line);
+    return write_flush(m->csv, line, (size_t)len, "metrics CSV", e);
+}
+
+/* Resuming appends to a CSV that this code wrote (same header), so one run
+ * restarted from a checkpoint keeps one file. Rows past the checkpoint from
+ * the crashed attempt stay: they are what happened, and the step column
+ * tells them apart. Anything else is truncated. Returns 1 if appendable,
+ * with *needs_newline set when a crash cut the last row short. */
+static int csv_appendable(const char *path, int *needs_newline)
+{
+    char first[sizeof csv_header + 1];
+    FILE *f = fopen(path, "re");
+    int ok = 0;
+    *needs_newline = 0;
+    if (!f)
+        return 0;
+    if (fgets(first, sizeof first, f) && strcmp(first, csv_header) == 0) {
+        ok = 1;
+        if (fseek(f, -1, SEEK_END) == 0) {
+            int last = fgetc(f);
+            *needs_newline = last != '\n' && last != EOF;
+        }
+    }
+    /* Read-only: a failed fclose loses nothing. */
+    (void)fclose(f);
+    return ok;
+}
+
+static int csv_open(struct ddpc_metrics *m, const char *path, int resumed, struct ddpc_err *e)
+{
+    char dir[PATH_MAX];
+    size_t len = strlen(path);
+    if (len >= sizeof dir)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s': path too long", path);
+    memcpy(dir, path, len + 1);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        DDPC_TRY(mkdir_p(dir, "logging.metrics_csv", e));
+    }
+    int needs_newline = 0;
+    int append = resumed && csv_appendable(path, &needs_newline);
+    m->csv = fopen(path, append ? "ae" : "we");
+    if (!m->csv)
+        return DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv: cannot open '%s': %s; "
+                         "---> HINT: point it at a writable file", path, strerror(errno));
+    if (append)
+        return needs_newline ? write_flush(m->csv, "\n", 1, "metrics CSV", e) : 0;
+    return write_flush(m->csv, csv_header, sizeof csv_header - 1, "metrics CSV", e);
+}
+
+/* ===== TensorBoard: protobuf + TFRecord ================================= */
+
+/* A fixed-size protobuf output buffer: our events are a handful of short,
+ * constant tags, so overflow means a bug, reported as such. */
+struct pb_buf {
+    uint8_t b[512];
+    size_t  n;
+    int     overflow;
+};
+
+static void pb_bytes(struct pb_buf *p, const void *d, size_t n)
+{
+    if (n > sizeof p->b - p->n) {
+        p->overflow = 1;
+        return;
+    }
+    memcpy(p->b + p->n, d, n);
+    p->n += n;
+}
+
+static void pb_byte(struct pb_buf *p, uint8_t v) { pb_bytes(p, &v, 1); }
+
+static void pb_varint(struct pb_buf *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        pb_byte(p, (uint8_t)(v | 0x80));
+        v >>= 7;
+    }
+    pb_byte(p, (uint8_t)v);
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Little-endian by shifting, so the file is the same on any host. */
+static void put_le(uint8_t *dst, uint64_t v, int nbytes)
+{
+    for (int i = 0; i < nbytes; i++)
+        dst[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void pb_fixed(struct pb_buf *p, uint64_t v, int nbytes)
+{
+    uint8_t le[8];
+    put_le(le, v, nbytes);
+    pb_bytes(p, le, (size_t)nbytes);
+}
+
+/* Protobuf tag byte: field number and wire type (0 varint, 1 fixed64,
+ * 2 length-delimited, 5 fixed32). All our field numbers are < 16. */
+#define PB_TAG(field, wire) ((uint8_t)(((field) << 3) | (wire)))
+
+/* One TFRecord: length, masked CRC of the length, data, masked CRC of data. */
+static int tb_record(struct ddpc_metrics *m, const uint8_t *data, size_t n, struct ddpc_err *e)
+{
+    uint8_t head[12], foot[4];
+    put_le(head, (uint64_t)n, 8);
+    put_le(head + 8, metrics_crc32c_masked(head, 8), 4);
+    put_le(foot, metrics_crc32c_masked(data, n), 4);
+    if (fwrite(head, 1, sizeof head, m->tb) != sizeof head ||
+        fwrite(data, 1, n, m->tb) != n ||
+        fwrite(foot, 1, sizeof foot, m->tb) != sizeof foot)
+        return DDPC_FAIL(e, DDPC_E_SYS, "writing TensorBoard events '%s': %s; "
+                         "---> HINT: is the disk full?", m->tb_path, strerror(errno));
+    return write_flush(m->tb, NULL, 0, "TensorBoard events", e);
+}
+
+struct tb_scalar {
+    const char *tag;
+    double      value;
+};
+
+/* Event { 1: double wall_time; 2: int64 step; 3: string file_version;
+ *         5: Summary summary }
+ * Summary { repeated 1: Value value }
+ * Value { 1: string tag; 2: float simple_value }
+ * (tensorflow/core/util/event.proto, framework/summary.proto). */
+static int tb_event(struct ddpc_metrics *m, int64_t step, const char *file_version,
+                    const struct tb_scalar *v, int nv, struct ddpc_err *e)
+{
+    struct pb_buf sum = { .n = 0 }, ev = { .n = 0 };
+    for (int i = 0; i < nv; i++) {
+        size_t tl = strlen(v[i].tag);
+        float f = (float)v[i].value;       /* simple_value is a float */
+        uint32_t fbits;
+        memcpy(&fbits, &f, sizeof fbits);
+        pb_byte(&sum, PB_TAG(1, 2));
+        pb_varint(&sum, 1 + varint_len(tl) + tl + 1 + 4);
+        pb_byte(&sum, PB_TAG(1, 2));
+        pb_varint(&sum, tl);
+        pb_bytes(&sum, v[i].tag, tl);
+        pb_byte(&sum, PB_TAG(2, 5));
+        pb_fixed(&sum, fbits, 4);
+    }
+    double wt = wall_now();
+    uint64_t wbits;
+    memcpy(&wbits, &wt, sizeof wbits);
+    pb_byte(&ev, PB_TAG(1, 1));
+    pb_fixed(&ev, wbits, 8);
+    if (step != 0) {                       /* proto3: 0 is the default, omitted */
+        pb_byte(&ev, PB_TAG(2, 0));
+        pb_varint(&ev, (uint64_t)step);
+    }
+    if (file_version) {
+        size_t fl = strlen(file_version);
+        pb_byte(&ev, PB_TAG(3, 2));
+        pb_varint(&ev, fl);
+        pb_bytes(&ev, file_version, fl);
+    }
+    if (nv > 0) {
+        pb_byte(&ev, PB_TAG(5, 2));
+        pb_varint(&ev, sum.n);
+        pb_bytes(&ev, sum.b, sum.n);
+    }
+    if (sum.overflow || ev.overflow)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "TensorBoard event does not fit %zu bytes",
+                         sizeof ev.b);
+    return tb_record(m, ev.b, ev.n, e);
+}
+
+/* Names the file like TensorFlow's writer (events.out.tfevents.<time>.
+ * <host>.<pid> plus a suffix), so TensorBoard and tools that glob
+ * "*tfevents*" find it; O_EXCL so two runs never share one file. */
+static int tb_open(struct ddpc_metrics *m, const char *dir, struct ddpc_err *e)
+{
+    char host[256];
+    DDPC_TRY(mkdir_p(dir, "logging.tensorboard", e));
+    if (gethostname(host, sizeof host) == -1)
+        (void)snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    for (char *h = host; *h; h++)          /* a '/' would make it a path */
+        if (*h == '/')
+            *h = '_';
+    int len = snprintf(m->tb_path, sizeof m->tb_path, "%s/events.out.tfevents.%lld.%s.%ld.ddpc",
+                       dir, (long long)time(NULL), host, (long)getpid());
+    if (len < 0 || (size_t)len >= sizeof m->tb_path)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s': path too long", dir);
+    int fd = open(m->tb_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd == -1)
+        return DDPC_FAIL(e, DDPC_E_SYS, "logging.tensorboard: cannot create '%s': %s; "
+                         "---> HINT: point it at a writable directory", m->tb_path,
+                         strerror(errno));
+    m->tb = fdopen(fd, "wb");
+    if (!m->tb) {
+        int saved = errno;
+        (void)close(fd);                   /* nothing written yet */
+        return DDPC_FAIL(e, DDPC_E_SYS, "fdopen '%s': %s", m->tb_path, strerror(saved));
+    }
+    /* The first record says which Event format follows; readers skip
+     * files without it. */
+    return tb_event(m, 0, "brain.Event:2", NULL, 0, e);
+}
+
+/* ===== progress line ==================================================== */
+
+/* "\r" returns to column 0 and ESC[K erases to the end of the line, so a
+ * shorter line leaves no tail of the previous one. */
+#define CLEAR_LINE "\r\033[K"
+
+static int progress_draw(struct ddpc_metrics *m, int64_t step, int epoch, double loss,
+                         double sps, double eta_s, struct ddpc_err *e)
+{
+    char eta[16], total[32] = "", line[256];
+    if (m->total_steps > 0)
+        (void)snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
+    /* Kept under 80 columns: a wrapped line cannot be rewritten with \r. */
+    int len = snprintf(line, sizeof line,
+                       CLEAR_LINE "epoch %d/%d  step %lld%s  loss %.4f  %.0f samples/s  ETA %s",
+                       epoch, m->job->epochs, (long long)step, total, loss, sps,
+                       metrics_format_eta(eta_s, eta, sizeof eta));
+    if (len < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "formatting the progress line failed");
+    if ((size_t)len >= sizeof line)
+        len = (int)sizeof line - 1;        /* absurd numbers: show what fits */
+    m->line_shown = 1;
+    return write_flush(m->out, line, (size_t)len, "progress line", e);
+}
+
+int metrics_clear_progress(struct ddpc_metrics *m, struct ddpc_err *e)
+{
+    if (!m->progress || !m->line_shown)
+        return 0;
+    m->line_shown = 0;
+    /* The next step redraws at once instead of waiting out the throttle. */
+    m->last_draw_s = -1.0;
+    return write_flush(m->out, CLEAR_LINE, sizeof CLEAR_LINE - 1, "progress line", e);
+}
+
+/* ===== API ============================================================== */
+
+int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
+                 int resumed, FILE *out, int is_tty, struct ddpc_err *e)
+{
+    memset(m, 0, sizeof *m);
+    m->job = job;
+    m->out = out;
+    m->every_n_steps = job->logging.every_n_steps >= 1 ? job->logging.every_n_steps : 1;
+    m->total_steps = total_steps > 0 ? total_steps : 0;
+    m->min_redraw_s = DDPC_METRICS_REDRAW_S;
+    m->last_draw_s = -1.0;
+    switch (job->logging.progress) {
+    case DDPC_PROGRESS_ON:   m->progress = 1; break;
+    case DDPC_PROGRESS_OFF:  m->progress = 0; break;
+    case DDPC_PROGRESS_AUTO: m->progress = is_tty != 0; break;
+    }
+    if (!out)
+        m->progress = 0;
+
+    int rc = 0;
+    const char *csv = job->logging.metrics_csv, *tb = job->logging.tensorboard;
+    if (csv && csv[0])
+        rc = csv_open(m, csv, resumed, e);
+    if (rc == 0 && tb && tb[0])
+        rc = tb_open(m, tb, e);
+    if (rc < 0) {
+        /* Unwind; e keeps the open failure, the first error. */
+        (void)metrics_close(m, e);
+        return rc;
+    }
+    return 0;
+}
+
+int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, double loss,
+                 double samples_per_s, double eta_s, struct ddpc_err *e)
+{
+    if (step % m->every_n_steps == 0) {
+        if (m->csv)
+            DDPC_TRY(csv_row(m, step, epoch, 1, lr, loss, samples_per_s, 0, 0.0, 0.0, e));
+        if (m->tb) {
+            const struct tb_scalar v[] = {
+                { "train/loss", loss }, { "train/lr", lr },
+                { "train/samples_per_s", samples_per_s },
+            };
+            DDPC_TRY(tb_event(m, step, NULL, v, 3, e));
+        }
+    }
+    if (m->progress) {
+        /* One clock read per step when nothing is drawn: the throttle makes
+         * the display free even at thousands of steps per second. The final
+         * step always shows, so the line ends at step total/total. */
+        double now = mono_now();
+        int final = m->total_steps > 0 && step >= m->total_steps;
+        if (m->last_draw_s < 0.0 || final || now - m->last_draw_s >= m->min_redraw_s) {
+            m->last_draw_s = now;
+            DDPC_TRY(progress_draw(m, step, epoch, loss, samples_per_s, eta_s, e));
+        }
+    }
+    return 0;
+}
+
+int metrics_eval(struct ddpc_metrics *m, int64_t step, int epoch, double eval_loss,
+                 double eval_accuracy, struct ddpc_err *e)
+{
+    DDPC_TRY(metrics_clear_progress(m, e));
+    if (m->csv)
+        DDPC_TRY(csv_row(m, step, epoch, 0, 0.0, 0.0, 0.0, 1, eval_loss, eval_accuracy, e));
+    if (m->tb) {
+        const struct tb_scalar v[] = {
+            { "eval/loss", eval_loss }, { "eval/accuracy", eval_accuracy },
+        };
+        DDPC_TRY(tb_event(m, step, NULL, v, eval_accuracy >= 0.0 ? 2 : 1, e));
+    }
+    return 0;
+}
+
+int metrics_close(struct ddpc_metrics *m, struct ddpc_err *e)
+{
+    /* Every step runs even after a failure, so no file is left open; the
+     * first failure is the one reported. */
+    int rc = 0, r;
+    if (m->progress && m->out && (r = metrics_clear_progress(m, e)) < 0)
+        rc = r;
+    m->progress = 0;
+    if ((r = close_file(&m->csv, "metrics CSV", e)) < 0 && rc == 0)
+        rc = r;
+    if ((r = close_file(&m->tb, "TensorBoard events", e)) < 0 && rc == 0)
+        rc = r;
+    return rc;
+}

@@ -1,0 +1,105 @@
+/* metrics.h - rank 0's observability: progress line, metrics CSV, TensorBoard.
+ *
+ * defines: metrics_open, metrics_step, metrics_eval, metrics_clear_progress,
+ *          metrics_close, metrics_format_eta, metrics_crc32c, metrics_crc32c_masked
+ *
+ * Only rank 0 calls any of this: the files are written by one process, so
+ * there is no locking and no rank in the file names. The caller guarantees it
+ * (worker.c calls metrics_* only when rank == 0); nothing here checks.
+ *
+ * Lifecycle: metrics_open, then metrics_step after every optimizer step and
+ * metrics_eval after every evaluation, then metrics_close. metrics_close is
+ * safe after a failed (or no) metrics_open on a zeroed struct and after
+ * another metrics_close. Every function returns 0 or a negative
+ * enum ddpc_err_code and fills e; none prints errors or exits.
+ *
+ * Outputs, each only when the job asks for it:
+ *   logging.metrics_csv  a CSV file (parent directories are created), columns
+ *                        step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy
+ *                        with a header line first and empty cells where a
+ *                        column does not apply (train rows have no eval_*).
+ *   logging.tensorboard  a directory (created) holding one new event file
+ *                        events.out.tfevents.<unix-time>.<hostname>.<pid>.ddpc
+ *                        with scalars train/loss, train/lr, train/samples_per_s,
+ *                        eval/loss, eval/accuracy; readable by TensorBoard.
+ *   logging.progress     a one-line display on `out`, rewritten in place:
+ *                        auto = on when is_tty; on; off. When off nothing at all
+ *                        is written to `out` (the caller prints plain lines).
+ * CSV rows and TensorBoard scalars are written at steps that are multiples of
+ * logging.every_n_steps; each row/record is flushed, so a killed job loses at
+ * most the record being written. Evaluations are always written.
+ */
+#ifndef DDPC_METRICS_H
+#define DDPC_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "job.h"
+#include "err.h"
+
+#define DDPC_METRICS_REDRAW_S 0.1   /* progress line: at most ~10 redraws per second */
+
+struct ddpc_metrics {
+    const struct ddpc_job *job;     /* not owned; outlives the metrics */
+    FILE    *out;                   /* progress stream (stdout); not owned, never closed */
+    FILE    *csv;                   /* owned; NULL: no CSV */
+    FILE    *tb;                    /* owned; NULL: no TensorBoard */
+    char     tb_path[4096];         /* the event file, for messages and tests */
+    int      progress;              /* 1: draw the progress line on out */
+    int      line_shown;            /* a progress line is on screen and needs clearing */
+    int      every_n_steps;         /* >= 1 */
+    int64_t  total_steps;           /* optimizer steps in the whole run; 0: unknown */
+    double   min_redraw_s;          /* throttle; tests set 0 to see every redraw */
+    double   last_draw_s;           /* CLOCK_MONOTONIC of the last redraw; < 0: never */
+};
+
+/* Opens what job->logging asks for. m is overwritten (no need to zero it).
+ *   total_steps: optimizer steps of the whole run (the plan knows), for
+ *                "step s/total" in the progress line; 0 if unknown.
+ *   resumed:     nonzero when the run continues from a checkpoint: an existing
+ *                CSV with our header is appended to instead of truncated.
+ *   out:         where the progress line goes (stdout); may be NULL when
+ *                progress is off.
+ *   is_tty:      isatty(fileno(out)), decided by the caller.
+ * On failure everything opened so far is closed again; metrics_close is still
+ * safe to call. */
+int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
+                 int resumed, FILE *out, int is_tty, struct ddpc_err *e);
+
+/* After optimizer step `step` (1-based count of steps taken) of epoch `epoch`
+ * (1-based). lr is the rate just used, loss the (rank-reduced) training loss,
+ * eta_s the estimated seconds left (< 0: unknown). Writes a CSV row and
+ * TensorBoard scalars when step % every_n_steps == 0; redraws the progress
+ * line at most every min_redraw_s seconds (always on the first and the last
+ * step), so calling it every step costs a clock read. */
+int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, double loss,
+                 double samples_per_s, double eta_s, struct ddpc_err *e);
+
+/* After an evaluation at step `step`. eval_accuracy is a fraction in [0, 1],
+ * or < 0 when there is none (regression): its CSV cell stays empty and no
+ * eval/accuracy scalar is written. Clears the progress line first, so the
+ * caller's epoch line prints on a clean line. */
+int metrics_eval(struct ddpc_metrics *m, int64_t step, int epoch, double eval_loss,
+                 double eval_accuracy, struct ddpc_err *e);
+
+/* Erases the progress line ("\r" + clear to end of line) if one is shown.
+ * Call before printing anything else to out. */
+int metrics_clear_progress(struct ddpc_metrics *m, struct ddpc_err *e);
+
+/* Clears the progress line, then flushes, fsyncs and closes the files. All
+ * are closed even if one fails; the first failure is returned. */
+int metrics_close(struct ddpc_metrics *m, struct ddpc_err *e);
+
+/* eta_s as h:mm:ss ("0:01:05", "27:46:40"); "-:--:--" when negative, NaN or
+ * absurd (> 100000 h). Rounds to the nearest second. Writes at most n bytes
+ * (NUL included); 16 is always enough. Returns buf. */
+char *metrics_format_eta(double eta_s, char *buf, size_t n);
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord uses:
+ * metrics_crc32c("123456789", 9) == 0xE3069283. */
+uint32_t metrics_crc32c(const void *data, size_t n);
+/* TFRecord's masked form: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t metrics_crc32c_masked(const void *data, size_t n);
+
+#endif /* DDPC_METRICS_H */
