@@ -673,7 +673,9 @@ out:
 
 /* classes > 0: Gaussian blobs, x = centre[label] + N(0, 1), centres N(0, 1);
  * classes 0: x ~ N(0, 1), y = x . w + 0.1 N(0, 1), w ~ N(0, 1/features).
- * Everything from one xoshiro stream seeded by src->seed, in a fixed order. */
+ * The task (centres, w) depends only on (features, classes), so a train and
+ * a test set with different seeds share it; the samples come from one
+ * xoshiro stream seeded by src->seed, in a fixed order. */
 static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                           struct ddpc_err *e)
 {
@@ -682,8 +684,9 @@ static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_datase
                          "(got %lld, %d)", (long long)src->samples, (int)src->features);
     int64_t n = src->samples;
     int f = src->features, k = src->classes;
-    struct ddpc_rng r;
+    struct ddpc_rng r, task;
     rng_seed(&r, src->seed);
+    rng_seed2(&task, 0x7461736bull /* "task" */, (uint64_t)f * 65536u + (uint64_t)k);
     float *x = malloc((size_t)n * f * sizeof *x);
     if (!x)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: cannot allocate %lld x %d inputs",
@@ -701,7 +704,7 @@ static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_datase
             return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: out of memory");
         }
         for (size_t i = 0; i < (size_t)k * f; i++)
-            centre[i] = (float)rng_normal(&r);
+            centre[i] = (float)rng_normal(&task);
         for (int64_t i = 0; i < n; i++) {
             int c = (int)rng_below(&r, (uint64_t)k);
             ds->labels[i] = c;
@@ -718,7 +721,7 @@ static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_datase
             return DDPC_FAIL(e, DDPC_E_NOMEM, "synthetic: out of memory");
         }
         for (int j = 0; j < f; j++)
-            w[j] = (float)(rng_normal(&r) / sqrt((double)f));
+            w[j] = (float)(rng_normal(&task) / sqrt((double)f));
         for (int64_t i = 0; i < n; i++) {
             double acc = 0;
             for (int j = 0; j < f; j++) {

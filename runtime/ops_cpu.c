@@ -152,42 +152,16 @@ static int cpu_loss(struct ddpc_ops *o, int loss_type, const float *logits,
                                  "label %d out of range for %d output classes; "
                                  "model.layers must end with the number of classes",
                                  (int)y, cols);
-            float mx = x[0];
-            int arg = 0;
-            for (int j = 1; j < cols; j++)
-                if (x[j] > mx) {
-                    mx = x[j];
-                    arg = j;
-                }
-            float s = 0.0f;
-            for (int j = 0; j < cols; j++) {
-                float ex = expf(x[j] - mx);
-                d[j] = ex;
-                s += ex;
-            }
-            float inv = grad_scale / s;
-            for (int j = 0; j < cols; j++)
-                d[j] *= inv;
-            d[y] -= grad_scale;
-            loss_sum += (double)logf(s) + (double)(mx - x[y]);
-            correct += arg == y;
+            int ok = 0;
+            loss_sum += ddpc_k_xent_row(x, y, d, cols, grad_scale, &ok);
+            correct += ok;
         }
     } else if (loss_type == DDPC_LOSS_MSE) {
         if (!targets)
             return DDPC_FAIL(e, DDPC_E_INVALID, "mse loss needs float targets");
-        float gs = 2.0f * grad_scale / (float)cols;
-        for (int i = 0; i < rows; i++) {
-            const float *x = logits + (size_t)i * cols;
-            const float *t = targets + (size_t)i * cols;
-            float *d = dlogits + (size_t)i * cols;
-            double row = 0.0;
-            for (int j = 0; j < cols; j++) {
-                float diff = x[j] - t[j];
-                row += (double)diff * diff;
-                d[j] = gs * diff;
-            }
-            loss_sum += row / cols;
-        }
+        for (int i = 0; i < rows; i++)
+            loss_sum += ddpc_k_mse_row(logits + (size_t)i * cols, targets + (size_t)i * cols,
+                                       dlogits + (size_t)i * cols, cols, grad_scale);
     } else {
         return DDPC_FAIL(e, DDPC_E_INVALID, "unknown loss %d", loss_type);
     }

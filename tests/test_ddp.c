@@ -1,3 +1,417 @@
-/* test_ddp.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_ddp.c - worker.c end to end: PyTorch DDP's guarantees on CPU.
+ *
+ * Two ranks are two forked processes over the real shared-memory comm
+ * (comm_shm.c), as under ./job. Shown here:
+ *   - W=2 at batch b ends with the same parameters as W=1 at batch 2b
+ *     (within float32 rounding), gradients going through several buckets;
+ *   - grad_accumulation 2 at batch b equals batch 2b;
+ *   - the same seed twice gives byte-identical parameters (W=1 and W=2);
+ *   - comm failures come back as errors naming the step ("step 2: ...");
+ *   - Fashion-MNIST (when installed) reaches >= 0.83 test accuracy in one
+ *     epoch with 2 workers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "suites.h"
-Suite *ddp_suite(void) { return suite_create("ddp"); }
+#include "comm_shm.h"
+#include "worker.h"
+
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+#define MAX_P 4096
+
+/* What rank 0 hands back to the test process through shared memory. */
+struct shared_out {
+    int    rc;
+    char   msg[512];
+    struct ddpc_worker_result res;
+    size_t n;
+    float  params[MAX_P];
+};
+
+static void job_small(struct ddpc_job *j, int batch, int optim)
+{
+    memset(j, 0, sizeof *j);
+    j->version = 1;
+    j->name = "ddp-test";
+    j->seed = 1234;
+    j->epochs = 2;
+    j->learning_rate = optim == DDPC_OPTIM_SGD ? 0.1 : 0.01;
+    j->batch_size = batch;
+    j->grad_accumulation = 1;
+    j->limit_train_fraction = 1.0;
+    j->bucket_cap_mb = 200.0 / 1048576.0;   /* 200 bytes: two buckets for [8,16,4] */
+    j->model.type = DDPC_MODEL_MLP;
+    j->model.n_layers = 3;
+    j->model.layers[0] = 8;
+    j->model.layers[1] = 16;
+    j->model.layers[2] = 4;
+    j->model.activation = DDPC_ACT_TANH;
+    j->loss = DDPC_LOSS_CROSS_ENTROPY;
+    j->data.shuffle = 1;
+    j->data.has_test = 1;
+    j->optimizer.type = (enum ddpc_optimizer_type)optim;
+    j->optimizer.momentum = 0.9;
+    j->optimizer.beta1 = 0.9;
+    j->optimizer.beta2 = 0.999;
+    j->optimizer.eps = 1e-8;
+    j->schedule.warmup_start_factor = 1;
+    j->schedule.gamma = 0.1;
+    j->nccl_timeout_s = 60;
+    j->rank_sync_timeout_s = 60;
+}
+
+static void load_synthetic(struct ddpc_dataset *tr, struct ddpc_dataset *te)
+{
+    struct ddpc_data_source s = { .format = DDPC_DATA_SYNTHETIC, .samples = 256, .features = 8,
+                                  .classes = 4, .seed = 5 };
+    struct ddpc_err e = {0};
+    ck_assert_int_eq(data_load(&s, tr, &e), 0);
+    s.samples = 64;
+    s.seed = 6;
+    ck_assert_int_eq(data_load(&s, te, &e), 0);
+}
+
+/* Runs one rank; rank 0 fills out. */
+static int rank_body(const struct ddpc_job *j, const struct ddpc_dataset *tr,
+                     const struct ddpc_dataset *te, int rank, int world, struct ddpc_comm *g,
+                     struct ddpc_comm *s, struct shared_out *out)
+{
+    struct ddpc_ops ops;
+    struct ddpc_err e = {0};
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
+    ops_cpu_init(&ops, &e);
+    struct ddpc_worker_args a = { .job = j, .rank = rank, .world = world, .ops = &ops,
+                                  .grad_comm = g, .sync_comm = s, .train = tr, .test = te,
+                                  .out = NULL, .t_launch = ddpc_now() };
+    struct ddpc_worker_result res = { .want_params = 1 };
+    int rc = worker_run(&a, &res, &e);
+    if (rank == 0) {
+        out->rc = rc;
+        snprintf(out->msg, sizeof out->msg, "%s", e.msg);
+        out->res = res;
+        out->res.params = NULL;
+        out->n = res.n_params < MAX_P ? res.n_params : MAX_P;
+        if (res.params)
+            memcpy(out->params, res.params, out->n * sizeof(float));
+    }
+    free(res.params);
+    ops.destroy(&ops);
+    return rc;
+}
+
+/* Trains with `world` forked workers; returns rank 0's report (caller munmaps). */
+static struct shared_out *train(const struct ddpc_job *j, int world)
+{
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct shared_out *out = mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(out != MAP_FAILED);
+    memset(out, 0, sizeof *out);
+    out->rc = 1;
+    struct ddpc_err e = {0};
+    struct comm_shm_region *gr = NULL, *sr = NULL;
+    ck_assert_msg(comm_shm_create(&gr, world, 0, &e) == 0, "%s", e.msg);
+    ck_assert_msg(comm_shm_create(&sr, world, 0, &e) == 0, "%s", e.msg);
+    pid_t pids[2];
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            struct ddpc_comm g, s;
+            int rc = comm_shm_attach(&g, gr, r, "gradient", &e);
+            if (rc == 0)
+                rc = comm_shm_attach(&s, sr, r, "rank-sync", &e);
+            if (rc == 0)
+                rc = rank_body(j, &tr, &te, r, world, &g, &s, out);
+            else if (r == 0)
+                snprintf(out->msg, sizeof out->msg, "%s", e.msg);
+            _exit(rc == 0 ? 0 : 1);
+        }
+    }
+    for (int r = 0; r < world; r++) {
+        int st = 0;
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d failed: %s", r, out->msg);
+    }
+    comm_shm_region_free(gr);
+    comm_shm_region_free(sr);
+    data_free(&tr);
+    data_free(&te);
+    ck_assert_msg(out->rc == 0, "%s", out->msg);
+    return out;
+}
+
+/* W=1 in this process, no communicator at all. */
+static struct shared_out *train1(const struct ddpc_job *j)
+{
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct shared_out *out = mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(out != MAP_FAILED);
+    memset(out, 0, sizeof *out);
+    int rc = rank_body(j, &tr, &te, 0, 1, NULL, NULL, out);
+    ck_assert_msg(rc == 0, "%s", out->msg);
+    data_free(&tr);
+    data_free(&te);
+    return out;
+}
+
+static void assert_close(const struct shared_out *a, const struct shared_out *b, double tol)
+{
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert_uint_eq(a->n, 8 * 16 + 16 + 16 * 4 + 4);
+    double worst = 0;
+    for (size_t i = 0; i < a->n; i++)
+        worst = fmax(worst, fabs((double)a->params[i] - b->params[i]) /
+                            (1 + fabs((double)b->params[i])));
+    ck_assert_msg(worst < tol, "parameters differ by up to %g (tolerance %g)", worst, tol);
+}
+
+START_TEST(w2_batch_b_equals_w1_batch_2b)
+{
+    struct ddpc_job j1, j2;
+    job_small(&j1, 16, DDPC_OPTIM_SGD);
+    job_small(&j2, 8, DDPC_OPTIM_SGD);
+    struct shared_out *one = train1(&j1);
+    struct shared_out *two = train(&j2, 2);
+    ck_assert_int_eq(one->res.steps, 32);   /* 256 / 16 per epoch, 2 epochs */
+    ck_assert_int_eq(two->res.steps, 32);
+    assert_close(two, one, 2e-5);
+    ck_assert_double_eq_tol(two->res.train_loss, one->res.train_loss, 1e-4);
+    ck_assert_double_eq_tol(two->res.test_accuracy, one->res.test_accuracy, 1e-9);
+    ck_assert(one->res.test_accuracy > 0.5);   /* it learned something */
+    /* and the params actually moved away from the init */
+    struct ddpc_job j0 = j1;
+    j0.epochs = 0;
+    struct shared_out *init = train1(&j0);
+    double moved = 0;
+    for (size_t i = 0; i < init->n; i++)
+        moved = fmax(moved, fabs(init->params[i] - one->params[i]));
+    ck_assert(moved > 0.05);
+    munmap(one, sizeof *one);
+    munmap(two, sizeof *two);
+    munmap(init, sizeof *init);
+}
+END_TEST
+
+START_TEST(grad_accumulation_equals_big_batch)
+{
+    struct ddpc_job big, acc;
+    job_small(&big, 16, DDPC_OPTIM_SGD);
+    job_small(&acc, 8, DDPC_OPTIM_SGD);
+    acc.grad_accumulation = 2;
+    struct shared_out *a = train1(&big);
+    struct shared_out *b = train1(&acc);
+    ck_assert_int_eq(b->res.steps, a->res.steps);
+    assert_close(b, a, 2e-5);
+    /* and over two ranks, no all-reduce on the micro-steps */
+    struct shared_out *c = train(&acc, 2);
+    ck_assert_int_eq(c->res.steps, 16);   /* 128 per rank / 8 / 2 per epoch */
+    munmap(a, sizeof *a);
+    munmap(b, sizeof *b);
+    munmap(c, sizeof *c);
+}
+END_TEST
+
+START_TEST(same_seed_byte_identical)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_ADAM);
+    j.grad_clip_norm = 0.5;
+    struct shared_out *a = train(&j, 2);
+    struct shared_out *b = train(&j, 2);
+    ck_assert_mem_eq(a->params, b->params, a->n * sizeof(float));
+    struct shared_out *c = train1(&j);
+    struct shared_out *d = train1(&j);
+    ck_assert_mem_eq(c->params, d->params, c->n * sizeof(float));
+    j.seed = 99;
+    struct shared_out *f = train1(&j);
+    ck_assert(memcmp(c->params, f->params, c->n * sizeof(float)) != 0);
+    munmap(a, sizeof *a);
+    munmap(b, sizeof *b);
+    munmap(c, sizeof *c);
+    munmap(d, sizeof *d);
+    munmap(f, sizeof *f);
+}
+END_TEST
+
+/* ---- a comm that fails on its Nth call, to see how errors come back ---- */
+
+struct failing { int calls, fail_at, code; };
+
+static int f_start(struct ddpc_comm *c, int tag, const float *send, float *recv, size_t n,
+                   enum ddpc_reduce op, double deadline, struct ddpc_err *e)
+{
+    struct failing *f = c->impl;
+    if (++f->calls == f->fail_at)
+        return DDPC_FAIL(e, f->code, "%s all-reduce timed out after 1 s: rank 1 did not "
+                         "arrive", c->purpose);
+    return 0;
+}
+
+static int f_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
+{
+    return 0;
+}
+
+static int f_bcast(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,
+                   struct ddpc_err *e)
+{
+    return 0;
+}
+
+static int f_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
+{
+    struct failing *f = c->impl;
+    if (++f->calls == f->fail_at)
+        return DDPC_FAIL(e, f->code, "%s barrier timed out: rank 1 did not arrive", c->purpose);
+    return 0;
+}
+
+static void fake_comm(struct ddpc_comm *c, struct failing *f, const char *purpose)
+{
+    memset(c, 0, sizeof *c);
+    c->name = "fake";
+    c->purpose = purpose;
+    c->rank = 0;
+    c->world = 2;
+    c->impl = f;
+    c->all_reduce_start = f_start;
+    c->all_reduce_wait = f_wait;
+    c->broadcast = f_bcast;
+    c->barrier = f_barrier;
+}
+
+START_TEST(comm_errors_name_the_step)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_SGD);
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_ops ops;
+    struct ddpc_err e = {0};
+    ops_cpu_init(&ops, &e);
+    /* two buckets per step: the 3rd all-reduce is step 2's first bucket */
+    struct failing fg = { 0, 3, DDPC_E_TIMEOUT }, fs = { 0, 0, 0 };
+    struct ddpc_comm g, s;
+    fake_comm(&g, &fg, "gradient");
+    fake_comm(&s, &fs, "rank-sync");
+    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 2, .ops = &ops,
+                                  .grad_comm = &g, .sync_comm = &s, .train = &tr, .test = &te };
+    struct ddpc_worker_result res = {0};
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_TIMEOUT);
+    ck_assert_msg(strncmp(e.msg, "step 2: gradient all-reduce timed out", 37) == 0, "%s", e.msg);
+    /* the rank-sync barrier opens each step: its 4th call is step 4 */
+    ddpc_err_clear(&e);
+    fg.fail_at = 0;
+    fs.calls = 0;
+    fs.fail_at = 4;
+    fs.code = DDPC_E_TIMEOUT;
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_TIMEOUT);
+    ck_assert_msg(strncmp(e.msg, "step 4: rank-sync barrier", 25) == 0, "%s", e.msg);
+    ck_assert_int_eq(fs.calls, 4);
+    /* without rank_sync_timeout there is no barrier at all */
+    ddpc_err_clear(&e);
+    fs.calls = 0;
+    j.rank_sync_timeout_s = 0;
+    j.epochs = 1;
+    ck_assert_int_eq(worker_run(&a, &res, &e), 0);
+    ck_assert_int_eq(fs.calls, 0);
+    /* a dataset that does not fit the model is refused up front, naming it */
+    j.model.layers[0] = 9;
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_DATA);
+    ck_assert(strstr(e.msg, "8 features") != NULL);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
+
+START_TEST(fashion_mnist_one_epoch_two_workers)
+{
+    const char *dir = "/usr/share/datasets/fashion-mnist";
+    char xi[256], yi[256], xt[256], yt[256];
+    snprintf(xi, sizeof xi, "%s/train-images-idx3-ubyte.gz", dir);
+    snprintf(yi, sizeof yi, "%s/train-labels-idx1-ubyte.gz", dir);
+    snprintf(xt, sizeof xt, "%s/t10k-images-idx3-ubyte.gz", dir);
+    snprintf(yt, sizeof yt, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    if (access(xi, R_OK) != 0) {
+        printf("SKIP fashion_mnist_one_epoch_two_workers: %s not installed "
+               "(apt install dataset-fashion-mnist)\n", xi);
+        return;
+    }
+    struct ddpc_job j;
+    job_small(&j, 64, DDPC_OPTIM_ADAM);
+    j.seed = 42;
+    j.epochs = 1;
+    j.learning_rate = 1e-3;
+    j.bucket_cap_mb = 25;
+    j.model.layers[0] = 784;
+    j.model.layers[1] = 256;
+    j.model.layers[2] = 10;
+    j.model.activation = DDPC_ACT_RELU;
+    j.data.train = (struct ddpc_data_source){ .format = DDPC_DATA_IDX, .inputs = xi, .labels = yi };
+    j.data.test = (struct ddpc_data_source){ .format = DDPC_DATA_IDX, .inputs = xt, .labels = yt };
+    struct ddpc_dataset tr, te;
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(&j.data.train, &tr, &e) == 0, "%s", e.msg);
+    ck_assert_msg(data_load(&j.data.test, &te, &e) == 0, "%s", e.msg);
+    struct comm_shm_region *gr = NULL;
+    ck_assert_int_eq(comm_shm_create(&gr, 2, 0, &e), 0);
+    int *acc = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(acc != MAP_FAILED);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            struct ddpc_comm g;
+            struct ddpc_ops ops;
+            if (openblas_set_num_threads)
+                openblas_set_num_threads(1);
+            ops_cpu_init(&ops, &e);
+            if (comm_shm_attach(&g, gr, r, "gradient", &e) < 0)
+                _exit(1);
+            struct ddpc_worker_args a = { .job = &j, .rank = r, .world = 2, .ops = &ops,
+                                          .grad_comm = &g, .train = &tr, .test = &te,
+                                          .out = stdout, .t_launch = ddpc_now() };
+            struct ddpc_worker_result res = {0};
+            int rc = worker_run(&a, &res, &e);
+            if (r == 0)
+                acc[0] = (int)lround(res.test_accuracy * 10000);
+            _exit(rc == 0 ? 0 : 1);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    ck_assert_msg(acc[0] >= 8300, "test accuracy %.4f after one epoch, want >= 0.83",
+                  acc[0] / 10000.0);
+    munmap(acc, 4096);
+    comm_shm_region_free(gr);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
+
+Suite *ddp_suite(void)
+{
+    Suite *s = suite_create("ddp");
+    TCase *tc = tcase_create("ddp");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, w2_batch_b_equals_w1_batch_2b);
+    tcase_add_test(tc, grad_accumulation_equals_big_batch);
+    tcase_add_test(tc, same_seed_byte_identical);
+    tcase_add_test(tc, comm_errors_name_the_step);
+    tcase_add_test(tc, fashion_mnist_one_epoch_two_workers);
+    suite_add_tcase(s, tc);
+    return s;
+}
