@@ -91,6 +91,15 @@ struct ddpc_ops {
      * callers may gather batches straight into them; 0 (CUDA): go through
      * to_device. Zero-initialised ops default to 0, the safe choice. */
     int host_memory;
+
+    /* enum ddpc_precision of gemm inputs; the caller sets it after init
+     * (0 = fp32, the default). CUDA: bf16/fp16 copies of A and B, fp32
+     * accumulation and fp32 C (cublasGemmEx, CUBLAS_COMPUTE_32F); weights,
+     * gradients and the optimizer stay fp32 (master copies). fp16 needs the
+     * caller's dynamic loss scaling: loss(grad_scale = S/rows), sumsq of the
+     * grads not finite -> skip the step and lower S, else optim_step with
+     * grad_scale = 1/S. CPU: ignored, always fp32. */
+    int gemm_precision;
 };
 
 /* ops_cpu.c */

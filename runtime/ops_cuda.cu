@@ -15,15 +15,18 @@
  *   - it never touches a communicator: comm_nccl.cu orders itself against
  *     this stream with events.
  *
- * Precision: fp32 only so far. Mixed precision (bf16/fp16 activations with
- * fp32 master weights) slots in at cuda_gemm: cublasGemmEx with
- * CUBLAS_COMPUTE_32F on bf16/fp16 copies, and a loss-scale factor that the
- * loss op already takes (grad_scale) plus an overflow flag from sumsq.
- * struct ops_cuda_ctx.precision is where that choice will live.
+ * Precision: o->gemm_precision (ops.h) picks the gemm inputs: fp32
+ * (cublasSgemm, no TF32), or bf16/fp16 copies of A and B made by a cast
+ * kernel into scratch, multiplied by cublasGemmEx with CUBLAS_COMPUTE_32F
+ * into fp32 C. Everything else (weights, gradients, optimizer state) is fp32:
+ * the master copies. fp16 loss scaling is the caller's (see ops.h).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "ops.h"
 #include "ops_kernels.h"
@@ -34,9 +37,13 @@
 #define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
 #define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
 
+/* enum ddpc_precision (spec/job.h) */
+#define PREC_FP32 0
+#define PREC_BF16 1
+#define PREC_FP16 2
+
 struct ops_cuda_ctx {
     int             device;
-    int             precision;       /* enum ddpc_precision; only FP32 implemented */
     cudaStream_t    stream;          /* compute stream: every op, in order */
     cublasHandle_t  blas;            /* bound to stream */
     /* loss scratch, grown on demand: one entry per row */
@@ -46,6 +53,9 @@ struct ops_cuda_ctx {
     double         *d_partial;       /* [RED_BLOCKS] first-stage sums */
     double         *d_result;        /* [3] final sums, copied to h_result */
     double         *h_result;        /* [3] pinned, so the copy is truly async */
+    /* gemm input casts for bf16/fp16 (2-byte elements), grown on demand */
+    void           *d_lo[2];         /* [0] A, [1] B */
+    size_t          cap_lo[2];       /* bytes */
 };
 
 static struct ops_cuda_ctx *ctx_of(const struct ddpc_ops *o)
@@ -208,6 +218,22 @@ __global__ static void k_optim(struct ddpc_optim_step s, float *p, const float *
     }
 }
 
+/* y = x rounded to bf16 / fp16 (round to nearest even; fp16 overflows to inf,
+ * which the caller's loss scaling detects). */
+__global__ static void k_to_bf16(const float *x, __nv_bfloat16 *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ static void k_to_half(const float *x, __half *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2half(x[i]);
+}
+
 /* ===== ops ===== */
 
 static int cuda_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
@@ -271,6 +297,35 @@ static int cuda_synchronize(struct ddpc_ops *o, struct ddpc_err *e)
     return 0;
 }
 
+/* Copies a row-major [rows, cols] matrix with row stride ld (fp32) into
+ * scratch `which` as bf16/fp16 with the same stride. Only (rows-1)*ld + cols
+ * elements are touched: the padding after the last row may not exist. */
+static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, int rows,
+                   int cols, int ld, const void **out, struct ddpc_err *e)
+{
+    size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    size_t bytes = n * 2;
+    if (bytes > c->cap_lo[which]) {
+        /* grows once, to the largest operand; cudaFree synchronises, which
+         * is fine at that point (the first steps) */
+        if (c->d_lo[which])
+            CUDA_CHECK(e, cudaFree(c->d_lo[which]));
+        c->d_lo[which] = NULL;
+        c->cap_lo[which] = 0;
+        CUDA_CHECK(e, cudaMalloc(&c->d_lo[which], bytes));
+        c->cap_lo[which] = bytes;
+    }
+    if (prec == PREC_BF16) {
+        k_to_bf16<<<grid_for(n), THREADS, 0, c->stream>>>(x, (__nv_bfloat16 *)c->d_lo[which], n);
+        KERNEL_CHECK(e, "k_to_bf16");
+    } else {
+        k_to_half<<<grid_for(n), THREADS, 0, c->stream>>>(x, (__half *)c->d_lo[which], n);
+        KERNEL_CHECK(e, "k_to_half");
+    }
+    *out = c->d_lo[which];
+    return 0;
+}
+
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C through column-major cuBLAS:
  * a row-major matrix with row stride ld is, read column-major, its transpose
  * with leading dimension ld. So compute C^T = op(B)^T op(A)^T: swap the
@@ -284,9 +339,25 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
     if (m == 0 || n == 0)
         return 0;
     struct ops_cuda_ctx *c = ctx_of(o);
-    CUBLAS_CHECK(e, cublasSgemm(c->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B, ldb,
-                                A, lda, &beta, C, ldc));
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int prec = o->gemm_precision;
+    if (prec == PREC_FP32 || k == 0) {
+        CUBLAS_CHECK(e, cublasSgemm(c->blas, op_b, op_a, n, m, k, &alpha, B, ldb, A, lda,
+                                    &beta, C, ldc));
+        return 0;
+    }
+    if (prec != PREC_BF16 && prec != PREC_FP16)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm: unknown precision %d", prec);
+    /* stored shapes: A is [m,k] (or [k,m] transposed), B is [k,n] (or [n,k]) */
+    const void *a_lo = NULL, *b_lo = NULL;
+    DDPC_TRY(cast_lo(c, 0, prec, A, trans_a ? k : m, trans_a ? m : k, lda, &a_lo, e));
+    DDPC_TRY(cast_lo(c, 1, prec, B, trans_b ? n : k, trans_b ? k : n, ldb, &b_lo, e));
+    cudaDataType_t t = prec == PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    /* fp32 accumulation and fp32 output: only the inputs are rounded */
+    CUBLAS_CHECK(e, cublasGemmEx(c->blas, op_b, op_a, n, m, k, &alpha, b_lo, t, ldb, a_lo, t,
+                                 lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
@@ -460,6 +531,9 @@ static void cuda_destroy(struct ddpc_ops *o)
         (void)cudaFree(c->d_result);
     if (c->h_result)
         (void)cudaFreeHost(c->h_result);
+    for (int i = 0; i < 2; i++)
+        if (c->d_lo[i])
+            (void)cudaFree(c->d_lo[i]);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
     free(c);
@@ -502,7 +576,7 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     if (!c)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "cuda: cannot allocate the backend context");
     o->ctx = c;
-    c->precision = 0;             /* DDPC_PRECISION_FP32 */
+    o->gemm_precision = PREC_FP32;
     DDPC_TRY(ctx_init(c, device, e));
     o->alloc = cuda_alloc;
     o->release = cuda_release;

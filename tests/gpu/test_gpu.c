@@ -10,7 +10,8 @@
  *      broadcast, barrier, and (with 2+ GPUs) a barrier deadline that must
  *      fire with a message naming "rank-sync" and "barrier".
  *   2. Every op of struct ddpc_ops, CUDA vs ops_cpu_init, on fresh random
- *      inputs (the seed is printed), with relative error bounds for fp32.
+ *      inputs (the seed is printed), with relative error bounds for fp32,
+ *      and gemm with bf16 / fp16 inputs against the fp32 CPU result.
  * The NCCL part runs first: the parent must not initialise CUDA before it
  * forks the ranks.
  *
@@ -126,11 +127,19 @@ static void compare_dev(struct pair *p, const char *what, const float *dev, cons
     free(got);
 }
 
+/* gemm_precision 0 fp32, 1 bf16, 2 fp16 (enum ddpc_precision): inputs rounded
+ * to 8 / 11 significant bits, fp32 accumulation; bounds are a few units of
+ * that rounding, relative to the largest element of C. */
+static const double gemm_tol[3] = {TOL_SUM, 3e-2, 5e-3};
+static const char *const prec_name[3] = {"fp32", "bf16", "fp16"};
+
 static void test_gemm(struct pair *p)
 {
     const int m = 37, n = 53, k = 129, pad = 3;
+    for (int prec = 0; prec < 3; prec++)
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
+            p->gpu.gemm_precision = prec;
             int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
             size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb,
                    nc = (size_t)m * ldc;
@@ -138,13 +147,13 @@ static void test_gemm(struct pair *p)
             float *dA = up(p, A, na * 4), *dB = up(p, B, nb * 4), *dC = up(p, C, nc * 4);
             struct ddpc_err e = {0};
             char what[64];
-            snprintf(what, sizeof what, "gemm trans_a=%d trans_b=%d", ta, tb);
+            snprintf(what, sizeof what, "gemm %s trans_a=%d trans_b=%d", prec_name[prec], ta, tb);
             if (!dA || !dB || !dC ||
                 p->cpu.gemm(&p->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc, &e) < 0 ||
                 p->gpu.gemm(&p->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, &e) < 0)
                 fail_err(what, &e);
             else
-                compare_dev(p, what, dC, C, nc, TOL_SUM);
+                compare_dev(p, what, dC, C, nc, gemm_tol[prec]);
             p->gpu.release(&p->gpu, dA);
             p->gpu.release(&p->gpu, dB);
             p->gpu.release(&p->gpu, dC);
@@ -152,6 +161,7 @@ static void test_gemm(struct pair *p)
             free(B);
             free(C);
         }
+    p->gpu.gemm_precision = 0;
 }
 
 static void test_act(struct pair *p)
