@@ -193,7 +193,7 @@ START_TEST(npy_f32_u8_and_targets)
     ck_assert_int_eq(ds.dtype, DDPC_DTYPE_F32);
     ck_assert_int_eq(ds.classes, 5);
     int64_t idx[1] = { 1 };
-    float x[3];
+    float x[8];
     int32_t lab[1];
     data_gather(&ds, idx, 1, x, lab, NULL);
     ck_assert_float_eq(x[1], 4.25f);
