@@ -37,9 +37,14 @@ void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int
     __attribute__((format(printf, 7, 8)));
 /* Sorts entries by file, line, col (stable), for output in source order. */
 void diag_sort(struct ddpc_diag *d);
-/* Prints entries [from, d->n) in the given format. JSON output of several
- * files is one array: the caller prints "[" / "]" around calls, see
- * diag_print_json_*. */
+/* The same for entries [from, d->n) only (one file's findings). */
+void diag_sort_from(struct ddpc_diag *d, int from);
+/* Prints entries [from, d->n) in the given format. JSON prints one array
+ * (`[` ... `]`) of objects {file, line, col, severity, path, message}; to
+ * print several files as one array, collect them in one diag first. */
 void diag_print(const struct ddpc_diag *d, int from, enum ddpc_diag_format fmt, FILE *out);
+/* Prints one entry: a text or github line (with newline), or a JSON object
+ * (no newline, no comma). */
+void diag_print_entry(const struct ddpc_diag_entry *e, enum ddpc_diag_format fmt, FILE *out);
 
 #endif /* DDPC_DIAG_H */

@@ -1,0 +1,590 @@
+/* load.c - libyaml events -> ddpc's positioned tree; the arena it lives in.
+ *
+ * The ONLY file that includes <yaml.h>. Owns: parse errors with positions,
+ * one-document rule, duplicate keys, scalar-only keys, tags, alias expansion
+ * bounds, nesting depth. Never interprets values (validate.c does).
+ * See load.h for the rules and limits.
+ */
+#include "load.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+/* ===================== arena ===================== */
+
+struct ddpc_arena_chunk {
+    struct ddpc_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+#define ARENA_CHUNK (16u << 10)
+
+void *arena_alloc(struct ddpc_arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    struct ddpc_arena_chunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->cap = cap;
+        c->used = 0;
+        /* a chunk made for one large object goes behind the current one so
+         * the current chunk's free space is not wasted */
+        if (a->head && cap > ARENA_CHUNK) {
+            c->next = a->head->next;
+            a->head->next = c;
+        } else {
+            c->next = a->head;
+            a->head = c;
+        }
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *arena_strndup(struct ddpc_arena *a, const char *s, size_t n)
+{
+    char *p = arena_alloc(a, n + 1);
+    if (!p)
+        return NULL;
+    if (n)
+        memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *arena_printf(struct ddpc_arena *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *p = arena_alloc(a, (size_t)n + 1);
+    if (!p)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+void arena_free(struct ddpc_arena *a)
+{
+    struct ddpc_arena_chunk *c = a->head;
+    while (c) {
+        struct ddpc_arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+}
+
+/* ===================== tree helpers ===================== */
+
+int load_is_null(const struct ddpc_node *n)
+{
+    if (!n || n->kind != DDPC_NODE_SCALAR || n->quoted)
+        return 0;
+    return n->len == 0 || strcmp(n->str, "~") == 0 || strcmp(n->str, "null") == 0 ||
+           strcmp(n->str, "Null") == 0 || strcmp(n->str, "NULL") == 0;
+}
+
+const struct ddpc_node *load_map_get(const struct ddpc_node *map, const char *key)
+{
+    if (!map || map->kind != DDPC_NODE_MAP)
+        return NULL;
+    size_t kl = strlen(key);
+    for (int i = 0; i < map->n; i++) {
+        const struct ddpc_node *k = map->items[2 * i];
+        if (k->kind == DDPC_NODE_SCALAR && k->len == kl && memcmp(k->str, key, kl) == 0)
+            return map->items[2 * i + 1];
+    }
+    return NULL;
+}
+
+const struct ddpc_node *load_lookup(const struct ddpc_node *root, const char *dotted)
+{
+    char part[128];
+    const struct ddpc_node *n = root;
+    while (n && *dotted) {
+        size_t l = strcspn(dotted, ".");
+        if (l >= sizeof part)
+            return NULL;
+        memcpy(part, dotted, l);
+        part[l] = '\0';
+        n = load_map_get(n, part);
+        dotted += l;
+        if (*dotted == '.')
+            dotted++;
+    }
+    return n;
+}
+
+/* ===================== composer ===================== */
+
+struct frame {
+    struct ddpc_node *node;
+    struct ddpc_node **items;   /* malloc'd while open; copied to the arena on close */
+    int n, cap;
+    size_t size;                /* nodes in this subtree, aliases expanded */
+    char *anchor;               /* malloc'd; registered when the node closes */
+};
+
+struct anchor {
+    char *name;                 /* malloc'd */
+    struct ddpc_node *node;
+    size_t size;
+};
+
+struct composer {
+    const char *file;
+    const char *buf;
+    size_t len;
+    struct ddpc_arena *a;
+    struct ddpc_diag *d;
+    struct frame stack[DDPC_LOAD_MAX_DEPTH + 1];
+    int depth;
+    struct anchor anchors[DDPC_LOAD_MAX_ANCHORS];
+    int n_anchors;
+    size_t total;               /* nodes so far, aliases expanded */
+    struct ddpc_node *root;
+    int n_docs;
+    int failed;                 /* errors that do not stop the parse (duplicate keys) */
+};
+
+/* The dotted path of the node about to be added to the innermost open
+ * collection (for messages only). */
+static void composer_path(const struct composer *c, int upto, char *out, size_t cap)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < upto && o < cap; i++) {
+        const struct frame *f = &c->stack[i];
+        int w = 0;
+        if (f->node->kind == DDPC_NODE_SEQ) {
+            w = snprintf(out + o, cap - o, "[%d]", f->n);
+        } else if (f->n % 2 == 1 || i + 1 < upto) {
+            /* in a map the pending key is the last item when n is odd */
+            const struct ddpc_node *k = f->n >= 1 ? f->items[(f->n - 1) & ~1] : NULL;
+            if (k && k->kind == DDPC_NODE_SCALAR)
+                w = snprintf(out + o, cap - o, "%s%s", o ? "." : "", k->str);
+        }
+        if (w < 0)
+            return;
+        o += (size_t)w;
+    }
+    if (o >= cap)
+        out[cap - 1] = '\0';
+}
+
+static void mark_pos(const struct composer *c, yaml_mark_t m, int *line, int *col)
+{
+    (void)c;
+    *line = (int)m.line + 1;
+    *col = (int)m.column + 1;
+}
+
+/* 1-based line:col of a byte offset (libyaml reader errors carry only the offset). */
+static void offset_pos(const struct composer *c, size_t off, int *line, int *col)
+{
+    int l = 1;
+    size_t start = 0;
+    if (off > c->len)
+        off = c->len;
+    for (size_t i = 0; i < off; i++)
+        if (c->buf[i] == '\n') {
+            l++;
+            start = i + 1;
+        }
+    *line = l;
+    *col = (int)(off - start) + 1;
+}
+
+static void report_parser_error(struct composer *c, const yaml_parser_t *p)
+{
+    int line = 1, col = 1;
+    const char *problem = p->problem ? p->problem : "cannot parse the document";
+    switch (p->error) {
+    case YAML_MEMORY_ERROR:
+        diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while parsing");
+        return;
+    case YAML_READER_ERROR:
+        offset_pos(c, p->problem_offset, &line, &col);
+        if (p->problem_value != -1)
+            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s (#x%02X)", problem,
+                     (unsigned)p->problem_value);
+        else
+            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s", problem);
+        return;
+    default:
+        mark_pos(c, p->problem_mark, &line, &col);
+        if (p->context) {
+            int cl, cc;
+            mark_pos(c, p->context_mark, &cl, &cc);
+            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s (%s at %d:%d)", problem,
+                     p->context, cl, cc);
+        } else {
+            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s", problem);
+        }
+        return;
+    }
+}
+
+static int composer_error(struct composer *c, yaml_mark_t m, const char *fmt, const char *arg)
+{
+    int line, col;
+    char path[256];
+    mark_pos(c, m, &line, &col);
+    composer_path(c, c->depth, path, sizeof path);
+    diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, path, fmt, arg);
+    return -1;
+}
+
+/* Counts n more nodes against the expansion bound. */
+static int composer_count(struct composer *c, size_t n, yaml_mark_t m)
+{
+    c->total += n;
+    if (c->total > DDPC_LOAD_MAX_NODES) {
+        char lim[32];
+        snprintf(lim, sizeof lim, "%d", DDPC_LOAD_MAX_NODES);
+        return composer_error(c, m, "document expands to more than %s nodes "
+                              "(alias expansion bomb?); refusing to load it", lim);
+    }
+    return 0;
+}
+
+/* Adds a finished node (size = its expanded node count) to the innermost
+ * open collection, or makes it the root. */
+static int composer_attach(struct composer *c, struct ddpc_node *n, size_t size)
+{
+    if (c->depth == 0) {
+        c->root = n;
+        return 0;
+    }
+    struct frame *f = &c->stack[c->depth - 1];
+    if (f->n == f->cap) {
+        int cap = f->cap ? f->cap * 2 : 8;
+        struct ddpc_node **v = realloc(f->items, (size_t)cap * sizeof *v);
+        if (!v) {
+            diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while loading");
+            return -1;
+        }
+        f->items = v;
+        f->cap = cap;
+    }
+    if (f->node->kind == DDPC_NODE_MAP && f->n % 2 == 0 && n->kind != DDPC_NODE_SCALAR) {
+        char path[256];
+        composer_path(c, c->depth, path, sizeof path);
+        diag_add(c->d, DDPC_SEV_ERROR, c->file, n->line, n->col, path,
+                 "mapping keys must be plain scalars, found a %s",
+                 n->kind == DDPC_NODE_MAP ? "mapping" : "sequence");
+        c->failed = 1;
+    }
+    f->items[f->n++] = n;
+    f->size += size;
+    return 0;
+}
+
+static int composer_register(struct composer *c, const char *anchor, struct ddpc_node *n,
+                             size_t size, yaml_mark_t m)
+{
+    if (!anchor)
+        return 0;
+    if (c->n_anchors == DDPC_LOAD_MAX_ANCHORS) {
+        char lim[32];
+        snprintf(lim, sizeof lim, "%d", DDPC_LOAD_MAX_ANCHORS);
+        return composer_error(c, m, "more than %s anchors", lim);
+    }
+    char *name = strdup(anchor);
+    if (!name)
+        return composer_error(c, m, "%s", "out of memory while loading");
+    c->anchors[c->n_anchors].name = name;
+    c->anchors[c->n_anchors].node = n;
+    c->anchors[c->n_anchors].size = size;
+    c->n_anchors++;
+    return 0;
+}
+
+/* Tags: core tags are fine (!!str makes a string); anything else is refused,
+ * because a spec is plain data and a tag is how YAML loaders elsewhere are
+ * talked into constructing objects. */
+static int composer_tag(struct composer *c, const yaml_char_t *tag, yaml_mark_t m, int *is_str)
+{
+    if (!tag)
+        return 0;
+    const char *t = (const char *)tag;
+    if (strcmp(t, "!") == 0 || strcmp(t, YAML_STR_TAG) == 0) {
+        *is_str = 1;
+        return 0;
+    }
+    if (strncmp(t, "tag:yaml.org,2002:", 18) == 0) {
+        static const char *core[] = { "int", "float", "bool", "null", "map", "seq" };
+        for (size_t i = 0; i < sizeof core / sizeof core[0]; i++)
+            if (strcmp(t + 18, core[i]) == 0)
+                return 0;
+    }
+    c->failed = 1;
+    composer_error(c, m, "unsupported tag '%s'; a spec holds plain values only", t);
+    return 0;
+}
+
+static int key_cmp(const void *pa, const void *pb)
+{
+    const struct ddpc_node *const *a = pa, *const *b = pb;
+    size_t la = (*a)->len, lb = (*b)->len;
+    int r = memcmp((*a)->str, (*b)->str, la < lb ? la : lb);
+    if (r)
+        return r;
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    /* equal keys keep source order, so the first one is the original */
+    if ((*a)->line != (*b)->line)
+        return (*a)->line < (*b)->line ? -1 : 1;
+    return (*a)->col < (*b)->col ? -1 : (*a)->col > (*b)->col;
+}
+
+static int same_key(const struct ddpc_node *a, const struct ddpc_node *b)
+{
+    return a->kind == DDPC_NODE_SCALAR && b->kind == DDPC_NODE_SCALAR && a->len == b->len &&
+           memcmp(a->str, b->str, a->len) == 0;
+}
+
+static void composer_dup_report(struct composer *c, const struct ddpc_node *first,
+                                const struct ddpc_node *dup)
+{
+    char path[256];
+    composer_path(c, c->depth - 1, path, sizeof path);
+    char full[512];
+    snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", dup->str);
+    diag_add(c->d, DDPC_SEV_ERROR, c->file, dup->line, dup->col, full,
+             "duplicate key '%s' (first given at %d:%d)", dup->str, first->line, first->col);
+    c->failed = 1;
+}
+
+/* Duplicate keys of the map being closed (frame f). Quadratic for the small
+ * maps a spec has; sorted for large ones so a hostile file stays fast. */
+static int composer_dups(struct composer *c, struct frame *f)
+{
+    int nk = f->n / 2;
+    if (nk <= 16) {
+        for (int i = 1; i < nk; i++)
+            for (int j = 0; j < i; j++)
+                if (same_key(f->items[2 * i], f->items[2 * j])) {
+                    composer_dup_report(c, f->items[2 * j], f->items[2 * i]);
+                    break;
+                }
+        return 0;
+    }
+    struct ddpc_node **keys = malloc((size_t)nk * sizeof *keys);
+    if (!keys) {
+        diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while loading");
+        return -1;
+    }
+    int nscalar = 0;
+    for (int i = 0; i < nk; i++)
+        if (f->items[2 * i]->kind == DDPC_NODE_SCALAR)
+            keys[nscalar++] = f->items[2 * i];
+    qsort(keys, (size_t)nscalar, sizeof *keys, key_cmp);
+    int reported = 0;
+    for (int i = 1; i < nscalar && reported < 20; i++) {
+        int g = i - 1;
+        while (g > 0 && same_key(keys[g - 1], keys[i]))
+            g--;
+        if (same_key(keys[g], keys[i])) {
+            composer_dup_report(c, keys[g], keys[i]);
+            reported++;
+        }
+    }
+    free(keys);
+    return 0;
+}
+
+static int composer_open(struct composer *c, enum ddpc_node_kind kind, const yaml_event_t *e,
+                         const yaml_char_t *anchor, const yaml_char_t *tag)
+{
+    if (c->depth == DDPC_LOAD_MAX_DEPTH) {
+        char lim[16];
+        snprintf(lim, sizeof lim, "%d", DDPC_LOAD_MAX_DEPTH);
+        return composer_error(c, e->start_mark, "nesting deeper than %s levels", lim);
+    }
+    int is_str = 0;
+    if (composer_tag(c, tag, e->start_mark, &is_str) < 0 || composer_count(c, 1, e->start_mark) < 0)
+        return -1;
+    struct ddpc_node *n = arena_alloc(c->a, sizeof *n);
+    if (!n)
+        return composer_error(c, e->start_mark, "%s", "out of memory while loading");
+    n->kind = kind;
+    mark_pos(c, e->start_mark, &n->line, &n->col);
+    struct frame *f = &c->stack[c->depth++];
+    memset(f, 0, sizeof *f);
+    f->node = n;
+    f->size = 1;
+    if (anchor && !(f->anchor = strdup((const char *)anchor)))
+        return composer_error(c, e->start_mark, "%s", "out of memory while loading");
+    return 0;
+}
+
+static int composer_close(struct composer *c, const yaml_event_t *e)
+{
+    struct frame *f = &c->stack[c->depth - 1];
+    struct ddpc_node *n = f->node;
+    if (n->kind == DDPC_NODE_MAP && composer_dups(c, f) < 0)
+        return -1;
+    n->n = n->kind == DDPC_NODE_MAP ? f->n / 2 : f->n;
+    if (f->n) {
+        n->items = arena_alloc(c->a, (size_t)f->n * sizeof *n->items);
+        if (!n->items)
+            return composer_error(c, e->start_mark, "%s", "out of memory while loading");
+        memcpy(n->items, f->items, (size_t)f->n * sizeof *n->items);
+    }
+    free(f->items);
+    f->items = NULL;
+    size_t size = f->size;
+    char *anchor = f->anchor;
+    f->anchor = NULL;
+    c->depth--;
+    int rc = composer_register(c, anchor, n, size, e->start_mark);
+    free(anchor);
+    if (rc < 0)
+        return -1;
+    return composer_attach(c, n, size);
+}
+
+static int composer_scalar(struct composer *c, const yaml_event_t *e)
+{
+    int is_str = 0;
+    if (composer_tag(c, e->data.scalar.tag, e->start_mark, &is_str) < 0 ||
+        composer_count(c, 1, e->start_mark) < 0)
+        return -1;
+    struct ddpc_node *n = arena_alloc(c->a, sizeof *n);
+    if (!n)
+        return composer_error(c, e->start_mark, "%s", "out of memory while loading");
+    n->kind = DDPC_NODE_SCALAR;
+    mark_pos(c, e->start_mark, &n->line, &n->col);
+    n->len = e->data.scalar.length;
+    n->str = arena_strndup(c->a, (const char *)e->data.scalar.value, n->len);
+    if (!n->str)
+        return composer_error(c, e->start_mark, "%s", "out of memory while loading");
+    n->quoted = is_str || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    if (composer_register(c, (const char *)e->data.scalar.anchor, n, 1, e->start_mark) < 0)
+        return -1;
+    return composer_attach(c, n, 1);
+}
+
+static int composer_alias(struct composer *c, const yaml_event_t *e)
+{
+    const char *name = (const char *)e->data.alias.anchor;
+    for (int i = c->n_anchors - 1; i >= 0; i--) {
+        if (strcmp(c->anchors[i].name, name) == 0) {
+            if (composer_count(c, c->anchors[i].size, e->start_mark) < 0)
+                return -1;
+            return composer_attach(c, c->anchors[i].node, c->anchors[i].size);
+        }
+    }
+    /* an anchor still open (a node aliasing itself) is not registered yet,
+     * so a recursive alias lands here too */
+    return composer_error(c, e->start_mark,
+                          "alias '*%s' has no complete anchor before it "
+                          "(undefined or recursive)", name);
+}
+
+static int composer_event(struct composer *c, const yaml_event_t *e)
+{
+    switch (e->type) {
+    case YAML_DOCUMENT_START_EVENT:
+        if (++c->n_docs > 1)
+            return composer_error(c, e->start_mark, "%s",
+                                  "more than one YAML document; a spec is one document");
+        return 0;
+    case YAML_SCALAR_EVENT:
+        return composer_scalar(c, e);
+    case YAML_ALIAS_EVENT:
+        return composer_alias(c, e);
+    case YAML_SEQUENCE_START_EVENT:
+        return composer_open(c, DDPC_NODE_SEQ, e, e->data.sequence_start.anchor,
+                             e->data.sequence_start.tag);
+    case YAML_MAPPING_START_EVENT:
+        return composer_open(c, DDPC_NODE_MAP, e, e->data.mapping_start.anchor,
+                             e->data.mapping_start.tag);
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        return composer_close(c, e);
+    default:
+        return 0;
+    }
+}
+
+int load_yaml(const char *file, const char *buf, size_t len, struct ddpc_arena *a,
+              struct ddpc_node **root, struct ddpc_diag *d)
+{
+    yaml_parser_t p;
+    struct composer *c = NULL;
+    int rc = -1, parser_ok = 0;
+
+    *root = NULL;
+    memset(&p, 0, sizeof p);
+    if (len > DDPC_LOAD_MAX_BYTES) {
+        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "file is larger than %u MiB",
+                 DDPC_LOAD_MAX_BYTES >> 20);
+        goto out;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "out of memory");
+        goto out;
+    }
+    c->file = file;
+    c->buf = buf;
+    c->len = len;
+    c->a = a;
+    c->d = d;
+    if (!yaml_parser_initialize(&p)) {
+        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "out of memory");
+        goto out;
+    }
+    parser_ok = 1;
+    yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
+    yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
+    for (;;) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&p, &e)) {
+            report_parser_error(c, &p);
+            goto out;
+        }
+        int done = e.type == YAML_STREAM_END_EVENT;
+        int erc = composer_event(c, &e);
+        yaml_event_delete(&e);
+        if (erc < 0)
+            goto out;
+        if (done)
+            break;
+    }
+    if (!c->failed) {
+        *root = c->root;
+        rc = 0;
+    }
+out:
+    if (c) {
+        for (int i = 0; i < c->depth; i++) {
+            free(c->stack[i].items);
+            free(c->stack[i].anchor);
+        }
+        for (int i = 0; i < c->n_anchors; i++)
+            free(c->anchors[i].name);
+        free(c);
+    }
+    if (parser_ok)
+        yaml_parser_delete(&p);
+    return rc;
+}

@@ -1,0 +1,440 @@
+/* schema.c - spec/keys.def -> JSON Schema (2020-12) and the Markdown reference.
+ *
+ * Both documents are generated from the same table the validator walks, so
+ * neither can drift from what `ddpc check` accepts (tests compare
+ * spec/README.md with spec_write_reference's output byte for byte).
+ * Never validates anything; output is deterministic.
+ */
+#include "spec.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "units.h"
+#include "validate.h"
+
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(out, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(out, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+static void indent(FILE *out, int n)
+{
+    fprintf(out, "%*s", 2 * n, "");
+}
+
+static int is_int_text(const char *s)
+{
+    int64_t v;
+    return units_int64(s, &v) == 0 && !strpbrk(s, ".eE_xob");
+}
+
+static void bounds_json(FILE *out, const struct ddpc_key *k)
+{
+    if (k->lo != DDPC_NOLO)
+        fprintf(out, ", \"%s\": %.17g", k->flags & DDPC_F_LO_OPEN ? "exclusiveMinimum" : "minimum",
+                k->lo);
+    if (k->hi != DDPC_NOHI)
+        fprintf(out, ", \"%s\": %.17g", k->flags & DDPC_F_HI_OPEN ? "exclusiveMaximum" : "maximum",
+                k->hi);
+}
+
+static void default_json(FILE *out, const struct ddpc_key *k)
+{
+    if (!k->def)
+        return;
+    fputs(", \"default\": ", out);
+    int b;
+    switch (k->type) {
+    case DDPC_T_CUSTOM:
+    case DDPC_T_INT:
+    case DDPC_T_INT64:
+    case DDPC_T_U64:
+    case DDPC_T_DOUBLE:
+        fputs(k->def, out);
+        break;
+    case DDPC_T_BOOL:
+        fputs(units_bool(k->def, &b) == 0 && b ? "true" : "false", out);
+        break;
+    default:
+        json_str(out, k->def);
+    }
+}
+
+static const char *const duration_pattern =
+    "^(([0-9]+([.][0-9]+)?(ms|d|h|m|s) ?)+|([0-9]+ days?, )?[0-9]+:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?"
+    "|[0-9]+([.][0-9]+)?)$";
+
+static void block_json(FILE *out, enum ddpc_block b, int lvl);
+
+static void key_json(FILE *out, const struct ddpc_key *k, int lvl)
+{
+    fputs("{\"description\": ", out);
+    json_str(out, k->doc);
+    default_json(out, k);
+    switch (k->type) {
+    case DDPC_T_BLOCK:
+        fputs(", ", out);
+        block_json(out, k->child, lvl);
+        return;
+    case DDPC_T_CUSTOM: {
+        /* the fragment is one object: splice its members in */
+        size_t l = strlen(k->schema);
+        fprintf(out, ", %.*s}", (int)(l - 2), k->schema + 1);
+        return;
+    }
+    case DDPC_T_INT:
+    case DDPC_T_INT64:
+    case DDPC_T_U64:
+        fputs(", \"type\": \"integer\"", out);
+        bounds_json(out, k);
+        break;
+    case DDPC_T_DOUBLE:
+        fputs(", \"type\": \"number\"", out);
+        bounds_json(out, k);
+        break;
+    case DDPC_T_BOOL:
+        fputs(", \"type\": \"boolean\"", out);
+        break;
+    case DDPC_T_ENUM: {
+        fputs(", \"enum\": [", out);
+        const char *p = k->values;
+        int first = 1;
+        while (*p) {
+            char v[64];
+            size_t l = strcspn(p, "|");
+            const char *eq = memchr(p, '=', l);
+            size_t nl = eq ? (size_t)(eq - p) : l;
+            snprintf(v, sizeof v, "%.*s", (int)nl, p);
+            fputs(first ? "" : ", ", out);
+            json_str(out, v);
+            /* YAML reads precision: 32 as a number; accept both */
+            if (is_int_text(v))
+                fprintf(out, ", %s", v);
+            first = 0;
+            p += l;
+            if (*p == '|')
+                p++;
+        }
+        fputc(']', out);
+        break;
+    }
+    case DDPC_T_NAME:
+        fputs(", \"type\": \"string\", \"pattern\": \"^[A-Za-z0-9._-]{1,64}$\"", out);
+        break;
+    case DDPC_T_PATH:
+    case DDPC_T_OUTPATH:
+        fputs(", \"type\": \"string\", \"minLength\": 1", out);
+        break;
+    case DDPC_T_STRING:
+        fputs(", \"type\": \"string\"", out);
+        break;
+    case DDPC_T_DURATION:
+        fputs(", \"anyOf\": [{\"type\": \"number\", \"exclusiveMinimum\": 0}, "
+              "{\"type\": \"string\", \"pattern\": ", out);
+        json_str(out, duration_pattern);
+        fputs("}]", out);
+        break;
+    }
+    fputc('}', out);
+}
+
+static const struct ddpc_key *sibling(const struct ddpc_key *k, size_t *vals_off)
+{
+    const char *eq = strchr(k->only, '=');
+    size_t nl = (size_t)(eq - k->only);
+    *vals_off = nl + 1;
+    for (int i = 0; i < ddpc_n_keys; i++)
+        if (ddpc_keys[i].block == k->block && strlen(ddpc_keys[i].name) == nl &&
+            memcmp(ddpc_keys[i].name, k->only, nl) == 0)
+            return &ddpc_keys[i];
+    return NULL;
+}
+
+static void enum_json_list(FILE *out, const char *vals)
+{
+    fputc('[', out);
+    for (const char *p = vals; *p;) {
+        size_t l = strcspn(p, "|");
+        char v[64];
+        snprintf(v, sizeof v, "%.*s", (int)l, p);
+        json_str(out, v);
+        p += l;
+        if (*p == '|') {
+            p++;
+            fputs(", ", out);
+        }
+    }
+    fputc(']', out);
+}
+
+static int in_list(const char *vals, const char *v)
+{
+    size_t vl = strlen(v);
+    for (const char *p = vals; *p;) {
+        size_t l = strcspn(p, "|");
+        if (l == vl && memcmp(p, v, l) == 0)
+            return 1;
+        p += l;
+        if (*p == '|')
+            p++;
+    }
+    return 0;
+}
+
+static void block_json(FILE *out, enum ddpc_block b, int lvl)
+{
+    int first = 1, any_only = 0;
+    fputs("\"type\": \"object\", \"additionalProperties\": false,\n", out);
+    indent(out, lvl + 1);
+    fputs("\"properties\": {", out);
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b)
+            continue;
+        fputs(first ? "\n" : ",\n", out);
+        indent(out, lvl + 2);
+        json_str(out, k->name);
+        fputs(": ", out);
+        key_json(out, k, lvl + 2);
+        first = 0;
+        any_only |= k->only != NULL;
+    }
+    fputs("\n", out);
+    indent(out, lvl + 1);
+    fputs("}", out);
+    first = 1;
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b || !(k->flags & DDPC_F_REQUIRED) || k->only)
+            continue;
+        fputs(first ? ",\n" : ", ", out);
+        if (first) {
+            indent(out, lvl + 1);
+            fputs("\"required\": [", out);
+        }
+        json_str(out, k->name);
+        first = 0;
+    }
+    if (!first)
+        fputc(']', out);
+    if (any_only) {
+        /* keys for some optimizer types / data formats only */
+        fputs(",\n", out);
+        indent(out, lvl + 1);
+        fputs("\"allOf\": [", out);
+        first = 1;
+        for (int i = 0; i < ddpc_n_keys; i++) {
+            const struct ddpc_key *k = &ddpc_keys[i];
+            size_t vo;
+            const struct ddpc_key *s;
+            if (k->block != b || !k->only || !(s = sibling(k, &vo)))
+                continue;
+            const char *vals = k->only + vo;
+            /* when the sibling is absent its default decides */
+            int def_applies = s->def && in_list(vals, s->def);
+            const char *req = "";
+            char reqbuf[96];
+            snprintf(reqbuf, sizeof reqbuf, "\"required\": [\"%s\"], ", s->name);
+            /* forbid the key when the sibling has another value */
+            req = def_applies ? reqbuf : "";
+            fputs(first ? "\n" : ",\n", out);
+            indent(out, lvl + 2);
+            fprintf(out, "{\"if\": {%s\"properties\": {\"%s\": {\"not\": {\"enum\": ", req,
+                    s->name);
+            enum_json_list(out, vals);
+            fprintf(out, "}}}}, \"then\": {\"not\": {\"required\": [\"%s\"]}}}", k->name);
+            first = 0;
+            if (k->flags & DDPC_F_REQUIRED) {
+                /* and require it when the sibling has one of the values */
+                req = def_applies ? "" : reqbuf;
+                fputs(",\n", out);
+                indent(out, lvl + 2);
+                fprintf(out, "{\"if\": {%s\"properties\": {\"%s\": {\"enum\": ", req, s->name);
+                enum_json_list(out, vals);
+                fprintf(out, "}}}, \"then\": {\"required\": [\"%s\"]}}", k->name);
+            }
+        }
+        fputs("\n", out);
+        indent(out, lvl + 1);
+        fputc(']', out);
+    }
+    fputs("}", out);
+}
+
+void spec_write_schema(FILE *out)
+{
+    fputs("{\n  \"$schema\": \"https://json-schema.org/draft/2020-12/schema\",\n"
+          "  \"title\": \"ddpc job spec, version 1\",\n"
+          "  \"description\": \"Generated by `ddpc schema` from spec/keys.def.\",\n  ", out);
+    block_json(out, DDPC_B_ROOT, 0);
+    fputs("\n", out);
+}
+
+/* ===================== Markdown reference ===================== */
+
+/* Table cells: '|' would end the cell. */
+static void md_cell(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputs("\\|", out);
+        else
+            fputc(*s, out);
+    }
+}
+
+static void md_bounds(FILE *out, const struct ddpc_key *k)
+{
+    int lo = k->lo != DDPC_NOLO, hi = k->hi != DDPC_NOHI;
+    if (lo && hi && k->lo == k->hi)
+        fprintf(out, ", %.17g", k->lo);
+    else if (lo && hi)
+        fprintf(out, " in %s%.17g, %.17g%s", k->flags & DDPC_F_LO_OPEN ? "(" : "[", k->lo, k->hi,
+                k->flags & DDPC_F_HI_OPEN ? ")" : "]");
+    else if (lo)
+        fprintf(out, " %s %.17g", k->flags & DDPC_F_LO_OPEN ? ">" : ">=", k->lo);
+    else if (hi)
+        fprintf(out, " %s %.17g", k->flags & DDPC_F_HI_OPEN ? "<" : "<=", k->hi);
+}
+
+static void md_type(FILE *out, const struct ddpc_key *k)
+{
+    switch (k->type) {
+    case DDPC_T_BLOCK: fputs("mapping", out); break;
+    case DDPC_T_CUSTOM: md_cell(out, k->typetext); break;
+    case DDPC_T_INT: case DDPC_T_INT64: case DDPC_T_U64:
+        fputs("integer", out);
+        md_bounds(out, k);
+        break;
+    case DDPC_T_DOUBLE:
+        fputs("number", out);
+        md_bounds(out, k);
+        break;
+    case DDPC_T_BOOL: fputs("boolean", out); break;
+    case DDPC_T_ENUM: {
+        fputs("one of ", out);
+        char v[64];
+        for (int i = 0; validate_enum_value(k, i, v, sizeof v) == 0; i++)
+            fprintf(out, "%s`%s`", i ? ", " : "", v);
+        break;
+    }
+    case DDPC_T_NAME: fputs("name", out); break;
+    case DDPC_T_PATH: fputs("input path", out); break;
+    case DDPC_T_OUTPATH: fputs("output path", out); break;
+    case DDPC_T_STRING: fputs("string", out); break;
+    case DDPC_T_DURATION: fputs("duration", out); break;
+    }
+}
+
+static void md_default(FILE *out, const struct ddpc_key *k)
+{
+    if (k->flags & DDPC_F_REQUIRED) {
+        fputs(k->only ? "required when it applies" : "**required**", out);
+        return;
+    }
+    if (k->type == DDPC_T_BLOCK || !k->def) {
+        fputs("-", out);
+        return;
+    }
+    fputs("`", out);
+    md_cell(out, k->def);
+    fputs("`", out);
+}
+
+static void md_block(FILE *out, enum ddpc_block b, const char *title, unsigned *done)
+{
+    if (*done & (1u << b))
+        return;
+    *done |= 1u << b;
+    fprintf(out, "\n## %s\n\n| Key | Type | Default | Description |\n|---|---|---|---|\n", title);
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b)
+            continue;
+        fprintf(out, "| `%s` | ", k->name);
+        md_type(out, k);
+        fputs(" | ", out);
+        md_default(out, k);
+        fputs(" | ", out);
+        md_cell(out, k->doc);
+        if (k->only) {
+            const char *eq = strchr(k->only, '=');
+            fprintf(out, " Only when `%.*s` is ", (int)(eq - k->only), k->only);
+            int first = 1;
+            for (const char *p = eq + 1; *p;) {
+                size_t l = strcspn(p, "|");
+                fprintf(out, "%s`%.*s`", first ? "" : " or ", (int)l, p);
+                first = 0;
+                p += l + (p[l] == '|');
+            }
+            fputs(".", out);
+        }
+        fputs(" |\n", out);
+    }
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b || k->type != DDPC_T_BLOCK)
+            continue;
+        char t[128];
+        if (k->child == DDPC_B_SOURCE)
+            snprintf(t, sizeof t, "`data.train`, `data.test`: a data source");
+        else
+            snprintf(t, sizeof t, "`%s`", validate_block_path(k->child));
+        md_block(out, k->child, t, done);
+    }
+}
+
+void spec_write_reference(FILE *out)
+{
+    unsigned done = 0;
+    fputs("# ddpc job spec reference (version 1)\n\n"
+          "<!-- Generated by `ddpc schema --format markdown` from spec/keys.def; do not edit.\n"
+          "     The speccorpus test fails when this file and the table disagree. -->\n\n"
+          "A job spec is one YAML 1.1 document: a mapping of the keys below. Every key is\n"
+          "known; an unknown key is an error with a did-you-mean suggestion, and so is a\n"
+          "duplicate key. Aliases (`&a`/`*a`) are allowed; a document that expands to more\n"
+          "than 100000 nodes, nests deeper than 64 levels or is larger than 16 MiB is refused.\n"
+          "A key written with no value (`key:` or `key: null`) takes its default.\n\n"
+          "`ddpc check FILE...` reports every problem of a file at once, in source order, as\n"
+          "`file:line:col: error|warning: key.path: message`; it exits 0 when all files are\n"
+          "valid (warnings allowed; `--strict` fails on them), 1 when one is invalid, and 2\n"
+          "on a usage or I/O error. `--format json` and `--format github` (Actions\n"
+          "annotations) print the same findings for machines; `--no-data` skips reading\n"
+          "data headers and checking the resume path, so the result depends on the spec only.\n\n"
+          "Values:\n\n"
+          "- integers are decimal (`1_000` and `0x10` work), or a float literal with an exact\n"
+          "  integer value (`1e6`); a quoted `\"64\"` is a string, not a number;\n"
+          "- booleans are `true`/`false`, `yes`/`no`, `on`/`off`;\n"
+          "- durations: a bare number is seconds; `90s`, `30m`, `1h30m`, `1.5h`, `500ms`,\n"
+          "  `1:30:00`, or Python's `1 day, 2:00:00`; always positive;\n"
+          "- input paths (data files) are relative to the spec file's directory; output\n"
+          "  paths (checkpoints, metrics, exports) to the directory the job runs in;\n"
+          "- nothing in a spec is executed or expanded: no shell, no environment variables,\n"
+          "  no YAML tags other than the core ones.\n\n"
+          "Rules across keys (checked by `ddpc check`):\n\n"
+          "- `strategy: none` with several devices is an error;\n"
+          "- several devices and no `lr_scaling`: a warning that shows the linearly scaled rate;\n"
+          "- `nccl_timeout`/`rank_sync_timeout` on a single device: a warning; they are ignored;\n"
+          "- `precision` bf16/fp16 with `accelerator: cpu` is an error;\n"
+          "- `model.layers` must match the data: input size = features per sample (read from\n"
+          "  IDX/NPY headers and the CSV's first line, or `features` of synthetic data), output\n"
+          "  size = `classes` of synthetic data; `model.type: linear` takes exactly 2 sizes;\n"
+          "- `loss: cross_entropy` needs class labels (not synthetic `classes: 0`);\n"
+          "- `batch_size` × world size must not exceed the training set;\n"
+          "- `checkpoint.resume` naming a file that does not exist is an error;\n"
+          "- `launch.num_nodes` > 1 needs a GPU accelerator, and with launcher local a\n"
+          "  `launch.master_addr`;\n"
+          "- keys for one optimizer type or data format (e.g. `momentum` with adam) are errors.\n",
+          out);
+    md_block(out, DDPC_B_ROOT, "Top level", &done);
+}

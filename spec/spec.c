@@ -1,0 +1,137 @@
+/* spec.c - the front end as the compiler sees it (spec.h): file -> job.
+ *
+ * Owns reading the spec file (regular files only, size-capped) and the
+ * struct spec_doc that keeps the bytes, the tree and every string the job
+ * points to. Parsing is load.c's, rules are validate.c's.
+ */
+#include "spec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "load.h"
+#include "validate.h"
+
+struct spec_doc {
+    struct ddpc_arena arena;   /* tree nodes, strings, resolved paths */
+    char *text;                /* the file's bytes + NUL; malloc'd */
+    size_t len;
+    struct ddpc_node *root;
+};
+
+/* Reads the whole file into a malloc'd NUL-terminated buffer. Returns 0,
+ * -1 with errno-style why (I/O), or -2 when the file is too large. */
+static int read_file(const char *path, char **out, size_t *len, char *why, size_t cap)
+{
+    int rc = -1;
+    char *buf = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        goto out;
+    }
+    if ((unsigned long long)st.st_size > DDPC_LOAD_MAX_BYTES) {
+        snprintf(why, cap, "file is larger than %u MiB; not a job spec", DDPC_LOAD_MAX_BYTES >> 20);
+        rc = -2;
+        goto out;
+    }
+    size_t want = (size_t)st.st_size, got = 0;
+    buf = malloc(want + 1);
+    if (!buf) {
+        snprintf(why, cap, "out of memory");
+        goto out;
+    }
+    while (got < want) {
+        ssize_t r = read(fd, buf + got, want - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, cap, "%s", strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;   /* the file shrank: take what is there */
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    buf = NULL;
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_job *job,
+                  struct spec_doc **doc, struct ddpc_diag *d)
+{
+    static const struct spec_options defaults = { .read_data_headers = 1 };
+    char why[256];
+    int from = d->n, errors = d->n_errors;
+    struct spec_doc *sd = NULL;
+
+    *doc = NULL;
+    memset(job, 0, sizeof *job);
+    sd = calloc(1, sizeof *sd);
+    if (!sd) {
+        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "out of memory");
+        d->io_error = 1;
+        return 2;
+    }
+    int rrc = read_file(path, &sd->text, &sd->len, why, sizeof why);
+    if (rrc == -1) {
+        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "cannot read: %s", why);
+        d->io_error = 1;
+        free(sd);
+        return 2;
+    }
+    *doc = sd;
+    if (rrc == -2) {
+        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "%s", why);
+        sd->text = calloc(1, 1);
+        goto done;
+    }
+    if (load_yaml(path, sd->text, sd->len, &sd->arena, &sd->root, d) == 0)
+        validate_job(path, sd->root, opt ? opt : &defaults, &sd->arena, job, d);
+done:
+    diag_sort_from(d, from);
+    return d->n_errors == errors ? 0 : 1;
+}
+
+const char *spec_doc_text(const struct spec_doc *doc, size_t *len)
+{
+    if (len)
+        *len = doc && doc->text ? doc->len : 0;
+    return doc && doc->text ? doc->text : "";
+}
+
+void spec_doc_free(struct spec_doc *doc)
+{
+    if (!doc)
+        return;
+    arena_free(&doc->arena);
+    free(doc->text);
+    free(doc);
+}
+
+int spec_world_size(const struct ddpc_job *job, int available)
+{
+    int per_node = job->devices_all ? available : job->n_devices;
+    int nodes = job->launch.num_nodes > 0 ? job->launch.num_nodes : 1;
+    return per_node * nodes;
+}

@@ -1,0 +1,1407 @@
+/* validate.c - positioned tree -> struct ddpc_job, by walking spec/keys.def.
+ *
+ * Owns: the key table's instantiation, generic type/range/enum checks and
+ * their messages, defaults, unknown keys with did-you-mean, keys that apply
+ * only to some optimizer types or data formats, the custom validators named
+ * in keys.def, the cross-key rules and the data-header reads they need.
+ * Never parses YAML (load.c does), never prints (diag.c does), and never
+ * runs anything a spec names: data files are opened read-only, non-blocking,
+ * and only when they are regular files.
+ */
+#include "validate.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "units.h"
+
+struct ddpc_vctx {
+    const char *file;
+    const struct spec_options *opt;
+    struct ddpc_arena *a;
+    struct ddpc_diag *d;
+    struct ddpc_job *job;
+    const struct ddpc_node *root;
+    const char *dir;        /* the spec file's directory as written ("" for none) */
+    const char *abs_dir;    /* the same, absolute; computed on first use */
+};
+
+/* ===================== the key table ===================== */
+
+static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+
+#define DDPC_OFF_ROOT(f)       offsetof(struct ddpc_job, f)
+#define DDPC_OFF_MODEL(f)      offsetof(struct ddpc_job, model.f)
+#define DDPC_OFF_DATA(f)       offsetof(struct ddpc_job, data.f)
+#define DDPC_OFF_SOURCE(f)     offsetof(struct ddpc_data_source, f)
+#define DDPC_OFF_OPTIMIZER(f)  offsetof(struct ddpc_job, optimizer.f)
+#define DDPC_OFF_SCHEDULE(f)   offsetof(struct ddpc_job, schedule.f)
+#define DDPC_OFF_CHECKPOINT(f) offsetof(struct ddpc_job, checkpoint.f)
+#define DDPC_OFF_LOGGING(f)    offsetof(struct ddpc_job, logging.f)
+#define DDPC_OFF_LAUNCH(f)     offsetof(struct ddpc_job, launch.f)
+#define NOLO     DDPC_NOLO
+#define NOHI     DDPC_NOHI
+#define REQUIRED DDPC_F_REQUIRED
+#define LO_OPEN  DDPC_F_LO_OPEN
+#define HI_OPEN  DDPC_F_HI_OPEN
+
+#define DDPC_KEY(b, n, t, f, lo, hi, fl, def, only, chk, doc) \
+    { DDPC_B_##b, #n, DDPC_T_##t, DDPC_OFF_##b(f), lo, hi, fl, def, NULL, only, DDPC_B_ROOT, \
+      chk, NULL, NULL, doc },
+#define DDPC_ENUM(b, n, f, vals, fl, def, only, doc) \
+    { DDPC_B_##b, #n, DDPC_T_ENUM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, vals, only, DDPC_B_ROOT, \
+      NULL, NULL, NULL, doc },
+#define DDPC_BLOCK(b, n, ch, base, fl, doc) \
+    { DDPC_B_##b, #n, DDPC_T_BLOCK, base, NOLO, NOHI, fl, NULL, NULL, NULL, DDPC_B_##ch, \
+      NULL, NULL, NULL, doc },
+#define DDPC_CUSTOM(b, n, f, fn, fl, def, only, schema, tt, doc) \
+    { DDPC_B_##b, #n, DDPC_T_CUSTOM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, NULL, only, DDPC_B_ROOT, \
+      fn, schema, tt, doc },
+
+const struct ddpc_key ddpc_keys[] = {
+#include "keys.def"
+};
+const int ddpc_n_keys = (int)(sizeof ddpc_keys / sizeof ddpc_keys[0]);
+
+#define MAX_KEYS 128   /* per-walk arrays; a test asserts ddpc_n_keys fits */
+
+static const char *const block_paths[DDPC_B_COUNT] = {
+    [DDPC_B_ROOT] = "", [DDPC_B_MODEL] = "model", [DDPC_B_DATA] = "data",
+    [DDPC_B_SOURCE] = "data.train", [DDPC_B_OPTIMIZER] = "optimizer",
+    [DDPC_B_SCHEDULE] = "schedule", [DDPC_B_CHECKPOINT] = "checkpoint",
+    [DDPC_B_LOGGING] = "logging", [DDPC_B_LAUNCH] = "launch",
+};
+
+const char *validate_block_path(enum ddpc_block b)
+{
+    return b < DDPC_B_COUNT ? block_paths[b] : "";
+}
+
+/* ===================== small helpers ===================== */
+
+static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc_node *n,
+                  const char *path, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc_node *n,
+                  const char *path, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int line = n ? n->line : 0, col = n ? n->col : 0;
+    if (!n && c->root) {
+        line = c->root->line;
+        col = c->root->col;
+    }
+    diag_add(c->d, sev, c->file, line, col, path, "%s", msg);
+}
+
+static void join_path(char *out, size_t cap, const char *a, const char *b)
+{
+    snprintf(out, cap, "%s%s%s", a, a[0] ? "." : "", b);
+}
+
+/* How a node looks in a message: 'text' for plain scalars, "text" for
+ * quoted ones, "a mapping"/"a sequence" otherwise. Long or unprintable
+ * text is shortened and masked. */
+static const char *describe(const struct ddpc_node *n, char *buf, size_t cap)
+{
+    if (n->kind == DDPC_NODE_MAP)
+        return "a mapping";
+    if (n->kind == DDPC_NODE_SEQ)
+        return "a sequence";
+    if (load_is_null(n))
+        return "null";
+    char text[48];
+    size_t o = 0;
+    for (size_t i = 0; i < n->len && o < 40; i++) {
+        unsigned char ch = (unsigned char)n->str[i];
+        text[o++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
+    text[o] = '\0';
+    const char *more = n->len > 40 ? "..." : "";
+    if (n->quoted)
+        snprintf(buf, cap, "the string \"%s%s\"", text, more);
+    else
+        snprintf(buf, cap, "'%s%s'", text, more);
+    return buf;
+}
+
+static const char *fmt_num(double x, char *buf, size_t cap)
+{
+    if (x == floor(x) && fabs(x) < 1e15)
+        snprintf(buf, cap, "%.0f", x);
+    else
+        snprintf(buf, cap, "%g", x);
+    return buf;
+}
+
+int validate_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    int dp[64][64];
+    for (size_t i = 0; i <= la; i++)
+        dp[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        dp[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = dp[i - 1][j] + 1;
+            if (dp[i][j - 1] + 1 < v)
+                v = dp[i][j - 1] + 1;
+            if (dp[i - 1][j - 1] + cost < v)
+                v = dp[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                dp[i - 2][j - 2] + 1 < v)
+                v = dp[i - 2][j - 2] + 1;
+            dp[i][j] = v;
+        }
+    return dp[la][lb];
+}
+
+/* Close enough to be a typo: one edit for short words, up to a third of
+ * the length for long ones. */
+static int close_enough(const char *typed, const char *known, int dist)
+{
+    size_t l = strlen(known);
+    int limit = l <= 4 ? 1 : l <= 8 ? 2 : 3;
+    (void)typed;
+    return dist <= limit;
+}
+
+int validate_enum_value(const struct ddpc_key *k, int i, char *out, size_t cap)
+{
+    const char *p = k->values;
+    int idx = 0;
+    while (p && *p) {
+        size_t l = strcspn(p, "|");
+        if (!memchr(p, '=', l)) {
+            if (idx == i) {
+                if (l >= cap)
+                    return -1;
+                memcpy(out, p, l);
+                out[l] = '\0';
+                return 0;
+            }
+            idx++;
+        }
+        p += l;
+        if (*p == '|')
+            p++;
+    }
+    return -1;
+}
+
+/* Index of text among an enum row's values (aliases map to their target),
+ * -1 if none. */
+static int enum_lookup(const struct ddpc_key *k, const char *text, size_t tl)
+{
+    const char *p = k->values;
+    int idx = 0;
+    while (*p) {
+        size_t l = strcspn(p, "|");
+        const char *eq = memchr(p, '=', l);
+        size_t nl = eq ? (size_t)(eq - p) : l;
+        if (nl == tl && memcmp(p, text, tl) == 0) {
+            if (!eq)
+                return idx;
+            char target[64];
+            size_t t = l - nl - 1;
+            if (t >= sizeof target)
+                return -1;
+            memcpy(target, eq + 1, t);
+            target[t] = '\0';
+            return enum_lookup(k, target, t);
+        }
+        if (!eq)
+            idx++;
+        p += l;
+        if (*p == '|')
+            p++;
+    }
+    return -1;
+}
+
+/* "a, b, c" (canonical) and " (or x, y)" (aliases) for enum messages. */
+static void enum_list(const struct ddpc_key *k, char *out, size_t cap)
+{
+    char canon[512] = "", alias[256] = "";
+    const char *p = k->values;
+    while (*p) {
+        size_t l = strcspn(p, "|");
+        const char *eq = memchr(p, '=', l);
+        char *dst = eq ? alias : canon;
+        size_t dl = strlen(dst), dcap = eq ? sizeof alias : sizeof canon;
+        int w = (int)(eq ? (size_t)(eq - p) : l);
+        snprintf(dst + dl, dcap - dl, "%s%.*s", dl ? ", " : "", w, p);
+        p += l;
+        if (*p == '|')
+            p++;
+    }
+    if (alias[0])
+        snprintf(out, cap, "%s (or %s)", canon, alias);
+    else
+        snprintf(out, cap, "%s", canon);
+}
+
+static int key_index(enum ddpc_block b, const char *name, size_t len)
+{
+    for (int i = 0; i < ddpc_n_keys; i++)
+        if (ddpc_keys[i].block == b && strlen(ddpc_keys[i].name) == len &&
+            memcmp(ddpc_keys[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+/* ===================== generic scalar conversion ===================== */
+
+static const char *type_noun(enum ddpc_key_type t)
+{
+    switch (t) {
+    case DDPC_T_INT: case DDPC_T_INT64: case DDPC_T_U64: return "an integer";
+    case DDPC_T_DOUBLE: return "a number";
+    case DDPC_T_BOOL: return "a boolean (true or false)";
+    case DDPC_T_DURATION: return "a duration";
+    case DDPC_T_BLOCK: return "a mapping";
+    default: return "a string";
+    }
+}
+
+static int range_check(struct ddpc_vctx *c, const struct ddpc_key *k, const struct ddpc_node *n,
+                       const char *path, double x)
+{
+    int lo_ok = k->lo == NOLO || (k->flags & LO_OPEN ? x > k->lo : x >= k->lo);
+    int hi_ok = k->hi == NOHI || (k->flags & HI_OPEN ? x < k->hi : x <= k->hi);
+    if (lo_ok && hi_ok)
+        return 0;
+    char lo[32], hi[32], found[96];
+    fmt_num(k->lo, lo, sizeof lo);
+    fmt_num(k->hi, hi, sizeof hi);
+    describe(n, found, sizeof found);
+    if (found[0] == '\'') {   /* numbers read better bare: "found 0" */
+        memmove(found, found + 1, strlen(found));
+        found[strlen(found) - 1] = '\0';
+    }
+    if (k->lo == k->hi)
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s, found %s", lo, found);
+    else if (k->hi == NOHI)
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s %s, found %s",
+              k->flags & LO_OPEN ? ">" : ">=", lo, found);
+    else if (k->lo == NOLO)
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s %s, found %s",
+              k->flags & HI_OPEN ? "<" : "<=", hi, found);
+    else if (k->flags & (LO_OPEN | HI_OPEN))
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must be in %s%s, %s%s, found %s",
+              k->flags & LO_OPEN ? "(" : "[", lo, hi, k->flags & HI_OPEN ? ")" : "]", found);
+    else
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must be between %s and %s, found %s", lo, hi, found);
+    return -1;
+}
+
+/* Strings that end up in file names, C string literals and scripts: no
+ * control characters (and no NUL from a "\0" escape). */
+static int string_check(struct ddpc_vctx *c, const struct ddpc_node *n, const char *path,
+                        int nonempty)
+{
+    if (nonempty && n->len == 0) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must not be empty");
+        return -1;
+    }
+    for (size_t i = 0; i < n->len; i++) {
+        unsigned char ch = (unsigned char)n->str[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "must not contain control characters");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int name_ok(const char *s, size_t len)
+{
+    if (len < 1 || len > 64 || strspn(s, ".") == len)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static const char *abs_dir(struct ddpc_vctx *c)
+{
+    if (c->abs_dir)
+        return c->abs_dir;
+    if (c->dir[0] == '/') {
+        c->abs_dir = c->dir;
+        return c->abs_dir;
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return NULL;
+    c->abs_dir = c->dir[0] ? arena_printf(c->a, "%s/%s", cwd, c->dir) : arena_printf(c->a, "%s", cwd);
+    return c->abs_dir;
+}
+
+static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const struct ddpc_node *n,
+                        void *field, const char *path)
+{
+    char found[96];
+    if (n->kind != DDPC_NODE_SCALAR) {
+        if (k->type == DDPC_T_ENUM) {
+            char list[512];
+            enum_list(k, list, sizeof list);
+            vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s", list,
+                  describe(n, found, sizeof found));
+        } else {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "expected %s, found %s", type_noun(k->type),
+                  describe(n, found, sizeof found));
+        }
+        return -1;
+    }
+    int64_t iv;
+    double dv;
+    int bv;
+    switch (k->type) {
+    case DDPC_T_INT:
+    case DDPC_T_INT64:
+    case DDPC_T_U64:
+        if (n->quoted || units_int64(n->str, &iv) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "expected an integer, found %s",
+                  describe(n, found, sizeof found));
+            return -1;
+        }
+        if (range_check(c, k, n, path, (double)iv) < 0)
+            return -1;
+        if (k->type == DDPC_T_INT) {
+            int32_t v32 = (int32_t)iv;
+            memcpy(field, &v32, sizeof v32);
+        } else if (k->type == DDPC_T_INT64) {
+            memcpy(field, &iv, sizeof iv);
+        } else {
+            uint64_t u = (uint64_t)iv;
+            memcpy(field, &u, sizeof u);
+        }
+        break;
+    case DDPC_T_DOUBLE:
+        if (n->quoted || units_double(n->str, &dv) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "expected a number, found %s",
+                  describe(n, found, sizeof found));
+            return -1;
+        }
+        if (range_check(c, k, n, path, dv) < 0)
+            return -1;
+        memcpy(field, &dv, sizeof dv);
+        break;
+    case DDPC_T_BOOL:
+        if (n->quoted || units_bool(n->str, &bv) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "expected a boolean (true or false), found %s",
+                  describe(n, found, sizeof found));
+            return -1;
+        }
+        {
+            int32_t b32 = bv;
+            memcpy(field, &b32, sizeof b32);
+        }
+        break;
+    case DDPC_T_ENUM: {
+        int e = enum_lookup(k, n->str, n->len);
+        if (e < 0) {
+            char list[512], best[96] = "";
+            int bestd = 99;
+            enum_list(k, list, sizeof list);
+            for (int i = 0; validate_enum_value(k, i, found, sizeof found) == 0; i++) {
+                int dist = validate_distance(n->str, found);
+                if (dist < bestd && close_enough(n->str, found, dist)) {
+                    bestd = dist;
+                    snprintf(best, sizeof best, "%s", found);
+                }
+            }
+            if (best[0])
+                vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s; did you mean '%s'?",
+                      list, describe(n, found, sizeof found), best);
+            else
+                vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s", list,
+                      describe(n, found, sizeof found));
+            return -1;
+        }
+        memcpy(field, &e, sizeof e);
+        break;
+    }
+    case DDPC_T_STRING:
+    case DDPC_T_OUTPATH:
+        if (string_check(c, n, path, k->type == DDPC_T_OUTPATH) < 0)
+            return -1;
+        memcpy(field, &n->str, sizeof n->str);
+        break;
+    case DDPC_T_NAME:
+        if (!name_ok(n->str, n->len) || strlen(n->str) != n->len) {
+            vdiag(c, DDPC_SEV_ERROR, n, path,
+                  "must be 1 to 64 characters from A-Z a-z 0-9 . _ - (it names files), found %s",
+                  describe(n, found, sizeof found));
+            return -1;
+        }
+        memcpy(field, &n->str, sizeof n->str);
+        break;
+    case DDPC_T_PATH: {
+        if (string_check(c, n, path, 1) < 0)
+            return -1;
+        const char *p = n->str;
+        if (p[0] != '/') {
+            const char *dir = abs_dir(c);
+            if (!dir) {
+                vdiag(c, DDPC_SEV_ERROR, n, path, "cannot resolve the relative path: %s",
+                      strerror(errno));
+                return -1;
+            }
+            p = arena_printf(c->a, "%s/%s", dir, n->str);
+            if (!p) {
+                vdiag(c, DDPC_SEV_ERROR, n, path, "out of memory");
+                return -1;
+            }
+        }
+        memcpy(field, &p, sizeof p);
+        break;
+    }
+    case DDPC_T_DURATION: {
+        const char *why;
+        if (units_duration(n->str, &dv, &why) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "%s; found %s", why, describe(n, found, sizeof found));
+            return -1;
+        }
+        memcpy(field, &dv, sizeof dv);
+        break;
+    }
+    default:
+        return -1;
+    }
+    if (k->fn)
+        return k->fn(c, n, field, path);
+    return 0;
+}
+
+/* Writes row k's default into field. */
+static void apply_default(struct ddpc_vctx *c, const struct ddpc_key *k, void *field,
+                          const char *path)
+{
+    if (k->type == DDPC_T_CUSTOM) {
+        k->fn(c, NULL, field, path);
+        return;
+    }
+    if (!k->def) {
+        switch (k->type) {
+        case DDPC_T_INT: case DDPC_T_BOOL: case DDPC_T_ENUM: memset(field, 0, 4); break;
+        case DDPC_T_INT64: case DDPC_T_U64: case DDPC_T_DOUBLE: case DDPC_T_DURATION:
+            memset(field, 0, 8);
+            break;
+        default: {
+            const char *null = NULL;
+            memcpy(field, &null, sizeof null);
+        }
+        }
+        return;
+    }
+    struct ddpc_node n;
+    memset(&n, 0, sizeof n);
+    n.kind = DDPC_NODE_SCALAR;
+    n.str = k->def;
+    n.len = strlen(k->def);
+    parse_scalar(c, k, &n, field, path);
+}
+
+/* ===================== the walk ===================== */
+
+/* Whether row k applies given its block's sibling enum ("type=sgd"). On
+ * false, writes "when type is sgd (type here is adam)" into why. */
+static int only_holds(const struct ddpc_key *k, const char *base, char *why, size_t cap)
+{
+    if (!k->only)
+        return 1;
+    const char *eq = strchr(k->only, '=');
+    int s = key_index(k->block, k->only, (size_t)(eq - k->only));
+    if (s < 0)
+        return 1;
+    int v;
+    memcpy(&v, base + ddpc_keys[s].off, sizeof v);
+    char cur[64];
+    if (validate_enum_value(&ddpc_keys[s], v, cur, sizeof cur) < 0)
+        return 1;
+    const char *p = eq + 1;
+    char list[256] = "";
+    int count = 0, total = 1;
+    for (const char *q = p; *q; q++)
+        total += *q == '|';
+    while (*p) {
+        size_t l = strcspn(p, "|");
+        if (strlen(cur) == l && memcmp(cur, p, l) == 0)
+            return 1;
+        size_t ll = strlen(list);
+        count++;
+        snprintf(list + ll, sizeof list - ll, "%s%.*s",
+                 count == 1 ? "" : count == total ? " or " : ", ", (int)l, p);
+        p += l;
+        if (*p == '|')
+            p++;
+    }
+    snprintf(why, cap, "when %s is %s (%s here is %s)", ddpc_keys[s].name, list,
+             ddpc_keys[s].name, cur);
+    return 0;
+}
+
+static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *key,
+                        const char *path)
+{
+    char found[96];
+    if (key->kind != DDPC_NODE_SCALAR)
+        return;   /* the loader reported it */
+    const char *best = NULL;
+    int bestd = 99;
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        if (ddpc_keys[i].block != b)
+            continue;
+        int dist = validate_distance(key->str, ddpc_keys[i].name);
+        if (dist < bestd && close_enough(key->str, ddpc_keys[i].name, dist)) {
+            bestd = dist;
+            best = ddpc_keys[i].name;
+        }
+    }
+    if (best) {
+        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key '%s'; did you mean '%s'?",
+              describe(key, found, sizeof found)[0] == '\'' ? key->str : found, best);
+        return;
+    }
+    /* the right key in the wrong block: say where it belongs */
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        if (ddpc_keys[i].block == b || strcmp(ddpc_keys[i].name, key->str) != 0)
+            continue;
+        char where[128];
+        join_path(where, sizeof where, validate_block_path(ddpc_keys[i].block), key->str);
+        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key '%s' here; did you mean '%s'?",
+              key->str, where);
+        return;
+    }
+    vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s", describe(key, found, sizeof found));
+}
+
+static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
+                       char *base, const char *bpath);
+
+static void parse_row(struct ddpc_vctx *c, const struct ddpc_key *k, const struct ddpc_node *v,
+                      char *base, const char *path)
+{
+    char found[96];
+    if (k->type == DDPC_T_BLOCK) {
+        if (v->kind != DDPC_NODE_MAP) {
+            vdiag(c, DDPC_SEV_ERROR, v, path, "expected a mapping, found %s",
+                  describe(v, found, sizeof found));
+            return;
+        }
+        walk_block(c, k->child, v, base + k->off, path);
+    } else if (k->type == DDPC_T_CUSTOM) {
+        k->fn(c, v, base + k->off, path);
+    } else {
+        parse_scalar(c, k, v, base + k->off, path);
+    }
+}
+
+static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
+                       char *base, const char *bpath)
+{
+    const struct ddpc_node *given_key[MAX_KEYS] = { 0 }, *given_val[MAX_KEYS] = { 0 };
+    char path[256];
+
+    /* defaults first, so a partial or wrong block still leaves a whole job */
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b)
+            continue;
+        join_path(path, sizeof path, bpath, k->name);
+        if (k->type == DDPC_T_BLOCK)
+            walk_block(c, k->child, NULL, base + k->off, path);
+        else
+            apply_default(c, k, base + k->off, path);
+    }
+    if (!map)
+        return;
+
+    for (int j = 0; j < map->n; j++) {
+        const struct ddpc_node *key = map->items[2 * j], *val = map->items[2 * j + 1];
+        if (key->kind != DDPC_NODE_SCALAR)
+            continue;
+        int i = key_index(b, key->str, key->len);
+        join_path(path, sizeof path, bpath, key->str);
+        if (i < 0) {
+            unknown_key(c, b, key, path);
+            continue;
+        }
+        if (load_is_null(val))
+            continue;   /* `key:` or `key: null` means "the default" */
+        given_key[i] = key;
+        given_val[i] = val;
+        if (!ddpc_keys[i].only)
+            parse_row(c, &ddpc_keys[i], val, base, path);
+    }
+    /* keys that depend on a sibling enum, now that every sibling is parsed */
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b || !k->only || !given_val[i])
+            continue;
+        char why[256];
+        join_path(path, sizeof path, bpath, k->name);
+        if (!only_holds(k, base, why, sizeof why)) {
+            vdiag(c, DDPC_SEV_ERROR, given_key[i], path, "applies only %s", why);
+            continue;
+        }
+        parse_row(c, k, given_val[i], base, path);
+    }
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->block != b || !(k->flags & REQUIRED) || given_val[i])
+            continue;
+        char why[256];
+        if (!only_holds(k, base, why, sizeof why))
+            continue;
+        if (k->only) {
+            /* "when format is idx or npy (format here is idx)" -> the sibling's value */
+            const char *eq = strchr(k->only, '=');
+            int s = key_index(b, k->only, (size_t)(eq - k->only));
+            int v;
+            char cur[64] = "";
+            memcpy(&v, base + ddpc_keys[s].off, sizeof v);
+            validate_enum_value(&ddpc_keys[s], v, cur, sizeof cur);
+            vdiag(c, DDPC_SEV_ERROR, map, bpath, "missing required key '%s' (needed when %s is %s)",
+                  k->name, ddpc_keys[s].name, cur);
+        } else {
+            vdiag(c, DDPC_SEV_ERROR, map, bpath, "missing required key '%s'", k->name);
+        }
+    }
+}
+
+/* ===================== custom validators (named in keys.def) ===================== */
+
+static int plain_int(const struct ddpc_node *n, int64_t *v)
+{
+    return n->kind == DDPC_NODE_SCALAR && !n->quoted && units_int64(n->str, v) == 0 ? 0 : -1;
+}
+
+static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                       const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96], why[160], ipath[280];
+    (void)field;
+    job->devices_all = 0;
+    if (!n) {
+        job->n_devices = 1;
+        job->devices[0] = 0;
+        return 0;
+    }
+    if (n->kind == DDPC_NODE_SCALAR) {
+        int cnt = 0, all = 0;
+        if (units_devices(n->str, job->devices, &cnt, &all, DDPC_MAX_DEVICES, why, sizeof why) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "%s", why);
+            return -1;
+        }
+        job->n_devices = cnt;
+        job->devices_all = all;
+        return 0;
+    }
+    if (n->kind != DDPC_NODE_SEQ) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a device list, count, -1 or \"all\"; found %s",
+              describe(n, found, sizeof found));
+        return -1;
+    }
+    if (n->n == 0) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "empty device list");
+        return -1;
+    }
+    if (n->n > DDPC_MAX_DEVICES) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "more than %d devices", DDPC_MAX_DEVICES);
+        return -1;
+    }
+    int rc = 0, cnt = 0;
+    for (int i = 0; i < n->n; i++) {
+        const struct ddpc_node *it = n->items[i];
+        int64_t v;
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (plain_int(it, &v) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a device index, found %s",
+                  describe(it, found, sizeof found));
+            rc = -1;
+            continue;
+        }
+        if (v < 0 || v >= DDPC_MAX_DEVICES) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "device index must be between 0 and %d, found %s",
+                  DDPC_MAX_DEVICES - 1, it->str);
+            rc = -1;
+            continue;
+        }
+        int dup = 0;
+        for (int j = 0; j < cnt; j++)
+            dup |= job->devices[j] == v;
+        if (dup) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "device %s is listed twice", it->str);
+            rc = -1;
+            continue;
+        }
+        job->devices[cnt++] = (int32_t)v;
+    }
+    job->n_devices = cnt;
+    return rc;
+}
+
+static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                      const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96], ipath[280];
+    (void)field;
+    job->model.n_layers = 0;
+    if (!n)
+        return 0;
+    if (n->kind != DDPC_NODE_SEQ) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of layer sizes [in, hidden..., out], "
+              "found %s", describe(n, found, sizeof found));
+        return -1;
+    }
+    if (n->n < 2 || n->n > DDPC_MAX_LAYERS) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected 2 to %d layer sizes [in, hidden..., out], "
+              "found %d", DDPC_MAX_LAYERS, n->n);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n->n; i++) {
+        const struct ddpc_node *it = n->items[i];
+        int64_t v;
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (plain_int(it, &v) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected an integer, found %s",
+                  describe(it, found, sizeof found));
+            rc = -1;
+        } else if (v < 1 || v > (1 << 24)) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be between 1 and %d, found %s", 1 << 24,
+                  it->str);
+            rc = -1;
+        } else {
+            job->model.layers[i] = (int32_t)v;
+        }
+    }
+    if (rc == 0)
+        job->model.n_layers = n->n;
+    return rc;
+}
+
+static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                     const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96], ipath[280];
+    (void)field;
+    if (!n) {
+        job->optimizer.beta1 = 0.9;
+        job->optimizer.beta2 = 0.999;
+        return 0;
+    }
+    if (n->kind != DDPC_NODE_SEQ || n->n != 2) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of two numbers [beta1, beta2], found %s",
+              n->kind == DDPC_NODE_SEQ ? (n->n == 1 ? "1 item" : "more than 2 items")
+                                       : describe(n, found, sizeof found));
+        return -1;
+    }
+    int rc = 0;
+    double b[2];
+    for (int i = 0; i < 2; i++) {
+        const struct ddpc_node *it = n->items[i];
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (it->kind != DDPC_NODE_SCALAR || it->quoted || units_double(it->str, &b[i]) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a number, found %s",
+                  describe(it, found, sizeof found));
+            rc = -1;
+        } else if (b[i] < 0 || b[i] >= 1) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be in [0, 1), found %s", it->str);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        job->optimizer.beta1 = b[0];
+        job->optimizer.beta2 = b[1];
+    }
+    return rc;
+}
+
+static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                     const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96];
+    (void)field;
+    job->limit_train_batches = 0;
+    job->limit_train_fraction = 1.0;
+    if (!n)
+        return 0;
+    int64_t iv;
+    double dv;
+    /* as in Lightning: 1 is one batch, 1.0 the whole epoch */
+    int is_float = n->kind == DDPC_NODE_SCALAR && strpbrk(n->str, ".eE") != NULL;
+    if (n->kind == DDPC_NODE_SCALAR && !n->quoted && !is_float && units_int64(n->str, &iv) == 0 &&
+        iv >= 1) {
+        job->limit_train_batches = iv;
+        return 0;
+    }
+    if (n->kind == DDPC_NODE_SCALAR && !n->quoted && is_float && units_double(n->str, &dv) == 0 &&
+        dv > 0 && dv <= 1) {
+        job->limit_train_fraction = dv;
+        return 0;
+    }
+    vdiag(c, DDPC_SEV_ERROR, n, path, "expected a batch count (integer >= 1) or a fraction in "
+          "(0, 1]; found %s", describe(n, found, sizeof found));
+    return -1;
+}
+
+static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                      const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96];
+    (void)field;
+    job->checkpoint.resume = DDPC_RESUME_AUTO;
+    job->checkpoint.resume_path = NULL;
+    if (!n)
+        return 0;
+    if (n->kind != DDPC_NODE_SCALAR) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected auto, never or a checkpoint path; found %s",
+              describe(n, found, sizeof found));
+        return -1;
+    }
+    if (strcmp(n->str, "auto") == 0)
+        return 0;
+    if (strcmp(n->str, "never") == 0) {
+        job->checkpoint.resume = DDPC_RESUME_NEVER;
+        return 0;
+    }
+    if (string_check(c, n, path, 1) < 0)
+        return -1;
+    job->checkpoint.resume = DDPC_RESUME_PATH;
+    job->checkpoint.resume_path = n->str;
+    return 0;
+}
+
+static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                      const char *path)
+{
+    char found[96];
+    (void)field;
+    int ok = n->len >= 1 && n->len <= 253 && strlen(n->str) == n->len;
+    for (size_t i = 0; ok && i < n->len; i++) {
+        char ch = n->str[i];
+        ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+             ch == '.' || ch == '-' || ch == ':' || ch == '_' || ch == '[' || ch == ']';
+    }
+    if (!ok) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a host name or IP address, found %s",
+              describe(n, found, sizeof found));
+        return -1;
+    }
+    return 0;
+}
+
+/* ===================== data headers ===================== */
+
+struct data_info {
+    int64_t samples;    /* -1 unknown */
+    int64_t features;   /* -1 unknown */
+    int64_t classes;    /* -1 unknown, 0 regression */
+};
+
+/* Opens a data file for a header read: read-only, non-blocking (a FIFO must
+ * not hang check), and only if it is a regular file. Returns fd or -1 with
+ * why set. */
+static int data_open(const char *p, char *why, size_t cap)
+{
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t l = strlen(s), sl = strlen(suffix);
+    return l >= sl && strcmp(s + l - sl, suffix) == 0;
+}
+
+/* Reads up to cap bytes of the file's start (inflated if it ends in .gz).
+ * Returns bytes read or -1 with why. */
+static long data_head(const char *p, unsigned char *buf, size_t cap, char *why, size_t whycap)
+{
+    int fd = data_open(p, why, whycap);
+    if (fd < 0)
+        return -1;
+    long got = 0;
+    if (ends_with(p, ".gz")) {
+        gzFile gz = gzdopen(fd, "rb");
+        if (!gz) {
+            close(fd);
+            snprintf(why, whycap, "cannot start gzip decompression");
+            return -1;
+        }
+        int r = gzread(gz, buf, (unsigned)cap);
+        if (r < 0) {
+            int zerr;
+            snprintf(why, whycap, "gzip: %s", gzerror(gz, &zerr));
+            gzclose(gz);
+            return -1;
+        }
+        got = r;
+        gzclose(gz);
+        return got;
+    }
+    while ((size_t)got < cap) {
+        ssize_t r = read(fd, buf + got, cap - (size_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, whycap, "%s", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += r;
+    }
+    close(fd);
+    return got;
+}
+
+/* IDX: 0 0 type ndims, then ndims big-endian u32 sizes. */
+static int idx_header(const char *p, int64_t *dims, int *nd, char *why, size_t cap)
+{
+    unsigned char b[4 + 4 * 8];
+    long got = data_head(p, b, sizeof b, why, cap);
+    if (got < 0)
+        return -1;
+    if (got < 4 || b[0] || b[1] || !(b[2] == 0x08 || b[2] == 0x09 || (b[2] >= 0x0B && b[2] <= 0x0E)) ||
+        b[3] < 1 || b[3] > 8 || got < 4 + 4 * (long)b[3]) {
+        snprintf(why, cap, "not an IDX file (bad header)");
+        return -1;
+    }
+    *nd = b[3];
+    for (int i = 0; i < *nd; i++) {
+        const unsigned char *q = b + 4 + 4 * i;
+        dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
+    }
+    return 0;
+}
+
+/* NPY: "\x93NUMPY" major minor, header length, then a Python dict literal
+ * with 'descr', 'fortran_order' and 'shape'. */
+static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t dcap, char *why,
+                      size_t cap)
+{
+    unsigned char b[4096 + 16];
+    long got = data_head(p, b, sizeof b - 1, why, cap);
+    if (got < 0)
+        return -1;
+    if (got < 10 || memcmp(b, "\x93NUMPY", 6) != 0) {
+        snprintf(why, cap, "not an NPY file (bad magic)");
+        return -1;
+    }
+    size_t hl, off;
+    if (b[6] == 1) {
+        hl = (size_t)b[8] | (size_t)b[9] << 8;
+        off = 10;
+    } else {
+        hl = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+        off = 12;
+    }
+    if (off + hl > (size_t)got) {
+        snprintf(why, cap, "NPY header longer than 4096 bytes");
+        return -1;
+    }
+    b[off + hl] = '\0';
+    const char *h = (const char *)b + off;
+    if (strstr(h, "'fortran_order': True")) {
+        snprintf(why, cap, "Fortran-order NPY arrays are not supported; save with C order");
+        return -1;
+    }
+    const char *d = strstr(h, "'descr':");
+    const char *s = strstr(h, "'shape':");
+    if (!d || !s) {
+        snprintf(why, cap, "NPY header lacks descr or shape");
+        return -1;
+    }
+    d = strchr(d + 8, '\'');
+    const char *de = d ? strchr(d + 1, '\'') : NULL;
+    if (!d || !de || (size_t)(de - d - 1) >= dcap) {
+        snprintf(why, cap, "NPY header has a malformed descr");
+        return -1;
+    }
+    memcpy(descr, d + 1, (size_t)(de - d - 1));
+    descr[de - d - 1] = '\0';
+    s = strchr(s, '(');
+    if (!s) {
+        snprintf(why, cap, "NPY header has a malformed shape");
+        return -1;
+    }
+    s++;
+    *nd = 0;
+    while (*nd < 8) {
+        while (*s == ' ')
+            s++;
+        if (*s == ')')
+            break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || errno || v < 0) {
+            snprintf(why, cap, "NPY header has a malformed shape");
+            return -1;
+        }
+        dims[(*nd)++] = v;
+        s = end;
+        while (*s == ' ')
+            s++;
+        if (*s == ',')
+            s++;
+    }
+    return 0;
+}
+
+/* CSV: the number of columns of the first line. */
+static int csv_columns(const char *p, int64_t *cols, char *why, size_t cap)
+{
+    unsigned char b[65536];
+    long got = data_head(p, b, sizeof b, why, cap);
+    if (got < 0)
+        return -1;
+    int64_t n = 1;
+    long i = 0;
+    for (; i < got && b[i] != '\n'; i++)
+        n += b[i] == ',';
+    if (got == 0 || (i == got && got == (long)sizeof b)) {
+        snprintf(why, cap, got == 0 ? "empty CSV file" : "first CSV line longer than 64 KiB");
+        return -1;
+    }
+    *cols = n;
+    return 0;
+}
+
+/* What the spec text called a path, for messages: the value as written,
+ * relative to the spec's directory, shown relative to the current one. */
+static const char *shown_path(struct ddpc_vctx *c, const struct ddpc_node *n, char *buf, size_t cap)
+{
+    if (n->str[0] == '/' || !c->dir[0])
+        snprintf(buf, cap, "%s", n->str);
+    else
+        snprintf(buf, cap, "%s/%s", c->dir, n->str);
+    return buf;
+}
+
+static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source *s,
+                             const char *spath, struct data_info *info)
+{
+    char key[64], why[256], shown[PATH_MAX + 64];
+    int64_t dims[8];
+    int nd = 0;
+    info->samples = info->features = info->classes = -1;
+    if (s->format == DDPC_DATA_SYNTHETIC) {
+        info->samples = s->samples;
+        info->features = s->features;
+        info->classes = s->classes;
+        return;
+    }
+    if (!c->opt || !c->opt->read_data_headers)
+        return;
+    if (s->format == DDPC_DATA_CSV) {
+        snprintf(key, sizeof key, "%s.path", spath);
+        const struct ddpc_node *n = load_lookup(c->root, key);
+        int64_t cols;
+        if (!s->path || !n)
+            return;
+        if (csv_columns(s->path, &cols, why, sizeof why) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
+                  shown_path(c, n, shown, sizeof shown), why);
+            return;
+        }
+        if (s->label_column >= cols) {
+            char lk[64];
+            snprintf(lk, sizeof lk, "%s.label_column", spath);
+            const struct ddpc_node *ln = load_lookup(c->root, lk);
+            vdiag(c, DDPC_SEV_ERROR, ln ? ln : n, ln ? lk : key,
+                  "label column %d does not exist: '%s' has %lld columns", s->label_column,
+                  shown_path(c, n, shown, sizeof shown), (long long)cols);
+            return;
+        }
+        info->features = cols - 1;
+        return;
+    }
+    /* idx, npy: inputs [N, features...], labels [N] */
+    const char *which[2] = { "inputs", "labels" };
+    const char *paths[2] = { s->inputs, s->labels };
+    int64_t count[2] = { -1, -1 };
+    for (int w = 0; w < 2; w++) {
+        snprintf(key, sizeof key, "%s.%s", spath, which[w]);
+        const struct ddpc_node *n = load_lookup(c->root, key);
+        char descr[32] = "";
+        if (!paths[w] || !n)
+            return;
+        int rc = s->format == DDPC_DATA_IDX
+                     ? idx_header(paths[w], dims, &nd, why, sizeof why)
+                     : npy_header(paths[w], dims, &nd, descr, sizeof descr, why, sizeof why);
+        if (rc < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
+                  shown_path(c, n, shown, sizeof shown), why);
+            return;
+        }
+        if (nd < 1 || (w == 1 && nd != 1 && !(nd == 2 && dims[1] == 1))) {
+            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has %d dimensions; labels must be one value per "
+                  "sample", shown_path(c, n, shown, sizeof shown), nd);
+            return;
+        }
+        count[w] = dims[0];
+        if (w == 0) {
+            int64_t f = 1;
+            for (int i = 1; i < nd; i++)
+                f *= dims[i];
+            info->features = f;
+        } else if (s->format == DDPC_DATA_NPY && (descr[1] == 'f') && c->job->loss ==
+                   DDPC_LOSS_CROSS_ENTROPY) {
+            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' holds floats (%s); cross_entropy needs integer "
+                  "class labels", shown_path(c, n, shown, sizeof shown), descr);
+        }
+    }
+    if (count[0] != count[1]) {
+        snprintf(key, sizeof key, "%s.labels", spath);
+        vdiag(c, DDPC_SEV_ERROR, load_lookup(c->root, key), key,
+              "%lld labels for %lld inputs", (long long)count[1], (long long)count[0]);
+        return;
+    }
+    info->samples = count[0];
+}
+
+/* ===================== cross-key rules ===================== */
+
+static const struct ddpc_node *at(struct ddpc_vctx *c, const char *dotted)
+{
+    return load_lookup(c->root, dotted);
+}
+
+static void cross_rules(struct ddpc_vctx *c)
+{
+    struct ddpc_job *j = c->job;
+    const struct ddpc_node *n;
+    char num[32], num2[32];
+    int nodes = j->launch.num_nodes > 0 ? j->launch.num_nodes : 1;
+    int world = j->n_devices * nodes;
+    int several = j->devices_all || world > 1;
+
+    /* weight decay's default depends on the optimizer, like PyTorch's */
+    if (!at(c, "optimizer.weight_decay"))
+        j->optimizer.weight_decay = j->optimizer.type == DDPC_OPTIM_ADAMW ? 0.01 : 0.0;
+    j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
+
+    if (j->strategy == DDPC_STRATEGY_NONE && several && (n = at(c, "strategy")))
+        vdiag(c, DDPC_SEV_ERROR, n, "strategy",
+              "strategy none runs a single process, but %s; use strategy: ddp or one device",
+              j->devices_all ? "devices is all"
+                             : (snprintf(num, sizeof num, "%d devices are listed", world), num));
+
+    if (several && !at(c, "lr_scaling")) {
+        n = at(c, "learning_rate");
+        const char *p = n ? "learning_rate" : "devices";
+        if (!n)
+            n = at(c, "devices");
+        fmt_num(j->learning_rate, num, sizeof num);
+        if (j->devices_all) {
+            vdiag(c, DDPC_SEV_WARNING, n, p, "all devices and no lr_scaling: learning_rate stays "
+                  "%s; lr_scaling: linear would multiply it by the device count", num);
+        } else {
+            snprintf(num2, sizeof num2, "%g", j->learning_rate * world);
+            vdiag(c, DDPC_SEV_WARNING, n, p, "%d devices and no lr_scaling: learning_rate stays %s; "
+                  "lr_scaling: linear would use %s", world, num, num2);
+        }
+    }
+
+    if (!several) {
+        static const char *const keys[2] = { "nccl_timeout", "rank_sync_timeout" };
+        double *fields[2] = { &j->nccl_timeout_s, &j->rank_sync_timeout_s };
+        for (int i = 0; i < 2; i++)
+            if ((n = at(c, keys[i])) && *fields[i] > 0) {
+                vdiag(c, DDPC_SEV_WARNING, n, keys[i], "ignored on a single device (there is no "
+                      "collective to bound)");
+                *fields[i] = 0;
+            }
+    }
+
+    if (j->precision != DDPC_PRECISION_FP32 && j->accelerator == DDPC_ACCEL_CPU &&
+        (n = at(c, "precision")))
+        vdiag(c, DDPC_SEV_ERROR, n, "precision", "%s needs a GPU, but accelerator is cpu; "
+              "the CPU backend computes in fp32",
+              j->precision == DDPC_PRECISION_BF16 ? "bf16" : "fp16");
+
+    if (nodes > 1 && (n = at(c, "launch.num_nodes"))) {
+        if (j->accelerator == DDPC_ACCEL_CPU)
+            vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with accelerator cpu: "
+                  "not supported until a CPU multi-node path exists", nodes);
+        else if (j->launch.launcher == DDPC_LAUNCHER_LOCAL && !at(c, "launch.master_addr"))
+            vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with launcher local need "
+                  "launch.master_addr, the address of node 0", nodes);
+        if (j->devices_all)
+            vdiag(c, DDPC_SEV_ERROR, at(c, "devices"), "devices", "devices: all is ambiguous "
+                  "across %d nodes; list the devices of each node", nodes);
+    }
+
+    if (j->model.type == DDPC_MODEL_LINEAR && j->model.n_layers && j->model.n_layers != 2 &&
+        (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "model type linear takes exactly 2 sizes "
+              "[in, out], found %d", j->model.n_layers);
+
+    if (j->optimizer.type == DDPC_OPTIM_SGD && j->optimizer.nesterov &&
+        j->optimizer.momentum <= 0 && (n = at(c, "optimizer.nesterov")))
+        vdiag(c, DDPC_SEV_ERROR, n, "optimizer.nesterov", "nesterov needs momentum > 0");
+
+    if (!at(c, "checkpoint_dir")) {
+        static const char *const keys[2] = { "checkpoint.every_n_epochs", "checkpoint.keep_last" };
+        for (int i = 0; i < 2; i++)
+            if ((n = at(c, keys[i])) && !load_is_null(n))
+                vdiag(c, DDPC_SEV_WARNING, n, keys[i], "has no effect without checkpoint_dir");
+    }
+
+    if (j->checkpoint.resume == DDPC_RESUME_PATH && c->opt && c->opt->read_data_headers &&
+        (n = at(c, "checkpoint.resume"))) {
+        struct stat st;
+        if (stat(j->checkpoint.resume_path, &st) < 0)
+            vdiag(c, DDPC_SEV_ERROR, n, "checkpoint.resume", "cannot resume from '%s': %s",
+                  j->checkpoint.resume_path, strerror(errno));
+    }
+
+    /* data vs model: only when the blocks themselves were valid */
+    if (!at(c, "data.train") || j->model.n_layers < 2)
+        return;
+    struct data_info tr, te;
+    int before = c->d->n_errors;
+    data_source_info(c, &j->data.train, "data.train", &tr);
+    te.samples = te.features = te.classes = -1;
+    if (j->data.has_test)
+        data_source_info(c, &j->data.test, "data.test", &te);
+    if (c->d->n_errors != before)
+        return;
+    int in = j->model.layers[0], out = j->model.layers[j->model.n_layers - 1];
+    if (tr.features >= 0 && tr.features != in && (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n->items[0], "model.layers[0]", "input size %d does not match "
+              "the %lld features per sample of data.train", in, (long long)tr.features);
+    if (te.features >= 0 && tr.features >= 0 && te.features != tr.features)
+        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
+              "but data.train has %lld", (long long)te.features, (long long)tr.features);
+    if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], "model.layers[-1]", "output size %d does "
+              "not match the %lld classes of data.train", out, (long long)tr.classes);
+    if (tr.classes == 0 && j->loss == DDPC_LOSS_CROSS_ENTROPY) {
+        const struct ddpc_node *ln = at(c, "loss");
+        vdiag(c, DDPC_SEV_ERROR, ln ? ln : at(c, "data.train.classes"),
+              ln ? "loss" : "data.train.classes", "cross_entropy needs class labels, but "
+              "data.train is regression data (classes: 0); use loss: mse");
+    }
+    int eff_world = world > 0 ? world : nodes;
+    if (tr.samples >= 0 && (int64_t)j->batch_size * eff_world > tr.samples &&
+        (n = at(c, "batch_size")))
+        vdiag(c, DDPC_SEV_ERROR, n, "batch_size", "batch_size %d × %d device%s = %lld is larger "
+              "than the training set (%lld samples)", j->batch_size, eff_world,
+              eff_world == 1 ? "" : "s", (long long)j->batch_size * eff_world,
+              (long long)tr.samples);
+}
+
+/* ===================== entry ===================== */
+
+/* The default job name: the spec file's base name without .yaml/.yml,
+ * reduced to the name alphabet. */
+static const char *default_name(struct ddpc_vctx *c)
+{
+    const char *base = strrchr(c->file, '/');
+    base = base ? base + 1 : c->file;
+    size_t l = strlen(base);
+    if (ends_with(base, ".yaml"))
+        l -= 5;
+    else if (ends_with(base, ".yml"))
+        l -= 4;
+    if (l > 64)
+        l = 64;
+    char *name = arena_strndup(c->a, base, l);
+    if (!name)
+        return "job";
+    for (size_t i = 0; i < l; i++)
+        if (!name_ok(name + i, 1))
+            name[i] = '_';
+    return l && name_ok(name, l) ? name : "job";
+}
+
+int validate_job(const char *file, const struct ddpc_node *root, const struct spec_options *opt,
+                 struct ddpc_arena *a, struct ddpc_job *job, struct ddpc_diag *d)
+{
+    struct ddpc_vctx c;
+    char found[96];
+    int before = d->n_errors;
+
+    memset(job, 0, sizeof *job);
+    memset(&c, 0, sizeof c);
+    c.file = file;
+    c.opt = opt;
+    c.a = a;
+    c.d = d;
+    c.job = job;
+    c.root = root;
+    const char *slash = strrchr(file, '/');
+    c.dir = slash ? arena_strndup(a, file, slash == file ? 1 : (size_t)(slash - file)) : "";
+    if (!c.dir)
+        c.dir = "";
+
+    if (root && root->kind != DDPC_NODE_MAP) {
+        vdiag(&c, DDPC_SEV_ERROR, root, "", "a spec is a mapping of keys, found %s",
+              describe(root, found, sizeof found));
+        walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
+    } else if (!root) {
+        diag_add(d, DDPC_SEV_ERROR, file, 1, 1, "", "the spec is empty");
+        walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
+    } else {
+        walk_block(&c, DDPC_B_ROOT, root, (char *)job, "");
+        cross_rules(&c);
+    }
+    if (!job->name)
+        job->name = default_name(&c);
+    return d->n_errors == before ? 0 : -1;
+}
