@@ -53,6 +53,8 @@ struct ops_cuda_ctx {
     double         *d_partial;       /* [RED_BLOCKS] first-stage sums */
     double         *d_result;        /* [3] final sums, copied to h_result */
     double         *h_result;        /* [3] pinned, so the copy is truly async */
+    float          *d_ones;          /* [cap_ones] 1.0f, for bias_grad */
+    int             cap_ones;
     /* gemm input casts for bf16/fp16 (2-byte elements), grown on demand */
     void           *d_lo[2];         /* [0] A, [1] B */
     size_t          cap_lo[2];       /* bytes */
@@ -109,19 +111,11 @@ __global__ static void k_act_back(const float *z, const float *da, float *dz, si
         dz[i] = da[i] * ddpc_k_act_grad(act, z[i]);
 }
 
-/* db[cols] = beta * db + sum over rows of dz[rows, cols]. One thread per
- * column: adjacent threads read adjacent columns (coalesced), and the sum
- * runs over rows in order, as ops_cpu.c's loop does per column. */
-__global__ static void k_bias_grad(const float *dz, float *db, int rows, int cols, float beta)
+__global__ static void k_fill(float *x, size_t n, float v)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols)
-        return;
-    /* beta == 0 must not read db: 0 * NaN would leak stale garbage */
-    float s = beta == 0.0f ? 0.0f : (beta == 1.0f ? db[c] : db[c] * beta);
-    for (int r = 0; r < rows; r++)
-        s += dz[(size_t)r * cols + c];
-    db[c] = s;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = v;
 }
 
 /* One thread per row: the row's loss, correctness flag and dlogits. */
@@ -389,14 +383,45 @@ static int cuda_act_backward(struct ddpc_ops *o, const float *z, const float *da
     return 0;
 }
 
+/* A device vector of at least n ones (for bias_grad), grown on demand. */
+static int ensure_ones(struct ops_cuda_ctx *c, int n, struct ddpc_err *e)
+{
+    if (n <= c->cap_ones)
+        return 0;
+    if (c->d_ones)
+        CUDA_CHECK(e, cudaFree(c->d_ones));
+    c->d_ones = NULL;
+    c->cap_ones = 0;
+    CUDA_CHECK(e, cudaMalloc(&c->d_ones, (size_t)n * sizeof *c->d_ones));
+    k_fill<<<grid_for((size_t)n), THREADS, 0, c->stream>>>(c->d_ones, (size_t)n, 1.0f);
+    KERNEL_CHECK(e, "k_fill");
+    c->cap_ones = n;
+    return 0;
+}
+
+/* db[cols] = beta db + dz^T 1: a GEMV against a ones vector. Row-major
+ * dz[rows, cols] read column-major is a cols x rows matrix with leading
+ * dimension cols, so this is y = M x with no transpose. cuBLAS reads the
+ * whole matrix at full bandwidth, where a thread per column would leave most
+ * SMs idle on a 4096-wide layer. */
 static int cuda_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int rows, int cols,
                           float beta, struct ddpc_err *e)
 {
+    struct ops_cuda_ctx *c = ctx_of(o);
     if (cols <= 0)
         return 0;
-    k_bias_grad<<<(cols + THREADS - 1) / THREADS, THREADS, 0, ctx_of(o)->stream>>>(
-        dz, db, rows, cols, beta);
-    KERNEL_CHECK(e, "k_bias_grad");
+    if (rows <= 0) {              /* BLAS quick-returns on n == 0 even with beta 0 */
+        if (beta == 0.0f)
+            CUDA_CHECK(e, cudaMemsetAsync(db, 0, (size_t)cols * sizeof *db, c->stream));
+        else
+            DDPC_TRY(o->scale(o, db, (size_t)cols, beta, e));
+        return 0;
+    }
+    DDPC_TRY(ensure_ones(c, rows, e));
+    const float one = 1.0f;
+    /* beta == 0: BLAS does not read db, so stale NaNs cannot leak in */
+    CUBLAS_CHECK(e, cublasSgemv(c->blas, CUBLAS_OP_N, cols, rows, &one, dz, cols, c->d_ones, 1,
+                                &beta, db, 1));
     return 0;
 }
 
@@ -531,6 +556,8 @@ static void cuda_destroy(struct ddpc_ops *o)
         (void)cudaFree(c->d_result);
     if (c->h_result)
         (void)cudaFreeHost(c->h_result);
+    if (c->d_ones)
+        (void)cudaFree(c->d_ones);
     for (int i = 0; i < 2; i++)
         if (c->d_lo[i])
             (void)cudaFree(c->d_lo[i]);
