@@ -411,6 +411,34 @@ START_TEST(dead_peer_is_noticed)
 }
 END_TEST
 
+/* Rank 0 reduces 10 floats, rank 1 reduces 11: both fail, the message says
+ * what each passed. */
+static void body_mismatch(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    float x[11] = { 0 };
+    struct ddpc_err e = { 0 };
+    rep->rc[rank] = comm_all_reduce(c, x, x, 10 + (size_t)rank, DDPC_REDUCE_SUM,
+                                    ddpc_deadline_after(5), &e);
+    (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+}
+
+START_TEST(mismatched_calls_are_reported)
+{
+    struct report *rep = report_map();
+    run_ranks(2, 0, body_mismatch, NULL, rep);
+    int invalid = 0;
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_ne(rep->rc[i], 0);
+        ck_assert_msg(strstr(rep->msg[i], "ranks disagree") && strstr(rep->msg[i], "of 11 floats"),
+                      "rank %d: %s", i, rep->msg[i]);
+        invalid += rep->rc[i] == DDPC_E_INVALID;
+    }
+    ck_assert_int_ge(invalid, 1);
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
 START_TEST(create_rejects_bad_world)
 {
     struct comm_shm_region *r = (void *)1;
@@ -836,6 +864,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(f, deadline_names_the_missing_rank);
     tcase_add_test(f, abort_wakes_the_others);
     tcase_add_test(f, dead_peer_is_noticed);
+    tcase_add_test(f, mismatched_calls_are_reported);
     suite_add_tcase(s, f);
 
     TCase *l = tcase_create("launch");
