@@ -17,7 +17,8 @@ VERSION  := 0.1.0
 
 OPT      ?= -O2 -g
 WARN     := -std=c11 -Wall -Wextra -pedantic -Wshadow -Wno-unused-parameter
-CPPFLAGS += -D_GNU_SOURCE -Ispec -Iruntime -Icompiler
+# compiler/ by -iquote: its check.h must not hide Check's <check.h> from the tests
+CPPFLAGS += -D_GNU_SOURCE -Ispec -Iruntime -iquote compiler
 CFLAGS   += $(OPT) $(WARN) $(SANFLAGS) -MMD -MP -pthread
 LDFLAGS  += $(SANFLAGS) -pthread
 
