@@ -1,0 +1,146 @@
+/* ckpt.h - checkpoints: atomic write, verified read, resume selection,
+ * pruning, pre-flight checks, and safetensors export of the final model.
+ *
+ * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
+ *          ckpt_preflight, ckpt_file_size, ckpt_export_safetensors,
+ *          ckpt_crc32c, ckpt_set_fault (tests only)
+ *
+ * Only rank 0 calls the writers. Nothing here trains, communicates or
+ * exits; every failure comes back as a negative code and a message in
+ * struct ddpc_err that names the file and says what to do.
+ *
+ * File format (version 1), all integers little-endian:
+ *
+ *   off  size  field
+ *     0     8  magic "DDPCCKPT"
+ *     8     4  u32 format version (1)
+ *    12     4  u32 header size (256)
+ *    16    64  spec hash, 64 lowercase hex chars (SHA-256 of the spec bytes)
+ *    80     4  u32 world size
+ *    84     4  u32 reserved (0)
+ *    88     8  i64 epoch            completed epochs
+ *    96     8  i64 step             optimizer steps taken
+ *   104     8  u64 seed
+ *   112     8  i64 sampler_epoch    epoch the sampler is in
+ *   120     8  i64 sampler_batches  batches already consumed in that epoch
+ *   128    32  u64 rng[4]           xoshiro256** state (struct ddpc_rng)
+ *   160     8  i64 optim_step       the optimizer's own step count (Adam's t)
+ *   168     8  u64 n_params
+ *   176     8  u64 n_opt
+ *   184    68  reserved (0)
+ *   252     4  u32 CRC32C of bytes [0, 252): the header checks itself, so a
+ *              flipped size field reads as corruption, not as truncation
+ *   256        float32 params [n_params]
+ *     .        float32 opt    [n_opt]
+ *     .     4  u32 CRC32C of every preceding byte
+ *
+ * Names: <job>-e<epoch:04>-s<step:09>.ckpt, so `ls` sorts them by time for
+ * any run shorter than 10^9 steps; readers parse the numbers anyway.
+ * Temp files: .<final name>.tmp.<pid>, in the same directory (rename is only
+ * atomic within one file system); no reader ever matches them.
+ */
+#ifndef DDPC_CKPT_H
+#define DDPC_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include "err.h"
+#include "job.h"
+
+#define DDPC_CKPT_VERSION     1
+#define DDPC_CKPT_HEADER_SIZE 256
+#define DDPC_CKPT_HASH_LEN    64    /* hex chars, without the NUL */
+
+struct ddpc_ckpt {
+    char     spec_hash[DDPC_CKPT_HASH_LEN + 1]; /* NUL-terminated hex */
+    int32_t  world;
+    int64_t  epoch;             /* completed epochs */
+    int64_t  step;              /* optimizer steps taken */
+    uint64_t seed;
+    int64_t  sampler_epoch;     /* a mid-epoch checkpoint resumes at */
+    int64_t  sampler_batches;   /*   (sampler_epoch, sampler_batches) exactly */
+    uint64_t rng[4];
+    int64_t  optim_step;
+    size_t   n_params;
+    size_t   n_opt;             /* 0, n_params (momentum) or 2*n_params (Adam m, v) */
+    float   *params;            /* [n_params] */
+    float   *opt;               /* [n_opt]; NULL when n_opt is 0 */
+};
+
+/* Bytes of a checkpoint file holding n_params + n_opt floats. */
+size_t ckpt_file_size(size_t n_params, size_t n_opt);
+
+/* Writes c atomically as dir/<job>-e<epoch>-s<step>.ckpt: temp file in dir
+ * (O_CREAT|O_EXCL, 0644), full writes, fsync, rename, fsync(dir). On any
+ * failure the temp file is removed and every earlier checkpoint is left as
+ * it was. path_out (may be NULL) receives the final path. dir must exist
+ * (ckpt_preflight creates it). */
+int  ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
+                char *path_out, size_t path_cap, struct ddpc_err *e);
+
+/* Reads and verifies one file: magic, header checksum, version, sizes
+ * against the file size, payload checksum. On success *out owns params and
+ * opt: release them with ckpt_free. On failure *out holds nothing to free. */
+int  ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e);
+/* Frees what ckpt_read allocated; safe on a zeroed or already-freed struct. */
+void ckpt_free(struct ddpc_ckpt *c);
+
+/* Picks the checkpoint to resume from.
+ *   explicit_path != NULL: exactly that file. Any read error is an error.
+ *     A different spec hash is allowed (the user named it), with one line
+ *     to report saying so.
+ *   explicit_path == NULL (resume: auto): the newest valid
+ *     <job>-*.ckpt in dir by (step, epoch). A corrupt or truncated one gets
+ *     one line on report and the previous one is tried. The newest readable
+ *     one written by a different spec hash is refused (an error that says
+ *     how to proceed) rather than skipped: resuming an older run of the
+ *     same spec over it would be a surprise. Temp files are ignored.
+ * Returns 1 with *out filled (ckpt_free it) and path_out set; 0 when there
+ * is no checkpoint (no directory, or no file of this job: start fresh);
+ * negative on error, including "files exist but none is readable", so a
+ * job never silently restarts from scratch over a broken history.
+ * report may be NULL. */
+int  ckpt_find_resume(const char *dir, const char *job_name, const char *spec_hash,
+                      const char *explicit_path, struct ddpc_ckpt *out,
+                      char *path_out, size_t path_cap, FILE *report,
+                      struct ddpc_err *e);
+
+/* Removes this job's checkpoints beyond the newest keep_last (keep_last <= 0
+ * keeps all), and temp files left by dead writers (a crash mid-write). Call
+ * only after ckpt_write returned 0, so the newest one is durable. */
+int  ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e);
+
+/* Before training: mkdir -p dir, prove it writable (create and unlink a
+ * probe file), and require free space >= 2 * ckpt_bytes (the new file is
+ * complete before the old one is pruned). */
+int  ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e);
+
+/* Writes the model's parameters (flat buffer, model.h's order) as a
+ * safetensors file, atomically. Tensor names follow a PyTorch module whose
+ * `layers` is an nn.ModuleList (or a Sequential of Linear layers only) of
+ * nn.Linear, one per pair of sizes in job->model.layers:
+ *     W_l [out_l, in_l] -> "layers.<l>.weight"   (Linear's layout, no transpose)
+ *     b_l [out_l]       -> "layers.<l>.bias"
+ * type linear is the one-layer case ("layers.0.*"). Activations have no
+ * parameters and are recorded in __metadata__ only. n_params must equal the
+ * count the shapes imply. */
+int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
+                             const float *params, size_t n_params, struct ddpc_err *e);
+
+/* CRC32C (Castagnoli), slicing-by-8. crc is the previous value (0 to
+ * start); chain calls to checksum a stream. */
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t n);
+
+/* TEST ONLY: fault injection for the writers in this file. After this call,
+ * every temp file written allows exactly fail_after_bytes bytes (writes are
+ * cut short to land on that boundary, which also exercises the short-write
+ * loop); the next write then fails with errno = err, or, when err is
+ * DDPC_CKPT_FAULT_STOP, the process stops itself with SIGSTOP (for kill -9
+ * tests). fail_after_bytes < 0 turns injection off. Process-wide; never
+ * called outside tests. */
+#define DDPC_CKPT_FAULT_STOP (-1)
+void ckpt_set_fault(int64_t fail_after_bytes, int err);
+
+#endif /* DDPC_CKPT_H */
