@@ -1,3 +1,572 @@
-/* test_emit.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_emit.c - generated files: hostile values baked exactly, nothing run,
+ * same job -> same bytes; the cc driver's success and failure paths.
+ *
+ * The generated job_config.h is compiled into a small program that prints
+ * the baked job with emit_dump.h; the test prints the original job with the
+ * same code and compares. Marker files prove that no m4 builtin or shell
+ * construct in a value ran. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <check.h>
 #include "suites.h"
-Suite *emit_suite(void) { return suite_create("emit"); }
+#include "testutil.h"
+#include "buf.h"
+#include "cc.h"
+#include "emit.h"
+#include "plan.h"
+#include "emit_dump.h"
+
+static char marker[256];   /* a file that must never exist */
+
+static int exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Everything that has ever escaped a quoting layer somewhere, with
+ * marker-creating payloads for m4, the shell and the C preprocessor. */
+static char *hostile(const char *tag)
+{
+    char *s;
+    int n = asprintf(&s,
+        "%s q\"uote \\back\\ nl\n tab\t bq`touch %s` $(touch %s) "
+        "m4_syscmd(touch %s)m4_esyscmd(touch %s) m4_include(/etc/hostname) "
+        "m4_changequote([,])m4_define(M_NAME,x) M_NAME DDPC_SPEC_TEXT DDPC_JOB_NAME "
+        "*/ /* # hash ?\?/ trigraph $1 $# $@ $* ${x} \xc2\xab\xc2\xbb guillemets "
+        "'single' %%s %%n \x01\x7f\xff end\\",
+        tag, marker, marker, marker, marker);
+    ck_assert_int_ge(n, 0);
+    return s;
+}
+
+/* A job with every field away from zero, so a field the template forgets
+ * shows up in the dump. */
+static struct ddpc_job full_job(char **strings)
+{
+    struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    j.version = 1;
+    j.name = strings[0];
+    j.n_devices = 3;
+    j.devices[0] = 4;
+    j.devices[1] = 0;
+    j.devices[2] = 7;
+    j.devices_all = 0;
+    j.strategy = DDPC_STRATEGY_DDP;
+    j.accelerator = DDPC_ACCEL_CPU;
+    j.seed = UINT64_MAX;
+    j.deterministic = 1;
+    j.epochs = 5;
+    j.learning_rate = 0.1;               /* not exact in binary: must round-trip */
+    j.lr_scaling = DDPC_LR_SCALING_SQRT;
+    j.batch_size = 33;
+    j.grad_accumulation = 2;
+    j.limit_train_batches = 3000000000LL;
+    j.limit_train_fraction = 1.0 / 3.0;
+    j.precision = DDPC_PRECISION_BF16;
+    j.grad_clip_norm = 1e-300;
+    j.bucket_cap_mb = 25;
+    j.checkpoint_dir = strings[1];
+    j.nccl_timeout_s = 5400.5;
+    j.rank_sync_timeout_s = -0.0;
+    j.model.type = DDPC_MODEL_MLP;
+    j.model.n_layers = 4;
+    j.model.layers[0] = 784;
+    j.model.layers[1] = 300;
+    j.model.layers[2] = 100;
+    j.model.layers[3] = 10;
+    j.model.activation = DDPC_ACT_GELU;
+    j.model.init = DDPC_INIT_KAIMING_NORMAL;
+    j.loss = DDPC_LOSS_MSE;
+    j.data.train.format = DDPC_DATA_SYNTHETIC;
+    j.data.train.inputs = strings[2];
+    j.data.train.labels = "";
+    j.data.train.path = NULL;
+    j.data.train.label_column = -1;
+    j.data.train.samples = 1000;
+    j.data.train.features = 784;
+    j.data.train.classes = 10;
+    j.data.train.seed = 12345678901234567ULL;
+    j.data.test.format = DDPC_DATA_CSV;
+    j.data.test.path = strings[3];
+    j.data.test.label_column = 9;
+    j.data.has_test = 1;
+    j.data.shuffle = 1;
+    j.data.drop_last = 1;
+    j.optimizer.type = DDPC_OPTIM_ADAMW;
+    j.optimizer.momentum = 0.9;
+    j.optimizer.nesterov = 1;
+    j.optimizer.weight_decay = 0.05;
+    j.optimizer.beta1 = 0.9;
+    j.optimizer.beta2 = 0.999;
+    j.optimizer.eps = 1e-8;
+    j.schedule.warmup_steps = 10;
+    j.schedule.warmup_start_factor = 0.01;
+    j.schedule.decay = DDPC_DECAY_COSINE;
+    j.schedule.min_lr_factor = 0.001;
+    j.schedule.step_size = 7;
+    j.schedule.gamma = 0.5;
+    j.checkpoint.every_n_epochs = 2;
+    j.checkpoint.keep_last = 3;
+    j.checkpoint.resume = DDPC_RESUME_PATH;
+    j.checkpoint.resume_path = strings[4];
+    j.checkpoint.export_path = strings[5];
+    j.logging.every_n_steps = 11;
+    j.logging.metrics_csv = strings[6];
+    j.logging.tensorboard = strings[7];
+    j.logging.progress = DDPC_PROGRESS_OFF;
+    j.launch.num_nodes = 2;
+    j.launch.launcher = DDPC_LAUNCHER_SLURM;
+    j.launch.master_addr = strings[8];
+    j.launch.master_port = 29400;
+    j.launch.max_restarts = 2;
+    return j;
+}
+
+#define N_STRINGS 10
+
+struct fixture {
+    char *dir;
+    char *strings[N_STRINGS];
+    struct ddpc_job job;
+    struct ddpc_plan plan;
+    char *templates;
+    char *spec_text;
+};
+
+static void fixture_init(struct fixture *fx, int hostile_strings)
+{
+    memset(fx, 0, sizeof *fx);
+    snprintf(marker, sizeof marker, "/tmp/ddpc-pwned-%ld", (long)getpid());
+    unlink(marker);
+    fx->dir = make_temp_dir("emit");
+    ck_assert_ptr_nonnull(fx->dir);
+    for (int i = 0; i < N_STRINGS; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "s%d", i);
+        fx->strings[i] = hostile_strings ? hostile(tag) : strdup(tag);
+    }
+    fx->job = full_job(fx->strings);
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&fx->job, fx->strings[9], &fx->plan, &d), 0);
+    diag_free(&d);
+    ck_assert_int_ge(asprintf(&fx->templates, "%s/templates", test_top()), 0);
+    fx->spec_text = hostile("spec");
+}
+
+static void fixture_free(struct fixture *fx)
+{
+    rm_tree(fx->dir);
+    free(fx->dir);
+    for (int i = 0; i < N_STRINGS; i++)
+        free(fx->strings[i]);
+    plan_free(&fx->plan);
+    free(fx->templates);
+    free(fx->spec_text);
+}
+
+static void emit_into(struct fixture *fx, const char *dir, const char *spec_path)
+{
+    struct emit_input in = {
+        .job = &fx->job, .plan = &fx->plan, .spec_path = spec_path,
+        .spec_text = fx->spec_text, .spec_len = strlen(fx->spec_text) + 1, /* with a NUL */
+        .spec_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        .version = "test", .templates_dir = fx->templates,
+    };
+    struct ddpc_diag d;
+    diag_init(&d);
+    int rc = emit_files(&in, dir, NULL, &d);
+    ck_assert_msg(rc == 0, "emit_files: %s", d.n ? d.v[0].message : "?");
+    diag_free(&d);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    char *s = NULL;
+    size_t n = 0, cap = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        if (n + 2 > cap) {
+            cap = cap ? cap * 2 : 4096;
+            s = realloc(s, cap);
+            ck_assert_ptr_nonnull(s);
+        }
+        s[n++] = (char)c;
+    }
+    fclose(f);
+    if (!s)
+        s = calloc(1, 1);
+    else
+        s[n] = '\0';
+    if (len)
+        *len = n;
+    return s;
+}
+
+static void hex(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%02x", (unsigned char)s[i]);
+    fputc('\n', f);
+}
+
+static const char prog_src[] =
+    "#include <stdio.h>\n"
+    "#include \"job_config.h\"\n"
+    "#include \"emit_dump.h\"\n"
+    "static void hex(const char *s, size_t n)\n"
+    "{ for (size_t i = 0; i < n; i++) printf(\"%02x\", (unsigned char)s[i]); putchar('\\n'); }\n"
+    "int main(void)\n"
+    "{\n"
+    "    dump_job(stdout, &ddpc_job);\n"
+    "    hex(DDPC_SPEC_PATH, sizeof DDPC_SPEC_PATH - 1);\n"
+    "    hex(DDPC_SPEC_HASH, sizeof DDPC_SPEC_HASH - 1);\n"
+    "    hex(DDPC_SPEC_TEXT, DDPC_SPEC_LEN);\n"
+    "    hex(DDPC_PLAN_JSON, sizeof DDPC_PLAN_JSON - 1);\n"
+    "    printf(\"%d %lld %lld\\n\", DDPC_WORLD_SIZE, (long long)DDPC_GLOBAL_BATCH,\n"
+    "           (long long)DDPC_N_PARAMS);\n"
+    "    return 0;\n"
+    "}\n";
+
+/* Compiles prog_src against dir/job_config.h and returns what it prints. */
+static char *run_baked(const char *dir)
+{
+    char *src, *exe, *inc_spec, *inc_tests, *inc_dir;
+    ck_assert_int_ge(asprintf(&src, "%s/prog.c", dir), 0);
+    ck_assert_int_ge(asprintf(&exe, "%s/prog", dir), 0);
+    ck_assert_int_ge(asprintf(&inc_spec, "-I%s/spec", test_top()), 0);
+    ck_assert_int_ge(asprintf(&inc_tests, "-I%s/tests", test_top()), 0);
+    ck_assert_int_ge(asprintf(&inc_dir, "-I%s", dir), 0);
+    ck_assert_int_eq(write_file(src, prog_src, sizeof prog_src - 1), 0);
+    char *cc[] = { "cc", "-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                   "-Wno-overlength-strings", "-Wno-unused-function", inc_dir, inc_spec,
+                   inc_tests, src, "-o", exe, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(cc, NULL, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "compiling the generated header failed:\n%s%s",
+                  r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { exe, NULL };
+    ck_assert_int_eq(run_capture(run, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "prog failed: %s", r.err);
+    char *out = strdup(r.out);
+    run_result_free(&r);
+    free(src);
+    free(exe);
+    free(inc_spec);
+    free(inc_tests);
+    free(inc_dir);
+    return out;
+}
+
+START_TEST(hostile_values_baked_exactly)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    char *spec_path = hostile("path");
+    emit_into(&fx, fx.dir, spec_path);
+
+    char *got = run_baked(fx.dir);
+
+    char *want = NULL;
+    size_t want_len = 0;
+    FILE *f = open_memstream(&want, &want_len);
+    ck_assert_ptr_nonnull(f);
+    dump_job(f, &fx.job);
+    hex(f, spec_path, strlen(spec_path));
+    hex(f, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64);
+    hex(f, fx.spec_text, strlen(fx.spec_text) + 1);
+    char *json = plan_json(&fx.plan, &fx.job);
+    hex(f, json, strlen(json));
+    fprintf(f, "%d %lld %lld\n", fx.plan.world_size, (long long)fx.plan.global_batch,
+            (long long)fx.plan.total_params);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_str_eq(got, want);
+
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+    free(json);
+    free(want);
+    free(got);
+    free(spec_path);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(nothing_runs_anywhere)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    char *spec_path = hostile("path");
+    emit_into(&fx, fx.dir, spec_path);
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+
+    /* m4's include did not happen either: /etc/hostname's text is absent
+     * and the literal request is present in escaped form */
+    char *path;
+    ck_assert_int_ge(asprintf(&path, "%s/job_config.h", fx.dir), 0);
+    char *h = slurp(path, NULL);
+    ck_assert_ptr_nonnull(strstr(h, "m4_include(/etc/hostname)"));
+    ck_assert_ptr_nonnull(strstr(h, "m4_syscmd(touch"));
+    /* every byte printable ASCII: the quote bytes never reach the output */
+    for (const unsigned char *c = (const unsigned char *)h; *c; c++)
+        ck_assert_msg((*c >= 0x20 && *c < 0x7f) || *c == '\n', "byte 0x%02x", *c);
+    /* the banner is one comment: its first close is the template's own */
+    const char *close = strstr(h, "*/");
+    ck_assert_ptr_nonnull(close);
+    ck_assert_ptr_nonnull(strstr(close, "#ifndef DDPC_JOB_CONFIG_H"));
+    free(h);
+    free(path);
+    free(spec_path);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(same_job_same_bytes)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    char *a, *b;
+    ck_assert_int_ge(asprintf(&a, "%s/a", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&b, "%s/bb", fx.dir), 0);
+    ck_assert_int_eq(mkdir(a, 0755), 0);
+    ck_assert_int_eq(mkdir(b, 0755), 0);
+    emit_into(&fx, a, "spec.yaml");
+    emit_into(&fx, b, "spec.yaml");
+    static const char *const files[] = { "job_config.h", "job.plan.json", "job.sbatch" };
+    for (int i = 0; i < 3; i++) {
+        char *pa, *pb;
+        size_t na, nb;
+        ck_assert_int_ge(asprintf(&pa, "%s/%s", a, files[i]), 0);
+        ck_assert_int_ge(asprintf(&pb, "%s/%s", b, files[i]), 0);
+        char *sa = slurp(pa, &na), *sb = slurp(pb, &nb);
+        ck_assert_msg(na == nb && memcmp(sa, sb, na) == 0, "%s differs", files[i]);
+        /* no trace of where it was generated */
+        ck_assert_ptr_null(strstr(sa, fx.dir));
+        free(sa);
+        free(sb);
+        free(pa);
+        free(pb);
+    }
+    free(a);
+    free(b);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(plan_json_file_is_plan_json)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    emit_into(&fx, fx.dir, "spec.yaml");
+    char *path;
+    ck_assert_int_ge(asprintf(&path, "%s/job.plan.json", fx.dir), 0);
+    char *file = slurp(path, NULL);
+    char *json = plan_json(&fx.plan, &fx.job);
+    ck_assert_str_eq(file, json);
+    free(file);
+    free(json);
+    free(path);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(sbatch_is_shell_and_quotes_hold)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    emit_into(&fx, fx.dir, "spec.yaml");
+    char *path;
+    ck_assert_int_ge(asprintf(&path, "%s/job.sbatch", fx.dir), 0);
+    char *s = slurp(path, NULL);
+    ck_assert_ptr_nonnull(strstr(s, "#SBATCH --nodes=2\n"));
+    ck_assert_ptr_null(strstr(s, "--gpus-per-node"));       /* accelerator cpu */
+    ck_assert_ptr_nonnull(strstr(s, "srun"));
+    struct run_result r;
+    char *syntax[] = { "bash", "-n", path, NULL };
+    ck_assert_int_eq(run_capture(syntax, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "bash -n: %s", r.err);
+    run_result_free(&r);
+
+    /* the MASTER= line, run on its own, sets exactly the hostile address */
+    char *line = strstr(s, "\nMASTER=");
+    ck_assert_ptr_nonnull(line);
+    line++;
+    char *eol = strchr(line, '\n');
+    ck_assert_ptr_nonnull(eol);
+    char *script;
+    ck_assert_int_ge(asprintf(&script, "%.*s\nprintf %%s \"$MASTER\"", (int)(eol - line), line),
+                     0);
+    char *sh[] = { "bash", "-c", script, NULL };
+    ck_assert_int_eq(run_capture(sh, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "bash: %s", r.err);
+    ck_assert_str_eq(r.out, fx.strings[8]);
+    run_result_free(&r);
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+    free(script);
+    free(s);
+    free(path);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(escapers)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    const char in[] = "a\"b\\c\nd?*$`'#\x01\xff" "9";
+    buf_c_str(&b, in, sizeof in - 1);
+    ck_assert_str_eq(b.s, "\"a\\042b\\134c\\012d\\077\\052\\044\\140\\047\\043\\001\\3779\"");
+    buf_free(&b);
+
+    buf_json_str(&b, "\xf0\x9f\x98\x80 \xe9 \x7f");
+    ck_assert_str_eq(b.s, "\"\\ud83d\\ude00 \\ufffd \\u007f\"");
+    buf_free(&b);
+
+    /* shell words read back exactly through bash */
+    const char *words[] = { "plain-1.2/x", "", "a b", "it's", "$HOME", "$(id)", "`id`",
+                            "new\nline", "\xff\x01", "*", "~user", NULL };
+    for (int i = 0; words[i]; i++) {
+        buf_sh_word(&b, words[i]);
+        for (const char *c = b.s; (c = strchr(c, '$')); c++)
+            ck_assert_msg(c[1] == '\'', "'$' not followed by a quote in %s", b.s);
+        char *script;
+        ck_assert_int_ge(asprintf(&script, "printf %%s %s", b.s), 0);
+        char *sh[] = { "bash", "-c", script, NULL };
+        struct run_result r;
+        ck_assert_int_eq(run_capture(sh, NULL, NULL, 30, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "bash: %s", r.err);
+        ck_assert_msg(strcmp(r.out, words[i]) == 0, "word %d: %s", i, b.s);
+        run_result_free(&r);
+        free(script);
+        buf_free(&b);
+    }
+}
+END_TEST
+
+START_TEST(bad_values_refused)
+{
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    fx.job.learning_rate = NAN;
+    struct emit_input in = {
+        .job = &fx.job, .plan = &fx.plan, .spec_path = "x.yaml", .spec_text = "",
+        .spec_len = 0, .spec_hash = "00", .version = "test", .templates_dir = fx.templates,
+    };
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_ptr_null(emit_prologue(&in, "{}", &d));
+    ck_assert_int_ge(d.n_errors, 1);
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "M_LEARNING_RATE"));
+    diag_free(&d);
+
+    fx.job.learning_rate = 0.1;
+    fx.job.loss = (enum ddpc_loss)77;
+    diag_init(&d);
+    ck_assert_ptr_null(emit_prologue(&in, "{}", &d));
+    diag_free(&d);
+
+    /* m4 missing: a clear message and no output file */
+    fx.job.loss = DDPC_LOSS_MSE;
+    in.m4 = "/nonexistent/bin/m4";
+    diag_init(&d);
+    ck_assert_int_eq(emit_files(&in, fx.dir, NULL, &d), -1);
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "cannot run /nonexistent/bin/m4"));
+    diag_free(&d);
+    char *p;
+    ck_assert_int_ge(asprintf(&p, "%s/job.plan.json", fx.dir), 0);
+    ck_assert(!exists(p));
+    free(p);
+    fixture_free(&fx);
+}
+END_TEST
+
+/* ---- the cc driver ---- */
+
+START_TEST(cc_missing_runtime)
+{
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *out;
+    ck_assert_int_ge(asprintf(&out, "%s/job", fx.dir), 0);
+    struct cc_options o = {
+        .job = &fx.job, .prefix = fx.dir, .emit_dir = fx.dir, .out = out, .cpu_only = 1,
+    };
+    char *output = NULL;
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(cc_build(&o, &output, &d), -1);
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "libddprt.a not found"));
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "make install"));
+    ck_assert(!exists(out));
+    free(output);
+    diag_free(&d);
+    free(out);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(cc_builds_a_job)
+{
+    char *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(lib)) {
+        fprintf(stderr, "SKIP cc_builds_a_job: %s not built\n", lib);
+        free(lib);
+        return;
+    }
+    free(lib);
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    fx.job.launch.launcher = DDPC_LAUNCHER_LOCAL;
+    emit_into(&fx, fx.dir, "spec.yaml");
+    char *out;
+    ck_assert_int_ge(asprintf(&out, "%s/job", fx.dir), 0);
+    struct cc_options o = {
+        .job = &fx.job, .prefix = test_build(), .emit_dir = fx.dir, .out = out,
+        .cpu_only = 1,
+    };
+    char *output = NULL;
+    struct ddpc_diag d;
+    diag_init(&d);
+    int rc = cc_build(&o, &output, &d);
+    ck_assert_msg(rc == 0, "cc_build: %s\n%s", d.n ? d.v[0].message : "?",
+                  output ? output : "");
+    ck_assert(exists(out));
+    char *tmp;
+    ck_assert_int_ge(asprintf(&tmp, "%s.tmp.%ld", out, (long)getpid()), 0);
+    ck_assert(!exists(tmp));
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+    free(tmp);
+    free(output);
+    diag_free(&d);
+    free(out);
+    fixture_free(&fx);
+}
+END_TEST
+
+Suite *emit_suite(void)
+{
+    Suite *s = suite_create("emit");
+    TCase *tc = tcase_create("emit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, escapers);
+    tcase_add_test(tc, hostile_values_baked_exactly);
+    tcase_add_test(tc, nothing_runs_anywhere);
+    tcase_add_test(tc, same_job_same_bytes);
+    tcase_add_test(tc, plan_json_file_is_plan_json);
+    tcase_add_test(tc, sbatch_is_shell_and_quotes_hold);
+    tcase_add_test(tc, bad_values_refused);
+    tcase_add_test(tc, cc_missing_runtime);
+    tcase_add_test(tc, cc_builds_a_job);
+    suite_add_tcase(s, tc);
+    return s;
+}

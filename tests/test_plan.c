@@ -1,3 +1,485 @@
-/* test_plan.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_plan.c - the plan's numbers for jobs whose answers are known by hand.
+ *
+ * Jobs are built directly as struct ddpc_job (no YAML), so these tests pin
+ * plan.c's arithmetic alone: shards, steps, global batch, scaled learning
+ * rate and schedule points, buckets, memory, communicators, checkpoints and
+ * launch commands, and the data-header readers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <check.h>
 #include "suites.h"
-Suite *plan_suite(void) { return suite_create("plan"); }
+#include "testutil.h"
+#include "plan.h"
+
+/* The Fashion-MNIST example with synthetic data of 60000 samples, so no
+ * test depends on a data file. */
+static struct ddpc_job fmnist(void)
+{
+    struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    j.version = 1;
+    j.name = "fashion-mnist";
+    j.n_devices = 2;
+    j.devices[0] = 0;
+    j.devices[1] = 1;
+    j.seed = 42;
+    j.epochs = 3;
+    j.learning_rate = 0.001;
+    j.batch_size = 64;
+    j.grad_accumulation = 1;
+    j.limit_train_fraction = 1.0;
+    j.bucket_cap_mb = 25;
+    j.nccl_timeout_s = 1800;
+    j.rank_sync_timeout_s = 300;
+    j.model.n_layers = 3;
+    j.model.layers[0] = 784;
+    j.model.layers[1] = 256;
+    j.model.layers[2] = 10;
+    j.data.train.format = DDPC_DATA_SYNTHETIC;
+    j.data.train.samples = 60000;
+    j.data.train.features = 784;
+    j.data.train.classes = 10;
+    j.data.shuffle = 1;
+    j.optimizer.type = DDPC_OPTIM_ADAM;
+    j.optimizer.beta1 = 0.9;
+    j.optimizer.beta2 = 0.999;
+    j.optimizer.eps = 1e-8;
+    j.schedule.warmup_start_factor = 1.0;
+    j.schedule.gamma = 0.1;
+    j.logging.every_n_steps = 50;
+    j.launch.num_nodes = 1;
+    j.launch.master_addr = "127.0.0.1";
+    j.launch.master_port = 29500;
+    return j;
+}
+
+static void build(const struct ddpc_job *j, struct ddpc_plan *p)
+{
+    struct ddpc_diag d;
+    diag_init(&d);
+    int rc = plan_build(j, NULL, p, &d);
+    ck_assert_msg(rc == 0, "plan_build failed: %s", d.n ? d.v[0].message : "?");
+    diag_free(&d);
+}
+
+START_TEST(shards_padded)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.world_size, 2);
+    ck_assert_int_eq(p.train_samples, 60000);
+    ck_assert_int_eq(p.samples_per_rank, 30000);
+    ck_assert_int_eq(p.padded_samples, 0);
+    ck_assert_int_eq(p.batches_per_epoch, 469);          /* ceil(30000 / 64) */
+    ck_assert_int_eq(p.last_batch_size, 30000 - 468 * 64);
+    ck_assert_int_eq(p.optimizer_steps_per_epoch, 469);
+    ck_assert_int_eq(p.total_optimizer_steps, 3 * 469);
+    ck_assert_int_eq(p.global_batch, 128);
+    plan_free(&p);
+
+    /* 10 samples over 4 ranks: ceil(10/4) = 3 each, 2 repeated */
+    j.data.train.samples = 10;
+    j.n_devices = 4;
+    for (int i = 0; i < 4; i++)
+        j.devices[i] = i;
+    j.batch_size = 2;
+    build(&j, &p);
+    ck_assert_int_eq(p.samples_per_rank, 3);
+    ck_assert_int_eq(p.padded_samples, 2);
+    ck_assert_int_eq(p.batches_per_epoch, 2);
+    ck_assert_int_eq(p.last_batch_size, 1);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(shards_drop_last)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.data.train.samples = 60001;
+    j.data.drop_last = 1;
+    build(&j, &p);
+    ck_assert_int_eq(p.samples_per_rank, 30000);
+    ck_assert_int_eq(p.dropped_samples, 1);
+    ck_assert_int_eq(p.batches_per_epoch, 468);          /* floor(30000 / 64) */
+    ck_assert_int_eq(p.last_batch_size, 64);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(limits_and_accumulation)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.limit_train_batches = 10;
+    build(&j, &p);
+    ck_assert_int_eq(p.full_batches_per_epoch, 469);
+    ck_assert_int_eq(p.batches_per_epoch, 10);
+    ck_assert_int_eq(p.last_batch_size, 64);
+    plan_free(&p);
+
+    j.limit_train_batches = 0;
+    j.limit_train_fraction = 0.5;
+    build(&j, &p);
+    ck_assert_int_eq(p.batches_per_epoch, 234);          /* floor(0.5 x 469) */
+    plan_free(&p);
+
+    j.limit_train_fraction = 1.0;
+    j.grad_accumulation = 3;
+    build(&j, &p);
+    ck_assert_int_eq(p.optimizer_steps_per_epoch, 157);  /* ceil(469 / 3) */
+    ck_assert_int_eq(p.global_batch, 64 * 2 * 3);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(lr_scaling)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.learning_rate = 0.1;
+    j.n_devices = 4;
+    for (int i = 0; i < 4; i++)
+        j.devices[i] = i;
+    j.grad_accumulation = 2;
+    j.lr_scaling = DDPC_LR_SCALING_LINEAR;
+    build(&j, &p);
+    ck_assert_double_eq(p.lr_factor, 8.0);
+    ck_assert_double_eq_tol(p.lr_peak, 0.8, 1e-15);
+    plan_free(&p);
+
+    j.lr_scaling = DDPC_LR_SCALING_SQRT;
+    build(&j, &p);
+    ck_assert_double_eq_tol(p.lr_peak, 0.1 * sqrt(8.0), 1e-15);
+    plan_free(&p);
+
+    j.lr_scaling = DDPC_LR_SCALING_NONE;
+    build(&j, &p);
+    ck_assert_double_eq(p.lr_peak, 0.1);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(schedule_points)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.schedule.warmup_steps = 100;
+    j.schedule.warmup_start_factor = 0.1;
+    j.schedule.decay = DDPC_DECAY_COSINE;
+    j.schedule.min_lr_factor = 0.01;
+    build(&j, &p);
+    /* start, warmup end, midpoint, cosine end, last step */
+    ck_assert_int_ge(p.n_lr_points, 4);
+    ck_assert_int_eq(p.lr_points[0].step, 0);
+    ck_assert_double_eq_tol(p.lr_points[0].lr, 0.0001, 1e-18);
+    ck_assert_int_eq(p.lr_points[1].step, 100);
+    ck_assert_double_eq(p.lr_points[1].lr, 0.001);
+    ck_assert_int_eq(p.lr_points[3].step, 1407);
+    ck_assert_double_eq_tol(p.lr_points[3].lr, 0.00001, 1e-18);
+    plan_free(&p);
+
+    j.schedule.warmup_steps = 0;
+    j.schedule.decay = DDPC_DECAY_STEP;
+    j.schedule.step_size = 500;
+    j.schedule.gamma = 0.5;
+    build(&j, &p);
+    ck_assert_int_eq(p.lr_points[1].step, 500);
+    ck_assert_double_eq_tol(p.lr_points[1].lr, 0.0005, 1e-18);
+    ck_assert_int_eq(p.lr_points[2].step, 1000);
+    ck_assert_double_eq_tol(p.lr_points[2].lr, 0.00025, 1e-18);
+    /* the last step, 1406, is after two decays */
+    ck_assert_int_eq(p.lr_points[p.n_lr_points - 1].step, 1406);
+    ck_assert_double_eq_tol(p.lr_points[p.n_lr_points - 1].lr, 0.00025, 1e-18);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(params_and_buckets)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.n_params, 4);
+    ck_assert_str_eq(p.params[0].name, "W0");
+    ck_assert_int_eq(p.params[0].rows, 256);
+    ck_assert_int_eq(p.params[0].cols, 784);
+    ck_assert_int_eq(p.params[1].numel, 256);
+    ck_assert_int_eq(p.params[2].offset, 200704 + 256);
+    ck_assert_int_eq(p.params[3].numel, 10);
+    ck_assert_int_eq(p.total_params, 203530);
+    /* 25 MiB holds everything: one bucket, filled from b1 backward */
+    ck_assert_int_eq(p.bucket_cap_bytes, 25 * 1024 * 1024);
+    ck_assert_int_eq(p.n_buckets, 1);
+    ck_assert_int_eq(p.buckets[0].n, 4);
+    ck_assert_int_eq(p.buckets[0].params[0], 3);
+    ck_assert_int_eq(p.buckets[0].params[3], 0);
+    ck_assert_int_eq(p.buckets[0].bytes, 203530 * 4);
+    plan_free(&p);
+
+    /* 0.01 MiB = 10485 B: b1 (40) + W1 (10240) + b0 (1024) reach it, W0 alone */
+    j.bucket_cap_mb = 0.01;
+    build(&j, &p);
+    ck_assert_int_eq(p.bucket_cap_bytes, 10485);
+    ck_assert_int_eq(p.n_buckets, 2);
+    ck_assert_int_eq(p.buckets[0].n, 3);
+    ck_assert_int_eq(p.buckets[0].bytes, 40 + 10240 + 1024);
+    ck_assert_int_eq(p.buckets[1].n, 1);
+    ck_assert_int_eq(p.buckets[1].params[0], 0);
+    ck_assert_int_eq(p.buckets[1].bytes, 802816);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(memory)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.optim_states, 2);
+    ck_assert_int_eq(p.mem_params, 814120);
+    ck_assert_int_eq(p.mem_grads, 814120);
+    ck_assert_int_eq(p.mem_optim, 2 * 814120);
+    ck_assert_int_eq(p.activation_floats, 64 * 1050 * 2);
+    ck_assert_int_eq(p.mem_activations, 64 * 1050 * 2 * 4);
+    ck_assert_int_eq(p.mem_comm, 814120);
+    ck_assert_int_eq(p.mem_total, 814120 * 5 + 537600);
+    plan_free(&p);
+
+    j.optimizer.type = DDPC_OPTIM_SGD;
+    build(&j, &p);
+    ck_assert_int_eq(p.optim_states, 0);
+    ck_assert_int_eq(p.mem_optim, 0);
+    plan_free(&p);
+    j.optimizer.momentum = 0.9;
+    build(&j, &p);
+    ck_assert_int_eq(p.optim_states, 1);
+    plan_free(&p);
+
+    /* one device: no communicators, no comm buffer */
+    j.n_devices = 1;
+    build(&j, &p);
+    ck_assert_int_eq(p.mem_comm, 0);
+    ck_assert_int_eq(p.grad_comm, 0);
+    ck_assert_int_eq(p.sync_comm, 0);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(comms_and_checkpoints)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.grad_comm, 1);
+    ck_assert_int_eq(p.sync_comm, 1);
+    ck_assert_double_eq(p.grad_timeout_s, 1800);
+    ck_assert_double_eq(p.sync_timeout_s, 300);
+    ck_assert_int_eq(p.ckpt_enabled, 0);
+    plan_free(&p);
+
+    j.rank_sync_timeout_s = 0;
+    j.checkpoint_dir = "ckpt";
+    j.epochs = 10;
+    j.checkpoint.every_n_epochs = 3;
+    build(&j, &p);
+    ck_assert_int_eq(p.sync_comm, 0);
+    ck_assert_int_eq(p.ckpt_enabled, 1);
+    ck_assert_int_eq(p.ckpt_saves, 4);           /* epochs 3, 6, 9 and the end */
+    ck_assert_int_eq(p.ckpt_bytes, 814120 * 3);  /* params + Adam's two moments */
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(ranks_and_launch)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.n_commands, 1);
+    ck_assert_str_eq(p.commands[0], "./fashion-mnist");
+    plan_free(&p);
+
+    j.launch.num_nodes = 2;
+    j.devices[0] = 2;
+    j.devices[1] = 3;
+    j.launch.master_addr = "node 0";    /* quoted in the command */
+    build(&j, &p);
+    ck_assert_int_eq(p.world_size, 4);
+    ck_assert_int_eq(p.ranks[3].node, 1);
+    ck_assert_int_eq(p.ranks[3].local_rank, 1);
+    ck_assert_int_eq(p.ranks[3].device, 3);
+    ck_assert_int_eq(p.ranks[2].device, 2);
+    ck_assert_int_eq(p.n_commands, 2);
+    ck_assert_str_eq(p.commands[1], "./fashion-mnist --node-rank 1 --master node' '0:29500");
+    ck_assert_int_eq(p.samples_per_rank, 15000);
+    plan_free(&p);
+
+    j.launch.launcher = DDPC_LAUNCHER_SLURM;
+    build(&j, &p);
+    ck_assert_int_eq(p.n_commands, 1);
+    ck_assert_str_eq(p.commands[0], "sbatch ./fashion-mnist.sbatch");
+    plan_free(&p);
+
+    /* devices: all: the world is counted at run time */
+    j.launch.launcher = DDPC_LAUNCHER_LOCAL;
+    j.launch.num_nodes = 1;
+    j.devices_all = 1;
+    j.n_devices = 0;
+    build(&j, &p);
+    ck_assert_int_eq(p.world_known, 0);
+    ck_assert_int_eq(p.global_batch, -1);
+    ck_assert_int_eq(p.samples_per_rank, -1);
+    ck_assert(isnan(p.lr_peak) == 0);          /* scaling none: still known */
+    char *json = plan_json(&p, &j);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_ptr_nonnull(strstr(json, "\"size\": null"));
+    free(json);
+    plan_free(&p);
+}
+END_TEST
+
+START_TEST(json_is_ascii_and_escaped)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.name = "we\"ird\\name$(x)`y`\n\xc3\xa9";
+    j.checkpoint_dir = "d#*/";
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&j, "./a b", &p, &d), 0);
+    diag_free(&d);
+    char *json = plan_json(&p, &j);
+    ck_assert_ptr_nonnull(json);
+    for (const unsigned char *c = (const unsigned char *)json; *c; c++)
+        ck_assert_msg((*c >= 0x20 && *c < 0x7f) || *c == '\n', "byte 0x%02x in JSON", *c);
+    ck_assert_ptr_nonnull(strstr(json, "\"job\": \"we\\\"ird\\\\name\\u0024(x)\\u0060y\\u0060\\u000a\\u00e9\""));
+    ck_assert_ptr_nonnull(strstr(json, "\"dir\": \"d\\u0023\\u002a/\""));
+    ck_assert_ptr_nonnull(strstr(json, "\"commands\": [\"./a\\u0027 \\u0027b\"]"));
+    ck_assert_ptr_null(strchr(json, '$'));
+    free(json);
+    plan_free(&p);
+}
+END_TEST
+
+/* ---- sample counts from data headers ---- */
+
+START_TEST(count_idx_gz_npy_csv)
+{
+    char *dir = make_temp_dir("plan");
+    char path[512], why[320];
+    struct ddpc_data_source s = { .format = DDPC_DATA_IDX };
+
+    /* IDX, gzipped: 0 0 0x08 3, then 123 x 28 x 28 */
+    snprintf(path, sizeof path, "%s/x.idx3.gz", dir);
+    gzFile g = gzopen(path, "wb");
+    ck_assert_ptr_nonnull(g);
+    unsigned char h[16] = { 0, 0, 8, 3, 0, 0, 0, 123, 0, 0, 0, 28, 0, 0, 0, 28 };
+    ck_assert_int_eq(gzwrite(g, h, sizeof h), (int)sizeof h);
+    ck_assert_int_eq(gzclose(g), Z_OK);
+    s.inputs = path;
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 123);
+
+    /* the same, uncompressed, 70000 samples */
+    snprintf(path, sizeof path, "%s/x.idx3", dir);
+    unsigned char h2[16] = { 0, 0, 8, 3, 0, 1, 0x11, 0x70, 0, 0, 0, 28, 0, 0, 0, 28 };
+    ck_assert_int_eq(write_file(path, h2, sizeof h2), 0);
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 70000);
+
+    /* bad magic and a missing file: unknown, with a reason */
+    unsigned char bad[8] = { 'P', 'K', 3, 4, 0, 0, 0, 1 };
+    ck_assert_int_eq(write_file(path, bad, sizeof bad), 0);
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "bad magic"));
+    s.inputs = "/nonexistent/ddpc/x.gz";
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "cannot open"));
+
+    /* NPY v1 */
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    const char dict[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (321, 16), }";
+    char npy[128];
+    size_t hl = 128 - 10;
+    memset(npy, ' ', sizeof npy);
+    memcpy(npy, "\x93NUMPY\x01\x00", 8);
+    npy[8] = (char)(hl & 0xff);
+    npy[9] = (char)(hl >> 8);
+    memcpy(npy + 10, dict, sizeof dict - 1);
+    npy[127] = '\n';
+    ck_assert_int_eq(write_file(path, npy, sizeof npy), 0);
+    s.format = DDPC_DATA_NPY;
+    s.inputs = path;
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 321);
+
+    /* CSV with a header line and a blank line */
+    snprintf(path, sizeof path, "%s/x.csv", dir);
+    const char csv[] = "a,b,label\n1,2,0\n3,4,1\n\n5,6,1";
+    ck_assert_int_eq(write_file(path, csv, sizeof csv - 1), 0);
+    s.format = DDPC_DATA_CSV;
+    s.path = path;
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 3);
+
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(count_fashion_mnist)
+{
+    const char *f = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    FILE *probe = fopen(f, "rb");
+    if (!probe) {
+        fprintf(stderr, "SKIP count_fashion_mnist: %s not installed\n", f);
+        return;
+    }
+    fclose(probe);
+    struct ddpc_data_source s = { .format = DDPC_DATA_IDX, .inputs = f };
+    char why[320];
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 60000);
+}
+END_TEST
+
+START_TEST(text_output)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    build(&j, &p);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_ptr_nonnull(strstr(text, "world size      2 = 1 node x 2 devices"));
+    ck_assert_ptr_nonnull(strstr(text, "30000 samples per rank"));
+    ck_assert_ptr_nonnull(strstr(text, "bucket 0: b1 W1 b0 W0"));
+    ck_assert_ptr_nonnull(strstr(text, "./fashion-mnist"));
+    free(text);
+    plan_free(&p);
+}
+END_TEST
+
+Suite *plan_suite(void)
+{
+    Suite *s = suite_create("plan");
+    TCase *tc = tcase_create("plan");
+    tcase_add_test(tc, shards_padded);
+    tcase_add_test(tc, shards_drop_last);
+    tcase_add_test(tc, limits_and_accumulation);
+    tcase_add_test(tc, lr_scaling);
+    tcase_add_test(tc, schedule_points);
+    tcase_add_test(tc, params_and_buckets);
+    tcase_add_test(tc, memory);
+    tcase_add_test(tc, comms_and_checkpoints);
+    tcase_add_test(tc, ranks_and_launch);
+    tcase_add_test(tc, json_is_ascii_and_escaped);
+    tcase_add_test(tc, count_idx_gz_npy_csv);
+    tcase_add_test(tc, count_fashion_mnist);
+    tcase_add_test(tc, text_output);
+    suite_add_tcase(s, tc);
+    return s;
+}
