@@ -120,7 +120,9 @@ static int async_err(struct ddpc_comm *c, const char *what, ncclResult_t st,
 {
     struct comm_nccl *k = impl_of(c);
     const char *detail = k->comm ? ncclGetLastError(k->comm) : "";
-    int r = DDPC_FAIL(e, DDPC_E_DEVICE,
+    /* ncclRemoteError: a peer exited or its connection broke, which comm.h
+     * reports as DDPC_E_PEER on every backend */
+    int r = DDPC_FAIL(e, st == ncclRemoteError ? DDPC_E_PEER : DDPC_E_DEVICE,
                       "nccl %s %s failed on rank %d of %d: %s (%s); the communicator was "
                       "aborted\n" DDPC_NCCL_HINT,
                       c->purpose, what, c->rank, c->world, ncclGetErrorString(st), detail);
