@@ -578,9 +578,9 @@ static int ddprt_load_data(struct ddprt_run *r, struct ddpc_err *e)
     return 0;
 }
 
-static void ddprt_report(const char *argv0, const struct ddpc_err *e)
+static void ddprt_report(const struct ddpc_err *e)
 {
-    fprintf(stderr, "%s: error: %s", argv0, e->msg);
+    fprintf(stderr, "ddpc: error: %s", e->msg);
     if (e->file)
         fprintf(stderr, " (%s:%d)", e->file, e->line);
     fputc('\n', stderr);
@@ -607,7 +607,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
 
     struct ddprt_run *r = calloc(1, sizeof *r);
     if (!r) {
-        fprintf(stderr, "%s: error: out of memory\n", argv0);
+        fprintf(stderr, "ddpc: error: out of memory\n");
         return DDPRT_EXIT_FAIL;
     }
     r->p = p;
@@ -633,11 +633,11 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         ddprt_print_text(stdout, "spec", p->spec_text);
         ddprt_print_text(stdout, "plan (job.plan.json)", p->plan_json);
         if (fflush(stdout) == EOF) {
-            fprintf(stderr, "%s: error: writing stdout: %s\n", argv0, strerror(errno));
+            fprintf(stderr, "ddpc: error: writing stdout: %s\n", strerror(errno));
             goto done;
         }
         if (prc < 0) {
-            ddprt_report(argv0, &e);
+            ddprt_report(&e);
             goto done;
         }
         status = 0;
@@ -645,19 +645,19 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     }
 
     if (ddprt_plan(r, &fl, &e) < 0) {
-        ddprt_report(argv0, &e);
+        ddprt_report(&e);
         goto done;
     }
     if (r->job.accelerator == DDPC_ACCEL_AUTO && !r->use_cuda)
         fprintf(stderr, "%s\n", r->accel_note);
     if (fl.resume && access(fl.resume, R_OK) != 0) {
-        fprintf(stderr, "%s: error: --resume %s: %s\n", argv0, fl.resume, strerror(errno));
+        fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl.resume, strerror(errno));
         goto done;
     }
     /* Before fork: one copy of the data, shared copy-on-write by every
      * worker; a bad file stops the job here with nothing started. */
     if (ddprt_load_data(r, &e) < 0) {
-        ddprt_report(argv0, &e);
+        ddprt_report(&e);
         goto done;
     }
 
@@ -681,12 +681,12 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         status = launch_run(&o, ddprt_worker, r, &e);
         if (status == 0)
             break;
-        fprintf(stderr, "%s: %s\n", argv0, e.msg);
+        fprintf(stderr, "ddpc: %s\n", e.msg);
         /* An interrupt is the user's decision, not a fault to retry. */
         if (status >= 128 || attempt >= max_restarts)
             break;
         int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
-        fprintf(stderr, "%s: restarting (%d of %d) %s\n", argv0, attempt + 1, max_restarts,
+        fprintf(stderr, "ddpc: restarting (%d of %d) %s\n", attempt + 1, max_restarts,
                 ckpt ? "from the last checkpoint" : "from scratch: no checkpoint_dir is set");
         if (ckpt) {
             r->job.checkpoint.resume = DDPC_RESUME_AUTO;
