@@ -23,15 +23,12 @@
 #include <unistd.h>
 #include "buf.h"
 #include "cc.h"
+#include "check.h"    /* cmd_check, cmd_schema: the spec front end's commands */
 #include "emit.h"
 #include "paths.h"
 #include "plan.h"
 #include "spec.h"
 #include "toolchain.h"
-
-/* compiler/check.c (the spec front end's commands) */
-int cmd_check(int argc, char **argv);
-int cmd_schema(int argc, char **argv);
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
 
@@ -155,12 +152,16 @@ static void remove_emit_dir(const char *dir)
         fprintf(stderr, "ddpc: warning: cannot remove %s: %s\n", dir, strerror(errno));
 }
 
-/* How the plan and the sbatch script name the program: as given when it has
- * a slash, else ./OUT so a shell does not search PATH for it. */
+/* How the plan and the sbatch script name the program: ./BASENAME, the
+ * binary as run from its own directory. Not the -o path as given: the plan
+ * is baked into the binary and must not depend on where it was built
+ * (same spec and name, same bytes). */
 static char *program_name(const char *out)
 {
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
     char *p;
-    if (asprintf(&p, strchr(out, '/') ? "%s" : "./%s", out) < 0)
+    if (asprintf(&p, "./%s", base) < 0)
         return NULL;
     return p;
 }
@@ -191,8 +192,8 @@ static int cmd_build(int argc, char **argv)
     }
     if (!file)
         return usage_error("build: no spec file given%s", "");
-    if (out && !out[0])
-        return usage_error("build: -o needs a file name%s", "");
+    if (out && (!out[0] || out[strlen(out) - 1] == '/'))
+        return usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
 
     struct ddpc_diag d;
     struct ddpc_job job;
