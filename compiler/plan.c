@@ -632,15 +632,15 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                    job->grad_accumulation);
 
     buf_puts(&b, "\nlearning rate\n");
-    buf_printf(&b, "  base %.17g, lr_scaling %s", p->lr_base, scaling_name(job->lr_scaling));
+    buf_printf(&b, "  base %g, lr_scaling %s", p->lr_base, scaling_name(job->lr_scaling));
     if (isfinite(p->lr_factor))
-        buf_printf(&b, " (x %.17g) -> peak %.17g\n", p->lr_factor, p->lr_peak);
+        buf_printf(&b, " (x %g) -> peak %g\n", p->lr_factor, p->lr_peak);
     else
         buf_puts(&b, " -> peak depends on the world size\n");
     buf_printf(&b, "  schedule: warmup %lld steps, decay %s\n",
                (long long)job->schedule.warmup_steps, decay_name(job->schedule.decay));
     for (int i = 0; i < p->n_lr_points; i++)
-        buf_printf(&b, "    step %-8lld lr %-24.17g %s\n", (long long)p->lr_points[i].step,
+        buf_printf(&b, "    step %-8lld lr %-14g %s\n", (long long)p->lr_points[i].step,
                    p->lr_points[i].lr, p->lr_points[i].what);
 
     buf_printf(&b, "\nparameters (%lld, flat in this order)\n", (long long)p->total_params);
