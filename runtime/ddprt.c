@@ -682,9 +682,15 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         if (status == 0)
             break;
         fprintf(stderr, "ddpc: %s\n", e.msg);
-        /* An interrupt is the user's decision, not a fault to retry. */
+        /* An interrupt is the user's decision, not a fault to retry; a data
+         * or configuration error would only fail the same way again. */
         if (status >= 128 || attempt >= max_restarts)
             break;
+        if (e.code == DDPC_E_DATA || e.code == DDPC_E_INVALID) {
+            fprintf(stderr, "ddpc: not restarting: a %s error would recur\n",
+                    e.code == DDPC_E_DATA ? "data" : "configuration");
+            break;
+        }
         int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
         fprintf(stderr, "ddpc: restarting (%d of %d) %s\n", attempt + 1, max_restarts,
                 ckpt ? "from the last checkpoint" : "from scratch: no checkpoint_dir is set");

@@ -435,7 +435,12 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     if (p >= 0) {
         char why[200];
         launch_describe(&s->ch[p], o->rank_offset + p, why, sizeof why);
-        (void)DDPC_FAIL(e, DDPC_E_PEER, "%s", why);
+        /* The worker's own code when it exited with one (so the caller can
+         * tell a data error, which would recur, from a crash); else PEER. */
+        int ws = s->ch[p].status;
+        int code = WIFEXITED(ws) && launch_exit_name(WEXITSTATUS(ws))
+                 ? 10 - WEXITSTATUS(ws) : DDPC_E_PEER;
+        (void)DDPC_FAIL(e, code, "%s", why);
         status = LAUNCH_STATUS_FAILED;
     } else if (fork_failed || sup < 0) {
         status = LAUNCH_STATUS_FAILED;

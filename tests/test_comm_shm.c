@@ -845,6 +845,21 @@ START_TEST(ddprt_trains_tiny_job)
 }
 END_TEST
 
+/* A worker-side failure (model input 9 != 8 data features) is reported with
+ * the rank; max_restarts does not relaunch a data error, which would recur. */
+START_TEST(ddprt_worker_failure_and_restarts)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.model.layers[0] = 9;
+    j.launch.max_restarts = 1;
+    int st = run_main(&j, NULL, NULL, NULL);
+    ck_assert_int_eq(st, 1);
+    ck_assert_msg(strstr(main_err, "[rank 0] error: ") && strstr(main_err, "ddpc: rank ") &&
+                  strstr(main_err, "not restarting: a data error would recur"), "%s", main_err);
+}
+END_TEST
+
 Suite *comm_shm_suite(void)
 {
     Suite *s = suite_create("comm_shm");
@@ -887,6 +902,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(m, ddprt_multinode_cpu_refused);
     tcase_add_test(m, ddprt_bad_data_file_forks_nothing);
     tcase_add_test(m, ddprt_trains_tiny_job);
+    tcase_add_test(m, ddprt_worker_failure_and_restarts);
     suite_add_tcase(s, m);
     return s;
 }
