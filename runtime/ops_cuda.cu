@@ -3,11 +3,12 @@
  * Owns: ops_cuda_init / ops_cuda_stream (ops_cuda.h) and the ops struct they
  * fill. Every op runs on ONE compute stream, in issue order, so the training
  * loop needs no synchronisation of its own; only the calls that hand a number
- * to the host (loss, sumsq, to_host) wait for the stream.
+ * to the host (loss, sumsq, to_host) and to_device (whose host buffer the
+ * caller reuses at once) wait for the stream.
  *
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
- *     backend runs too); the kernels here only index and reduce;
+ *     backend runs too); the kernels here only index, reduce, fill and cast;
  *   - reductions that reach the host (loss, sumsq) use a fixed grid and a
  *     fixed tree order, never atomics, so they are run-to-run reproducible;
  *   - every CUDA / cuBLAS call is checked (cuda_check.h) and errors are
