@@ -167,24 +167,37 @@ START_TEST(sumsq_scale_optim_step)
     ck_assert_int_eq(o.scale(&o, x, 7, 0.5f, &e), 0);
     ck_assert_float_eq(x[6], 3.5f);
 
-    /* the fused pass equals the kernel applied element by element, grad_scale first */
-    float p[7], pk[7], g[7], m[7] = {0}, v[7] = {0}, mk[7] = {0}, vk[7] = {0};
-    for (int i = 0; i < 7; i++) {
-        p[i] = pk[i] = 0.1f * i - 0.3f;
-        g[i] = 0.05f * (i - 3);
+    /* the fused (vectorised) pass equals the scalar kernel element by element,
+     * bit for bit, grad_scale first; 103 elements cover vector body and tail */
+    enum { NP = 103 };
+    float p[NP], pk[NP], g[NP], m[NP] = {0}, v[NP] = {0}, mk[NP] = {0}, vk[NP] = {0};
+    for (int i = 0; i < NP; i++) {
+        p[i] = pk[i] = 0.01f * i - 0.3f;
+        g[i] = 0.05f * (i % 7 - 3);
     }
     struct ddpc_optim_step s = { .type = DDPC_K_ADAMW, .lr = 0.01f, .weight_decay = 0.1f,
         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .bias_correction1 = 0.1f,
         .bias_correction2 = 0.001f, .grad_scale = 0.5f, .step = 1 };
-    ck_assert_int_eq(o.optim_step(&o, &s, p, g, m, v, 7, &e), 0);
-    for (int i = 0; i < 7; i++) {
-        ddpc_k_adam(&pk[i], g[i] * 0.5f, &mk[i], &vk[i], 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 1,
-                    0.1f, 0.001f);
-        ck_assert_float_eq(p[i], pk[i]);
+    for (int type = DDPC_K_ADAM; type <= DDPC_K_ADAMW; type++) {
+        s.type = type;
+        ck_assert_int_eq(o.optim_step(&o, &s, p, g, m, v, NP, &e), 0);
+        for (int i = 0; i < NP; i++) {
+            ddpc_k_adam(&pk[i], g[i] * 0.5f, &mk[i], &vk[i], 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f,
+                        type == DDPC_K_ADAMW, 0.1f, 0.001f);
+            ck_assert_float_eq(p[i], pk[i]);
+            ck_assert_float_eq(v[i], vk[i]);
+        }
     }
     s.type = DDPC_K_SGD;
     s.momentum = 0.9f;
-    ck_assert_int_lt(o.optim_step(&o, &s, p, g, NULL, NULL, 7, &e), 0);   /* no buffer */
+    s.nesterov = 1;
+    s.step = 2;
+    ck_assert_int_eq(o.optim_step(&o, &s, p, g, m, NULL, NP, &e), 0);
+    for (int i = 0; i < NP; i++) {
+        ddpc_k_sgd(&pk[i], g[i] * 0.5f, &mk[i], 0.01f, 0.9f, 1, 0.1f, 0);
+        ck_assert_float_eq(p[i], pk[i]);
+    }
+    ck_assert_int_lt(o.optim_step(&o, &s, p, g, NULL, NULL, NP, &e), 0);   /* no buffer */
     o.release(&o, x);
 }
 END_TEST
