@@ -42,7 +42,7 @@ struct ddpc_plan_rank {
 };
 
 struct ddpc_plan_param {
-    char    name[8];         /* "W0", "b0", ... */
+    char    name[16];        /* "W0", "b0", ... */
     int32_t rows, cols;      /* W: [out, in]; b: [out] (cols 0) */
     int64_t numel;
     int64_t offset;          /* in elements, in the flat parameter buffer */
