@@ -8,7 +8,8 @@
  *      host-computed expectation, wrong-element counts (nccl-tests style):
  *      out-of-place sum and in-place average overlapping on two tags,
  *      broadcast, barrier, and (with 2+ GPUs) a barrier deadline that must
- *      fire with a message naming "rank-sync" and "barrier".
+ *      fire with a message naming "rank-sync" and "barrier"; and, on any
+ *      GPU count, an init whose peer never comes, which must time out.
  *   2. Every op of struct ddpc_ops, CUDA vs ops_cpu_init, on fresh random
  *      inputs (the seed is printed), with relative error bounds for fp32,
  *      and gemm with bf16 / fp16 inputs against the fp32 CPU result.
@@ -534,6 +535,61 @@ static int nccl_rank(const struct ddpc_backend *b, int rank, int world, int port
     return bad;
 }
 
+/* In a child: rank 0 of a world of 2 whose rank 1 never comes. Init must
+ * give up at its deadline with DDPC_E_TIMEOUT naming the init, not hang. */
+static int nccl_init_timeout_child(const struct ddpc_backend *b, int port)
+{
+    struct ddpc_ops ops;
+    struct ddpc_comm c;
+    struct ddpc_err e = {0};
+    memset(&c, 0, sizeof c);
+    if (b->ops_init(&ops, 0, &e) < 0) {
+        printf("FAIL init-timeout: ops_init: %s\n", e.msg);
+        return 1;
+    }
+    double t0 = ddpc_now();
+    int rc = b->comm_init(&c, "gradient", 0, 2, "127.0.0.1", port, ddpc_deadline_after(2), &e);
+    double took = ddpc_now() - t0;
+    int ok = rc == DDPC_E_TIMEOUT && strstr(e.msg, "init") && strstr(e.msg, "gradient") &&
+             took < 20;
+    printf("%s nccl init with a missing peer: rc %d after %.1f s: %.100s...\n",
+           ok ? "PASS" : "FAIL", rc, took, e.msg);
+    if (c.destroy)
+        c.destroy(&c);
+    ops.destroy(&ops);
+    fflush(stdout);
+    return ok ? 0 : 1;
+}
+
+static void run_nccl_init_timeout(const struct ddpc_backend *b)
+{
+    int port, unused;
+    checks++;
+    if (free_ports(&port, &unused) < 0) {
+        failures++;
+        printf("FAIL init-timeout: no free loopback port\n");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(nccl_init_timeout_child(b, port));
+    int status = 0;
+    double end = ddpc_now() + 60;
+    pid_t w = 0;
+    while (pid > 0 && (w = waitpid(pid, &status, WNOHANG)) == 0 && ddpc_now() < end)
+        usleep(10000);
+    if (pid > 0 && w == 0) {
+        printf("FAIL init-timeout: still waiting after 60 s; killed\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        failures++;
+        return;
+    }
+    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        failures++;
+}
+
 static void run_nccl_tests(const struct ddpc_backend *b, int world)
 {
     int pg, ps;
@@ -615,6 +671,7 @@ int main(void)
            info.names[0], (unsigned long long)seed);
     int world = info.count > 64 ? 64 : info.count;
     run_nccl_tests(b, world);
+    run_nccl_init_timeout(b);
     run_ops_tests(b);
     printf("test_gpu: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
