@@ -154,6 +154,23 @@ struct ckpt_afile {
     char     final[PATH_MAX];
 };
 
+/* This machine's name, reduced to [A-Za-z0-9-] (at most 63 chars), for
+ * temp file names: checkpoint_dir may be on a file system shared by several
+ * nodes, and a pid is only meaningful on the host that issued it. */
+static void host_tag(char *out, size_t cap)
+{
+    char h[256];
+    if (gethostname(h, sizeof h) != 0)
+        h[0] = '\0';                 /* unnamed host: still a valid tag */
+    h[sizeof h - 1] = '\0';
+    size_t n = 0;
+    for (const char *p = h; *p && n + 1 < cap && n < 63; p++)
+        out[n++] = isalnum((unsigned char)*p) || *p == '-' ? *p : '-';
+    if (n == 0 && cap > 1)
+        out[n++] = 'h';
+    out[n] = '\0';
+}
+
 /* snprintf that reports truncation as an error instead of a wrong path. */
 static int path_join(char *out, size_t cap, struct ddpc_err *e, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -209,14 +226,17 @@ static int afile_open(struct ckpt_afile *f, const char *dir, const char *name,
     f->tmp[0] = '\0';
     DDPC_TRY(path_join(f->dir, sizeof f->dir, e, "%s", dir));
     DDPC_TRY(path_join(f->final, sizeof f->final, e, "%s/%s", dir, name));
-    DDPC_TRY(path_join(f->tmp, sizeof f->tmp, e, "%s/.%s.tmp.%ld", dir, name, (long)getpid()));
+    char host[72];
+    host_tag(host, sizeof host);
+    DDPC_TRY(path_join(f->tmp, sizeof f->tmp, e, "%s/.%s.tmp.%s.%ld", dir, name, host,
+                       (long)getpid()));
     for (int attempt = 0; attempt < 2; attempt++) {
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (f->fd >= 0)
             return 0;
-        /* EEXIST: a temp file with our pid can only be left by an earlier
-         * process that had the same pid and crashed mid-write (this file
-         * is the only writer and is not re-entered), so it is garbage. */
+        /* EEXIST: a temp file with our host and pid can only be left by
+         * an earlier process that had the same pid and crashed mid-write
+         * (this file is the only writer and is not re-entered): garbage. */
         if (errno != EEXIST || unlink(f->tmp) != 0)
             break;
     }
@@ -349,8 +369,9 @@ static int parse_ckpt_name(const char *name, const char *job, int64_t *epoch, in
     return p && strcmp(p, ".ckpt") == 0;
 }
 
-/* Is name .<job>-e<digits>-s<digits>.ckpt.tmp.<pid>? Sets *pid. */
-static int parse_tmp_name(const char *name, const char *job, long *pid)
+/* Is name .<job>-e<digits>-s<digits>.ckpt.tmp.<host>.<pid>? Sets host
+ * (NUL-terminated, hcap bytes) and *pid. */
+static int parse_tmp_name(const char *name, const char *job, char *host, size_t hcap, long *pid)
 {
     if (name[0] != '.')
         return 0;
@@ -366,9 +387,15 @@ static int parse_tmp_name(const char *name, const char *job, long *pid)
     int64_t ep, st, p;
     if (!parse_ckpt_name(base, job, &ep, &st))
         return 0;
-    const char *end = parse_digits(t + strlen(".ckpt.tmp."), &p);
+    const char *h = t + strlen(".ckpt.tmp.");
+    const char *dot = strrchr(h, '.');
+    if (!dot || dot == h || (size_t)(dot - h) >= hcap)
+        return 0;
+    const char *end = parse_digits(dot + 1, &p);
     if (!end || *end || p <= 0 || p > LONG_MAX)
         return 0;
+    memcpy(host, h, (size_t)(dot - h));
+    host[dot - h] = '\0';
     *pid = (long)p;
     return 1;
 }
@@ -584,7 +611,9 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     unsigned char h[DDPC_CKPT_HEADER_SIZE];
     size_t got = 0;
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO with a checkpoint's name must not hang resume;
+     * it is rejected by the S_ISREG check below. No effect on files. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint %s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) != 0) {
@@ -801,8 +830,10 @@ int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc
     }
 
     /* Temp files of writers that died mid-write (kill -9, OOM, power):
-     * only those whose pid no longer exists, so a concurrent writer's file
-     * is never touched. */
+     * only those written from this host by a pid that no longer exists, so
+     * a live writer's file, here or on another node, is never touched. */
+    char self_host[72];
+    host_tag(self_host, sizeof self_host);
     DIR *d = opendir(dir);
     if (!d) {
         rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: cannot list it: %s", dir, strerror(errno));
@@ -817,7 +848,9 @@ int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc
             break;
         }
         long pid;
-        if (!parse_tmp_name(de->d_name, job_name, &pid) || pid == (long)getpid())
+        char host[72];
+        if (!parse_tmp_name(de->d_name, job_name, host, sizeof host, &pid) ||
+            strcmp(host, self_host) != 0 || pid == (long)getpid())
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;

@@ -36,8 +36,8 @@
  *
  * Names: <job>-e<epoch:04>-s<step:09>.ckpt, so `ls` sorts them by time for
  * any run shorter than 10^9 steps; readers parse the numbers anyway.
- * Temp files: .<final name>.tmp.<pid>, in the same directory (rename is only
- * atomic within one file system); no reader ever matches them.
+ * Temp files: .<final name>.tmp.<host>.<pid>, in the same directory (rename
+ * is only atomic within one file system); no reader ever matches them.
  */
 #ifndef DDPC_CKPT_H
 #define DDPC_CKPT_H
@@ -97,6 +97,8 @@ void ckpt_free(struct ddpc_ckpt *c);
  *     one written by a different spec hash is refused (an error that says
  *     how to proceed) rather than skipped: resuming an older run of the
  *     same spec over it would be a surprise. Temp files are ignored.
+ * spec_hash NULL skips the hash check. World size, seed and shapes are the
+ * caller's to compare with the job (it knows which differences matter).
  * Returns 1 with *out filled (ckpt_free it) and path_out set; 0 when there
  * is no checkpoint (no directory, or no file of this job: start fresh);
  * negative on error, including "files exist but none is readable", so a
@@ -108,7 +110,8 @@ int  ckpt_find_resume(const char *dir, const char *job_name, const char *spec_ha
                       struct ddpc_err *e);
 
 /* Removes this job's checkpoints beyond the newest keep_last (keep_last <= 0
- * keeps all), and temp files left by dead writers (a crash mid-write). Call
+ * keeps all), and temp files left by dead writers on this host (a crash
+ * mid-write; their host and pid are in the temp name). Call
  * only after ckpt_write returned 0, so the newest one is durable. */
 int  ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e);
 

@@ -396,7 +396,7 @@ START_TEST(resume_picks_newest_valid)
     write_one(dir, "job-e1", 100, 200, 9, 99, HASH_A, other, sizeof other);
     write_one(dir, "jobx", 100, 200, 9, 99, HASH_A, other, sizeof other);
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s/.job-e0009-s000000099.ckpt.tmp.999999", dir);
+    snprintf(tmp, sizeof tmp, "%s/.job-e0009-s000000099.ckpt.tmp.somehost.999999", dir);
     ck_assert_int_eq(write_file(tmp, "partial", 7), 0);
     snprintf(tmp, sizeof tmp, "%s/job-e0009-s000000099.ckpt.bak", dir);
     ck_assert_int_eq(write_file(tmp, "junk", 4), 0);
@@ -508,6 +508,21 @@ START_TEST(prune_keeps_newest)
     list_dir(dir, ls, sizeof ls);
     ck_assert_str_eq(ls, "job-e0005-s000000500.ckpt other-e0001-s000000001.ckpt");
     ck_assert_int_eq(e.code, 0);
+
+    /* Past the padded widths, order is numeric, not by name: s1000000000
+     * sorts before s999999999 in `ls` but is newer. */
+    write_one(dir, "job", 5, 5, 12345, 999999999LL, HASH_A, p, sizeof p);
+    write_one(dir, "job", 5, 5, 12346, 1000000000LL, HASH_A, p, sizeof p);
+    char got[4096];
+    struct ddpc_ckpt r;
+    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e), 1);
+    ck_assert_int_eq(r.step, 1000000000LL);
+    ck_assert_int_eq(r.epoch, 12346);
+    ck_assert_str_eq(got, p);
+    ckpt_free(&r);
+    ck_assert_int_eq(ckpt_prune(dir, "job", 1, &e), 0);
+    list_dir(dir, ls, sizeof ls);
+    ck_assert_str_eq(ls, "job-e12346-s1000000000.ckpt other-e0001-s000000001.ckpt");
     ck_assert_int_eq(rm_tree(dir), 0);
     free(dir);
 }
@@ -589,18 +604,28 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
     int st = 0;
     ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
     ck_assert_msg(WIFSTOPPED(st), "writer should have stopped itself mid-write (status %d)", st);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s/.job-e0001-s000000020.ckpt.tmp.%ld", dir, (long)pid);
-    ck_assert_int_eq(file_size(tmp), cut);      /* frozen exactly at the cut */
+    /* The half file exists only under its temp name,
+     * .<final>.tmp.<host>.<pid>, frozen exactly at the cut. */
+    char ls[4096], tmpname[512], host[128], suffix[32];
+    list_dir(dir, ls, sizeof ls);
+    const char *pre = ".job-e0001-s000000020.ckpt.tmp.";
+    ck_assert_msg(strncmp(ls, pre, strlen(pre)) == 0, "%s", ls);
+    ck_assert_int_eq(sscanf(ls, "%511s", tmpname), 1);
+    snprintf(suffix, sizeof suffix, ".%ld", (long)pid);
+    size_t tl = strlen(tmpname), sl = strlen(suffix), pl = strlen(pre);
+    ck_assert(tl > pl + sl && strcmp(tmpname + tl - sl, suffix) == 0);
+    snprintf(host, sizeof host, "%.*s", (int)(tl - pl - sl), tmpname + pl);
+    char want[4096];
+    snprintf(want, sizeof want, "%s job-e0000-s000000010.ckpt", tmpname);
+    ck_assert_str_eq(ls, want);
+    char tmp[4800];
+    snprintf(tmp, sizeof tmp, "%s/%s", dir, tmpname);
+    ck_assert_int_eq(file_size(tmp), cut);
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-
-    char ls[4096], want[4096];
     list_dir(dir, ls, sizeof ls);
-    snprintf(want, sizeof want, ".job-e0001-s000000020.ckpt.tmp.%ld job-e0000-s000000010.ckpt",
-             (long)pid);
-    ck_assert_str_eq(ls, want);     /* the half file only under its temp name */
+    ck_assert_str_eq(ls, want);     /* and no final file appeared */
 
     struct ddpc_ckpt r;
     struct ddpc_err e;
@@ -616,10 +641,21 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
     ck_assert_str_eq(rep, "");       /* the temp file is not even mentioned */
     ckpt_free(&r);
 
-    /* The next prune clears the dead writer's temp file. */
+    /* The next prune clears the dead writer's temp file, but not one of
+     * a live process (pid 1) nor one written from another host, where the
+     * pid means nothing here. */
+    char live[4800], remote[4800];
+    snprintf(live, sizeof live, "%s/.job-e0002-s000000030.ckpt.tmp.%s.1", dir, host);
+    snprintf(remote, sizeof remote, "%s/.job-e0002-s000000031.ckpt.tmp.otherhost.%ld",
+             dir, (long)pid);
+    ck_assert_int_eq(write_file(live, "x", 1), 0);
+    ck_assert_int_eq(write_file(remote, "x", 1), 0);
     ck_assert_msg(ckpt_prune(dir, "job", 3, &e) == 0, "%s", e.msg);
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0000-s000000010.ckpt");
+    snprintf(want, sizeof want, ".job-e0002-s000000030.ckpt.tmp.%s.1 "
+             ".job-e0002-s000000031.ckpt.tmp.otherhost.%ld job-e0000-s000000010.ckpt",
+             host, (long)pid);
+    ck_assert_str_eq(ls, want);
     ck_assert_int_eq(rm_tree(dir), 0);
     free(dir);
 }
