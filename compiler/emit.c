@@ -377,7 +377,7 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
 /* ======================= running m4 ======================= */
 
 int emit_m4(const char *m4, const char *prologue, const char *template_path,
-            const char *out_path, struct ddpc_diag *d)
+            const char *out_path, FILE *log, struct ddpc_diag *d)
 {
     int rc = -1, in_fd = -1, out_fd = -1, have_fa = 0;
     char *tmp = NULL;
@@ -437,6 +437,8 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
         goto done;
     }
     char *argv[] = { (char *)m4, "-P", "-E", "-", (char *)template_path, NULL };
+    if (log)
+        fprintf(log, "%s -P -E - %s < (definitions) > %s\n", m4, template_path, tmp);
     pid_t pid;
     int err = posix_spawnp(&pid, m4, &fa, NULL, argv, environ);
     if (err != 0) {
@@ -526,7 +528,7 @@ int emit_files(const struct emit_input *in, const char *out_dir, const char *sba
             diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
             goto done;
         }
-        if (emit_m4(in->m4, pro, tpl, out, d) != 0)
+        if (emit_m4(in->m4, pro, tpl, out, in->log, d) != 0)
             goto done;
         if (i == 2 && chmod(out, 0755) != 0) {
             diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "chmod: %s", strerror(errno));

@@ -19,6 +19,7 @@
 #define DDPC_EMIT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "job.h"
 #include "diag.h"
 #include "plan.h"
@@ -33,6 +34,7 @@ struct emit_input {
     const char *version;         /* ddpc version, baked as DDPC_COMPILER_VERSION */
     const char *templates_dir;   /* holds job_config.h.m4, job.plan.json.m4, job.sbatch.m4 */
     const char *m4;              /* m4 program; NULL: "m4" on PATH */
+    FILE       *log;             /* non-NULL: print each m4 command line here */
 };
 
 /* Writes out_dir/job_config.h and out_dir/job.plan.json, and with launcher
@@ -46,8 +48,8 @@ int emit_files(const struct emit_input *in, const char *out_dir, const char *sba
 char *emit_prologue(const struct emit_input *in, const char *plan_json, struct ddpc_diag *d);
 
 /* Runs `m4 -P -E - template` with prologue on stdin, output to out_path
- * (atomically). Returns 0, or -1 with an error in d that names what failed. */
+ * (atomically); with log, the command is printed there first. Returns 0, or -1 with an error in d that names what failed. */
 int emit_m4(const char *m4, const char *prologue, const char *template_path,
-            const char *out_path, struct ddpc_diag *d);
+            const char *out_path, FILE *log, struct ddpc_diag *d);
 
 #endif /* DDPC_EMIT_H */

@@ -1,8 +1,8 @@
 /* main.c - the ddpc command: check, plan, build, schema.
  *
  *   ddpc check FILE...                 validate specs (compiler/check.c)
- *   ddpc plan FILE [--json]            the static launch plan
- *   ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only]
+ *   ddpc plan FILE [--json] [--no-data]   the static launch plan
+ *   ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]
  *   ddpc schema                        JSON Schema of the language (compiler/check.c)
  *   ddpc --version | --help
  *
@@ -34,8 +34,8 @@ enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
 
 static const char usage_text[] =
     "usage: ddpc check FILE... [--format text|json|github]\n"
-    "       ddpc plan FILE [--json]\n"
-    "       ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only]\n"
+    "       ddpc plan FILE [--json] [--no-data]\n"
+    "       ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
     "       ddpc schema\n"
     "       ddpc --version | --help\n"
     "\n"
@@ -47,6 +47,8 @@ static const char usage_text[] =
     "          --emit-dir DIR  keep the generated files in DIR\n"
     "          --verbose       print the compiler command line\n"
     "          --cpu-only      never link the CUDA backend\n"
+    "          --no-data       do not read data files (plan and build); counts\n"
+    "                          that need them are left unknown\n"
     "  schema  print the JSON Schema of the spec language\n"
     "\n"
     "exit status: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
@@ -68,12 +70,13 @@ static void print_diags(struct ddpc_diag *d, int from)
 
 /* Loads and validates path. Returns EXIT_OK with *job and *doc filled (free
  * the doc), or the exit status after printing why. */
-static int load(const char *path, struct ddpc_job *job, struct spec_doc **doc,
+static int load(const char *path, int no_data, struct ddpc_job *job, struct spec_doc **doc,
                 struct ddpc_diag *d)
 {
-    /* read data headers: a layer size that does not match the data is
-     * caught here, before anything is compiled */
-    struct spec_options opt = { .read_data_headers = 1 };
+    /* read data headers unless told not to (as `ddpc check` does): a layer
+     * size that does not match the data is caught before anything is
+     * compiled; --no-data is for building where the data is not */
+    struct spec_options opt = { .read_data_headers = !no_data };
     memset(job, 0, sizeof *job);
     int rc = spec_load_job(path, &opt, job, doc, d);
     print_diags(d, 0);
@@ -87,10 +90,12 @@ static int load(const char *path, struct ddpc_job *job, struct spec_doc **doc,
 static int cmd_plan(int argc, char **argv)
 {
     const char *file = NULL;
-    int json = 0;
+    int json = 0, no_data = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
+        else if (strcmp(argv[i], "--no-data") == 0)
+            no_data = 1;
         else if (argv[i][0] == '-' && argv[i][1])
             return usage_error("plan: unknown option %s", argv[i]);
         else if (file)
@@ -107,7 +112,7 @@ static int cmd_plan(int argc, char **argv)
     struct spec_doc *doc = NULL;
     char *text = NULL;
     diag_init(&d);
-    int rc = load(file, &job, &doc, &d);
+    int rc = load(file, no_data, &job, &doc, &d);
     if (rc != EXIT_OK)
         goto done;
     int from = d.n;
@@ -169,7 +174,7 @@ static char *program_name(const char *out)
 static int cmd_build(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *emit_dir = NULL;
-    int verbose = 0, cpu_only = 0;
+    int verbose = 0, cpu_only = 0, no_data = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--emit-dir") == 0) {
             if (i + 1 >= argc)
@@ -182,6 +187,8 @@ static int cmd_build(int argc, char **argv)
             verbose = 1;
         } else if (strcmp(argv[i], "--cpu-only") == 0) {
             cpu_only = 1;
+        } else if (strcmp(argv[i], "--no-data") == 0) {
+            no_data = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return usage_error("build: unknown option %s", argv[i]);
         } else if (file) {
@@ -204,7 +211,7 @@ static int cmd_build(int argc, char **argv)
     char *sbatch = NULL, *cc_output = NULL;
     diag_init(&d);
 
-    int rc = load(file, &job, &doc, &d);
+    int rc = load(file, no_data, &job, &doc, &d);
     if (rc != EXIT_OK)
         goto done;
     int from = d.n;
@@ -254,7 +261,7 @@ static int cmd_build(int argc, char **argv)
     struct emit_input in = {
         .job = &job, .plan = &plan, .spec_path = file, .spec_text = spec_text,
         .spec_len = spec_len, .spec_hash = hash, .version = DDPC_VERSION,
-        .templates_dir = templates, .m4 = NULL,
+        .templates_dir = templates, .m4 = NULL, .log = verbose ? stderr : NULL,
     };
     rc = EXIT_COMPILE;
     if (emit_files(&in, emit_dir, sbatch, &d) != 0)
