@@ -22,6 +22,7 @@
 #include "comm_shm.h"
 #include "launch.h"
 #include "ddprt.h"
+#include "ops.h"
 #include <fcntl.h>
 
 /* ===== helpers ===== */
@@ -860,6 +861,105 @@ START_TEST(ddprt_worker_failure_and_restarts)
 }
 END_TEST
 
+/* A stand-in for the CUDA backend: CPU ops, and "NCCL" communicators that
+ * are shm regions mapped by the test before ddprt_main forks. Checks the GPU
+ * plumbing: device indices, both purposes, the rank-sync port = port + 1. */
+static struct comm_shm_region *fake_grad, *fake_sync;
+static struct fake_calls {
+    int ops_device[4];
+    int grad_port[4], sync_port[4];
+    int world[4];
+} *fake_calls;
+
+static int fake_probe2(struct ddpc_device_info *info, struct ddpc_err *e)
+{
+    (void)e;
+    memset(info, 0, sizeof *info);
+    info->count = 4;
+    return 0;
+}
+
+static int fake_ops_init(struct ddpc_ops *ops, int device, struct ddpc_err *e)
+{
+    (void)device;
+    return ops_cpu_init(ops, e);
+}
+
+static int fake_comm_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
+                          const char *master_addr, int master_port, double deadline,
+                          struct ddpc_err *e)
+{
+    (void)master_addr;
+    (void)deadline;
+    int sync = strcmp(purpose, "rank-sync") == 0;
+    if (rank >= 0 && rank < 4) {
+        (sync ? fake_calls->sync_port : fake_calls->grad_port)[rank] = master_port;
+        fake_calls->world[rank] = world;
+    }
+    return comm_shm_attach(c, sync ? fake_sync : fake_grad, rank, purpose, e);
+}
+
+static int fake_ops_init_rec(struct ddpc_ops *ops, int device, struct ddpc_err *e)
+{
+    /* rank is not passed to ops_init: record by device */
+    if (device >= 0 && device < 4)
+        fake_calls->ops_device[device] = 1;
+    return fake_ops_init(ops, device, e);
+}
+
+START_TEST(ddprt_gpu_path_with_fake_backend)
+{
+    struct ddpc_err e = { 0 };
+    fake_calls = mmap(NULL, sizeof *fake_calls, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(fake_calls, MAP_FAILED);
+    memset(fake_calls, 0, sizeof *fake_calls);
+    ck_assert_int_eq(comm_shm_create(&fake_grad, 2, 0, &e), 0);
+    ck_assert_int_eq(comm_shm_create(&fake_sync, 2, 64, &e), 0);
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.devices[0] = 1;
+    j.devices[1] = 3;
+    j.launch.master_port = 31000;
+    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init_rec, fake_comm_init };
+    int st = run_main(&j, &fake, NULL, NULL);
+    ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
+    ck_assert(fake_calls->ops_device[1] && fake_calls->ops_device[3]);
+    ck_assert(!fake_calls->ops_device[0] && !fake_calls->ops_device[2]);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(fake_calls->grad_port[r], 31000);
+        ck_assert_int_eq(fake_calls->sync_port[r], 31001);
+        ck_assert_int_eq(fake_calls->world[r], 2);
+    }
+    /* the dry run names the devices */
+    st = run_main(&j, &fake, "--dry-run", NULL);
+    ck_assert_int_eq(st, 0);
+    ck_assert_msg(strstr(main_out, "cuda:1") && strstr(main_out, "cuda:3"), "%s", main_out);
+    comm_shm_region_free(fake_grad);
+    comm_shm_region_free(fake_sync);
+    munmap(fake_calls, sizeof *fake_calls);
+}
+END_TEST
+
+/* Two nodes of two GPUs: node 1 runs global ranks 2 and 3. */
+START_TEST(ddprt_multinode_plan)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.launch.num_nodes = 2;
+    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init, fake_comm_init };
+    char *argv[] = { (char *)"--node-rank=1", NULL };
+    int st = run_main(&j, &fake, "--dry-run", argv[0]);
+    ck_assert_msg(st == 0, "%s", main_err);
+    ck_assert_msg(strstr(main_out, "4 (2 nodes x 2)") && strstr(main_out, "rank 2 ") &&
+                  strstr(main_out, "rank 3 ") && !strstr(main_out, "rank 0 "), "%s", main_out);
+    ck_assert_int_eq(run_main(&j, &fake, "--dry-run", "--node-rank=2"), 1);
+    ck_assert_msg(strstr(main_err, "--node-rank 2"), "%s", main_err);
+}
+END_TEST
+
 Suite *comm_shm_suite(void)
 {
     Suite *s = suite_create("comm_shm");
@@ -903,6 +1003,8 @@ Suite *comm_shm_suite(void)
     tcase_add_test(m, ddprt_bad_data_file_forks_nothing);
     tcase_add_test(m, ddprt_trains_tiny_job);
     tcase_add_test(m, ddprt_worker_failure_and_restarts);
+    tcase_add_test(m, ddprt_gpu_path_with_fake_backend);
+    tcase_add_test(m, ddprt_multinode_plan);
     suite_add_tcase(s, m);
     return s;
 }
