@@ -212,7 +212,8 @@ static int afile_fail(struct ckpt_afile *f, int err, const char *op, struct ddpc
                      f->what, op, f->final, strerror(err), f->intact);
 }
 
-/* Opens dir/.name.tmp.<pid> exclusively. total is only used in messages. */
+/* Opens dir/.name.tmp.<host>.<pid> exclusively, mode 0644 (less umask).
+ * total is only used in messages. */
 static int afile_open(struct ckpt_afile *f, const char *dir, const char *name,
                       uint64_t total, const char *what, const char *intact,
                       struct ddpc_err *e)
@@ -260,14 +261,13 @@ static int afile_write(struct ckpt_afile *f, const void *buf, size_t n, struct d
                     return afile_fail(f, errno, "raise(SIGSTOP) while writing", e);
                 continue;
             }
-            errno = ckpt_fault.err;
-            w = -1;
-        } else {
-            if (ckpt_fault.fail_after >= 0 &&
-                (uint64_t)ckpt_fault.fail_after - f->written < chunk)
-                chunk = (size_t)((uint64_t)ckpt_fault.fail_after - f->written);
-            w = write(f->fd, p, chunk);
+            /* Straight to the error path: an injected EINTR must not
+             * become an endless retry. */
+            return afile_fail(f, ckpt_fault.err, "writing", e);
         }
+        if (ckpt_fault.fail_after >= 0 && (uint64_t)ckpt_fault.fail_after - f->written < chunk)
+            chunk = (size_t)((uint64_t)ckpt_fault.fail_after - f->written);
+        w = write(f->fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -778,11 +778,11 @@ int ckpt_find_resume(const char *dir, const char *job_name, const char *spec_has
         }
         if (spec_hash && strcmp(out->spec_hash, spec_hash) != 0) {
             rc = DDPC_FAIL(e, DDPC_E_DATA,
-                           "checkpoint %s was written by a different spec (spec hash %s, this "
-                           "spec %s): refusing to resume from it. To start fresh set "
+                           "checkpoint %s was written by a different spec (spec hash %.16s..., "
+                           "this spec %.16s...): refusing to resume from it. To start fresh set "
                            "checkpoint.resume: never or use another checkpoint_dir; to resume "
-                           "from it anyway, name the file as the resume path",
-                           path, out->spec_hash, spec_hash);
+                           "from it anyway, set checkpoint.resume: %s",
+                           path, out->spec_hash, spec_hash, path);
             ckpt_free(out);
             memset(out, 0, sizeof *out);
             goto out;
