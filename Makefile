@@ -143,6 +143,11 @@ CUDA_LINK_CHECK := $(B)/tests/cuda_link_check
 GPU_TEST        := $(B)/tests/test_gpu
 .PHONY: cuda-link-check gpu-test
 ifneq ($(NVCC),)
+# The .cu rule records no header dependencies: rebuild the (three) CUDA
+# objects when any runtime header changes, above all ops_kernels.h, whose
+# arithmetic they compile in.
+$(CUDA_OBJ): $(wildcard runtime/*.h) spec/job.h
+
 $(CUDA_LINK_CHECK) $(GPU_TEST): $(B)/tests/%: $(B)/obj/tests/gpu/%.o $(CUDA_LIB) $(RT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(CUDA_LIB) $(RT_LIB) $(CUDA_LINK) $(RT_LIBS)
