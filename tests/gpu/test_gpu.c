@@ -137,31 +137,30 @@ static const char *const prec_name[3] = {"fp32", "bf16", "fp16"};
 static void test_gemm(struct pair *p)
 {
     const int m = 37, n = 53, k = 129, pad = 3;
-    for (int prec = 0; prec < 3; prec++)
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            p->gpu.gemm_precision = prec;
-            int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-            size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb,
-                   nc = (size_t)m * ldc;
-            float *A = rand_vec(na, 1), *B = rand_vec(nb, 1), *C = rand_vec(nc, 1);
-            float *dA = up(p, A, na * 4), *dB = up(p, B, nb * 4), *dC = up(p, C, nc * 4);
-            struct ddpc_err e = {0};
-            char what[64];
-            snprintf(what, sizeof what, "gemm %s trans_a=%d trans_b=%d", prec_name[prec], ta, tb);
-            if (!dA || !dB || !dC ||
-                p->cpu.gemm(&p->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc, &e) < 0 ||
-                p->gpu.gemm(&p->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, &e) < 0)
-                fail_err(what, &e);
-            else
-                compare_dev(p, what, dC, C, nc, gemm_tol[prec]);
-            p->gpu.release(&p->gpu, dA);
-            p->gpu.release(&p->gpu, dB);
-            p->gpu.release(&p->gpu, dC);
-            free(A);
-            free(B);
-            free(C);
-        }
+    for (int t = 0; t < 12; t++) {         /* 3 precisions x 4 transpose pairs */
+        int prec = t / 4, ta = (t >> 1) & 1, tb = t & 1;
+        p->gpu.gemm_precision = prec;
+        int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb,
+               nc = (size_t)m * ldc;
+        float *A = rand_vec(na, 1), *B = rand_vec(nb, 1), *C = rand_vec(nc, 1);
+        float *dA = up(p, A, na * 4), *dB = up(p, B, nb * 4), *dC = up(p, C, nc * 4);
+        struct ddpc_err e = {0};
+        char what[64];
+        snprintf(what, sizeof what, "gemm %s trans_a=%d trans_b=%d", prec_name[prec], ta, tb);
+        if (!dA || !dB || !dC ||
+            p->cpu.gemm(&p->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc, &e) < 0 ||
+            p->gpu.gemm(&p->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, &e) < 0)
+            fail_err(what, &e);
+        else
+            compare_dev(p, what, dC, C, nc, gemm_tol[prec]);
+        p->gpu.release(&p->gpu, dA);
+        p->gpu.release(&p->gpu, dB);
+        p->gpu.release(&p->gpu, dC);
+        free(A);
+        free(B);
+        free(C);
+    }
     p->gpu.gemm_precision = 0;
 }
 
