@@ -6,9 +6,10 @@
  *   ddpc schema                        JSON Schema of the language (compiler/check.c)
  *   ddpc --version | --help
  *
- * Exit status: 0 ok; 1 the spec is invalid; 2 usage or I/O error (a file
- * that cannot be read or written, a missing installation piece); 3 the job
- * could not be generated or compiled (m4, cc or the linker failed).
+ * Exit status: 0 ok; 1 the spec is invalid; 2 usage or I/O error (bad
+ * arguments, a spec that cannot be read, an emit dir that cannot be made);
+ * 3 the program could not be produced from a valid spec: m4, the templates,
+ * the C compiler, the linker or the installed runtime missing or failing.
  *
  * Owns: argument parsing, the order of the build steps, and turning their
  * results into messages and exit statuses. Never: validates a spec itself
@@ -215,9 +216,10 @@ static int cmd_build(int argc, char **argv)
     if (rc != EXIT_OK)
         goto done;
     int from = d.n;
-    rc = EXIT_USAGE;
+    rc = EXIT_COMPILE;    /* cannot find the installation */
     if (paths_prefix(prefix, sizeof prefix, &d) != 0)
         goto fail;
+    rc = EXIT_USAGE;
     if (!out) {
         if (asprintf(&out_default, "%s", job.name) < 0)
             goto oom;

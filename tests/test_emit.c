@@ -553,6 +553,150 @@ START_TEST(cc_builds_a_job)
 }
 END_TEST
 
+
+/* ---- ddpc itself: YAML in, program out ---- */
+
+static char *ddpc_bin(void)
+{
+    char *p;
+    ck_assert_int_ge(asprintf(&p, "%s/bin/ddpc", test_build()), 0);
+    return p;
+}
+
+static const char hostile_yaml[] =
+    "version: 1\n"
+    "name: hostile\n"
+    "devices: 1\n"
+    "accelerator: cpu\n"
+    "epochs: 1\n"
+    "batch_size: 8\n"
+    "learning_rate: 0.01\n"
+    "model: {type: mlp, layers: [4, 3], activation: relu}\n"
+    "optimizer: {type: sgd}\n"
+    "checkpoint_dir: \"ck'\\\"\\\\ $(touch MARK) `touch MARK` m4_syscmd(touch MARK) */ # ?\?/ $1 \xc2\xab\xc2\xbb\"\n"
+    "logging: {metrics_csv: \"m4_esyscmd(touch MARK)DDPC_JOB_NAME.csv\"}\n"
+    "data:\n"
+    "  train: {format: synthetic, samples: 64, features: 4, classes: 3, seed: 1}\n";
+
+/* hostile_yaml with MARK replaced by the marker path */
+static char *hostile_spec(void)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    for (const char *c = hostile_yaml; *c; c++) {
+        if (strncmp(c, "MARK", 4) == 0) {
+            buf_puts(&b, marker);
+            c += 3;
+        } else {
+            buf_add(&b, c, 1);
+        }
+    }
+    return buf_take(&b);
+}
+
+START_TEST(cli_build_hostile_yaml)
+{
+    char *ddpc = ddpc_bin(), *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(ddpc) || !exists(lib)) {
+        fprintf(stderr, "SKIP cli_build_hostile_yaml: ddpc or libddprt.a not built\n");
+        free(ddpc);
+        free(lib);
+        return;
+    }
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *spec, *out, *emit, *text = hostile_spec();
+    ck_assert_ptr_nonnull(text);
+    ck_assert_int_ge(asprintf(&spec, "%s/h.yaml", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/hostile", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&emit, "%s/gen", fx.dir), 0);
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+
+    char *argv[] = { ddpc, "build", spec, "-o", out, "--emit-dir", emit, "--cpu-only", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc build: %d\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    ck_assert(exists(out));
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+
+    /* the baked checkpoint_dir is the YAML string exactly */
+    const char *v = strstr(text, "checkpoint_dir: \"") + strlen("checkpoint_dir: \"");
+    const char *want_raw = "ck'\"\\ $(touch ";
+    ck_assert_int_eq(strncmp(v, "ck'\\\"\\\\ $(touch ", 15), 0);
+    char *got = run_baked(emit);
+    struct ddpc_buf want;
+    buf_init(&want);
+    buf_puts(&want, "checkpoint_dir=");
+    struct ddpc_buf dir;
+    buf_init(&dir);
+    buf_printf(&dir, "%s%s) `touch %s` m4_syscmd(touch %s) */ # ?\?/ $1 \xc2\xab\xc2\xbb",
+               want_raw, marker, marker, marker);
+    for (size_t i = 0; i < dir.len; i++)
+        buf_printf(&want, "%02x", (unsigned char)dir.s[i]);
+    buf_puts(&want, "\n");
+    ck_assert_msg(strstr(got, want.s), "checkpoint_dir not baked exactly:\n%s", got);
+    ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+
+    buf_free(&want);
+    buf_free(&dir);
+    free(got);
+    free(text);
+    free(spec);
+    free(out);
+    free(emit);
+    free(lib);
+    free(ddpc);
+    fixture_free(&fx);
+}
+END_TEST
+
+START_TEST(cli_exit_statuses)
+{
+    char *ddpc = ddpc_bin();
+    if (!exists(ddpc)) {
+        fprintf(stderr, "SKIP cli_exit_statuses: ddpc not built\n");
+        free(ddpc);
+        return;
+    }
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *bad, *out, *missing;
+    ck_assert_int_ge(asprintf(&bad, "%s/bad.yaml", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/bad", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&missing, "%s/missing.yaml", fx.dir), 0);
+    const char text[] = "version: 1\nname: bad\nepochs: -1\n";
+    ck_assert_int_eq(write_file(bad, text, sizeof text - 1), 0);
+
+    struct { char *argv[6]; int code; } cases[] = {
+        { { ddpc, "build", bad, "-o", out, NULL }, 1 },
+        { { ddpc, "plan", bad, NULL }, 1 },
+        { { ddpc, "build", missing, "-o", out, NULL }, 2 },
+        { { ddpc, "build", NULL }, 2 },
+        { { ddpc, "build", bad, "--frobnicate", NULL }, 2 },
+        { { ddpc, "plan", bad, bad, NULL }, 2 },
+        { { ddpc, "nonsense", NULL }, 2 },
+        { { ddpc, "--version", NULL }, 0 },
+        { { ddpc, "--help", NULL }, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run_result r;
+        ck_assert_int_eq(run_capture(cases[i].argv, NULL, NULL, 30, &r), 0);
+        ck_assert_msg(r.exited && r.code == cases[i].code, "case %zu (%s %s): exit %d, want %d\n%s",
+                      i, cases[i].argv[1], cases[i].argv[2] ? cases[i].argv[2] : "", r.code,
+                      cases[i].code, r.err);
+        run_result_free(&r);
+    }
+    ck_assert(!exists(out));
+    free(bad);
+    free(out);
+    free(missing);
+    free(ddpc);
+    fixture_free(&fx);
+}
+END_TEST
+
 Suite *emit_suite(void)
 {
     Suite *s = suite_create("emit");
@@ -567,6 +711,8 @@ Suite *emit_suite(void)
     tcase_add_test(tc, bad_values_refused);
     tcase_add_test(tc, cc_missing_runtime);
     tcase_add_test(tc, cc_builds_a_job);
+    tcase_add_test(tc, cli_build_hostile_yaml);
+    tcase_add_test(tc, cli_exit_statuses);
     suite_add_tcase(s, tc);
     return s;
 }
