@@ -149,7 +149,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     argv_add_words(&a, DDPC_SANFLAGS);
     /* -O2 of one small file: the job's speed is in libddprt, built once */
     argv_add(&a, "-O2");
-    argv_addf(&a, "-I%s%s", o->emit_dir, "");
+    argv_addf(&a, "-I%s%s", "", o->emit_dir);
     argv_addf(&a, "-I%s/%s", o->prefix, "include/ddpc");
     if (cuda)
         argv_add(&a, "-DDDPC_WITH_CUDA=1");

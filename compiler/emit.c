@@ -310,27 +310,28 @@ static void def_plan(struct defs *df, const struct ddpc_plan *p)
 /* What job.sbatch needs: shell words and numbers. The master address comes
  * from the allocation (the template asks scontrol) unless the spec names a
  * real host. */
-static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct ddpc_plan *p)
+static void def_sh(struct defs *df, const char *name, const char *s)
 {
     struct ddpc_buf b;
     buf_init(&b);
-    buf_sh_word(&b, j->name ? j->name : "job");
-    if (!b.oom)
-        def(df, "M_SH_NAME", b.s);
+    buf_sh_word(&b, s);
+    if (b.oom)
+        df->out.oom = 1;
+    else
+        def(df, name, b.s);
     buf_free(&b);
-    buf_init(&b);
-    buf_sh_word(&b, p->program);
-    if (!b.oom)
-        def(df, "M_SH_PROGRAM", b.s);
-    buf_free(&b);
+}
+
+static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct ddpc_plan *p)
+{
+    def_sh(df, "M_SH_NAME", j->name ? j->name : "job");
+    def_sh(df, "M_SH_PROGRAM", p->program);
+    /* a loopback address cannot be the master of several nodes: it means
+     * "not set", and the script asks Slurm for the allocation's first node */
     const char *m = j->launch.master_addr;
     int from_alloc = !m || !m[0] || strcmp(m, "localhost") == 0 || strcmp(m, "127.0.0.1") == 0;
     def_i64(df, "M_SH_MASTER_FROM_ALLOC", from_alloc);
-    buf_init(&b);
-    buf_sh_word(&b, from_alloc ? "" : m);
-    if (!b.oom)
-        def(df, "M_SH_MASTER", b.s);
-    buf_free(&b);
+    def_sh(df, "M_SH_MASTER", from_alloc ? "" : m);
     def_i64(df, "M_SH_PORT", j->launch.master_port);
     def_i64(df, "M_SH_GPUS",
             j->accelerator == DDPC_ACCEL_CPU || !p->world_known ? 0 : p->devices_per_node);
@@ -349,7 +350,6 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
     def_cstr(&df, "M_SPEC_HASH", in->spec_hash);
     def_cbytes(&df, "M_SPEC_TEXT", in->spec_text, in->spec_len);
     def_i64(&df, "M_SPEC_LEN", (int64_t)in->spec_len);
-    /* the banner: the same escaped literals, which hold no star-slash */
     def_job(&df, in->job);
     def_plan(&df, in->plan);
     def_sbatch(&df, in->job, in->plan);
