@@ -269,8 +269,10 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
     }
     p->total_params = off;
 
+    /* bytes >= cap for whole bytes is bytes >= ceil(cap), the runtime's
+     * comparison against the unrounded cap; cap 0 (or less) is one bucket */
     double cap = job->bucket_cap_mb * 1024.0 * 1024.0;
-    p->bucket_cap_bytes = cap >= 1.0 ? (int64_t)cap : 1;
+    p->bucket_cap_bytes = cap > 0 ? (int64_t)ceil(cap) : 0;
     struct ddpc_plan_bucket *cur = NULL;
     for (int i = p->n_params - 1; i >= 0; i--) {
         if (!cur)
@@ -278,7 +280,7 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
         cur->params[cur->n++] = i;
         cur->numel += p->params[i].numel;
         cur->bytes += p->params[i].numel * 4;
-        if (cur->bytes >= p->bucket_cap_bytes)
+        if (p->bucket_cap_bytes > 0 && cur->bytes >= p->bucket_cap_bytes)
             cur = NULL;
     }
     return 0;

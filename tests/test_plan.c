@@ -221,16 +221,31 @@ START_TEST(params_and_buckets)
     ck_assert_int_eq(p.buckets[0].bytes, 203530 * 4);
     plan_free(&p);
 
-    /* 0.01 MiB = 10485 B: b1 (40) + W1 (10240) + b0 (1024) reach it, W0 alone */
+    /* 0.01 MiB = 10485.76 B: b1 (40) + W1 (10240) + b0 (1024) reach it, W0 alone */
     j.bucket_cap_mb = 0.01;
     build(&j, &p);
-    ck_assert_int_eq(p.bucket_cap_bytes, 10485);
+    ck_assert_int_eq(p.bucket_cap_bytes, 10486);
     ck_assert_int_eq(p.n_buckets, 2);
     ck_assert_int_eq(p.buckets[0].n, 3);
     ck_assert_int_eq(p.buckets[0].bytes, 40 + 10240 + 1024);
     ck_assert_int_eq(p.buckets[1].n, 1);
     ck_assert_int_eq(p.buckets[1].params[0], 0);
     ck_assert_int_eq(p.buckets[1].bytes, 802816);
+    plan_free(&p);
+
+    /* exactly at the cap closes the bucket: 40 + 10240 B */
+    j.bucket_cap_mb = 10280.0 / (1024 * 1024);
+    build(&j, &p);
+    ck_assert_int_eq(p.n_buckets, 2);
+    ck_assert_int_eq(p.buckets[0].bytes, 10280);
+    ck_assert_int_eq(p.buckets[1].n, 2);      /* b0 alone is under the cap, so W0 joins */
+    ck_assert_int_eq(p.buckets[1].bytes, 1024 + 802816);
+    plan_free(&p);
+
+    /* no cap: one bucket, as the runtime does */
+    j.bucket_cap_mb = 0;
+    build(&j, &p);
+    ck_assert_int_eq(p.n_buckets, 1);
     plan_free(&p);
 }
 END_TEST
