@@ -13,6 +13,7 @@
 #include "suites.h"
 #include "testutil.h"
 #include "plan.h"
+#include "sampler.h"    /* the runtime's sampler: the plan must agree with it */
 
 /* The Fashion-MNIST example with synthetic data of 60000 samples, so no
  * test depends on a data file. */
@@ -458,6 +459,65 @@ START_TEST(count_fashion_mnist)
 }
 END_TEST
 
+
+/* The plan's shard and batch counts equal what the runtime's sampler does,
+ * over a grid of sizes, world sizes, batch sizes, drop_last and limits. */
+START_TEST(agrees_with_runtime_sampler)
+{
+    static const int64_t ns[] = { 1, 7, 10, 63, 64, 65, 1000, 60000 };
+    static const int worlds[] = { 1, 2, 3, 4, 8 };
+    static const int batches[] = { 1, 3, 64 };
+    static const int64_t limits[] = { 0, 1, 5 };
+    static const double fractions[] = { 1.0, 0.5, 0.01 };
+    int checked = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+    for (size_t b = 0; b < sizeof worlds / sizeof worlds[0]; b++)
+    for (size_t c = 0; c < sizeof batches / sizeof batches[0]; c++)
+    for (int drop = 0; drop < 2; drop++)
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++)
+    for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
+        if (drop && ns[a] < worlds[b])
+            continue;                     /* nothing per rank: the spec rejects it */
+        struct ddpc_job j = fmnist();
+        j.data.train.samples = ns[a];
+        j.n_devices = worlds[b];
+        for (int i = 0; i < worlds[b]; i++)
+            j.devices[i] = i;
+        j.batch_size = batches[c];
+        j.data.drop_last = drop;
+        j.limit_train_batches = limits[l];
+        j.limit_train_fraction = fractions[f];
+        struct ddpc_plan p;
+        build(&j, &p);
+        struct ddpc_sampler smp;
+        struct ddpc_err e = { 0 };
+        if (sampler_init(&smp, ns[a], 0, worlds[b], batches[c], 1, drop, 1, limits[l],
+                         fractions[f], &e) != 0) {
+            plan_free(&p);
+            continue;                     /* the runtime refuses it too */
+        }
+        ck_assert_msg(p.samples_per_rank == smp.num_samples &&
+                      p.batches_per_epoch == smp.n_batches,
+                      "n=%lld W=%d bs=%d drop=%d limit=%lld frac=%g: plan %lld/%lld, "
+                      "sampler %lld/%lld", (long long)ns[a], worlds[b], batches[c], drop,
+                      (long long)limits[l], fractions[f], (long long)p.samples_per_rank,
+                      (long long)p.batches_per_epoch, (long long)smp.num_samples,
+                      (long long)smp.n_batches);
+        /* and the last batch's size */
+        sampler_set_epoch(&smp, 0);
+        if (smp.n_batches > 0) {
+            const int64_t *idx;
+            int rows = sampler_batch(&smp, smp.n_batches - 1, &idx);
+            ck_assert_int_eq(p.last_batch_size, rows);
+        }
+        sampler_free(&smp);
+        plan_free(&p);
+        checked++;
+    }
+    ck_assert_int_gt(checked, 500);
+}
+END_TEST
+
 START_TEST(text_output)
 {
     struct ddpc_job j = fmnist();
@@ -495,6 +555,7 @@ Suite *plan_suite(void)
     tcase_add_test(tc, count_idx_gz_npy_csv);
     tcase_add_test(tc, count_fashion_mnist);
     tcase_add_test(tc, text_output);
+    tcase_add_test(tc, agrees_with_runtime_sampler);
     suite_add_tcase(s, tc);
     return s;
 }
