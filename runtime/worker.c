@@ -6,14 +6,19 @@
  * micro-batches (gather, forward, loss, backward) -> bucketed gradient
  * all-reduce started as backward finishes each bucket -> wait -> clip ->
  * optimizer; then evaluation on this rank's strided test shard and metrics
- * reduced across ranks; rank 0 prints. Never exits, never parses YAML, never
+ * reduced across ranks; rank 0 prints, logs (metrics.h) and checkpoints
+ * (ckpt.h). Resume: rank 0 reads the checkpoint and broadcasts it, so every
+ * rank continues from the same state. Never exits, never parses YAML, never
  * allocates inside the step loop.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt.h"
+#include "metrics.h"
 #include "model.h"
 #include "ops_kernels.h"
 #include "optim.h"
@@ -59,6 +64,16 @@ struct ddpc_run {
     struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
     int      n_buckets;
     long     step_no;       /* 1-based number of the step in progress, for messages */
+    /* rank 0's logging and checkpoints */
+    struct ddpc_job     mjob;       /* job as metrics sees it (progress off without out) */
+    struct ddpc_metrics metrics;
+    int      metrics_on;
+    int      ckpt_on;       /* checkpoint_dir is set */
+    size_t   n_opt;         /* optimizer state floats: 0, n (momentum) or 2n (Adam) */
+    float   *host_state;    /* [n_params + n_opt] rank 0's host copy; NULL elsewhere */
+    int64_t  start_epoch;   /* where a resumed run continues */
+    int64_t  start_batch;
+    int      resumed;
 };
 
 /* ===== errors ===== */
@@ -228,6 +243,17 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->eidx = malloc(DDPC_EVAL_BATCH * sizeof *r->eidx);
     if (!r->hx || !r->hlab || !r->hy || !r->eidx)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
+
+    r->ckpt_on = j->checkpoint_dir && *j->checkpoint_dir;
+    r->n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
+    if (r->rank == 0 && (r->ckpt_on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
+        r->host_state = malloc((r->model.n_params + r->n_opt) * sizeof(float));
+        if (!r->host_state)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
+    }
+    if (r->rank == 0 && r->ckpt_on)
+        DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
+                                ckpt_file_size(r->model.n_params, r->n_opt), e));
     return 0;
 }
 
@@ -245,6 +271,11 @@ static void run_free(struct ddpc_run *r)
     if (r->dlab) o->release(o, r->dlab);
     if (r->dy) o->release(o, r->dy);
     if (r->metric) o->release(o, r->metric);
+    if (r->metrics_on) {
+        struct ddpc_err ignored = {0};   /* keep the error that ended the run */
+        (void)metrics_close(&r->metrics, &ignored);
+    }
+    free(r->host_state);
     free(r->eidx);
     optim_free(&r->optim);
     sampler_free(&r->sampler);
@@ -333,7 +364,163 @@ static int evaluate(struct ddpc_run *r, double *loss_sum, double *correct, doubl
     return 0;
 }
 
+/* ===== checkpoints ===== */
+
+/* Copies params (and the optimizer state after them) to rank 0's host buffer. */
+static int state_to_host(struct ddpc_run *r, int with_opt, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = r->ops;
+    size_t n = r->model.n_params;
+    DDPC_TRY(o->to_host(o, r->host_state, r->model.params, n * sizeof(float), e));
+    if (with_opt && r->optim.m)
+        DDPC_TRY(o->to_host(o, r->host_state + n, r->optim.m, n * sizeof(float), e));
+    if (with_opt && r->optim.v)
+        DDPC_TRY(o->to_host(o, r->host_state + 2 * n, r->optim.v, n * sizeof(float), e));
+    return 0;
+}
+
+/* Rank 0, after epoch `done_epochs` completed. */
+static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    DDPC_TRY(state_to_host(r, 1, e));
+    struct ddpc_ckpt c;
+    memset(&c, 0, sizeof c);
+    const char *h = r->a->spec_hash;
+    if (h && strlen(h) == DDPC_CKPT_HASH_LEN)
+        memcpy(c.spec_hash, h, DDPC_CKPT_HASH_LEN);
+    else
+        memset(c.spec_hash, '0', DDPC_CKPT_HASH_LEN);
+    c.world = r->world;
+    c.epoch = done_epochs;
+    c.step = r->optim.step;
+    c.seed = j->seed;
+    c.sampler_epoch = done_epochs;
+    c.sampler_batches = 0;
+    c.optim_step = r->optim.step;
+    c.n_params = r->model.n_params;
+    c.n_opt = r->n_opt;
+    c.params = r->host_state;
+    c.opt = r->n_opt ? r->host_state + r->model.n_params : NULL;
+    char path[4096];
+    DDPC_TRY(ckpt_write(j->checkpoint_dir, j->name, &c, path, sizeof path, e));
+    return ckpt_prune(j->checkpoint_dir, j->name, j->checkpoint.keep_last, e);
+}
+
+/* Doubles through the small metric buffer, from rank 0 to all (hi/lo floats). */
+static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
+{
+    if (!r->comm_on)
+        return 0;
+    struct ddpc_ops *o = r->ops;
+    float h[DDPC_N_METRICS];
+    for (int i = 0; i < n; i++) {
+        h[2 * i] = (float)v[i];
+        h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
+    }
+    DDPC_TRY(o->to_device(o, r->metric, h, (size_t)2 * n * sizeof(float), e));
+    struct ddpc_comm *c = r->a->grad_comm;
+    DDPC_TRY(c->broadcast(c, r->metric, (size_t)2 * n, 0,
+                          ddpc_deadline_after(r->job->nccl_timeout_s), e));
+    DDPC_TRY(o->to_host(o, h, r->metric, (size_t)2 * n * sizeof(float), e));
+    for (int i = 0; i < n; i++)
+        v[i] = (double)h[2 * i] + (double)h[2 * i + 1];
+    return 0;
+}
+
+/* Rank 0 picks and reads the checkpoint (ckpt_find_resume), then broadcasts
+ * the position and the state, so all ranks resume identically. Every rank
+ * decides from the job alone whether to look, so the collectives match. */
+static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    int by_path = j->checkpoint.resume == DDPC_RESUME_PATH && j->checkpoint.resume_path &&
+                  *j->checkpoint.resume_path;
+    if (!by_path && !(r->ckpt_on && j->checkpoint.resume == DDPC_RESUME_AUTO))
+        return 0;
+    double pos[4] = { 0, 0, 0, 0 };   /* found, epoch, batch, optimizer step */
+    size_t n = r->model.n_params;
+    if (r->rank == 0) {
+        struct ddpc_ckpt c;
+        char path[4096] = "";
+        memset(&c, 0, sizeof c);
+        int found = ckpt_find_resume(r->ckpt_on ? j->checkpoint_dir : ".", j->name,
+                                     r->a->spec_hash, by_path ? j->checkpoint.resume_path : NULL,
+                                     &c, path, sizeof path, r->a->out, e);
+        if (found < 0)
+            return found;
+        if (found) {
+            int rc = 0;
+            if (c.n_params != n || c.n_opt != r->n_opt)
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s holds %zu parameters and %zu "
+                               "optimizer values; this job's model and optimizer need %zu and "
+                               "%zu. Point checkpoint_dir elsewhere or set checkpoint.resume: "
+                               "never", path, c.n_params, c.n_opt, n, r->n_opt);
+            else if (c.world != r->world && c.sampler_batches != 0)
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch by %d ranks; "
+                               "resume it with %d ranks (this job has %d)", path, (int)c.world,
+                               (int)c.world, r->world);
+            else if (c.seed != j->seed)
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was written with seed %llu, this "
+                               "job has seed %llu; the data order would differ", path,
+                               (unsigned long long)c.seed, (unsigned long long)j->seed);
+            if (rc == 0)
+                rc = r->ops->to_device(r->ops, r->model.params, c.params, n * sizeof(float), e);
+            if (rc == 0 && r->optim.m)
+                rc = r->ops->to_device(r->ops, r->optim.m, c.opt, n * sizeof(float), e);
+            if (rc == 0 && r->optim.v)
+                rc = r->ops->to_device(r->ops, r->optim.v, c.opt + n, n * sizeof(float), e);
+            pos[0] = 1;
+            pos[1] = (double)c.sampler_epoch;
+            pos[2] = (double)c.sampler_batches;
+            pos[3] = (double)c.optim_step;
+            ckpt_free(&c);
+            if (rc < 0)
+                return rc;
+            if (r->a->out) {
+                fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld)\n", path,
+                        (long long)pos[1], (long long)pos[3]);
+                fflush(r->a->out);
+            }
+        }
+    }
+    DDPC_TRY(bcast_doubles(r, pos, 4, e));
+    if (pos[0] == 0)
+        return 0;
+    if (r->comm_on) {
+        struct ddpc_comm *c = r->a->grad_comm;
+        double dl = ddpc_deadline_after(j->nccl_timeout_s);
+        DDPC_TRY(c->broadcast(c, r->model.params, n, 0, dl, e));
+        if (r->optim.m)
+            DDPC_TRY(c->broadcast(c, r->optim.m, n, 0, dl, e));
+        if (r->optim.v)
+            DDPC_TRY(c->broadcast(c, r->optim.v, n, 0, dl, e));
+    }
+    r->resumed = 1;
+    r->start_epoch = (int64_t)pos[1];
+    r->start_batch = (int64_t)pos[2];
+    r->optim.step = (long)pos[3];
+    return 0;
+}
+
 /* ===== the loop ===== */
+
+/* All ranks, at the same steps: the training loss of the window since the
+ * last record, averaged over ranks (rank 0 logs it). */
+static int window_loss(struct ddpc_run *r, double *sum, double *cnt, int64_t step,
+                       struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    int every = j->logging.every_n_steps > 0 ? j->logging.every_n_steps : 1;
+    int logged = j->logging.metrics_csv || j->logging.tensorboard;
+    if (!r->comm_on || !logged || step % every != 0)
+        return 0;
+    double v[2] = { *sum, *cnt };
+    DDPC_TRY(metrics_reduce(r, v, 2, e));
+    *sum = v[0];
+    *cnt = v[1];
+    return 0;
+}
 
 static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
 {
@@ -343,6 +530,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     FILE *out = r->rank == 0 ? a->out : NULL;
     int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
     int sync = r->comm_on && a->sync_comm && j->rank_sync_timeout_s > 0;
+    int every = j->logging.every_n_steps > 0 ? j->logging.every_n_steps : 1;
     double train_time = 0;
     double total_samples = 0;
 
@@ -351,17 +539,29 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     if (r->comm_on)
         DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.params, r->model.n_params, 0,
                                          ddpc_deadline_after(j->nccl_timeout_s), e));
+    DDPC_TRY(run_resume(r, e));
+
+    if (r->rank == 0) {
+        r->mjob = *j;
+        if (!out)
+            r->mjob.logging.progress = DDPC_PROGRESS_OFF;
+        DDPC_TRY(metrics_open(&r->metrics, &r->mjob, r->optim.total_steps, r->resumed, out,
+                              out ? isatty(fileno(out)) : 0, e));
+        r->metrics_on = 1;
+    }
 
     res->test_accuracy = -1;
-    for (int epoch = 0; epoch < j->epochs; epoch++) {
+    long run_first_step = r->optim.step;   /* steps before this run (resume) */
+    for (int64_t epoch = r->start_epoch; epoch < j->epochs; epoch++) {
         double t_epoch = ddpc_now();
         sampler_set_epoch(&r->sampler, epoch);
-        double loss_sum = 0;
+        double loss_sum = 0, win_sum = 0, win_cnt = 0;
         int64_t seen = 0;
-        for (int64_t b = 0; b < r->sampler.n_batches; b++) {
+        int64_t b0 = epoch == r->start_epoch ? r->start_batch : 0;
+        for (int64_t b = b0; b < r->sampler.n_batches; b++) {
             int micro = (int)(b % accum);
             int last_micro = micro == accum - 1 || b == r->sampler.n_batches - 1;
-            if (micro == 0) {
+            if (micro == 0 || b == b0) {
                 r->step_no = r->optim.step + 1;
                 if (sync) {
                     int rc = a->sync_comm->barrier(a->sync_comm,
@@ -373,6 +573,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             }
             const int64_t *idx;
             int rows = sampler_batch(&r->sampler, b, &idx);
+            double before = loss_sum;
             DDPC_TRY(batch_load(r, a->train, idx, rows, e));
             DDPC_TRY(batch_forward(r, rows, 1.0f / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
@@ -380,6 +581,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
                                     reduce ? on_layer_done : NULL, r, e));
             seen += rows;
+            win_sum += loss_sum - before;
+            win_cnt += rows;
             if (!last_micro)
                 continue;
             if (reduce)
@@ -390,11 +593,26 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 DDPC_TRY(o->sumsq(o, r->model.grads, r->model.n_params, &ss, e));
                 gscale = optim_clip_scale(ss, j->grad_clip_norm);
             }
+            double lr = optim_lr(&r->optim, r->optim.step);
             DDPC_TRY(optim_step(&r->optim, r->model.params, r->model.grads, gscale, e));
-            if (r->optim.step == 1) {
+            if (r->optim.step == run_first_step + 1) {
                 DDPC_TRY(o->synchronize(o, e));
                 res->first_step_s = ddpc_now() - a->t_launch;
             }
+            int rc = window_loss(r, &win_sum, &win_cnt, r->optim.step, e);
+            if (rc < 0)
+                return step_fail(r, e, rc);
+            if (r->metrics_on) {
+                double el = ddpc_now() - t_epoch;
+                double done = (double)(r->optim.step - run_first_step);
+                double eta = done > 0 ? (train_time + el) / done *
+                                        (double)(r->optim.total_steps - r->optim.step) : -1;
+                DDPC_TRY(metrics_step(&r->metrics, r->optim.step, (int)epoch + 1, lr,
+                                      win_cnt > 0 ? win_sum / win_cnt : 0.0,
+                                      el > 0 ? (double)seen * r->world / el : 0.0, eta, e));
+            }
+            if (r->optim.step % every == 0)
+                win_sum = win_cnt = 0;
         }
         DDPC_TRY(o->synchronize(o, e));
         double t_train = ddpc_now() - t_epoch;
@@ -413,8 +631,14 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                                      ? m[3] / m[4] : -1;
         }
         double epoch_s = ddpc_now() - t_epoch;
+        if (r->metrics_on) {
+            if (a->test)
+                DDPC_TRY(metrics_eval(&r->metrics, r->optim.step, (int)epoch + 1, res->test_loss,
+                                      res->test_accuracy, e));
+            DDPC_TRY(metrics_clear_progress(&r->metrics, e));
+        }
         if (out) {
-            fprintf(out, "epoch %d/%d  train_loss=%.4f", epoch + 1, (int)j->epochs,
+            fprintf(out, "epoch %d/%d  train_loss=%.4f", (int)epoch + 1, (int)j->epochs,
                     res->train_loss);
             if (a->test) {
                 fprintf(out, "  test_loss=%.4f", res->test_loss);
@@ -425,9 +649,23 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                     t_train > 0 ? global_seen / t_train : 0.0, epoch_s);
             fflush(out);
         }
+        int64_t done_epochs = epoch + 1;
+        int every_ep = j->checkpoint.every_n_epochs;
+        if (r->rank == 0 && r->ckpt_on &&
+            ((every_ep > 0 && done_epochs % every_ep == 0) || done_epochs == j->epochs))
+            DDPC_TRY(ckpt_save(r, done_epochs, e));
     }
     res->steps = r->optim.step;
     res->samples_per_s = train_time > 0 ? total_samples / train_time : 0;
+    if (r->rank == 0 && j->checkpoint.export_path && *j->checkpoint.export_path) {
+        DDPC_TRY(state_to_host(r, 0, e));
+        DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->host_state,
+                                         r->model.n_params, e));
+    }
+    if (r->metrics_on) {
+        r->metrics_on = 0;
+        DDPC_TRY(metrics_close(&r->metrics, e));
+    }
     res->wall_s = ddpc_now() - a->t_launch;
     if (out) {
         fprintf(out, "done epochs=%d steps=%lld train_loss=%.4f", (int)j->epochs,

@@ -27,6 +27,9 @@ struct ddpc_worker_args {
     const struct ddpc_dataset *test;        /* NULL: no evaluation */
     FILE                      *out;         /* rank 0's report stream (stdout) */
     double                     t_launch;    /* ddpc_now() when ./job started */
+    const char                *spec_hash;   /* hex SHA-256 of the spec, stamped into
+                                               checkpoints; NULL: all zeros, and
+                                               resume does not check it */
 };
 
 /* What a finished run reports (identical on every rank after the final
