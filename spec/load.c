@@ -246,7 +246,11 @@ static int composer_error(struct composer *c, yaml_mark_t m, const char *fmt, co
     int line, col;
     char path[256];
     mark_pos(c, m, &line, &col);
-    composer_path(c, c->depth, path, sizeof path);
+    /* a path 64 levels deep says less than its position does */
+    if (c->depth < 8)
+        composer_path(c, c->depth, path, sizeof path);
+    else
+        path[0] = '\0';
     diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, path, fmt, arg);
     return -1;
 }
@@ -335,7 +339,13 @@ static int composer_tag(struct composer *c, const yaml_char_t *tag, yaml_mark_t 
                 return 0;
     }
     c->failed = 1;
-    composer_error(c, m, "unsupported tag '%s'; a spec holds plain values only", t);
+    char shown[256];
+    /* show the tag as written: !!x rather than tag:yaml.org,2002:x */
+    if (strncmp(t, "tag:yaml.org,2002:", 18) == 0)
+        snprintf(shown, sizeof shown, "!!%s", t + 18);
+    else
+        snprintf(shown, sizeof shown, "%s", t);
+    composer_error(c, m, "unsupported tag '%s'; a spec holds plain values only", shown);
     return 0;
 }
 

@@ -107,8 +107,12 @@ static int read_number(const char **p, double *v)
     *v = strtod(s, &end);
     if (end == s || errno == ERANGE || !isfinite(*v))
         return -1;
-    /* strtod would swallow an exponent; "1e3m" is not a duration anyone means,
-     * but "1e3" as bare seconds is fine (checked by the caller) */
+    /* digits and one '.' only: strtod would also take an exponent, and
+     * "1e3m" is not a duration anyone means ("1e3" alone is bare seconds,
+     * read before this) */
+    for (const char *q = s; q < end; q++)
+        if (!((*q >= '0' && *q <= '9') || *q == '.'))
+            return -1;
     *p = end;
     return 0;
 }

@@ -626,10 +626,24 @@ static void parse_row(struct ddpc_vctx *c, const struct ddpc_key *k, const struc
     }
 }
 
+/* Whether the sibling enum that row k depends on has a trustworthy value:
+ * given and valid, or absent with a default. Otherwise "applies only" and
+ * "required when" findings would be guesses, so they are skipped. */
+static int sibling_known(const struct ddpc_key *k, const struct ddpc_node *const *given_val,
+                         const int *failed)
+{
+    const char *eq = strchr(k->only, '=');
+    int s = key_index(k->block, k->only, (size_t)(eq - k->only));
+    if (s < 0)
+        return 0;
+    return given_val[s] ? !failed[s] : ddpc_keys[s].def != NULL;
+}
+
 static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
                        char *base, const char *bpath)
 {
     const struct ddpc_node *given_key[MAX_KEYS] = { 0 }, *given_val[MAX_KEYS] = { 0 };
+    int failed[MAX_KEYS] = { 0 };
     char path[256];
 
     /* defaults first, so a partial or wrong block still leaves a whole job */
@@ -660,13 +674,16 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
             continue;   /* `key:` or `key: null` means "the default" */
         given_key[i] = key;
         given_val[i] = val;
-        if (!ddpc_keys[i].only)
+        if (!ddpc_keys[i].only) {
+            int e0 = c->d->n_errors;
             parse_row(c, &ddpc_keys[i], val, base, path);
+            failed[i] = c->d->n_errors != e0;
+        }
     }
     /* keys that depend on a sibling enum, now that every sibling is parsed */
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
-        if (k->block != b || !k->only || !given_val[i])
+        if (k->block != b || !k->only || !given_val[i] || !sibling_known(k, given_val, failed))
             continue;
         char why[256];
         join_path(path, sizeof path, bpath, k->name);
@@ -678,7 +695,8 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
     }
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
-        if (k->block != b || !(k->flags & REQUIRED) || given_val[i])
+        if (k->block != b || !(k->flags & REQUIRED) || given_val[i] ||
+            (k->only && !sibling_known(k, given_val, failed)))
             continue;
         char why[256];
         if (!only_holds(k, base, why, sizeof why))
@@ -1242,10 +1260,13 @@ static void cross_rules(struct ddpc_vctx *c)
                              : (snprintf(num, sizeof num, "%d devices are listed", world), num));
 
     if (several && !at(c, "lr_scaling")) {
-        n = at(c, "learning_rate");
-        const char *p = n ? "learning_rate" : "devices";
-        if (!n)
-            n = at(c, "devices");
+        /* at the key that made it several devices, unless the rate is written */
+        static const char *const where[3] = { "learning_rate", "devices", "launch.num_nodes" };
+        const char *p = where[0];
+        n = NULL;
+        for (int i = 0; i < 3 && !n; i++)
+            if ((n = at(c, where[i])))
+                p = where[i];
         fmt_num(j->learning_rate, num, sizeof num);
         if (j->devices_all) {
             vdiag(c, DDPC_SEV_WARNING, n, p, "all devices and no lr_scaling: learning_rate stays "
@@ -1281,9 +1302,6 @@ static void cross_rules(struct ddpc_vctx *c)
         else if (j->launch.launcher == DDPC_LAUNCHER_LOCAL && !at(c, "launch.master_addr"))
             vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with launcher local need "
                   "launch.master_addr, the address of node 0", nodes);
-        if (j->devices_all)
-            vdiag(c, DDPC_SEV_ERROR, at(c, "devices"), "devices", "devices: all is ambiguous "
-                  "across %d nodes; list the devices of each node", nodes);
     }
 
     if (j->model.type == DDPC_MODEL_LINEAR && j->model.n_layers && j->model.n_layers != 2 &&
@@ -1365,7 +1383,7 @@ static const char *default_name(struct ddpc_vctx *c)
     if (!name)
         return "job";
     for (size_t i = 0; i < l; i++)
-        if (!name_ok(name + i, 1))
+        if (!name_ok(name + i, 1) && name[i] != '.')
             name[i] = '_';
     return l && name_ok(name, l) ? name : "job";
 }

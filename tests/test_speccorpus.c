@@ -1,3 +1,458 @@
-/* test_speccorpus.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_speccorpus.c - the spec corpus and the `ddpc check` CLI.
+ *
+ *   tests/specs/invalid/X.yaml  must fail; its diagnostics, as `ddpc check`
+ *                               prints them in text, equal X.expect exactly
+ *   tests/specs/valid/X.yaml    must load with no errors; X.expect, when
+ *                               present, holds its exact warnings
+ *   examples/ *.yaml            must be valid (warnings allowed)
+ *   spec/README.md              must equal `ddpc schema --format markdown`
+ *
+ * Paths in .expect files are relative to the repository root, which comes
+ * from DDPC_TOP (`make test` sets it; "." otherwise). The CLI cases run
+ * $DDPC_BUILD/bin/ddpc and are skipped, saying so, without DDPC_BUILD.
+ */
+#include <fcntl.h>
+#include <glob.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spec.h"
 #include "suites.h"
-Suite *speccorpus_suite(void) { return suite_create("speccorpus"); }
+
+extern char **environ;
+
+#define MAX_CORPUS 256
+static char *corpus_invalid[MAX_CORPUS], *corpus_valid[MAX_CORPUS];
+static int n_invalid, n_valid;
+
+static const char *top(void)
+{
+    const char *t = getenv("DDPC_TOP");
+    return t && t[0] ? t : ".";
+}
+
+/* chdir to the repository root for the duration of a test (Check forks
+ * each test, but this keeps CK_FORK=no runs correct too). */
+static int enter_top(void)
+{
+    int fd = open(".", O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(chdir(top()) == 0, "cannot chdir to DDPC_TOP=%s", top());
+    return fd;
+}
+
+static void leave_top(int fd)
+{
+    ck_assert_int_eq(fchdir(fd), 0);
+    close(fd);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = realloc(buf, cap);
+            ck_assert_ptr_nonnull(nb);
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Runs spec_load_job and returns its text diagnostics (caller frees). */
+static char *check_text(const char *path, int *rc, int read_data)
+{
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    struct spec_doc *doc = NULL;
+    struct spec_options opt = { .read_data_headers = read_data };
+    char *out = NULL;
+    size_t sz;
+    diag_init(&d);
+    *rc = spec_load_job(path, &opt, &job, &doc, &d);
+    FILE *f = open_memstream(&out, &sz);
+    ck_assert_ptr_nonnull(f);
+    diag_print(&d, 0, DDPC_FMT_TEXT, f);
+    fclose(f);
+    spec_doc_free(doc);
+    diag_free(&d);
+    return out;
+}
+
+/* The first line where got and want differ, for a readable failure. */
+static void first_difference(const char *got, const char *want, char *buf, size_t cap)
+{
+    int line = 1;
+    const char *g = got, *w = want;
+    while (*g && *w && *g == *w) {
+        if (*g == '\n')
+            line++;
+        g++, w++;
+    }
+    const char *gl = g, *wl = w;
+    while (gl > got && gl[-1] != '\n')
+        gl--;
+    while (wl > want && wl[-1] != '\n')
+        wl--;
+    snprintf(buf, cap, "line %d\n  got:  %.*s\n  want: %.*s", line, (int)strcspn(gl, "\n"), gl,
+             (int)strcspn(wl, "\n"), wl);
+}
+
+static char *expect_path(const char *yaml)
+{
+    size_t l = strlen(yaml);
+    char *p = malloc(l + 8);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, yaml, l - 5);
+    strcpy(p + l - 5, ".expect");
+    return p;
+}
+
+START_TEST(test_invalid_spec)
+{
+    int fd = enter_top();
+    const char *yaml = corpus_invalid[_i];
+    char *expect_file = expect_path(yaml);
+    char *want = slurp(expect_file);
+    ck_assert_msg(want != NULL, "%s: missing %s", yaml, expect_file);
+    int rc;
+    char *got = check_text(yaml, &rc, 1);
+    ck_assert_msg(rc == 1, "%s: spec_load_job returned %d, want 1 (invalid)", yaml, rc);
+    if (strcmp(got, want) != 0) {
+        char diff[1024];
+        first_difference(got, want, diff, sizeof diff);
+        ck_abort_msg("%s: diagnostics differ from %s at %s", yaml, expect_file, diff);
+    }
+    free(got);
+    free(want);
+    free(expect_file);
+    leave_top(fd);
+}
+END_TEST
+
+START_TEST(test_valid_spec)
+{
+    int fd = enter_top();
+    const char *yaml = corpus_valid[_i];
+    int rc;
+    char *got = check_text(yaml, &rc, 1);
+    ck_assert_msg(rc == 0, "%s is in the valid corpus but has errors:\n%s", yaml, got);
+    char *expect_file = expect_path(yaml);
+    char *want = slurp(expect_file);
+    /* the corpus pins its warnings; examples belong to their authors */
+    if (!want)
+        want = strdup(strncmp(yaml, "examples/", 9) == 0 ? got : "");
+    if (strcmp(got, want) != 0) {
+        char diff[1024];
+        first_difference(got, want, diff, sizeof diff);
+        ck_abort_msg("%s: warnings differ from %s at %s", yaml, expect_file, diff);
+    }
+    free(got);
+    free(want);
+    free(expect_file);
+    leave_top(fd);
+}
+END_TEST
+
+START_TEST(test_reference_up_to_date)
+{
+    int fd = enter_top();
+    char *want = slurp("spec/README.md"), *got = NULL;
+    size_t sz;
+    ck_assert_msg(want != NULL, "spec/README.md is missing");
+    FILE *f = open_memstream(&got, &sz);
+    spec_write_reference(f);
+    fclose(f);
+    if (strcmp(got, want) != 0) {
+        char diff[1024];
+        first_difference(got, want, diff, sizeof diff);
+        ck_abort_msg("spec/README.md is stale; regenerate it with "
+                     "`build/bin/ddpc schema --format markdown > spec/README.md` (%s)", diff);
+    }
+    free(got);
+    free(want);
+    leave_top(fd);
+}
+END_TEST
+
+/* ---- the CLI, as CI runs it ---- */
+
+struct run_result {
+    int status;
+    char *out;   /* stdout */
+    char *err;   /* stderr */
+};
+
+static char *read_all(int fd)
+{
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4097 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = realloc(buf, cap);
+            ck_assert_ptr_nonnull(nb);
+            buf = nb;
+        }
+        ssize_t r = read(fd, buf + n, 4096);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Runs ddpc with argv (no shell); stdout and stderr go to temp files so a
+ * large output cannot deadlock a pipe. */
+static int run_ddpc(char *const argv[], struct run_result *r)
+{
+    const char *b = getenv("DDPC_BUILD");
+    if (!b || !b[0])
+        return -1;
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s/bin/ddpc", b);
+    if (access(exe, X_OK) != 0)
+        return -1;
+    char outp[] = "/tmp/ddpc-out-XXXXXX", errp[] = "/tmp/ddpc-err-XXXXXX";
+    int ofd = mkstemp(outp), efd = mkstemp(errp);
+    ck_assert(ofd >= 0 && efd >= 0);
+    posix_spawn_file_actions_t fa;
+    ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
+    ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, ofd, 1), 0);
+    ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, efd, 2), 0);
+    pid_t pid;
+    char *args[64];
+    int n = 0;
+    args[n++] = exe;
+    for (int i = 0; argv[i] && n < 63; i++)
+        args[n++] = argv[i];
+    args[n] = NULL;
+    ck_assert_int_eq(posix_spawn(&pid, exe, &fa, NULL, args, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    lseek(ofd, 0, SEEK_SET);
+    lseek(efd, 0, SEEK_SET);
+    r->out = read_all(ofd);
+    r->err = read_all(efd);
+    close(ofd);
+    close(efd);
+    unlink(outp);
+    unlink(errp);
+    return 0;
+}
+
+static void run_free(struct run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+#define NEED_DDPC(rc)                                                          \
+    do {                                                                       \
+        if ((rc) < 0) {                                                        \
+            fprintf(stderr, "SKIP: DDPC_BUILD/bin/ddpc not found; CLI test skipped\n"); \
+            leave_top(fd);                                                     \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+START_TEST(test_cli_exit_codes)
+{
+    int fd = enter_top();
+    struct run_result r;
+    char *ok[] = { "check", "tests/specs/valid/minimal.yaml", "examples/fashion-mnist.yaml", NULL };
+    NEED_DDPC(run_ddpc(ok, &r));
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "2 files checked, 0 errors, 0 warnings\n");
+    run_free(&r);
+
+    char *bad[] = { "check", "--quiet", "tests/specs/valid/minimal.yaml",
+                    "tests/specs/invalid/linear-layers.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(bad, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out, "tests/specs/invalid/linear-layers.yaml:5:11: error: model.layers: "
+                            "model type linear takes exactly 2 sizes [in, out], found 3\n");
+    ck_assert_str_eq(r.err, "");
+    run_free(&r);
+
+    char *io[] = { "check", "tests/specs/invalid/linear-layers.yaml", "no/such/file.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(io, &r), 0);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert(strstr(r.out, "no/such/file.yaml: error: cannot read: No such file or directory\n"));
+    run_free(&r);
+
+    char *usage[] = { "check", "--format", "xml", "a.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(usage, &r), 0);
+    ck_assert_int_eq(r.status, 2);
+    run_free(&r);
+    char *none[] = { "check", NULL };
+    ck_assert_int_eq(run_ddpc(none, &r), 0);
+    ck_assert_int_eq(r.status, 2);
+    run_free(&r);
+
+    /* warnings pass, unless --strict */
+    char *warn[] = { "check", "tests/specs/valid/warnings.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(warn, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    run_free(&r);
+    char *strict[] = { "check", "--strict", "tests/specs/valid/warnings.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(strict, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    run_free(&r);
+    char *quiet[] = { "check", "-q", "tests/specs/valid/warnings.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(quiet, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "");
+    run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
+START_TEST(test_cli_formats)
+{
+    int fd = enter_top();
+    struct run_result r;
+    char *gh[] = { "check", "--format", "github", "tests/specs/invalid/bf16-cpu.yaml",
+                   "tests/specs/valid/single-device-timeouts.yaml", NULL };
+    NEED_DDPC(run_ddpc(gh, &r));
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out,
+        "::error file=tests/specs/invalid/bf16-cpu.yaml,line=2,col=12::precision: bf16 needs a GPU, "
+        "but accelerator is cpu; the CPU backend computes in fp32\n"
+        "::warning file=tests/specs/valid/single-device-timeouts.yaml,line=5,col=15::nccl_timeout: "
+        "ignored on a single device (there is no collective to bound)\n"
+        "::warning file=tests/specs/valid/single-device-timeouts.yaml,line=6,col=20::rank_sync_timeout: "
+        "ignored on a single device (there is no collective to bound)\n");
+    run_free(&r);
+
+    char *js[] = { "check", "--format=json", "tests/specs/invalid/bf16-cpu.yaml",
+                   "tests/specs/valid/minimal.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(js, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out,
+        "[\n {\"file\":\"tests/specs/invalid/bf16-cpu.yaml\",\"line\":2,\"col\":12,\"severity\":\"error\","
+        "\"path\":\"precision\",\"message\":\"bf16 needs a GPU, but accelerator is cpu; the CPU backend "
+        "computes in fp32\"}\n]\n");
+    run_free(&r);
+
+    char *js0[] = { "check", "--format", "json", "tests/specs/valid/minimal.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(js0, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "[]\n");
+    run_free(&r);
+
+    char *md[] = { "schema", "--format", "markdown", NULL };
+    ck_assert_int_eq(run_ddpc(md, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    char *readme = slurp("spec/README.md");
+    ck_assert_ptr_nonnull(readme);
+    ck_assert_str_eq(r.out, readme);
+    free(readme);
+    run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
+/* Many specs in one call stay fast: the DESIGN asks for well under a
+ * second for hundreds; this runs 1000 copies of the example (data headers
+ * off, so it measures the front end, not the disk). */
+START_TEST(test_cli_throughput)
+{
+    int fd = enter_top();
+    char dir[] = "/tmp/ddpc-corpus-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *text = slurp("examples/fashion-mnist.yaml");
+    ck_assert_ptr_nonnull(text);
+    enum { N = 1000 };
+    static char *argv[N + 4];
+    static char paths[N][64];
+    argv[0] = "check";
+    argv[1] = "--no-data";
+    argv[2] = "--quiet";
+    for (int i = 0; i < N; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/s%04d.yaml", dir, i);
+        FILE *f = fopen(paths[i], "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(text, f);
+        ck_assert_int_eq(fclose(f), 0);
+        argv[3 + i] = paths[i];
+    }
+    argv[N + 3] = NULL;
+    struct run_result r;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_ddpc(argv, &r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int i = 0; i < N; i++)
+        unlink(paths[i]);
+    rmdir(dir);
+    free(text);
+    NEED_DDPC(rc);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "");
+    /* generous: 1000 specs in 2 s even under sanitizers on a loaded box */
+    ck_assert_msg(s < 2.0, "1000 specs took %.3f s", s);
+    run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
+static int collect(const char *pattern, char **dst)
+{
+    char full[4096];
+    glob_t g;
+    int n = 0;
+    snprintf(full, sizeof full, "%s/%s", top(), pattern);
+    if (glob(full, 0, NULL, &g) != 0)
+        return 0;
+    size_t skip = strlen(top()) + 1;
+    for (size_t i = 0; i < g.gl_pathc && n < MAX_CORPUS; i++)
+        dst[n++] = strdup(g.gl_pathv[i] + skip);   /* relative to the top; kept for the run */
+    globfree(&g);
+    return n;
+}
+
+Suite *speccorpus_suite(void)
+{
+    Suite *s = suite_create("speccorpus");
+    TCase *tc = tcase_create("corpus");
+    n_invalid = collect("tests/specs/invalid/*.yaml", corpus_invalid);
+    n_valid = collect("tests/specs/valid/*.yaml", corpus_valid);
+    n_valid += collect("examples/*.yaml", corpus_valid + n_valid);
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_invalid_spec, 0, n_invalid);
+    tcase_add_loop_test(tc, test_valid_spec, 0, n_valid);
+    tcase_add_test(tc, test_reference_up_to_date);
+    suite_add_tcase(s, tc);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 60);
+    tcase_add_test(cli, test_cli_exit_codes);
+    tcase_add_test(cli, test_cli_formats);
+    tcase_add_test(cli, test_cli_throughput);
+    suite_add_tcase(s, cli);
+    return s;
+}

@@ -1,3 +1,470 @@
-/* test_validate.c - PLACEHOLDER, to be replaced by the module's owner. */
+/* test_validate.c - spec/validate.c and keys.def: defaults, value forms,
+ * exact diagnostics for each kind of mistake, cross-key rules, and the key
+ * table's own consistency. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "load.h"
+#include "spec.h"
 #include "suites.h"
-Suite *validate_suite(void) { return suite_create("validate"); }
+#include "validate.h"
+
+struct checked {
+    struct ddpc_arena a;
+    struct ddpc_node *root;
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    char *text;
+    int rc;
+};
+
+/* Loads and validates yaml as if it were the file `file`; data headers are
+ * not read unless the test asks. */
+static void check_as(struct checked *c, const char *file, const char *yaml, int read_data)
+{
+    struct spec_options opt = { .read_data_headers = read_data };
+    memset(c, 0, sizeof *c);
+    diag_init(&c->d);
+    c->rc = load_yaml(file, yaml, strlen(yaml), &c->a, &c->root, &c->d);
+    if (c->rc == 0)
+        c->rc = validate_job(file, c->root, &opt, &c->a, &c->job, &c->d);
+    diag_sort(&c->d);
+    size_t sz;
+    FILE *f = open_memstream(&c->text, &sz);
+    ck_assert_ptr_nonnull(f);
+    diag_print(&c->d, 0, DDPC_FMT_TEXT, f);
+    fclose(f);
+}
+
+static void check(struct checked *c, const char *yaml)
+{
+    check_as(c, "dir/t.yaml", yaml, 0);
+}
+
+static void checked_free(struct checked *c)
+{
+    arena_free(&c->a);
+    diag_free(&c->d);
+    free(c->text);
+}
+
+#define MINIMAL "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 2]}\ndata: {train: {format: synthetic}}\n"
+
+START_TEST(test_defaults_filled)
+{
+    struct checked c;
+    check(&c, MINIMAL);
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.rc, 0);
+    const struct ddpc_job *j = &c.job;
+    ck_assert_int_eq(j->version, 1);
+    ck_assert_str_eq(j->name, "t");
+    ck_assert_int_eq(j->n_devices, 1);
+    ck_assert_int_eq(j->devices[0], 0);
+    ck_assert_int_eq(j->devices_all, 0);
+    ck_assert_int_eq(j->strategy, DDPC_STRATEGY_DDP);
+    ck_assert_int_eq(j->accelerator, DDPC_ACCEL_AUTO);
+    ck_assert_uint_eq(j->seed, 0);
+    ck_assert_int_eq(j->deterministic, 0);
+    ck_assert_int_eq(j->epochs, 1);
+    ck_assert(j->learning_rate == 0.001);
+    ck_assert_int_eq(j->lr_scaling, DDPC_LR_SCALING_NONE);
+    ck_assert_int_eq(j->batch_size, 8);
+    ck_assert_int_eq(j->grad_accumulation, 1);
+    ck_assert_int_eq(j->limit_train_batches, 0);
+    ck_assert(j->limit_train_fraction == 1.0);
+    ck_assert_int_eq(j->precision, DDPC_PRECISION_FP32);
+    ck_assert(j->grad_clip_norm == 0);
+    ck_assert(j->bucket_cap_mb == 25);
+    ck_assert_ptr_null(j->checkpoint_dir);
+    ck_assert(j->nccl_timeout_s == 0 && j->rank_sync_timeout_s == 0);
+    ck_assert_int_eq(j->model.type, DDPC_MODEL_MLP);
+    ck_assert_int_eq(j->model.n_layers, 2);
+    ck_assert_int_eq(j->model.layers[0], 16);
+    ck_assert_int_eq(j->model.layers[1], 2);
+    ck_assert_int_eq(j->model.activation, DDPC_ACT_RELU);
+    ck_assert_int_eq(j->model.init, DDPC_INIT_PYTORCH);
+    ck_assert_int_eq(j->loss, DDPC_LOSS_CROSS_ENTROPY);
+    ck_assert_int_eq(j->data.train.format, DDPC_DATA_SYNTHETIC);
+    ck_assert_int_eq(j->data.train.samples, 1024);
+    ck_assert_int_eq(j->data.train.features, 16);
+    ck_assert_int_eq(j->data.train.classes, 2);
+    ck_assert_int_eq(j->data.has_test, 0);
+    ck_assert_int_eq(j->data.shuffle, 1);
+    ck_assert_int_eq(j->data.drop_last, 0);
+    ck_assert_int_eq(j->optimizer.type, DDPC_OPTIM_ADAM);
+    ck_assert(j->optimizer.beta1 == 0.9 && j->optimizer.beta2 == 0.999);
+    ck_assert(j->optimizer.eps == 1e-8);
+    ck_assert(j->optimizer.weight_decay == 0);
+    ck_assert(j->optimizer.momentum == 0);
+    ck_assert_int_eq(j->schedule.warmup_steps, 0);
+    ck_assert(j->schedule.warmup_start_factor == 0.01);
+    ck_assert_int_eq(j->schedule.decay, DDPC_DECAY_CONSTANT);
+    ck_assert(j->schedule.gamma == 0.1);
+    ck_assert_int_eq(j->checkpoint.every_n_epochs, 1);
+    ck_assert_int_eq(j->checkpoint.keep_last, 0);
+    ck_assert_int_eq(j->checkpoint.resume, DDPC_RESUME_AUTO);
+    ck_assert_ptr_null(j->checkpoint.resume_path);
+    ck_assert_ptr_null(j->checkpoint.export_path);
+    ck_assert_int_eq(j->logging.every_n_steps, 50);
+    ck_assert_ptr_null(j->logging.metrics_csv);
+    ck_assert_int_eq(j->logging.progress, DDPC_PROGRESS_AUTO);
+    ck_assert_int_eq(j->launch.num_nodes, 1);
+    ck_assert_int_eq(j->launch.launcher, DDPC_LAUNCHER_LOCAL);
+    ck_assert_str_eq(j->launch.master_addr, "127.0.0.1");
+    ck_assert_int_eq(j->launch.master_port, 29500);
+    ck_assert_int_eq(j->launch.max_restarts, 0);
+    ck_assert_int_eq(spec_world_size(j, 8), 1);
+    checked_free(&c);
+
+    /* adamw's weight decay defaults to 0.01, like torch.optim.AdamW */
+    check(&c, MINIMAL "optimizer: {type: adamw}\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert(c.job.optimizer.weight_decay == 0.01);
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_devices_forms)
+{
+    static const struct { const char *v; int n, all, first, last; } forms[] = {
+        { "[0, 1]", 2, 0, 0, 1 }, { "[3, 1]", 2, 0, 3, 1 }, { "2", 2, 0, 0, 1 },
+        { "\"0,1\"", 2, 0, 0, 1 }, { "\"1,\"", 1, 0, 1, 1 }, { "\"4\"", 4, 0, 0, 3 },
+        { "-1", 0, 1, 0, 0 }, { "all", 0, 1, 0, 0 }, { "\"all\"", 0, 1, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char y[512];
+        struct checked c;
+        snprintf(y, sizeof y, "devices: %s\nlr_scaling: linear\n" MINIMAL, forms[i].v);
+        check(&c, y);
+        ck_assert_msg(c.rc == 0, "devices: %s: %s", forms[i].v, c.text);
+        ck_assert_int_eq(c.job.n_devices, forms[i].n);
+        ck_assert_int_eq(c.job.devices_all, forms[i].all);
+        if (forms[i].n) {
+            ck_assert_int_eq(c.job.devices[0], forms[i].first);
+            ck_assert_int_eq(c.job.devices[forms[i].n - 1], forms[i].last);
+        }
+        checked_free(&c);
+    }
+    struct checked c;
+    check(&c, "devices: all\nlr_scaling: linear\n" MINIMAL);
+    ck_assert_int_eq(spec_world_size(&c.job, 8), 8);
+    checked_free(&c);
+    check(&c, "devices: [0, 0]\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:14: error: devices[1]: device 0 is listed twice\n");
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_value_forms)
+{
+    struct checked c;
+    check(&c, MINIMAL "precision: 32-true\nnccl_timeout: 1:30:00\nrank_sync_timeout: 90s\n"
+          "devices: 2\nlr_scaling: sqrt\nlimit_train_batches: 10\nseed: 0x10\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.precision, DDPC_PRECISION_FP32);
+    ck_assert(c.job.nccl_timeout_s == 5400);
+    ck_assert(c.job.rank_sync_timeout_s == 90);
+    ck_assert_int_eq(c.job.limit_train_batches, 10);
+    ck_assert_uint_eq(c.job.seed, 16);
+    checked_free(&c);
+
+    check(&c, MINIMAL "precision: bf16-mixed\nlimit_train_batches: 0.25\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.precision, DDPC_PRECISION_BF16);
+    ck_assert_int_eq(c.job.limit_train_batches, 0);
+    ck_assert(c.job.limit_train_fraction == 0.25);
+    checked_free(&c);
+
+    check(&c, MINIMAL "precision: 16-mixed\nlimit_train_batches: 1.0\n");
+    ck_assert_int_eq(c.job.precision, DDPC_PRECISION_FP16);
+    ck_assert(c.job.limit_train_fraction == 1.0);
+    checked_free(&c);
+
+    /* a key with no value takes its default */
+    check(&c, MINIMAL "checkpoint_dir:\nlearning_rate: ~\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_ptr_null(c.job.checkpoint_dir);
+    ck_assert(c.job.learning_rate == 0.001);
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_paths_resolved)
+{
+    struct checked c;
+    check_as(&c, "specs/run/t.yaml",
+             "epochs: 1\nbatch_size: 8\nmodel: {layers: [4, 2]}\ncheckpoint_dir: ckpt\n"
+             "data:\n  train: {format: idx, inputs: data/x.idx, labels: /abs/y.idx}\n", 0);
+    ck_assert_str_eq(c.text, "");
+    const char *in = c.job.data.train.inputs;
+    ck_assert_msg(in[0] == '/', "inputs not absolute: %s", in);
+    size_t l = strlen(in), sl = strlen("/specs/run/data/x.idx");
+    ck_assert(l > sl && strcmp(in + l - sl, "/specs/run/data/x.idx") == 0);
+    ck_assert_str_eq(c.job.data.train.labels, "/abs/y.idx");
+    /* outputs stay relative to the run's working directory */
+    ck_assert_str_eq(c.job.checkpoint_dir, "ckpt");
+    ck_assert_str_eq(c.job.name, "t");
+    checked_free(&c);
+
+    check_as(&c, "/x/my job.v2.yml", MINIMAL, 0);
+    ck_assert_str_eq(c.job.name, "my_job.v2");
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_did_you_mean)
+{
+    struct checked c;
+    check(&c, MINIMAL "learnig_rate: 0.01\nepoch: 2\noptimizer: {typ: sgd}\nnesterov: true\n"
+          "accelerator: gpus\nzzz: 1\n");
+    ck_assert_str_eq(c.text,
+        "dir/t.yaml:5:1: error: learnig_rate: unknown key 'learnig_rate'; did you mean 'learning_rate'?\n"
+        "dir/t.yaml:6:1: error: epoch: unknown key 'epoch'; did you mean 'epochs'?\n"
+        "dir/t.yaml:7:13: error: optimizer.typ: unknown key 'typ'; did you mean 'type'?\n"
+        "dir/t.yaml:8:1: error: nesterov: unknown key 'nesterov' here; did you mean 'optimizer.nesterov'?\n"
+        "dir/t.yaml:9:14: error: accelerator: expected one of auto, cpu, gpu; found 'gpus'; did you mean 'gpu'?\n"
+        "dir/t.yaml:10:1: error: zzz: unknown key 'zzz'\n");
+    ck_assert_int_eq(c.rc, -1);
+    checked_free(&c);
+    ck_assert_int_eq(validate_distance("learnig_rate", "learning_rate"), 1);
+    ck_assert_int_eq(validate_distance("ab", "ba"), 1);
+    ck_assert_int_eq(validate_distance("", "abc"), 3);
+}
+END_TEST
+
+START_TEST(test_cross_rules)
+{
+    struct checked c;
+    check(&c, "devices: 2\nlearning_rate: 0.001\n" MINIMAL);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert_str_eq(c.text, "dir/t.yaml:2:16: warning: learning_rate: 2 devices and no lr_scaling: "
+                             "learning_rate stays 0.001; lr_scaling: linear would use 0.002\n");
+    checked_free(&c);
+
+    check(&c, "devices: [0, 1, 2, 3]\nstrategy: none\nlr_scaling: none\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:2:11: error: strategy: strategy none runs a single process, "
+                             "but 4 devices are listed; use strategy: ddp or one device\n");
+    checked_free(&c);
+
+    check(&c, "nccl_timeout: 30m\n" MINIMAL);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:15: warning: nccl_timeout: ignored on a single device "
+                             "(there is no collective to bound)\n");
+    ck_assert(c.job.nccl_timeout_s == 0);
+    checked_free(&c);
+
+    check(&c, "accelerator: cpu\nprecision: fp16\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:2:12: error: precision: fp16 needs a GPU, but accelerator "
+                             "is cpu; the CPU backend computes in fp32\n");
+    checked_free(&c);
+
+    check(&c, "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 5]}\n"
+              "data: {train: {format: synthetic, features: 12, classes: 4}}\n");
+    ck_assert_str_eq(c.text,
+        "dir/t.yaml:3:18: error: model.layers[0]: input size 16 does not match the 12 features per sample of data.train\n"
+        "dir/t.yaml:3:22: error: model.layers[-1]: output size 5 does not match the 4 classes of data.train\n");
+    checked_free(&c);
+
+    check(&c, "epochs: 1\nbatch_size: 8\nloss: cross_entropy\nmodel: {layers: [16, 1]}\n"
+              "data: {train: {format: synthetic, classes: 0}}\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:3:7: error: loss: cross_entropy needs class labels, but "
+                             "data.train is regression data (classes: 0); use loss: mse\n");
+    checked_free(&c);
+
+    check(&c, "epochs: 1\nbatch_size: 600\ndevices: 2\nlr_scaling: linear\nmodel: {layers: [16, 2]}\n"
+              "data: {train: {format: synthetic, samples: 1000}}\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:2:13: error: batch_size: batch_size 600 × 2 devices = 1200 "
+                             "is larger than the training set (1000 samples)\n");
+    checked_free(&c);
+
+    check(&c, MINIMAL "accelerator: cpu\nlaunch: {num_nodes: 2}\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:6:21: warning: launch.num_nodes: 2 devices and no lr_scaling: "
+                             "learning_rate stays 0.001; lr_scaling: linear would use 0.002\n"
+                             "dir/t.yaml:6:21: error: launch.num_nodes: 2 nodes with accelerator cpu: "
+                             "not supported until a CPU multi-node path exists\n");
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_type_specific_keys)
+{
+    struct checked c;
+    check(&c, MINIMAL "optimizer:\n  type: adam\n  momentum: 0.9\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:7:3: error: optimizer.momentum: applies only when type is "
+                             "sgd (type here is adam)\n");
+    checked_free(&c);
+    /* the sibling may come after the key */
+    check(&c, MINIMAL "optimizer:\n  momentum: 0.9\n  type: sgd\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert(c.job.optimizer.momentum == 0.9);
+    checked_free(&c);
+    /* the default type (adam) decides when type is absent */
+    check(&c, MINIMAL "optimizer: {momentum: 0.9}\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:13: error: optimizer.momentum: applies only when type is "
+                             "sgd (type here is adam)\n");
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_data_headers)
+{
+    /* a FIFO or a device must not hang or be read */
+    struct checked c;
+    check_as(&c, "t.yaml", "epochs: 1\nbatch_size: 8\nmodel: {layers: [4, 2]}\n"
+                 "data: {train: {format: idx, inputs: /dev/zero, labels: /dev/null}}\n", 1);
+    ck_assert_str_eq(c.text, "t.yaml:4:37: error: data.train.inputs: cannot read '/dev/zero': "
+                             "not a regular file\n");
+    checked_free(&c);
+    /* with data reads off, the same spec is valid */
+    check_as(&c, "t.yaml", "epochs: 1\nbatch_size: 8\nmodel: {layers: [4, 2]}\n"
+                 "data: {train: {format: idx, inputs: /dev/zero, labels: /dev/null}}\n", 0);
+    ck_assert_str_eq(c.text, "");
+    checked_free(&c);
+}
+END_TEST
+
+START_TEST(test_key_table_consistent)
+{
+    ck_assert_int_lt(ddpc_n_keys, 128);
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        ck_assert_msg(k->doc && k->doc[0], "%s has no doc", k->name);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(ddpc_keys[j].block != k->block || strcmp(ddpc_keys[j].name, k->name),
+                          "key %s twice in one block", k->name);
+        if (k->type == DDPC_T_CUSTOM)
+            ck_assert_msg(k->fn && k->schema && k->typetext, "custom %s incomplete", k->name);
+        if (k->only) {
+            const char *eq = strchr(k->only, '=');
+            ck_assert_ptr_nonnull(eq);
+            int found = 0;
+            for (int j = 0; j < ddpc_n_keys; j++)
+                if (ddpc_keys[j].block == k->block && ddpc_keys[j].type == DDPC_T_ENUM &&
+                    strlen(ddpc_keys[j].name) == (size_t)(eq - k->only) &&
+                    strncmp(ddpc_keys[j].name, k->only, (size_t)(eq - k->only)) == 0)
+                    found = 1;
+            ck_assert_msg(found, "%s: 'only' names no enum sibling", k->name);
+        }
+    }
+    /* enum order follows job.h */
+    char v[64];
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        const struct ddpc_key *k = &ddpc_keys[i];
+        if (k->type != DDPC_T_ENUM)
+            continue;
+        if (strcmp(k->name, "type") == 0 && k->block == DDPC_B_OPTIMIZER) {
+            ck_assert_int_eq(validate_enum_value(k, DDPC_OPTIM_SGD, v, sizeof v), 0);
+            ck_assert_str_eq(v, "sgd");
+        }
+        if (strcmp(k->name, "accelerator") == 0) {
+            ck_assert_int_eq(validate_enum_value(k, DDPC_ACCEL_GPU, v, sizeof v), 0);
+            ck_assert_str_eq(v, "gpu");
+        }
+        if (strcmp(k->name, "format") == 0) {
+            ck_assert_int_eq(validate_enum_value(k, DDPC_DATA_SYNTHETIC, v, sizeof v), 0);
+            ck_assert_str_eq(v, "synthetic");
+        }
+        if (strcmp(k->name, "decay") == 0) {
+            ck_assert_int_eq(validate_enum_value(k, DDPC_DECAY_STEP, v, sizeof v), 0);
+            ck_assert_str_eq(v, "step");
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_output_formats)
+{
+    struct ddpc_diag d;
+    char *out = NULL;
+    size_t sz;
+    diag_init(&d);
+    diag_add(&d, DDPC_SEV_ERROR, "a,b:c.yaml", 3, 7, "model.layers", "bad \"x\"\n100%% wrong");
+    diag_add(&d, DDPC_SEV_WARNING, "w.yaml", 1, 1, "", "careful");
+    diag_add(&d, DDPC_SEV_ERROR, "io.yaml", 0, 0, "", "cannot read");
+    ck_assert_int_eq(d.n_errors, 2);
+    ck_assert_int_eq(d.n_warnings, 1);
+    FILE *f = open_memstream(&out, &sz);
+    diag_print(&d, 0, DDPC_FMT_GITHUB, f);
+    fclose(f);
+    ck_assert_str_eq(out,
+        "::error file=a%2Cb%3Ac.yaml,line=3,col=7::model.layers: bad \"x\"%0A100%25 wrong\n"
+        "::warning file=w.yaml,line=1,col=1::careful\n"
+        "::error file=io.yaml::cannot read\n");
+    free(out);
+    f = open_memstream(&out, &sz);
+    diag_print(&d, 1, DDPC_FMT_JSON, f);
+    fclose(f);
+    ck_assert_str_eq(out,
+        "[\n {\"file\":\"w.yaml\",\"line\":1,\"col\":1,\"severity\":\"warning\",\"path\":\"\",\"message\":\"careful\"},\n"
+        " {\"file\":\"io.yaml\",\"line\":0,\"col\":0,\"severity\":\"error\",\"path\":\"\",\"message\":\"cannot read\"}\n]\n");
+    free(out);
+    f = open_memstream(&out, &sz);
+    diag_print(&d, 0, DDPC_FMT_TEXT, f);
+    fclose(f);
+    ck_assert_str_eq(out,
+        "a,b:c.yaml:3:7: error: model.layers: bad \"x\"\n100% wrong\n"
+        "w.yaml:1:1: warning: careful\n"
+        "io.yaml: error: cannot read\n");
+    free(out);
+    diag_free(&d);
+    diag_free(&d);   /* safe twice */
+}
+END_TEST
+
+START_TEST(test_schema_generated)
+{
+    char *out = NULL;
+    size_t sz;
+    FILE *f = open_memstream(&out, &sz);
+    spec_write_schema(f);
+    fclose(f);
+    ck_assert(strstr(out, "\"$schema\": \"https://json-schema.org/draft/2020-12/schema\"") != NULL);
+    /* every key of the table appears, and brackets balance outside strings */
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        char q[80];
+        snprintf(q, sizeof q, "\"%s\": {", ddpc_keys[i].name);
+        ck_assert_msg(strstr(out, q) != NULL, "schema lacks %s", ddpc_keys[i].name);
+    }
+    int depth = 0, in_str = 0;
+    for (const char *p = out; *p; p++) {
+        if (in_str) {
+            if (*p == '\\')
+                p++;
+            else if (*p == '"')
+                in_str = 0;
+            continue;
+        }
+        if (*p == '"')
+            in_str = 1;
+        else if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']')
+            ck_assert_int_ge(--depth, 0);
+    }
+    ck_assert_int_eq(depth, 0);
+    ck_assert_int_eq(in_str, 0);
+    free(out);
+}
+END_TEST
+
+Suite *validate_suite(void)
+{
+    Suite *s = suite_create("validate");
+    TCase *tc = tcase_create("validate");
+    tcase_add_test(tc, test_defaults_filled);
+    tcase_add_test(tc, test_devices_forms);
+    tcase_add_test(tc, test_value_forms);
+    tcase_add_test(tc, test_paths_resolved);
+    tcase_add_test(tc, test_did_you_mean);
+    tcase_add_test(tc, test_cross_rules);
+    tcase_add_test(tc, test_type_specific_keys);
+    tcase_add_test(tc, test_data_headers);
+    tcase_add_test(tc, test_key_table_consistent);
+    tcase_add_test(tc, test_output_formats);
+    tcase_add_test(tc, test_schema_generated);
+    suite_add_tcase(s, tc);
+    return s;
+}
