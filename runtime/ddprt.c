@@ -313,11 +313,18 @@ static void put_str(FILE *f, const char *key, const char *v)
         fprintf(f, "  %-34s %s\n", key, v_ >= 0 && v_ < n_ ? names[v_] : "?");      \
     } while (0)
 
+/* "data.train" + "format" -> "data.train.format" in buf. */
+static const char *key_join(char *buf, size_t len, const char *pre, const char *name)
+{
+    (void)snprintf(buf, len, "%s.%s", pre, name);
+    return buf;
+}
+
 static void put_source(FILE *f, const char *pre, const struct ddpc_data_source *s)
 {
     static const char *fmt[] = { "idx", "npy", "csv", "synthetic" };
     char k[64];
-#define K(name) (snprintf(k, sizeof k, "%s.%s", pre, name), k)
+#define K(name) key_join(k, sizeof k, pre, name)
     PUT_E(K("format"), s->format, fmt);
     put_str(f, K("inputs"), s->inputs);
     put_str(f, K("labels"), s->labels);
