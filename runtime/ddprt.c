@@ -285,6 +285,19 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
 
 /* ===== --dry-run: every field of the job, exactly as baked ===== */
 
+/* The shortest %g that reads back as the same double: exactly the baked
+ * value, without %.17g's 0.90000000000000002. */
+static void put_double(FILE *f, const char *key, double v)
+{
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        (void)snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    fprintf(f, "  %-34s %s\n", key, buf);
+}
+
 static void put_str(FILE *f, const char *key, const char *v)
 {
     if (!v) {
@@ -305,8 +318,7 @@ static void put_str(FILE *f, const char *key, const char *v)
 
 #define PUT_I(key, v)  fprintf(f, "  %-34s %lld\n", key, (long long)(v))
 #define PUT_U(key, v)  fprintf(f, "  %-34s %llu\n", key, (unsigned long long)(v))
-/* %.17g: the double exactly as baked, round-trippable */
-#define PUT_D(key, v)  fprintf(f, "  %-34s %.17g\n", key, (double)(v))
+#define PUT_D(key, v)  put_double(f, key, (double)(v))
 #define PUT_E(key, v, names) do {                                                   \
         int v_ = (int)(v);                                                          \
         int n_ = (int)(sizeof names / sizeof names[0]);                             \
@@ -442,7 +454,7 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
 {
     fprintf(f, "launch plan:\n");
     fprintf(f, "  %-34s %s\n", "backend", r->use_cuda ? "cuda (NCCL)" : "cpu (shared memory)");
-    fprintf(f, "  %-34s %s\n", "accelerator", r->accel_note);
+    fprintf(f, "  %-34s %s\n", "device choice", r->accel_note);
     fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
             r->num_nodes == 1 ? "" : "s", r->local_world);
     fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
