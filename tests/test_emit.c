@@ -268,34 +268,62 @@ static char *run_baked(const char *dir)
     return out;
 }
 
-START_TEST(hostile_values_baked_exactly)
+/* Emits fx's job into dir, compiles the header, and compares the baked job,
+ * spec and plan with the originals. */
+static void check_baked(struct fixture *fx, const char *dir, const char *spec_path)
 {
-    struct fixture fx;
-    fixture_init(&fx, 1);
-    char *spec_path = hostile("path");
-    emit_into(&fx, fx.dir, spec_path);
-
-    char *got = run_baked(fx.dir);
+    emit_into(fx, dir, spec_path);
+    char *got = run_baked(dir);
 
     char *want = NULL;
     size_t want_len = 0;
     FILE *f = open_memstream(&want, &want_len);
     ck_assert_ptr_nonnull(f);
-    dump_job(f, &fx.job);
+    dump_job(f, &fx->job);
     hex(f, spec_path, strlen(spec_path));
     hex(f, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64);
-    hex(f, fx.spec_text, strlen(fx.spec_text) + 1);
-    char *json = plan_json(&fx.plan, &fx.job);
+    hex(f, fx->spec_text, strlen(fx->spec_text) + 1);
+    char *json = plan_json(&fx->plan, &fx->job);
     hex(f, json, strlen(json));
-    fprintf(f, "%d %lld %lld\n", fx.plan.world_size, (long long)fx.plan.global_batch,
-            (long long)fx.plan.total_params);
+    fprintf(f, "%d %lld %lld\n", fx->plan.world_known ? fx->plan.world_size : 0,
+            (long long)fx->plan.global_batch, (long long)fx->plan.total_params);
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_str_eq(got, want);
-
     ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
     free(json);
     free(want);
     free(got);
+}
+
+START_TEST(hostile_values_baked_exactly)
+{
+    struct fixture fx;
+    fixture_init(&fx, 1);
+    char *spec_path = hostile("path");
+    check_baked(&fx, fx.dir, spec_path);
+
+    /* again with the fields that were still zero (enum defaults, the unused
+     * test source, devices_all) set, so none of them can be forgotten */
+    fx.job.devices_all = 1;
+    fx.job.strategy = DDPC_STRATEGY_NONE;
+    fx.job.model.type = DDPC_MODEL_LINEAR;
+    fx.job.data.test.inputs = fx.strings[2];
+    fx.job.data.test.labels = fx.strings[3];
+    fx.job.data.test.samples = 77;
+    fx.job.data.test.features = 5;
+    fx.job.data.test.classes = 4;
+    fx.job.data.test.seed = 99;
+    fx.job.data.train.path = fx.strings[4];
+    plan_free(&fx.plan);
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&fx.job, "./x", &fx.plan, &d), 0);
+    diag_free(&d);
+    char *dir2;
+    ck_assert_int_ge(asprintf(&dir2, "%s/second", fx.dir), 0);
+    ck_assert_int_eq(mkdir(dir2, 0755), 0);
+    check_baked(&fx, dir2, spec_path);
+    free(dir2);
     free(spec_path);
     fixture_free(&fx);
 }
