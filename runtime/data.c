@@ -820,3 +820,18 @@ void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
             memcpy(y_out + (size_t)i * t, ds->y + (size_t)idx[i] * t, t * sizeof *y_out);
     }
 }
+
+void data_prefetch(const struct ddpc_dataset *ds, const int64_t *idx, int count)
+{
+#if defined(__GNUC__)
+    size_t row = (size_t)ds->features * (ds->dtype == DDPC_DTYPE_U8 ? 1 : sizeof(float));
+    const char *x = ds->x;
+    for (int i = 0; i < count; i++) {
+        const char *p = x + (size_t)idx[i] * row;
+        for (size_t off = 0; off < row; off += 64)
+            __builtin_prefetch(p + off, 0, 3);
+    }
+#else
+    (void)ds; (void)idx; (void)count;
+#endif
+}

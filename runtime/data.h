@@ -39,5 +39,9 @@ void data_free(struct ddpc_dataset *ds);
  * labels_out[count] or y_out[count, targets] likewise (either may be NULL). */
 void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
                  float *x_out, int32_t *labels_out, float *y_out);
+/* Hints the CPU to start loading the inputs of samples idx[0..count) (the
+ * next batch) into cache, so the next data_gather does not wait on DRAM.
+ * No effect on results. */
+void data_prefetch(const struct ddpc_dataset *ds, const int64_t *idx, int count);
 
 #endif /* DDPC_DATA_H */

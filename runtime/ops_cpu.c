@@ -114,24 +114,52 @@ static int cpu_bias_act_forward(struct ddpc_ops *o, float *z, const float *bias,
     return 0;
 }
 
+/* Out of place and in place are separate loops: with dz == da exactly,
+ * GCC's runtime overlap check would send the shared loop down its scalar
+ * path; restrict lets each vectorise. */
 #define ACT_BACK_LOOP(ACT)                                                   \
     for (size_t i = 0; i < n; i++)                                           \
         dz[i] = da[i] * ddpc_k_act_grad(ACT, z[i]);
+#define ACT_BACK_INPLACE(ACT)                                                \
+    for (size_t i = 0; i < n; i++)                                           \
+        d[i] *= ddpc_k_act_grad(ACT, z[i]);
+
+DDPC_HOT static void act_back_inplace(const float *restrict z, float *restrict d, size_t n,
+                                      int act)
+{
+    switch (act) {
+    case DDPC_K_RELU:    ACT_BACK_INPLACE(DDPC_K_RELU);    break;
+    case DDPC_K_GELU:    ACT_BACK_INPLACE(DDPC_K_GELU);    break;
+    case DDPC_K_TANH:    ACT_BACK_INPLACE(DDPC_K_TANH);    break;
+    case DDPC_K_SIGMOID: ACT_BACK_INPLACE(DDPC_K_SIGMOID); break;
+    default:             break;
+    }
+}
+
+DDPC_HOT static void act_back(const float *restrict z, const float *restrict da,
+                              float *restrict dz, size_t n, int act)
+{
+    switch (act) {
+    case DDPC_K_RELU:    ACT_BACK_LOOP(DDPC_K_RELU);    break;
+    case DDPC_K_GELU:    ACT_BACK_LOOP(DDPC_K_GELU);    break;
+    case DDPC_K_TANH:    ACT_BACK_LOOP(DDPC_K_TANH);    break;
+    case DDPC_K_SIGMOID: ACT_BACK_LOOP(DDPC_K_SIGMOID); break;
+    default:             break;
+    }
+}
 
 static int cpu_act_backward(struct ddpc_ops *o, const float *z, const float *da, float *dz,
                             size_t n, int act, struct ddpc_err *e)
 {
-    switch (act) {
-    case DDPC_K_RELU:     ACT_BACK_LOOP(DDPC_K_RELU);     break;
-    case DDPC_K_GELU:     ACT_BACK_LOOP(DDPC_K_GELU);     break;
-    case DDPC_K_TANH:     ACT_BACK_LOOP(DDPC_K_TANH);     break;
-    case DDPC_K_SIGMOID:  ACT_BACK_LOOP(DDPC_K_SIGMOID);  break;
-    case DDPC_K_IDENTITY:
+    if (act < DDPC_K_RELU || act > DDPC_K_IDENTITY)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "act_backward: unknown activation %d", act);
+    if (act == DDPC_K_IDENTITY) {
         if (dz != da)
             memmove(dz, da, n * sizeof *dz);
-        break;
-    default:
-        return DDPC_FAIL(e, DDPC_E_INVALID, "act_backward: unknown activation %d", act);
+    } else if (dz == da) {
+        act_back_inplace(z, dz, n, act);
+    } else {
+        act_back(z, da, dz, n, act);
     }
     return 0;
 }

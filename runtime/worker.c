@@ -575,6 +575,12 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             int rows = sampler_batch(&r->sampler, b, &idx);
             double before = loss_sum;
             DDPC_TRY(batch_load(r, a->train, idx, rows, e));
+            if (b + 1 < r->sampler.n_batches) {
+                /* the next batch's rows travel from DRAM while this one computes */
+                const int64_t *nidx;
+                int nrows = sampler_batch(&r->sampler, b + 1, &nidx);
+                data_prefetch(a->train, nidx, nrows);
+            }
             DDPC_TRY(batch_forward(r, rows, 1.0f / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
             int reduce = last_micro && r->comm_on;
