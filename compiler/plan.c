@@ -8,6 +8,7 @@
  * Never: parses YAML (the job is already validated), trains, prints a
  * diagnostic itself, or exits.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -101,43 +102,94 @@ done:
     return n;
 }
 
-/* A line that holds anything but numbers and separators is a header. */
-static int csv_is_header(const char *line)
+/* One CSV field is a number the way the runtime reads it (runtime/data.c):
+ * strtod after blanks and quotes, nothing but blanks and quotes after. */
+static int csv_number(const char *s, const char *end)
 {
-    for (const char *c = line; *c && *c != '\n'; c++)
-        if (!strchr("0123456789+-.eE,; \t\r", *c))
-            return 1;
-    return 0;
+    while (s < end && (isspace((unsigned char)*s) || *s == '"'))
+        s++;
+    char tmp[128];
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n >= sizeof tmp)
+        return n != 0;   /* a very long field: assume numeric, the runtime decides */
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    char *stop;
+    errno = 0;
+    (void)strtod(tmp, &stop);
+    if (stop == tmp || errno == ERANGE)
+        return 0;
+    while (*stop && (isspace((unsigned char)*stop) || *stop == '"'))
+        stop++;
+    return *stop == '\0';
 }
 
+/* The first non-empty line is a header when one of its fields is not a
+ * number, as the runtime decides. */
+static int csv_is_header(const char *line)
+{
+    const char *f = line;
+    for (;;) {
+        const char *c = strchr(f, ',');
+        const char *end = c ? c : f + strlen(f);
+        if (!csv_number(f, end))
+            return 1;
+        if (!c)
+            return 0;
+        f = c + 1;
+    }
+}
+
+/* Data lines of a CSV file, gzipped or not (gzread reads both, like the
+ * runtime): non-empty lines, minus a header line. */
 static int64_t count_csv(const char *path, char *why, size_t why_len)
 {
-    FILE *f = fopen(path, "r");
+    gzFile f = gzopen(path, "rb");
     if (!f) {
-        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno));
+        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno ? errno : ENOMEM));
         return -1;
     }
     int64_t n = 0;
-    int first = 1, header = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        int blank = 1;
-        for (ssize_t i = 0; i < len; i++)
-            if (!strchr(" \t\r\n", line[i]))
-                blank = 0;
-        if (blank)
-            continue;
-        if (first && csv_is_header(line))
-            header = 1;
-        else
-            n++;
-        first = 0;
+    int first = 1, header = 0, err = 0;
+    struct ddpc_buf line;
+    buf_init(&line);
+    char chunk[8192];
+    for (;;) {
+        char *got = gzgets(f, chunk, sizeof chunk);
+        if (got)
+            buf_puts(&line, chunk);
+        size_t len = line.len;
+        int complete = got && len > 0 && line.s[len - 1] == '\n';
+        if (got && !complete && !gzeof(f))
+            continue;            /* a line longer than the chunk: read on */
+        if (!got && line.len == 0)
+            break;
+        /* a whole line (or the last one, without a newline) */
+        while (line.len && (line.s[line.len - 1] == '\n' || line.s[line.len - 1] == '\r'))
+            line.s[--line.len] = '\0';
+        if (line.oom) {
+            err = 1;
+            break;
+        }
+        if (line.len) {
+            if (first && csv_is_header(line.s))
+                header = 1;
+            else
+                n++;
+            first = 0;
+        }
+        line.len = 0;
+        if (line.s)
+            line.s[0] = '\0';
+        if (!got)
+            break;
     }
-    int err = ferror(f);
-    free(line);
-    fclose(f);
+    int zerr;
+    gzerror(f, &zerr);
+    if (zerr != Z_OK && zerr != Z_STREAM_END)
+        err = 1;
+    buf_free(&line);
+    gzclose(f);
     if (err) {
         snprintf(why, why_len, "%s: read error", path);
         return -1;

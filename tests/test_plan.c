@@ -439,6 +439,19 @@ START_TEST(count_idx_gz_npy_csv)
     s.path = path;
     ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 3);
 
+    /* gzipped CSV, CRLF, no header ("nan" and " 1e3" are numbers to strtod,
+     * as to the runtime), and a line longer than gzgets' chunk */
+    snprintf(path, sizeof path, "%s/y.csv.gz", dir);
+    g = gzopen(path, "wb");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_gt(gzputs(g, "nan, 1e3,0\r\n1,2,1\r\n"), 0);
+    for (int i = 0; i < 3000; i++)
+        ck_assert_int_gt(gzputs(g, "1.2345,"), 0);
+    ck_assert_int_gt(gzputs(g, "0\n\n"), 0);
+    ck_assert_int_eq(gzclose(g), Z_OK);
+    s.path = path;
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 3);
+
     rm_tree(dir);
     free(dir);
 }
