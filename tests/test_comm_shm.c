@@ -190,7 +190,8 @@ START_TEST(all_reduce_sizes_2_and_3_ranks)
     for (int world = 2; world <= 3; world++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             for (int op = 0; op < 2; op++)
-                check_all_reduce(world, 0, sizes[s], (enum ddpc_reduce)op, (int)(s & 1));
+                for (int in_place = 0; in_place < 2; in_place++)
+                    check_all_reduce(world, 0, sizes[s], (enum ddpc_reduce)op, in_place);
 }
 END_TEST
 
