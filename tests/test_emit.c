@@ -542,6 +542,48 @@ START_TEST(cc_missing_runtime)
 }
 END_TEST
 
+
+START_TEST(cc_compile_failure_reported)
+{
+    char *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(lib)) {
+        fprintf(stderr, "SKIP cc_compile_failure_reported: %s not built\n", lib);
+        free(lib);
+        return;
+    }
+    free(lib);
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *hdr, *out;
+    ck_assert_int_ge(asprintf(&hdr, "%s/job_config.h", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/job", fx.dir), 0);
+    const char broken[] = "#error this header is broken on purpose\n";
+    ck_assert_int_eq(write_file(hdr, broken, sizeof broken - 1), 0);
+    struct cc_options o = {
+        .job = &fx.job, .prefix = test_build(), .emit_dir = fx.dir, .out = out, .cpu_only = 1,
+    };
+    char *output = NULL;
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(cc_build(&o, &output, &d), -1);
+    /* first what failed, in words; then the compiler's own message */
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "compiling job.c and linking the runtime failed"));
+    ck_assert_ptr_nonnull(output);
+    ck_assert_ptr_nonnull(strstr(output, "broken on purpose"));
+    ck_assert(!exists(out));
+    char *tmp;
+    ck_assert_int_ge(asprintf(&tmp, "%s.tmp.%ld", out, (long)getpid()), 0);
+    ck_assert(!exists(tmp));
+    free(tmp);
+    free(output);
+    diag_free(&d);
+    free(hdr);
+    free(out);
+    fixture_free(&fx);
+}
+END_TEST
+
 START_TEST(cc_builds_a_job)
 {
     char *lib;
@@ -738,6 +780,7 @@ Suite *emit_suite(void)
     tcase_add_test(tc, sbatch_is_shell_and_quotes_hold);
     tcase_add_test(tc, bad_values_refused);
     tcase_add_test(tc, cc_missing_runtime);
+    tcase_add_test(tc, cc_compile_failure_reported);
     tcase_add_test(tc, cc_builds_a_job);
     tcase_add_test(tc, cli_build_hostile_yaml);
     tcase_add_test(tc, cli_exit_statuses);
