@@ -445,11 +445,91 @@ static int composer_open(struct composer *c, enum ddpc_node_kind kind, const yam
     return 0;
 }
 
+static int is_merge_key(const struct ddpc_node *k)
+{
+    return k->kind == DDPC_NODE_SCALAR && !k->quoted && strcmp(k->str, "<<") == 0;
+}
+
+static int has_key(struct ddpc_node **items, int n, const struct ddpc_node *k)
+{
+    for (int i = 0; i < n; i += 2)
+        if (same_key(items[i], k))
+            return 1;
+    return 0;
+}
+
+/* YAML 1.1 merge keys: `<<: *defaults` (or a list of aliases) adds the
+ * pairs of those mappings that the map does not set itself; earlier
+ * sources win over later ones. Rewrites f->items in place. */
+static int composer_merge(struct composer *c, struct frame *f, const yaml_event_t *e)
+{
+    int any = 0;
+    for (int i = 0; i < f->n; i += 2)
+        any |= is_merge_key(f->items[i]);
+    if (!any)
+        return 0;
+    int cap = f->n, n = 0;
+    struct ddpc_node **out = NULL;
+    /* count what may be added, bounded so a merge cannot go quadratic */
+    for (int i = 0; i < f->n; i += 2) {
+        const struct ddpc_node *v = f->items[i + 1];
+        if (!is_merge_key(f->items[i]))
+            continue;
+        if (v->kind == DDPC_NODE_MAP)
+            cap += 2 * v->n;
+        else if (v->kind == DDPC_NODE_SEQ)
+            for (int j = 0; j < v->n; j++)
+                cap += v->items[j]->kind == DDPC_NODE_MAP ? 2 * v->items[j]->n : 0;
+    }
+    if (cap > 2 * 4096) {
+        composer_error(c, e->start_mark, "%s", "merge key '<<' brings more than 4096 keys");
+        return -1;
+    }
+    out = malloc((size_t)cap * sizeof *out);
+    if (!out) {
+        composer_error(c, e->start_mark, "%s", "out of memory while loading");
+        return -1;
+    }
+    for (int i = 0; i < f->n; i += 2)
+        if (!is_merge_key(f->items[i])) {
+            out[n++] = f->items[i];
+            out[n++] = f->items[i + 1];
+        }
+    for (int i = 0; i < f->n; i += 2) {
+        const struct ddpc_node *k = f->items[i], *v = f->items[i + 1];
+        if (!is_merge_key(k))
+            continue;
+        int nsrc = v->kind == DDPC_NODE_SEQ ? v->n : 1;
+        for (int s = 0; s < nsrc; s++) {
+            const struct ddpc_node *src = v->kind == DDPC_NODE_SEQ ? v->items[s] : v;
+            if (src->kind != DDPC_NODE_MAP) {
+                char path[256], full[300];
+                composer_path(c, c->depth - 1, path, sizeof path);
+                snprintf(full, sizeof full, "%s%s<<", path, path[0] ? "." : "");
+                diag_add(c->d, DDPC_SEV_ERROR, c->file, src->line, src->col, full,
+                         "a merge key takes a mapping or a list of mappings");
+                c->failed = 1;
+                continue;
+            }
+            for (int j = 0; j < src->n; j++)
+                if (!has_key(out, n, src->items[2 * j])) {
+                    out[n++] = src->items[2 * j];
+                    out[n++] = src->items[2 * j + 1];
+                }
+        }
+    }
+    free(f->items);
+    f->items = out;
+    f->n = n;
+    f->cap = cap;
+    return 0;
+}
+
 static int composer_close(struct composer *c, const yaml_event_t *e)
 {
     struct frame *f = &c->stack[c->depth - 1];
     struct ddpc_node *n = f->node;
-    if (n->kind == DDPC_NODE_MAP && composer_dups(c, f) < 0)
+    if (n->kind == DDPC_NODE_MAP && (composer_dups(c, f) < 0 || composer_merge(c, f, e) < 0))
         return -1;
     n->n = n->kind == DDPC_NODE_MAP ? f->n / 2 : f->n;
     if (f->n) {

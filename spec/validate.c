@@ -664,6 +664,10 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
         const struct ddpc_node *key = map->items[2 * j], *val = map->items[2 * j + 1];
         if (key->kind != DDPC_NODE_SCALAR)
             continue;
+        /* top-level x-* keys are free for the user (a home for anchors),
+         * as in Docker Compose */
+        if (b == DDPC_B_ROOT && strncmp(key->str, "x-", 2) == 0)
+            continue;
         int i = key_index(b, key->str, key->len);
         join_path(path, sizeof path, bpath, key->str);
         if (i < 0) {

@@ -162,6 +162,23 @@ START_TEST(test_aliases_shared_and_bounded)
 }
 END_TEST
 
+START_TEST(test_merge_keys)
+{
+    struct loaded l;
+    const char *y = "a: &a {x: 1, y: 2}\nb: &b {y: 5, z: 6}\n"
+                    "c: {<<: *a, x: 3}\nd: {<<: [*a, *b], w: 0}\n";
+    load_str(&l, y, strlen(y));
+    ck_assert_int_eq(l.rc, 0);
+    ck_assert_str_eq(load_lookup(l.root, "c.x")->str, "3");   /* explicit keys win */
+    ck_assert_str_eq(load_lookup(l.root, "c.y")->str, "2");
+    ck_assert_ptr_null(load_lookup(l.root, "c.<<"));
+    ck_assert_str_eq(load_lookup(l.root, "d.y")->str, "2");   /* earlier sources win */
+    ck_assert_str_eq(load_lookup(l.root, "d.z")->str, "6");
+    ck_assert_int_eq(load_lookup(l.root, "d")->n, 4);
+    loaded_free(&l);
+}
+END_TEST
+
 START_TEST(test_hostile_bytes)
 {
     struct loaded l;
@@ -317,6 +334,7 @@ Suite *load_suite(void)
     tcase_add_test(tc, test_duplicate_keys);
     tcase_add_test(tc, test_duplicate_keys_large_map);
     tcase_add_test(tc, test_aliases_shared_and_bounded);
+    tcase_add_test(tc, test_merge_keys);
     tcase_add_test(tc, test_hostile_bytes);
     tcase_add_test(tc, test_deep_nesting);
     tcase_add_test(tc, test_node_count_bound);
