@@ -3,7 +3,8 @@
  *
  *   make && cc -O2 -D_GNU_SOURCE -Ispec -Iruntime bench/allreduce.c \
  *       build/lib/libddprt.a -lopenblas -lz -lm -lpthread -o build/bench_allreduce
- *   build/bench_allreduce [world] [max_bytes] [iters]     (defaults: 2, 64 MiB, 20)
+ *   build/bench_allreduce [world] [max_bytes] [iters] [slot_bytes]
+ *       defaults: 2 ranks, 64 MiB, 20 iterations, the library's default slot
  *
  * Forks `world` ranks over one comm_shm region, sweeps sizes from 4 bytes to
  * max_bytes by x4, times `iters` average all-reduces per size after warm-up
@@ -88,6 +89,7 @@ int main(int argc, char **argv)
     int world = argc > 1 ? atoi(argv[1]) : 2;
     size_t max_bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)64 << 20;
     int iters = argc > 3 ? atoi(argv[3]) : 20;
+    size_t slot_floats = argc > 4 ? strtoull(argv[4], NULL, 0) / sizeof(float) : 0;
     if (world < 1 || world > 64 || max_bytes < 4 || iters < 1) {
         fprintf(stderr, "usage: %s [world 1..64] [max_bytes] [iters]\n", argv[0]);
         return 2;
@@ -95,7 +97,7 @@ int main(int argc, char **argv)
     size_t max_floats = max_bytes / sizeof(float);
     struct comm_shm_region *r = NULL;
     struct ddpc_err e = { 0 };
-    if (comm_shm_create(&r, world, 0, &e) < 0) {
+    if (comm_shm_create(&r, world, slot_floats, &e) < 0) {
         fprintf(stderr, "bench: %s\n", e.msg);
         return 1;
     }

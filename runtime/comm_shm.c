@@ -430,7 +430,14 @@ static int verify_call(struct shm_handle *h, int rank, const char *purpose, cons
     return 0;
 }
 
-/* Sum (then scale) slots 0..W-1 into result over [lo, hi), rank order. */
+/* Sum (then scale) slots 0..W-1 into result over [lo, hi), rank order.
+ * GCC's -O2 cost model leaves these loops scalar (measured: 4x slower on
+ * cache-resident pieces), so this one function asks for the vectoriser.
+ * Vectorising keeps the per-element order (slot 0, then 1, ...): results
+ * stay bitwise identical; no -ffast-math reassociation is involved. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
 static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum ddpc_reduce op)
 {
     int W = r->world;
