@@ -153,13 +153,17 @@ START_TEST(test_valid_spec)
     int fd = enter_top();
     const char *yaml = corpus_valid[_i];
     int rc;
-    char *got = check_text(yaml, &rc, 1);
+    /* examples name system data (Debian's dataset-fashion-mnist); read their
+     * headers only where it is installed, so the corpus passes without it */
+    int is_example = strncmp(yaml, "examples/", 9) == 0;
+    int read_data = !is_example || access("/usr/share/datasets/fashion-mnist", R_OK) == 0;
+    char *got = check_text(yaml, &rc, read_data);
     ck_assert_msg(rc == 0, "%s is in the valid corpus but has errors:\n%s", yaml, got);
     char *expect_file = expect_path(yaml);
     char *want = slurp(expect_file);
     /* the corpus pins its warnings; examples belong to their authors */
     if (!want)
-        want = strdup(strncmp(yaml, "examples/", 9) == 0 ? got : "");
+        want = strdup(is_example ? got : "");
     if (strcmp(got, want) != 0) {
         char diff[1024];
         first_difference(got, want, diff, sizeof diff);
@@ -281,7 +285,8 @@ START_TEST(test_cli_exit_codes)
 {
     int fd = enter_top();
     struct run_result r;
-    char *ok[] = { "check", "tests/specs/valid/minimal.yaml", "examples/fashion-mnist.yaml", NULL };
+    char *ok[] = { "check", "--no-data", "tests/specs/valid/minimal.yaml",
+                   "examples/fashion-mnist.yaml", NULL };
     NEED_DDPC(run_ddpc(ok, &r));
     ck_assert_int_eq(r.status, 0);
     ck_assert_str_eq(r.out, "");
