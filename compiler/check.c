@@ -17,7 +17,7 @@ static void check_usage(FILE *out)
     fputs("usage: ddpc check [--format text|json|github] [--strict] [--quiet] [--no-data] FILE...\n"
           "  --format F  text (file:line:col: error: key: message), json, or github annotations\n"
           "  --strict    warnings fail the check (exit 1)\n"
-          "  --quiet     print errors only; nothing on success\n"
+          "  --quiet     print only what fails the check; nothing on success\n"
           "  --no-data   do not read data headers or check the resume path\n"
           "exit: 0 valid (warnings allowed), 1 invalid, 2 usage or I/O error\n", out);
 }
@@ -125,8 +125,10 @@ int cmd_check(int argc, char **argv)
             invalid++;
         if (fmt == DDPC_FMT_JSON)
             continue;   /* one array at the end */
+        /* --quiet keeps what fails the check: errors, and warnings under --strict */
         for (int k = from; k < d.n; k++)
-            if (!quiet || d.v[k].severity == DDPC_SEV_ERROR)
+            if (!quiet || d.v[k].severity == DDPC_SEV_ERROR ||
+                (strict && d.v[k].severity == DDPC_SEV_WARNING))
                 diag_print_entry(&d.v[k], fmt, stdout);
         /* text/github: print as we go and forget, so memory stays flat
          * over thousands of files */
@@ -136,7 +138,8 @@ int cmd_check(int argc, char **argv)
         int first = 1;
         fputc('[', stdout);
         for (int k = 0; k < d.n; k++) {
-            if (quiet && d.v[k].severity != DDPC_SEV_ERROR)
+            if (quiet && d.v[k].severity != DDPC_SEV_ERROR &&
+                !(strict && d.v[k].severity == DDPC_SEV_WARNING))
                 continue;
             fputs(first ? "\n " : ",\n ", stdout);
             diag_print_entry(&d.v[k], fmt, stdout);

@@ -587,9 +587,12 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
             best = ddpc_keys[i].name;
         }
     }
+    /* the key as text, masked and shortened like any value in a message */
+    struct ddpc_node plain = *key;
+    plain.quoted = 0;
+    describe(&plain, found, sizeof found);
     if (best) {
-        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key '%s'; did you mean '%s'?",
-              describe(key, found, sizeof found)[0] == '\'' ? key->str : found, best);
+        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s; did you mean '%s'?", found, best);
         return;
     }
     /* the right key in the wrong block: say where it belongs */
@@ -598,11 +601,11 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
             continue;
         char where[128];
         join_path(where, sizeof where, validate_block_path(ddpc_keys[i].block), key->str);
-        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key '%s' here; did you mean '%s'?",
-              key->str, where);
+        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s here; did you mean '%s'?", found,
+              where);
         return;
     }
-    vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s", describe(key, found, sizeof found));
+    vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s", found);
 }
 
 static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
@@ -1257,11 +1260,15 @@ static void cross_rules(struct ddpc_vctx *c)
         j->optimizer.weight_decay = j->optimizer.type == DDPC_OPTIM_ADAMW ? 0.01 : 0.0;
     j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
 
-    if (j->strategy == DDPC_STRATEGY_NONE && several && (n = at(c, "strategy")))
+    if (j->strategy == DDPC_STRATEGY_NONE && several && (n = at(c, "strategy"))) {
+        char what[64];
+        if (j->devices_all)
+            snprintf(what, sizeof what, "devices is all");
+        else
+            snprintf(what, sizeof what, "%d devices are listed", world);
         vdiag(c, DDPC_SEV_ERROR, n, "strategy",
-              "strategy none runs a single process, but %s; use strategy: ddp or one device",
-              j->devices_all ? "devices is all"
-                             : (snprintf(num, sizeof num, "%d devices are listed", world), num));
+              "strategy none runs a single process, but %s; use strategy: ddp or one device", what);
+    }
 
     if (several && !at(c, "lr_scaling")) {
         /* at the key that made it several devices, unless the rate is written */
