@@ -1357,9 +1357,12 @@ static void cross_rules(struct ddpc_vctx *c)
     if (te.features >= 0 && tr.features >= 0 && te.features != tr.features)
         vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
               "but data.train has %lld", (long long)te.features, (long long)tr.features);
-    if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], "model.layers[-1]", "output size %d does "
-              "not match the %lld classes of data.train", out, (long long)tr.classes);
+    if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers"))) {
+        char lp[48];
+        snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
+        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
+              "%lld classes of data.train", out, (long long)tr.classes);
+    }
     if (tr.classes == 0 && j->loss == DDPC_LOSS_CROSS_ENTROPY) {
         const struct ddpc_node *ln = at(c, "loss");
         vdiag(c, DDPC_SEV_ERROR, ln ? ln : at(c, "data.train.classes"),

@@ -265,7 +265,7 @@ START_TEST(test_cross_rules)
               "data: {train: {format: synthetic, features: 12, classes: 4}}\n");
     ck_assert_str_eq(c.text,
         "dir/t.yaml:3:18: error: model.layers[0]: input size 16 does not match the 12 features per sample of data.train\n"
-        "dir/t.yaml:3:22: error: model.layers[-1]: output size 5 does not match the 4 classes of data.train\n");
+        "dir/t.yaml:3:22: error: model.layers[1]: output size 5 does not match the 4 classes of data.train\n");
     checked_free(&c);
 
     check(&c, "epochs: 1\nbatch_size: 8\nloss: cross_entropy\nmodel: {layers: [16, 1]}\n"
