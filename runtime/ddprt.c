@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "comm_shm.h"
 #include "data.h"
 #include "ddprt.h"
@@ -65,8 +68,8 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "  --dry-run          print the baked configuration and the launch plan; train nothing\n"
             "  --resume PATH      start from this checkpoint (overrides checkpoint.resume)\n"
             "  --node-rank K      this node's index in a multi-node job (default: $SLURM_NODEID or 0)\n"
-            "  --master HOST:PORT rendezvous address for multi-node jobs (default: launch.master_addr\n"
-            "                     and launch.master_port from the spec)\n"
+            "  --master HOST:PORT NCCL rendezvous (default: launch.master_addr and master_port\n"
+            "                     from the spec; one-node GPU jobs pick a free local port)\n"
             "  --version          print the ddpc version and the spec's hash\n"
             "  --help             this text\n",
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
@@ -283,6 +286,53 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     return 0;
 }
 
+/* A free loopback port p whose neighbour p + 1 is free too (gradient and
+ * rank-sync communicators), so two single-node GPU jobs on one machine do
+ * not collide on the spec's fixed port, like torchrun --standalone. The
+ * ports are released before NCCL binds them; the window is microseconds. */
+static int ddprt_free_port_pair(int *port, struct ddpc_err *e)
+{
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd[2] = { -1, -1 };
+        int p = 0, ok = 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            struct sockaddr_in a;
+            socklen_t len = sizeof a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            a.sin_port = htons((uint16_t)(k == 0 ? 0 : p + 1));
+            fd[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (fd[k] < 0) {
+                int err = errno;
+                if (fd[0] >= 0)
+                    (void)close(fd[0]);
+                return DDPC_FAIL(e, DDPC_E_SYS, "socket for a free port: %s", strerror(err));
+            }
+            if (bind(fd[k], (struct sockaddr *)&a, sizeof a) == -1) {
+                ok = 0;   /* p + 1 taken (or p at 65535): try another p */
+            } else if (k == 0) {
+                if (getsockname(fd[0], (struct sockaddr *)&a, &len) == -1) {
+                    int err = errno;
+                    (void)close(fd[0]);
+                    return DDPC_FAIL(e, DDPC_E_SYS, "getsockname: %s", strerror(err));
+                }
+                p = ntohs(a.sin_port);
+                ok = p > 0 && p < 65535;
+            }
+        }
+        for (int k = 0; k < 2; k++)
+            if (fd[k] >= 0)
+                (void)close(fd[k]);
+        if (ok) {
+            *port = p;
+            return 0;
+        }
+    }
+    return DDPC_FAIL(e, DDPC_E_SYS, "found no two adjacent free loopback ports; pass "
+                     "--master 127.0.0.1:PORT");
+}
+
 /* ===== --dry-run: every field of the job, exactly as baked ===== */
 
 /* The shortest %g that reads back as the same double: exactly the baked
@@ -458,9 +508,11 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
     fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
             r->num_nodes == 1 ? "" : "s", r->local_world);
     fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
-    if (r->use_cuda || r->num_nodes > 1)
+    if (r->num_nodes > 1 || (r->use_cuda && fl->master))
         fprintf(f, "  %-34s %s:%d (rank-sync on port %d)\n", "master", r->master_addr,
                 r->master_port, r->master_port + 1);
+    else if (r->use_cuda)
+        fprintf(f, "  %-34s 127.0.0.1, a free port pair picked at launch\n", "master");
     if (r->job.nccl_timeout_s > 0)
         fprintf(f, "  %-34s %.17g s per gradient all-reduce\n", "nccl_timeout",
                 r->job.nccl_timeout_s);
@@ -678,6 +730,14 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     if (ddprt_load_data(r, &e) < 0) {
         ddprt_report(&e);
         goto done;
+    }
+
+    if (r->use_cuda && r->num_nodes == 1 && !fl.master) {
+        (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
+        if (ddprt_free_port_pair(&r->master_port, &e) < 0) {
+            ddprt_report(&e);
+            goto done;
+        }
     }
 
     struct launch_opts o;

@@ -942,10 +942,23 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
     ck_assert(fake_calls->ops_device[1] && fake_calls->ops_device[3]);
     ck_assert(!fake_calls->ops_device[0] && !fake_calls->ops_device[2]);
+    /* one node, no --master: a free port pair, the same on every rank */
+    ck_assert_int_gt(fake_calls->grad_port[0], 0);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(fake_calls->grad_port[r], fake_calls->grad_port[0]);
+        ck_assert_int_eq(fake_calls->sync_port[r], fake_calls->grad_port[0] + 1);
+        ck_assert_int_eq(fake_calls->world[r], 2);
+    }
+    /* --master wins; fresh regions, since a run leaves its barrier counts */
+    comm_shm_region_free(fake_grad);
+    comm_shm_region_free(fake_sync);
+    ck_assert_int_eq(comm_shm_create(&fake_grad, 2, 0, &e), 0);
+    ck_assert_int_eq(comm_shm_create(&fake_sync, 2, 64, &e), 0);
+    st = run_main(&j, &fake, "--master", "127.0.0.1:31000");
+    ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
     for (int r = 0; r < 2; r++) {
         ck_assert_int_eq(fake_calls->grad_port[r], 31000);
         ck_assert_int_eq(fake_calls->sync_port[r], 31001);
-        ck_assert_int_eq(fake_calls->world[r], 2);
     }
     /* the dry run names the devices */
     st = run_main(&j, &fake, "--dry-run", NULL);
