@@ -41,15 +41,18 @@ void comm_shm_region_free(struct comm_shm_region *r);
 int  comm_shm_attach(struct ddpc_comm *c, struct comm_shm_region *r, int rank,
                      const char *purpose, struct ddpc_err *e);
 
-/* Launcher side: make every pending and future call on the region fail with
- * DDPC_E_ABORTED and `why` (the first reason given wins). Async-signal-safe
- * enough to call from the supervision loop: atomics, memcpy, futex wake. */
+/* Launcher side (or a dying worker): make every pending and future call on
+ * the region fail with DDPC_E_ABORTED and `why` (the first reason given
+ * wins). Lock-free: atomics, a copy and a futex wake, so it cannot block on
+ * a rank that died holding anything. Safe with NULL. */
 void comm_shm_abort_all(struct comm_shm_region *r, const char *why);
-/* Launcher side: rank `rank` died; calls fail with DDPC_E_PEER and `why`. */
+/* Launcher side: rank `rank` died; calls fail with DDPC_E_PEER and `why`
+ * (unless an abort reason was recorded first). Safe with NULL. */
 void comm_shm_mark_dead(struct comm_shm_region *r, int rank, const char *why);
 
 /* Tuning for tests and benchmarks: how long a waiter spins before it sleeps
- * (seconds; default 50e-6). Process-wide, set before attaching. */
+ * on the futex (seconds). Default 50e-6 when every rank can have a core of
+ * its own, else 0. Applies to the whole region; set it before forking. */
 void comm_shm_set_spin(struct comm_shm_region *r, double spin_s);
 
 #endif /* DDPC_COMM_SHM_H */
