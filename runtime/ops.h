@@ -34,6 +34,15 @@ struct ddpc_optim_step {
     float  bias_correction2;   /* 1 - beta2^t */
     float  grad_scale;    /* multiply grads first (clipping, loss scaling); 1 = none */
     long   step;          /* 1-based optimizer step (sgd momentum starts at step 1) */
+    /* Adam/AdamW constants computed on the host in double and rounded once,
+     * as torch.optim does with its Python-float hyper-parameters (optim.c
+     * fills them; 0 = derive in float from the fields above). 1 - beta2 from
+     * a float beta2 = 0.999f is off by 1.3e-5 relative, hence these. */
+    float  one_minus_beta1;    /* 1 - beta1 */
+    float  one_minus_beta2;    /* 1 - beta2 */
+    float  step_size;          /* lr / bias_correction1 */
+    float  bc2_sqrt;           /* sqrt(bias_correction2) */
+    float  decay;              /* adamw: 1 - lr * weight_decay */
 };
 
 struct ddpc_ops {

@@ -268,16 +268,18 @@ DDPC_HOT static void sgd_loop(float *restrict p, const float *restrict g, float 
 }
 
 DDPC_HOT static void adam_loop(float *restrict p, const float *restrict g, float *restrict m,
-                               float *restrict v, size_t n, float gs, float lr, float b1,
-                               float b2, float eps, float wd, int decoupled, float bc1,
-                               float bc2)
+                               float *restrict v, size_t n, float gs, float b1, float b2,
+                               float omb1, float omb2, float eps, float wd, int decoupled,
+                               float decay, float step_size, float bc2_sqrt)
 {
     if (decoupled) {
         for (size_t i = 0; i < n; i++)
-            ddpc_k_adam(&p[i], g[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd, 1, bc1, bc2);
+            ddpc_k_adam_exact(&p[i], g[i] * gs, &m[i], &v[i], b1, b2, omb1, omb2, eps, wd, 1,
+                              decay, step_size, bc2_sqrt);
     } else {
         for (size_t i = 0; i < n; i++)
-            ddpc_k_adam(&p[i], g[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd, 0, bc1, bc2);
+            ddpc_k_adam_exact(&p[i], g[i] * gs, &m[i], &v[i], b1, b2, omb1, omb2, eps, wd, 0,
+                              decay, step_size, bc2_sqrt);
     }
 }
 
@@ -292,13 +294,19 @@ static int cpu_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, f
                  s->weight_decay, s->step <= 1);
         break;
     case DDPC_K_ADAM:
-    case DDPC_K_ADAMW:
+    case DDPC_K_ADAMW: {
         if (!m || !v)
             return DDPC_FAIL(e, DDPC_E_INVALID, "adam needs moment buffers");
-        adam_loop(param, grad, m, v, n, s->grad_scale, s->lr, s->beta1, s->beta2, s->eps,
-                  s->weight_decay, s->type == DDPC_K_ADAMW, s->bias_correction1,
-                  s->bias_correction2);
+        /* constants from the host (double, rounded once) or derived here */
+        float omb1 = s->one_minus_beta1 != 0.0f ? s->one_minus_beta1 : 1.0f - s->beta1;
+        float omb2 = s->one_minus_beta2 != 0.0f ? s->one_minus_beta2 : 1.0f - s->beta2;
+        float ss = s->step_size != 0.0f ? s->step_size : s->lr / s->bias_correction1;
+        float bq = s->bc2_sqrt != 0.0f ? s->bc2_sqrt : sqrtf(s->bias_correction2);
+        float decay = s->decay != 0.0f ? s->decay : 1.0f - s->lr * s->weight_decay;
+        adam_loop(param, grad, m, v, n, s->grad_scale, s->beta1, s->beta2, omb1, omb2, s->eps,
+                  s->weight_decay, s->type == DDPC_K_ADAMW, decay, ss, bq);
         break;
+    }
     default:
         return DDPC_FAIL(e, DDPC_E_INVALID, "unknown optimizer %d", s->type);
     }

@@ -96,6 +96,15 @@ int optim_step(struct ddpc_optim *o, float *params, const float *grads, float gr
         .grad_scale = grad_scale,
         .step = t,
     };
+    /* torch.optim's Python-float arithmetic: double, rounded once */
+    double lr = optim_lr(o, o->step);
+    double bc1 = 1.0 - pow(j->optimizer.beta1, (double)t);
+    double bc2 = 1.0 - pow(j->optimizer.beta2, (double)t);
+    s.one_minus_beta1 = (float)(1.0 - j->optimizer.beta1);
+    s.one_minus_beta2 = (float)(1.0 - j->optimizer.beta2);
+    s.step_size = (float)(lr / bc1);
+    s.bc2_sqrt = (float)sqrt(bc2);
+    s.decay = (float)(1.0 - lr * j->optimizer.weight_decay);
     DDPC_TRY(o->ops->optim_step(o->ops, &s, params, grads, o->m, o->v, o->n, e));
     o->step = t;
     return 0;

@@ -121,6 +121,19 @@ START_TEST(adam_and_adamw_match_torch)
                           dec ? "adamw" : "adam", t, (double)p, ref[t - 1]);
         }
     }
+    /* the exact form with host constants: one step by hand in float, torch's order */
+    {
+        float p = 0.8f, m = 0.2f, v = 0.01f, g = 0.5f;
+        float omb1 = (float)(1 - 0.9), omb2 = (float)(1 - 0.999);
+        float ss = (float)(0.01 / (1 - 0.9 * 0.9)), bq = (float)sqrt(1 - 0.999 * 0.999);
+        float decay = (float)(1 - 0.01 * 0.1);
+        float pe = p * decay, me = m * 0.9f + omb1 * g, ve = v * 0.999f + omb2 * g * g;
+        pe += (-ss) * me / (sqrtf(ve) / bq + 1e-8f);
+        ddpc_k_adam_exact(&p, g, &m, &v, 0.9f, 0.999f, omb1, omb2, 1e-8f, 0.1f, 1, decay, ss, bq);
+        ck_assert_float_eq(m, me);
+        ck_assert_float_eq(v, ve);
+        ck_assert_float_eq(p, pe);
+    }
     /* the first Adam step moves by lr * sign(g), whatever |g| */
     float p = 1.0f, m = 0, v = 0;
     ddpc_k_adam(&p, 123.0f, &m, &v, 0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0.1f,
