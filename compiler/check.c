@@ -101,6 +101,8 @@ int cmd_check(int argc, char **argv)
 
     struct ddpc_diag d;
     diag_init(&d);
+    /* many specs usually share a few data files: read each once */
+    opt.cache = spec_cache_new();
     int errors = 0, warnings = 0, io = 0, invalid = 0;
     opts_done = 0;
     for (int i = 1; i < argc; i++) {
@@ -148,6 +150,7 @@ int cmd_check(int argc, char **argv)
         fputs(first ? "]\n" : "\n]\n", stdout);
     }
     diag_free(&d);
+    spec_cache_free(opt.cache);
     if (!quiet && fmt == DDPC_FMT_TEXT)
         fprintf(stderr, "%d file%s checked, %d error%s, %d warning%s\n", nfiles,
                 nfiles == 1 ? "" : "s", errors, errors == 1 ? "" : "s", warnings,

@@ -15,11 +15,20 @@
 
 struct spec_doc;   /* opaque: the positioned tree, string arena, raw bytes */
 
+struct spec_cache;  /* memo of data-file facts, see spec_cache_new */
+
 struct spec_options {
     /* Read data headers (IDX/NPY/CSV) at check time for the cross-key rules on
      * layer sizes and dataset size. Off makes check independent of the data. */
     int read_data_headers;
+    /* Optional (NULL: none). Remembers what was read from each data file,
+     * keyed by path, device, inode, size and mtime, so checking many specs
+     * that share data reads each file once. Not thread-safe. */
+    struct spec_cache *cache;
 };
+
+struct spec_cache *spec_cache_new(void);   /* NULL when out of memory (then run without) */
+void spec_cache_free(struct spec_cache *cache);   /* NULL is fine */
 
 /* Returns 0 when the spec is valid (warnings allowed), 1 when it has errors,
  * 2 when the file could not be read. *doc is set in every case where the

@@ -957,7 +957,8 @@ static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
 struct data_info {
     int64_t samples;    /* -1 unknown */
     int64_t features;   /* -1 unknown */
-    int64_t classes;    /* -1 unknown, 0 regression */
+    int64_t classes;    /* synthetic: exact (0 regression); -1 unknown */
+    int64_t max_label;  /* label files: the largest label; -1 unknown */
 };
 
 /* Opens a data file for a header read: read-only, non-blocking (a FIFO must
@@ -1034,7 +1035,8 @@ static long data_head(const char *p, unsigned char *buf, size_t cap, char *why, 
 }
 
 /* IDX: 0 0 type ndims, then ndims big-endian u32 sizes. */
-static int idx_header(const char *p, int64_t *dims, int *nd, char *why, size_t cap)
+static int idx_header(const char *p, int64_t *dims, int *nd, int *type, size_t *hdr, char *why,
+                      size_t cap)
 {
     unsigned char b[4 + 4 * 8];
     long got = data_head(p, b, sizeof b, why, cap);
@@ -1046,6 +1048,8 @@ static int idx_header(const char *p, int64_t *dims, int *nd, char *why, size_t c
         return -1;
     }
     *nd = b[3];
+    *type = b[2];
+    *hdr = 4 + 4 * (size_t)b[3];
     for (int i = 0; i < *nd; i++) {
         const unsigned char *q = b + 4 + 4 * i;
         dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
@@ -1055,8 +1059,8 @@ static int idx_header(const char *p, int64_t *dims, int *nd, char *why, size_t c
 
 /* NPY: "\x93NUMPY" major minor, header length, then a Python dict literal
  * with 'descr', 'fortran_order' and 'shape'. */
-static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t dcap, char *why,
-                      size_t cap)
+static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t dcap,
+                      size_t *hdr, char *why, size_t cap)
 {
     unsigned char b[4096 + 16];
     long got = data_head(p, b, sizeof b - 1, why, cap);
@@ -1079,6 +1083,7 @@ static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t
         return -1;
     }
     b[off + hl] = '\0';
+    *hdr = off + hl;
     const char *h = (const char *)b + off;
     if (strstr(h, "'fortran_order': True")) {
         snprintf(why, cap, "Fortran-order NPY arrays are not supported; save with C order");
@@ -1146,6 +1151,148 @@ static int csv_columns(const char *p, int64_t *cols, char *why, size_t cap)
     return 0;
 }
 
+/* The smallest and largest label of a label file whose elements are
+ * little-endian (or single-byte) integers of elem bytes after hdr header
+ * bytes. Reads the whole file, so only up to 16 MiB of labels; leaves
+ * *max = -1 when it cannot tell. */
+static void label_range(const char *p, size_t hdr, int elem, int is_signed, int64_t count,
+                        int64_t *min, int64_t *max)
+{
+    char why[256];
+    *min = 0;
+    *max = -1;
+    if (count <= 0 || elem < 1 || elem > 8 || (uint64_t)count > (16u << 20) / (unsigned)elem)
+        return;
+    size_t want = hdr + (size_t)count * (size_t)elem;
+    unsigned char *b = malloc(want);
+    if (!b)
+        return;
+    /* short or unreadable: the runtime reports it with more context */
+    if (data_head(p, b, want, why, sizeof why) == (long)want) {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int64_t i = 0; i < count; i++) {
+            const unsigned char *q = b + hdr + (size_t)i * (size_t)elem;
+            uint64_t u = 0;
+            for (int k = elem - 1; k >= 0; k--)
+                u = u << 8 | q[k];
+            int64_t v = (int64_t)u;
+            if (is_signed && elem < 8 && (u >> (8 * elem - 1)) & 1)
+                v = (int64_t)(u | ~((UINT64_C(1) << (8 * elem)) - 1));
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        *min = lo;
+        *max = hi;
+    }
+    free(b);
+}
+
+/* Everything check wants to know about one data file, read once. */
+struct file_facts {
+    int ok;                 /* 0: why says what is wrong */
+    char why[256];
+    int64_t dims[8];        /* idx, npy */
+    int nd;
+    char descr[32];         /* npy dtype */
+    int64_t cols;           /* csv */
+    int64_t min_label, max_label;   /* integer label files; max -1 unknown */
+};
+
+enum { ROLE_INPUTS, ROLE_LABELS, ROLE_CSV };
+
+static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struct file_facts *f)
+{
+    int type = 0;
+    size_t hdr = 0;
+    memset(f, 0, sizeof *f);
+    f->max_label = -1;
+    if (role == ROLE_CSV) {
+        f->ok = csv_columns(p, &f->cols, f->why, sizeof f->why) == 0;
+        return;
+    }
+    int rc = fmt == DDPC_DATA_IDX
+                 ? idx_header(p, f->dims, &f->nd, &type, &hdr, f->why, sizeof f->why)
+                 : npy_header(p, f->dims, &f->nd, f->descr, sizeof f->descr, &hdr, f->why,
+                              sizeof f->why);
+    f->ok = rc == 0;
+    if (!f->ok || role != ROLE_LABELS || f->nd < 1)
+        return;
+    /* class labels: IDX ubyte, or NPY integers in little-endian or byte order */
+    const char *d = f->descr;
+    if (fmt == DDPC_DATA_IDX && type == 0x08)
+        label_range(p, hdr, 1, 0, f->dims[0], &f->min_label, &f->max_label);
+    else if (fmt == DDPC_DATA_NPY && (d[0] == '<' || d[0] == '|') && (d[1] == 'i' || d[1] == 'u') &&
+             d[2] >= '1' && d[2] <= '8' && d[3] == '\0')
+        label_range(p, hdr, d[2] - '0', d[1] == 'i', f->dims[0], &f->min_label, &f->max_label);
+}
+
+/* ---- spec_cache: file facts memoized by identity across specs ---- */
+
+struct cache_entry {
+    char *path;
+    int fmt, role;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    struct file_facts facts;
+};
+
+struct spec_cache {
+    struct cache_entry v[64];   /* a check run names few distinct data files */
+    int n;
+};
+
+struct spec_cache *spec_cache_new(void)
+{
+    return calloc(1, sizeof(struct spec_cache));
+}
+
+void spec_cache_free(struct spec_cache *cache)
+{
+    if (!cache)
+        return;
+    for (int i = 0; i < cache->n; i++)
+        free(cache->v[i].path);
+    free(cache);
+}
+
+/* facts_read through the cache: an entry is reused only while the file's
+ * device, inode, size and mtime are unchanged. */
+static void facts_get(struct ddpc_vctx *c, const char *p, enum ddpc_data_format fmt, int role,
+                      struct file_facts *f)
+{
+    struct spec_cache *cache = c->opt ? c->opt->cache : NULL;
+    struct stat st;
+    if (!cache || stat(p, &st) < 0 || !S_ISREG(st.st_mode)) {
+        facts_read(p, fmt, role, f);
+        return;
+    }
+    for (int i = 0; i < cache->n; i++) {
+        const struct cache_entry *e = &cache->v[i];
+        if (e->fmt == (int)fmt && e->role == role && e->dev == st.st_dev && e->ino == st.st_ino &&
+            e->size == st.st_size && e->mtime.tv_sec == st.st_mtim.tv_sec &&
+            e->mtime.tv_nsec == st.st_mtim.tv_nsec && strcmp(e->path, p) == 0) {
+            *f = e->facts;
+            return;
+        }
+    }
+    facts_read(p, fmt, role, f);
+    if (cache->n == (int)(sizeof cache->v / sizeof cache->v[0]))
+        return;
+    struct cache_entry *e = &cache->v[cache->n];
+    if (!(e->path = strdup(p)))
+        return;
+    e->fmt = (int)fmt;
+    e->role = role;
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
+    e->size = st.st_size;
+    e->mtime = st.st_mtim;
+    e->facts = *f;
+    cache->n++;
+}
+
 /* What the spec text called a path, for messages: the value as written,
  * relative to the spec's directory, shown relative to the current one. */
 static const char *shown_path(struct ddpc_vctx *c, const struct ddpc_node *n, char *buf, size_t cap)
@@ -1160,10 +1307,8 @@ static const char *shown_path(struct ddpc_vctx *c, const struct ddpc_node *n, ch
 static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source *s,
                              const char *spath, struct data_info *info)
 {
-    char key[64], why[256], shown[PATH_MAX + 64];
-    int64_t dims[8];
-    int nd = 0;
-    info->samples = info->features = info->classes = -1;
+    char key[64], shown[PATH_MAX + 64];
+    info->samples = info->features = info->classes = info->max_label = -1;
     if (s->format == DDPC_DATA_SYNTHETIC) {
         info->samples = s->samples;
         info->features = s->features;
@@ -1175,14 +1320,16 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
     if (s->format == DDPC_DATA_CSV) {
         snprintf(key, sizeof key, "%s.path", spath);
         const struct ddpc_node *n = load_lookup(c->root, key);
-        int64_t cols;
+        struct file_facts f;
         if (!s->path || !n)
             return;
-        if (csv_columns(s->path, &cols, why, sizeof why) < 0) {
+        facts_get(c, s->path, s->format, ROLE_CSV, &f);
+        if (!f.ok) {
             vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
-                  shown_path(c, n, shown, sizeof shown), why);
+                  shown_path(c, n, shown, sizeof shown), f.why);
             return;
         }
+        int64_t cols = f.cols;
         if (s->label_column >= cols) {
             char lk[64];
             snprintf(lk, sizeof lk, "%s.label_column", spath);
@@ -1202,32 +1349,35 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
     for (int w = 0; w < 2; w++) {
         snprintf(key, sizeof key, "%s.%s", spath, which[w]);
         const struct ddpc_node *n = load_lookup(c->root, key);
-        char descr[32] = "";
+        struct file_facts f;
         if (!paths[w] || !n)
             return;
-        int rc = s->format == DDPC_DATA_IDX
-                     ? idx_header(paths[w], dims, &nd, why, sizeof why)
-                     : npy_header(paths[w], dims, &nd, descr, sizeof descr, why, sizeof why);
-        if (rc < 0) {
+        facts_get(c, paths[w], s->format, w ? ROLE_LABELS : ROLE_INPUTS, &f);
+        if (!f.ok) {
             vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
-                  shown_path(c, n, shown, sizeof shown), why);
+                  shown_path(c, n, shown, sizeof shown), f.why);
             return;
         }
-        if (nd < 1 || (w == 1 && nd != 1 && !(nd == 2 && dims[1] == 1))) {
+        if (f.nd < 1 || (w == 1 && f.nd != 1 && !(f.nd == 2 && f.dims[1] == 1))) {
             vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has %d dimensions; labels must be one value per "
-                  "sample", shown_path(c, n, shown, sizeof shown), nd);
+                  "sample", shown_path(c, n, shown, sizeof shown), f.nd);
             return;
         }
-        count[w] = dims[0];
+        count[w] = f.dims[0];
         if (w == 0) {
-            int64_t f = 1;
-            for (int i = 1; i < nd; i++)
-                f *= dims[i];
-            info->features = f;
-        } else if (s->format == DDPC_DATA_NPY && (descr[1] == 'f') && c->job->loss ==
-                   DDPC_LOSS_CROSS_ENTROPY) {
-            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' holds floats (%s); cross_entropy needs integer "
-                  "class labels", shown_path(c, n, shown, sizeof shown), descr);
+            int64_t feat = 1;
+            for (int i = 1; i < f.nd; i++)
+                feat *= f.dims[i];
+            info->features = feat;
+        } else if (c->job->loss == DDPC_LOSS_CROSS_ENTROPY) {
+            if (s->format == DDPC_DATA_NPY && f.descr[1] == 'f')
+                vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' holds floats (%s); cross_entropy needs "
+                      "integer class labels", shown_path(c, n, shown, sizeof shown), f.descr);
+            else if (f.max_label >= 0 && f.min_label < 0)
+                vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has a negative label (%lld); class labels "
+                      "start at 0", shown_path(c, n, shown, sizeof shown), (long long)f.min_label);
+            else
+                info->max_label = f.max_label;
         }
     }
     if (count[0] != count[1]) {
@@ -1345,7 +1495,7 @@ static void cross_rules(struct ddpc_vctx *c)
     struct data_info tr, te;
     int before = c->d->n_errors;
     data_source_info(c, &j->data.train, "data.train", &tr);
-    te.samples = te.features = te.classes = -1;
+    te.samples = te.features = te.classes = te.max_label = -1;
     if (j->data.has_test)
         data_source_info(c, &j->data.test, "data.test", &te);
     if (c->d->n_errors != before)
@@ -1362,6 +1512,18 @@ static void cross_rules(struct ddpc_vctx *c)
         snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
         vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
               "%lld classes of data.train", out, (long long)tr.classes);
+    }
+    /* every label needs an output: label 9 with 5 outputs would index past the logits */
+    for (int w = 0; w < 2; w++) {
+        const struct data_info *di = w ? &te : &tr;
+        if (di->max_label >= out && (n = at(c, "model.layers"))) {
+            char lp[48];
+            snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
+            vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d is too small: "
+                  "the labels of %s go up to %lld (%lld classes)", out,
+                  w ? "data.test" : "data.train", (long long)di->max_label,
+                  (long long)di->max_label + 1);
+        }
     }
     if (tr.classes == 0 && j->loss == DDPC_LOSS_CROSS_ENTROPY) {
         const struct ddpc_node *ln = at(c, "loss");

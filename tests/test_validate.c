@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "load.h"
 #include "spec.h"
@@ -326,6 +328,60 @@ START_TEST(test_data_headers)
 }
 END_TEST
 
+static void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The data-facts cache gives the same answers as reading, and notices a
+ * data file that changed between two specs. */
+START_TEST(test_data_cache)
+{
+    char dir[] = "/tmp/ddpc-cache-XXXXXX", spec[64], images[64], labels[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(spec, sizeof spec, "%s/s.yaml", dir);
+    snprintf(images, sizeof images, "%s/i.idx", dir);
+    snprintf(labels, sizeof labels, "%s/l.idx", dir);
+    const unsigned char img[] = { 0, 0, 8, 3, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8 };
+    const unsigned char lab_ok[] = { 0, 0, 8, 1, 0, 0, 0, 4, 0, 1, 1, 0 };
+    const unsigned char lab_bad[] = { 0, 0, 8, 1, 0, 0, 0, 4, 0, 1, 5, 0 };
+    write_bytes(images, img, sizeof img);
+    write_bytes(labels, lab_ok, sizeof lab_ok);
+    const char *y = "epochs: 1\nbatch_size: 2\nmodel: {layers: [2, 2]}\n"
+                    "data: {train: {format: idx, inputs: i.idx, labels: l.idx}}\n";
+    write_bytes(spec, y, strlen(y));
+    struct spec_options opt = { .read_data_headers = 1, .cache = spec_cache_new() };
+    ck_assert_ptr_nonnull(opt.cache);
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) {
+            /* same size, new content: the mtime must differ for the cache to see it */
+            struct timespec ts = { 0, 20 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+            write_bytes(labels, lab_bad, sizeof lab_bad);
+        }
+        struct ddpc_diag d;
+        struct ddpc_job job;
+        struct spec_doc *doc = NULL;
+        diag_init(&d);
+        int rc = spec_load_job(spec, &opt, &job, &doc, &d);
+        ck_assert_msg(rc == (round == 2 ? 1 : 0), "round %d: rc %d", round, rc);
+        if (round == 2)
+            ck_assert(strstr(d.v[0].message, "labels of data.train go up to 5") != NULL);
+        spec_doc_free(doc);
+        diag_free(&d);
+    }
+    spec_cache_free(opt.cache);
+    spec_cache_free(NULL);
+    unlink(spec);
+    unlink(images);
+    unlink(labels);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_key_table_consistent)
 {
     ck_assert_int_lt(ddpc_n_keys, 128);
@@ -462,6 +518,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_cross_rules);
     tcase_add_test(tc, test_type_specific_keys);
     tcase_add_test(tc, test_data_headers);
+    tcase_add_test(tc, test_data_cache);
     tcase_add_test(tc, test_key_table_consistent);
     tcase_add_test(tc, test_output_formats);
     tcase_add_test(tc, test_schema_generated);
