@@ -59,6 +59,14 @@ void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int
         free(p);
         return;
     }
+    /* one finding is one line: key paths and messages quote spec text, which
+     * may hold control characters ("a\nb" as a key) */
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
+    for (char *q = p; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     struct ddpc_diag_entry *e = &d->v[d->n++];
     e->severity = sev;
     e->file = f;

@@ -437,7 +437,7 @@ START_TEST(test_output_formats)
     char *out = NULL;
     size_t sz;
     diag_init(&d);
-    diag_add(&d, DDPC_SEV_ERROR, "a,b:c.yaml", 3, 7, "model.layers", "bad \"x\"\n100%% wrong");
+    diag_add(&d, DDPC_SEV_ERROR, "a,b:c.yaml", 3, 7, "model.layers", "bad \"x\", 100%% wrong");
     diag_add(&d, DDPC_SEV_WARNING, "w.yaml", 1, 1, "", "careful");
     diag_add(&d, DDPC_SEV_ERROR, "io.yaml", 0, 0, "", "cannot read");
     ck_assert_int_eq(d.n_errors, 2);
@@ -446,7 +446,7 @@ START_TEST(test_output_formats)
     diag_print(&d, 0, DDPC_FMT_GITHUB, f);
     fclose(f);
     ck_assert_str_eq(out,
-        "::error file=a%2Cb%3Ac.yaml,line=3,col=7::model.layers: bad \"x\"%0A100%25 wrong\n"
+        "::error file=a%2Cb%3Ac.yaml,line=3,col=7::model.layers: bad \"x\", 100%25 wrong\n"
         "::warning file=w.yaml,line=1,col=1::careful\n"
         "::error file=io.yaml::cannot read\n");
     free(out);
@@ -461,12 +461,18 @@ START_TEST(test_output_formats)
     diag_print(&d, 0, DDPC_FMT_TEXT, f);
     fclose(f);
     ck_assert_str_eq(out,
-        "a,b:c.yaml:3:7: error: model.layers: bad \"x\"\n100% wrong\n"
+        "a,b:c.yaml:3:7: error: model.layers: bad \"x\", 100% wrong\n"
         "w.yaml:1:1: warning: careful\n"
         "io.yaml: error: cannot read\n");
     free(out);
     diag_free(&d);
     diag_free(&d);   /* safe twice */
+
+    /* a key with a newline in it stays on one line */
+    diag_add(&d, DDPC_SEV_ERROR, "t.yaml", 1, 1, "a\nb", "unknown key 'a\nb'");
+    ck_assert_str_eq(d.v[0].path, "a?b");
+    ck_assert_str_eq(d.v[0].message, "unknown key 'a?b'");
+    diag_free(&d);
 }
 END_TEST
 
