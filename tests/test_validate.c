@@ -227,7 +227,7 @@ START_TEST(test_did_you_mean)
         "dir/t.yaml:6:1: error: epoch: unknown key 'epoch'; did you mean 'epochs'?\n"
         "dir/t.yaml:7:13: error: optimizer.typ: unknown key 'typ'; did you mean 'type'?\n"
         "dir/t.yaml:8:1: error: nesterov: unknown key 'nesterov' here; did you mean 'optimizer.nesterov'?\n"
-        "dir/t.yaml:9:14: error: accelerator: expected one of auto, cpu, gpu; found 'gpus'; did you mean 'gpu'?\n"
+        "dir/t.yaml:9:14: error: accelerator: expected one of auto, cpu, gpu (or cuda); found 'gpus'; did you mean 'gpu'?\n"
         "dir/t.yaml:10:1: error: zzz: unknown key 'zzz'\n");
     ck_assert_int_eq(c.rc, -1);
     checked_free(&c);
