@@ -1,9 +1,11 @@
 /* test_load.c - spec/load.c: positions, the one-document rule, duplicate
  * keys, tags, and hostile input (alias bombs, NUL bytes, invalid UTF-8, deep
  * nesting, huge maps) refused fast and without crashing. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -278,6 +280,45 @@ START_TEST(test_node_count_bound)
 }
 END_TEST
 
+/* The spec file itself: regular files only (a FIFO must not hang check),
+ * at most 16 MiB (refused from its size, without reading it). */
+START_TEST(test_spec_file_kinds)
+{
+    char dir[] = "/tmp/ddpc-kinds-XXXXXX", fifo[64], big[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", dir);
+    snprintf(big, sizeof big, "%s/big.yaml", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    int fd = open(big, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)DDPC_LOAD_MAX_BYTES + 1), 0);
+    close(fd);
+    const char *paths[2] = { fifo, big };
+    int want_rc[2] = { 2, 1 };
+    const char *want_msg[2] = { "cannot read: not a regular file",
+                                "file is larger than 16 MiB; not a job spec" };
+    for (int i = 0; i < 2; i++) {
+        struct ddpc_diag d;
+        struct ddpc_job job;
+        struct spec_doc *doc = NULL;
+        diag_init(&d);
+        double t0 = now_s();
+        int rc = spec_load_job(paths[i], NULL, &job, &doc, &d);
+        ck_assert_double_lt(now_s() - t0, 0.5);
+        ck_assert_int_eq(rc, want_rc[i]);
+        ck_assert_int_eq(d.io_error, rc == 2);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_str_eq(d.v[0].message, want_msg[i]);
+        ck_assert_int_eq(d.v[0].line, 0);
+        spec_doc_free(doc);
+        diag_free(&d);
+    }
+    unlink(fifo);
+    unlink(big);
+    rmdir(dir);
+}
+END_TEST
+
 /* Random byte mutations of a real spec: the loader and validator must
  * never crash or leak (run under `make sanitize`), whatever they report. */
 START_TEST(test_mutation_fuzz)
@@ -338,6 +379,7 @@ Suite *load_suite(void)
     tcase_add_test(tc, test_hostile_bytes);
     tcase_add_test(tc, test_deep_nesting);
     tcase_add_test(tc, test_node_count_bound);
+    tcase_add_test(tc, test_spec_file_kinds);
     tcase_add_test(tc, test_mutation_fuzz);
     suite_add_tcase(s, tc);
     return s;
