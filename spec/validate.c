@@ -337,6 +337,18 @@ static int string_check(struct ddpc_vctx *c, const struct ddpc_node *n, const ch
     return 0;
 }
 
+/* A spec is never expanded: say so when a path looks like it expects a
+ * shell ("~/data", "$HOME/runs"), since it will be taken literally. */
+static void expansion_warning(struct ddpc_vctx *c, const struct ddpc_node *n, const char *path)
+{
+    if (n->str[0] == '~')
+        vdiag(c, DDPC_SEV_WARNING, n, path, "'~' is not expanded (a spec has no shell); "
+              "this path is taken literally");
+    else if (strchr(n->str, '$'))
+        vdiag(c, DDPC_SEV_WARNING, n, path, "'$' is not expanded (a spec has no environment "
+              "variables); this path is taken literally");
+}
+
 static int name_ok(const char *s, size_t len)
 {
     if (len < 1 || len > 64 || strspn(s, ".") == len)
@@ -454,6 +466,8 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
     case DDPC_T_OUTPATH:
         if (string_check(c, n, path, k->type == DDPC_T_OUTPATH) < 0)
             return -1;
+        if (k->type == DDPC_T_OUTPATH)
+            expansion_warning(c, n, path);
         memcpy(field, &n->str, sizeof n->str);
         break;
     case DDPC_T_NAME:
@@ -468,6 +482,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
     case DDPC_T_PATH: {
         if (string_check(c, n, path, 1) < 0)
             return -1;
+        expansion_warning(c, n, path);
         const char *p = n->str;
         if (p[0] != '/') {
             const char *dir = abs_dir(c);
