@@ -51,6 +51,14 @@ struct ddpc_run {
     int      batch;         /* per-rank batch size */
     int      in_dim, out_dim;
     int      use_y;         /* mse: float targets (from y, or one-hot labels) */
+    /* fp16 dynamic loss scaling, like torch.cuda.amp.GradScaler: the loss
+     * gradient is multiplied by loss_scale; a step whose averaged gradients
+     * are not finite is skipped and the scale halved; 2000 good steps in a
+     * row double it. Powers of two, so scaling itself never rounds. */
+    int      amp;
+    float    loss_scale;
+    int      good_steps;
+    int64_t  skipped_steps;
     int      onehot;        /* mse over class labels: targets are one-hot */
     /* host staging; aliases the backend buffers when ops->host_memory */
     float   *hx;            /* [max_rows, in] */
@@ -212,6 +220,11 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         r->onehot = !(a->train->y && a->train->targets == r->out_dim &&
                       !(a->train->labels && r->out_dim > 1));
     }
+    /* reduced-precision gemm inputs where the backend has them (CUDA); the
+     * CPU backend ignores the field and stays fp32, so it needs no scaler */
+    r->ops->gemm_precision = (int)j->precision;
+    r->amp = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
+    r->loss_scale = 65536.0f;
     int max_rows = r->batch > DDPC_EVAL_BATCH ? r->batch : DDPC_EVAL_BATCH;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
@@ -581,7 +594,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 int nrows = sampler_batch(&r->sampler, b + 1, &nidx);
                 data_prefetch(a->train, nidx, nrows);
             }
-            DDPC_TRY(batch_forward(r, rows, 1.0f / ((float)rows * (float)accum), &loss_sum,
+            float ls = r->amp ? r->loss_scale : 1.0f;
+            DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
             int reduce = last_micro && r->comm_on;
             DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
@@ -594,10 +608,25 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             if (reduce)
                 DDPC_TRY(buckets_finish(r, e));
             float gscale = 1.0f;
-            if (j->grad_clip_norm > 0) {
+            if (j->grad_clip_norm > 0 || r->amp) {
+                /* the grads are averaged, so every rank decides alike */
                 double ss = 0;
                 DDPC_TRY(o->sumsq(o, r->model.grads, r->model.n_params, &ss, e));
-                gscale = optim_clip_scale(ss, j->grad_clip_norm);
+                if (r->amp && !isfinite(ss)) {
+                    r->loss_scale *= 0.5f;   /* overflow: skip this step */
+                    r->good_steps = 0;
+                    r->skipped_steps++;
+                    continue;
+                }
+                double s2 = (double)r->loss_scale * r->loss_scale;
+                gscale = optim_clip_scale(r->amp ? ss / s2 : ss, j->grad_clip_norm);
+                if (r->amp) {
+                    gscale /= r->loss_scale;
+                    if (++r->good_steps == 2000) {
+                        r->loss_scale *= 2.0f;
+                        r->good_steps = 0;
+                    }
+                }
             }
             double lr = optim_lr(&r->optim, r->optim.step);
             DDPC_TRY(optim_step(&r->optim, r->model.params, r->model.grads, gscale, e));

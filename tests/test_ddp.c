@@ -336,6 +336,39 @@ START_TEST(comm_errors_name_the_step)
 }
 END_TEST
 
+/* precision fp16 turns on dynamic loss scaling where the backend computes in
+ * reduced precision (not host memory). Forced onto the fp32 CPU math, the
+ * power-of-two scaling must be exact: the same parameters, bit for bit. */
+START_TEST(fp16_loss_scaling_is_exact_on_fp32_math)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_SGD);   /* sgd: a missed unscale would show */
+    j.grad_clip_norm = 1.0;
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    float *p[2];
+    for (int amp = 0; amp <= 1; amp++) {
+        j.precision = amp ? DDPC_PRECISION_FP16 : DDPC_PRECISION_FP32;
+        struct ddpc_ops ops;
+        struct ddpc_err e = {0};
+        ops_cpu_init(&ops, &e);
+        ops.host_memory = 0;   /* as a device backend: batches go through to_device */
+        struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
+                                      .train = &tr, .test = &te };
+        struct ddpc_worker_result res = { .want_params = 1 };
+        ck_assert_msg(worker_run(&a, &res, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(ops.gemm_precision, (int)j.precision);
+        ck_assert_int_eq(res.steps, 64);
+        p[amp] = res.params;
+    }
+    ck_assert_mem_eq(p[0], p[1], (8 * 16 + 16 + 16 * 4 + 4) * sizeof(float));
+    free(p[0]);
+    free(p[1]);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
+
 START_TEST(checkpoint_resume_continues_exactly)
 {
     char dir[] = "/tmp/ddpc-test-ddp-XXXXXX";
@@ -480,6 +513,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
+    tcase_add_test(tc, fp16_loss_scaling_is_exact_on_fp32_math);
     tcase_add_test(tc, fashion_mnist_one_epoch_two_workers);
     suite_add_tcase(s, tc);
     return s;
