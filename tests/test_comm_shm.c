@@ -1025,10 +1025,11 @@ static int children_of(pid_t parent, pid_t *out, int max)
 
 /* Starts ddprt_main on a job that trains for a while, in a child whose
  * stderr goes to a file; returns the child (the launcher). */
-static pid_t start_long_job(char *err_path)
+static pid_t start_long_job(char *err_path, int max_restarts)
 {
     static struct ddpc_job j;
     tiny_job(&j);
+    j.launch.max_restarts = max_restarts;
     j.epochs = 1000;
     j.data.train.samples = 4096;
     int fe = mkstemp(err_path);
@@ -1071,7 +1072,7 @@ static void assert_gone(const pid_t *w, int n)
 START_TEST(job_worker_sigkill_is_reported)
 {
     char err[] = "/tmp/ddprt_job_err_XXXXXX";
-    pid_t launcher = start_long_job(err);
+    pid_t launcher = start_long_job(err, 0);
     pid_t w[2];
     wait_for_workers(launcher, w, 2);
     usleep(300000);   /* well into training */
@@ -1094,7 +1095,7 @@ END_TEST
 START_TEST(job_sigint_stops_everything)
 {
     char err[] = "/tmp/ddprt_job_err_XXXXXX";
-    pid_t launcher = start_long_job(err);
+    pid_t launcher = start_long_job(err, 0);
     pid_t w[2];
     wait_for_workers(launcher, w, 2);
     usleep(200000);
@@ -1106,6 +1107,38 @@ START_TEST(job_sigint_stops_everything)
     unlink(err);
     ck_assert_msg(strstr(main_err, "interrupted by SIGINT"), "%s", main_err);
     assert_gone(w, 2);
+}
+END_TEST
+
+/* A crash with max_restarts 1: the launcher starts fresh workers; a second
+ * crash is final. */
+START_TEST(job_restarts_after_a_crash)
+{
+    char err[] = "/tmp/ddprt_job_err_XXXXXX";
+    pid_t launcher = start_long_job(err, 1);
+    pid_t w[2], w2[2];
+    wait_for_workers(launcher, w, 2);
+    usleep(200000);
+    ck_assert_int_eq(kill(w[0], SIGKILL), 0);
+    /* wait for a new pair */
+    int found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        usleep(10000);
+        if (children_of(launcher, w2, 2) == 2 && w2[0] != w[0] && w2[0] != w[1] &&
+            w2[1] != w[0] && w2[1] != w[1])
+            found = 1;
+    }
+    ck_assert_msg(found, "no restart");
+    usleep(200000);
+    ck_assert_int_eq(kill(w2[1], SIGKILL), 0);
+    int st;
+    ck_assert_int_eq(waitpid(launcher, &st, 0), launcher);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    slurp(err, main_err, sizeof main_err);
+    unlink(err);
+    ck_assert_msg(strstr(main_err, "restarting (1 of 1) from scratch") &&
+                  strstr(main_err, "killed by signal 9"), "%s", main_err);
+    assert_gone(w2, 2);
 }
 END_TEST
 
@@ -1156,6 +1189,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(m, ddprt_multinode_plan);
     tcase_add_test(m, job_worker_sigkill_is_reported);
     tcase_add_test(m, job_sigint_stops_everything);
+    tcase_add_test(m, job_restarts_after_a_crash);
     suite_add_tcase(s, m);
     return s;
 }
