@@ -10,7 +10,6 @@ struct sha256 {
     uint32_t h[8];
     uint64_t bits;
     unsigned char buf[64];
-    size_t n;
 };
 
 static const uint32_t K[64] = {
@@ -55,6 +54,7 @@ void spec_sha256_hex(const void *data, size_t len, char out[65])
                                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
     struct sha256 s;
     const unsigned char *p = data;
+    memset(&s, 0, sizeof s);
     memcpy(s.h, init, sizeof init);
     s.bits = (uint64_t)len * 8;
     while (len >= 64) {
