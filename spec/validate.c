@@ -130,13 +130,14 @@ static const char *describe(const struct ddpc_node *n, char *buf, size_t cap)
     if (load_is_null(n))
         return "null";
     char text[48];
-    size_t o = 0;
-    for (size_t i = 0; i < n->len && o < 40; i++) {
+    size_t o = 0, i = 0;
+    /* 40 bytes, but never half a UTF-8 character (JSON output must stay valid) */
+    for (; i < n->len && (o < 40 || ((unsigned char)n->str[i] & 0xC0) == 0x80) && o < 46; i++) {
         unsigned char ch = (unsigned char)n->str[i];
         text[o++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
     }
     text[o] = '\0';
-    const char *more = n->len > 40 ? "..." : "";
+    const char *more = i < n->len ? "..." : "";
     if (n->quoted)
         snprintf(buf, cap, "the string \"%s%s\"", text, more);
     else
