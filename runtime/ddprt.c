@@ -2,9 +2,10 @@
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
  * --master), the backend and device choice (cpu / gpu / auto), the dry-run
- * report of the baked job, loading the datasets once before fork, the
- * max_restarts loop, and the worker body that launch.c runs in each forked
- * process (ops + communicators + worker_run).
+ * report of the baked job, the NCCL rendezvous address (a free loopback
+ * port pair for one-node GPU jobs), loading the datasets once before fork,
+ * the max_restarts loop, and the worker body that launch.c runs in each
+ * forked process (ops + communicators + worker_run).
  * Never parses YAML, never trains (worker.c does), never forks or signals
  * (launch.c does), never calls exit(): the status goes back to main.
  */
