@@ -332,6 +332,15 @@ START_TEST(test_cli_exit_codes)
     ck_assert_str_eq(r.out, "");
     ck_assert_str_eq(r.err, "");
     run_free(&r);
+    /* --quiet --strict still shows what fails */
+    char *qs[] = { "check", "-q", "--strict", "tests/specs/valid/single-device-timeouts.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(qs, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    char *want = slurp("tests/specs/valid/single-device-timeouts.expect");
+    ck_assert_ptr_nonnull(want);
+    ck_assert_str_eq(r.out, want);
+    free(want);
+    run_free(&r);
     leave_top(fd);
 }
 END_TEST
