@@ -32,7 +32,8 @@ void spec_cache_free(struct spec_cache *cache);   /* NULL is fine */
 
 /* Returns 0 when the spec is valid (warnings allowed), 1 when it has errors,
  * 2 when the file could not be read. *doc is set in every case where the
- * file was read (free it); on 2 it is NULL. */
+ * file was read (free it); on 2 it is NULL. opt NULL: read data headers, no
+ * cache. The file's diagnostics are appended to d in source order. */
 int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_job *job,
                   struct spec_doc **doc, struct ddpc_diag *d);
 /* The file's bytes exactly as read (NUL-terminated copy) and their length. */
