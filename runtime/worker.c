@@ -600,6 +600,11 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             int reduce = last_micro && r->comm_on;
             DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
                                     reduce ? on_layer_done : NULL, r, e));
+            if (!isfinite(loss_sum - before) && !r->amp)
+                return DDPC_FAIL(e, DDPC_E_INVALID,
+                                 "step %ld: the training loss is %g on rank %d: the run "
+                                 "diverged. Lower learning_rate, set grad_clip_norm, or check "
+                                 "the data for nan/inf", r->step_no, loss_sum - before, r->rank);
             seen += rows;
             win_sum += loss_sum - before;
             win_cnt += rows;

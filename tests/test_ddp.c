@@ -327,6 +327,15 @@ START_TEST(comm_errors_name_the_step)
     j.epochs = 1;
     ck_assert_int_eq(worker_run(&a, &res, &e), 0);
     ck_assert_int_eq(fs.calls, 0);
+    /* divergence stops the run with the step, not nan metrics */
+    ddpc_err_clear(&e);
+    struct ddpc_job big = j;
+    big.learning_rate = 3e38;
+    a.job = &big;
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_msg(strstr(e.msg, "diverged") && strncmp(e.msg, "step ", 5) == 0, "%s", e.msg);
+    a.job = &j;
+    ddpc_err_clear(&e);
     /* a dataset that does not fit the model is refused up front, naming it */
     j.model.layers[0] = 9;
     ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_DATA);
