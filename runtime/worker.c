@@ -597,14 +597,15 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             float ls = r->amp ? r->loss_scale : 1.0f;
             DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
-            int reduce = last_micro && r->comm_on;
-            DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
-                                    reduce ? on_layer_done : NULL, r, e));
+            /* before backward, so no collective is left half-started */
             if (!isfinite(loss_sum - before) && !r->amp)
                 return DDPC_FAIL(e, DDPC_E_INVALID,
                                  "step %ld: the training loss is %g on rank %d: the run "
                                  "diverged. Lower learning_rate, set grad_clip_norm, or check "
                                  "the data for nan/inf", r->step_no, loss_sum - before, r->rank);
+            int reduce = last_micro && r->comm_on;
+            DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
+                                    reduce ? on_layer_done : NULL, r, e));
             seen += rows;
             win_sum += loss_sum - before;
             win_cnt += rows;
