@@ -108,6 +108,44 @@ START_TEST(idx_gz_and_plain_round_trip)
 }
 END_TEST
 
+/* float32 inputs (type 0x0d, big-endian) and int32 labels (0x0c) */
+START_TEST(idx_float_and_int_types)
+{
+    unsigned char img[16 + 2 * 3 * 4], lab[8 + 2 * 4];
+    const unsigned char hi[12] = { 0, 0, 0x0d, 2, 0, 0, 0, 2, 0, 0, 0, 3 };
+    memcpy(img, hi, 12);
+    const float vals[6] = { 0.5f, -2.0f, 3.25f, 1e-3f, 7.0f, -0.125f };
+    for (int i = 0; i < 6; i++) {
+        uint32_t u;
+        memcpy(&u, &vals[i], 4);
+        for (int b = 0; b < 4; b++)
+            img[12 + 4 * i + b] = (unsigned char)(u >> (24 - 8 * b));
+    }
+    const unsigned char hl[8] = { 0, 0, 0x0c, 1, 0, 0, 0, 2 };
+    memcpy(lab, hl, 8);
+    const unsigned char l32[8] = { 0, 0, 0, 4, 0, 0, 1, 0 };   /* 4, 256 */
+    memcpy(lab + 8, l32, 8);
+    struct ddpc_data_source src = { .format = DDPC_DATA_IDX, .inputs = tmp_path(0, "xf"),
+                                    .labels = tmp_path(1, "yi") };
+    write_bytes(src.inputs, img, 12 + 24, 0);
+    write_bytes(src.labels, lab, 16, 1);
+    struct ddpc_dataset ds;
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.dtype, DDPC_DTYPE_F32);
+    ck_assert_int_eq(ds.features, 3);
+    ck_assert_int_eq(ds.classes, 257);
+    int64_t idx[1] = { 1 };
+    float x[3];
+    int32_t l[1];
+    data_gather(&ds, idx, 1, x, l, NULL);
+    ck_assert_float_eq(x[0], 1e-3f);
+    ck_assert_float_eq(x[2], -0.125f);
+    ck_assert_int_eq(l[0], 256);
+    data_free(&ds);
+}
+END_TEST
+
 static void expect_error(const struct ddpc_data_source *src, const char *file, const char *what)
 {
     struct ddpc_dataset ds;
@@ -311,6 +349,7 @@ Suite *data_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, idx_gz_and_plain_round_trip);
     tcase_add_test(tc, idx_errors_name_the_file);
+    tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
     tcase_add_test(tc, csv_with_header);
     tcase_add_test(tc, synthetic_deterministic);
