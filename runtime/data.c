@@ -803,8 +803,15 @@ void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
         if (ds->dtype == DDPC_DTYPE_U8) {
             const uint8_t *x = ds->x;   /* [n, f] */
             const float s = ds->u8_scale;
-            for (int i = 0; i < count; i++)
+            for (int i = 0; i < count; i++) {
+#if defined(__GNUC__)
+                /* rows are scattered: fetch row i+4 while converting row i */
+                if (i + 4 < count)
+                    for (size_t off = 0; off < f; off += 64)
+                        __builtin_prefetch(x + (size_t)idx[i + 4] * f + off, 0, 3);
+#endif
                 u8_to_float(x + (size_t)idx[i] * f, x_out + (size_t)i * f, f, s);
+            }
         } else {
             const float *x = ds->x;     /* [n, f] */
             for (int i = 0; i < count; i++)
