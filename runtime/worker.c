@@ -708,7 +708,13 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         DDPC_TRY(metrics_close(&r->metrics, e));
     }
     res->wall_s = ddpc_now() - a->t_launch;
-    if (out) {
+    if (out && r->start_epoch >= j->epochs) {
+        /* resumed from a checkpoint that already covers every epoch */
+        fprintf(out, "nothing to train: the checkpoint already completed all %d epochs\n"
+                "done epochs=%d steps=%lld wall_s=%.3f\n",
+                (int)j->epochs, (int)j->epochs, (long long)res->steps, res->wall_s);
+        fflush(out);
+    } else if (out) {
         fprintf(out, "done epochs=%d steps=%lld train_loss=%.4f", (int)j->epochs,
                 (long long)res->steps, res->train_loss);
         if (a->test) {
