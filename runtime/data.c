@@ -447,9 +447,9 @@ static int load_npy(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
             ds->y[i] = (float)elem_load(y.raw + (size_t)i * y.size, 'f', y.size,
                                         y.big_endian);
     } else {
-        if (y.ndims != 1) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: integer labels must be one-dimensional",
-                           src->labels);
+        if (y.count != y.dims[0]) {   /* [n] or [n, 1] */
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: integer labels must be one per sample, shape "
+                           "(n,) or (n, 1)", src->labels);
             goto out;
         }
         rc = labels_from_raw(ds, y.raw, y.count, y.kind, y.size, y.big_endian, src->labels, e);
