@@ -38,6 +38,10 @@ CUDA_ARCH    ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,cod
                 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS    ?= -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC
 CUDA_LINK    := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl -lcublas -lcudart -lstdc++
+# ops_cuda's kernels run ops_kernels.h's arithmetic; to round exactly as the
+# CPU backend does (gcc -std=c11: no contraction; ops_cpu sets FTZ/DAZ):
+# no a*b+c fused into one FMA, denormals flushed, IEEE division and sqrt.
+CUDA_EXACT_MATH := -fmad=false -ftz=true -prec-div=true -prec-sqrt=true
 $(info ✓ nvcc found at $(NVCC): building the CUDA backend (libddprt_cuda.a))
 else
 CUDA_LINK    :=
@@ -89,7 +93,9 @@ $(B)/obj/runtime/ops_cpu.o: CFLAGS += -fno-math-errno
 
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -Ispec -Iruntime -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(CUDA_OBJ_FLAGS) -Ispec -Iruntime -c $< -o $@
+
+$(B)/obj/runtime/ops_cuda.o: CUDA_OBJ_FLAGS = $(CUDA_EXACT_MATH)
 
 $(B)/obj/compiler:
 	@mkdir -p $@

@@ -195,7 +195,14 @@ __global__ static void k_scale(float *x, size_t n, float s)
         x[i] *= s;
 }
 
-/* The fused optimizer step; s is passed by value (kernel parameter space). */
+/* The fused optimizer step; s is passed by value (kernel parameter space),
+ * with its Adam constants already resolved by cuda_optim_step exactly as
+ * ops_cpu.c resolves them, so both backends run ddpc_k_sgd /
+ * ddpc_k_adam_exact on the same float operands. g * grad_scale is exact for
+ * grad_scale 1, as in ops_cpu.c's loops. Bit-for-bit agreement with the CPU
+ * also needs this file compiled without FMA contraction and with denormals
+ * flushed like the CPU's FTZ/DAZ (-fmad=false -ftz=true: the Makefile's
+ * CUDA_EXACT_MATH). */
 __global__ static void k_optim(struct ddpc_optim_step s, float *p, const float *g, float *m,
                                float *v, size_t n)
 {
@@ -203,13 +210,14 @@ __global__ static void k_optim(struct ddpc_optim_step s, float *p, const float *
     const int decoupled = s.type == DDPC_K_ADAMW;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float gi = s.grad_scale == 1.0f ? g[i] : g[i] * s.grad_scale;
+        float gi = g[i] * s.grad_scale;
         if (s.type == DDPC_K_SGD)
             ddpc_k_sgd(&p[i], gi, m ? &m[i] : NULL, s.lr, s.momentum, s.nesterov,
                        s.weight_decay, first);
         else
-            ddpc_k_adam(&p[i], gi, &m[i], &v[i], s.lr, s.beta1, s.beta2, s.eps,
-                        s.weight_decay, decoupled, s.bias_correction1, s.bias_correction2);
+            ddpc_k_adam_exact(&p[i], gi, &m[i], &v[i], s.beta1, s.beta2, s.one_minus_beta1,
+                              s.one_minus_beta2, s.eps, s.weight_decay, decoupled, s.decay,
+                              s.step_size, s.bc2_sqrt);
     }
 }
 
@@ -530,7 +538,18 @@ static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, 
     }
     if (n == 0)
         return 0;
-    k_optim<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(*s, param, grad, m, v, n);
+    /* Adam/AdamW constants: the host's (double, rounded once), or 0 = derive
+     * in float, with the very expressions of ops_cpu.c's cpu_optim_step (on
+     * the host here too, so the fallback rounds the same way). */
+    struct ddpc_optim_step t = *s;
+    if (t.type != DDPC_K_SGD) {
+        t.one_minus_beta1 = s->one_minus_beta1 != 0.0f ? s->one_minus_beta1 : 1.0f - s->beta1;
+        t.one_minus_beta2 = s->one_minus_beta2 != 0.0f ? s->one_minus_beta2 : 1.0f - s->beta2;
+        t.step_size = s->step_size != 0.0f ? s->step_size : s->lr / s->bias_correction1;
+        t.bc2_sqrt = s->bc2_sqrt != 0.0f ? s->bc2_sqrt : sqrtf(s->bias_correction2);
+        t.decay = s->decay != 0.0f ? s->decay : 1.0f - s->lr * s->weight_decay;
+    }
+    k_optim<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(t, param, grad, m, v, n);
     KERNEL_CHECK(e, "k_optim");
     return 0;
 }

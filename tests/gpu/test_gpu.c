@@ -12,7 +12,8 @@
  *      GPU count, an init whose peer never comes, which must time out.
  *   2. Every op of struct ddpc_ops, CUDA vs ops_cpu_init, on fresh random
  *      inputs (the seed is printed), with relative error bounds for fp32,
- *      and gemm with bf16 / fp16 inputs against the fp32 CPU result.
+ *      and gemm with bf16 / fp16 inputs against the fp32 CPU result; the
+ *      optimizer step (SGD, Adam, AdamW) bit for bit, and scale exactly.
  * The NCCL part runs first: the parent must not initialise CUDA before it
  * forks the ranks.
  *
@@ -306,6 +307,26 @@ static void test_sumsq_scale(struct pair *p)
     free(x);
 }
 
+/* Bit-for-bit: the number of elements whose float bits differ. For the
+ * element-wise ops whose arithmetic is only +, -, *, / and sqrt
+ * (ops_kernels.h), compiled without FMA contraction and with the CPU's
+ * FTZ/DAZ (Makefile: CUDA_EXACT_MATH). */
+static void compare_dev_exact(struct pair *p, const char *what, const float *dev,
+                              const float *want, size_t n)
+{
+    float *got = down(p, dev, n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += memcmp(&got[i], &want[i], sizeof got[i]) != 0;
+    checks++;
+    if (differ)
+        failures++;
+    printf("%s %-40s %zu of %zu elements differ in their bits (bound 0)\n",
+           differ ? "FAIL" : "PASS", what, differ, n);
+    fflush(stdout);
+    free(got);
+}
+
 static void test_optim(struct pair *p)
 {
     static const struct { int type; float mu; int nesterov; float wd; const char *name; } cases[] = {
@@ -316,7 +337,14 @@ static void test_optim(struct pair *p)
         {DDPC_K_ADAMW, 0.0f, 0, 1e-2f, "adamw"},
     };
     const size_t n = 10007;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const size_t n_cases = sizeof cases / sizeof cases[0];
+    /* each case twice: Adam constants derived in float by the backend (0 in
+     * the fields), then precomputed in double as optim.c does */
+    for (size_t cc = 0; cc < 2 * n_cases; cc++) {
+        size_t c = cc % n_cases;
+        int host_consts = cc >= n_cases;
+        if (host_consts && cases[c].type == DDPC_K_SGD)
+            continue;             /* sgd has no such constants */
         float *w = rand_vec(n, 1), *m = calloc(n, 4), *v = calloc(n, 4);
         float *gw = up(p, w, n * 4), *gm = up(p, m, n * 4), *gv = up(p, v, n * 4);
         int ok = gw && gm && gv;
@@ -337,6 +365,14 @@ static void test_optim(struct pair *p)
             s.bias_correction2 = 1.0f - powf(0.999f, (float)step);
             s.grad_scale = step == 2 ? 0.5f : 1.0f;
             s.step = step;
+            if (host_consts) {
+                double bc1 = 1.0 - pow(0.9, (double)step), bc2 = 1.0 - pow(0.999, (double)step);
+                s.one_minus_beta1 = (float)(1.0 - 0.9);
+                s.one_minus_beta2 = (float)(1.0 - 0.999);
+                s.step_size = (float)(1e-2 / bc1);
+                s.bc2_sqrt = (float)sqrt(bc2);
+                s.decay = (float)(1.0 - 1e-2 * (double)cases[c].wd);
+            }
             float *mm = cases[c].type == DDPC_K_SGD && cases[c].mu == 0.0f ? NULL : m;
             float *gmm = mm ? gm : NULL;
             if (!gg || p->cpu.optim_step(&p->cpu, &s, w, g, mm, v, n, &e) < 0 ||
@@ -348,16 +384,19 @@ static void test_optim(struct pair *p)
             free(g);
         }
         if (ok) {
-            char what[64];
-            snprintf(what, sizeof what, "optim_step %s: params after 3 steps", cases[c].name);
-            compare_dev(p, what, gw, w, n, TOL_ELEM);
+            const char *how = cases[c].type == DDPC_K_SGD ? ""
+                              : host_consts                ? " (host consts)"
+                                                           : " (derived)";
+            char what[96];
+            snprintf(what, sizeof what, "optim_step %s%s: params, 3 steps", cases[c].name, how);
+            compare_dev_exact(p, what, gw, w, n);
             if (cases[c].type != DDPC_K_SGD || cases[c].mu != 0.0f) {
-                snprintf(what, sizeof what, "optim_step %s: first moment", cases[c].name);
-                compare_dev(p, what, gm, m, n, TOL_ELEM);
+                snprintf(what, sizeof what, "optim_step %s%s: first moment", cases[c].name, how);
+                compare_dev_exact(p, what, gm, m, n);
             }
             if (cases[c].type != DDPC_K_SGD) {
-                snprintf(what, sizeof what, "optim_step %s: second moment", cases[c].name);
-                compare_dev(p, what, gv, v, n, TOL_ELEM);
+                snprintf(what, sizeof what, "optim_step %s%s: second moment", cases[c].name, how);
+                compare_dev_exact(p, what, gv, v, n);
             }
         }
         p->gpu.release(&p->gpu, gw);
