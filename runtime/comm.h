@@ -38,6 +38,21 @@ struct ddpc_comm {
                             struct ddpc_err *e);
     int (*all_reduce_wait)(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e);
 
+    /* Optional (NULL: the backend has none, e.g. NCCL). Zero-copy gradients:
+     * *send is this rank's buffer of n floats inside memory the ranks share,
+     * *result a shared buffer of n floats every rank reads. An all-reduce
+     * with send = *send + off and recv = *result + off (same off on every
+     * rank) moves no data: start publishes "my piece is ready" and returns
+     * at once; a later start or wait reduces outstanding pieces whose peers
+     * have all arrived; after wait, recv holds the reduction on every rank.
+     * Until every started tag was waited for, no other collective may be
+     * called. Both buffers are valid until destroy; any other collective
+     * (broadcast, an all-reduce of other buffers) may overwrite them, so use
+     * them only between backward and the optimizer step. Returns 0 and sets
+     * both to NULL when n is too large: use ordinary buffers then. */
+    int (*grad_buffer)(struct ddpc_comm *c, size_t n, float **send, float **result,
+                       struct ddpc_err *e);
+
     /* buf[n] on every rank = buf[n] on root. */
     int (*broadcast)(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,
                      struct ddpc_err *e);

@@ -61,6 +61,7 @@
 #define SHM_REDUCE_BLOCK  2048                /* floats per L1-resident reduce block */
 #define SHM_ALIGN_FLOATS  16                  /* chunk edges on cache lines */
 #define SHM_WHY_MAX       384
+#define SHM_MAX_TAGS      64                  /* zero-copy all-reduces in flight (buckets) */
 
 enum { ABORT_NONE = 0, ABORT_WRITING = 1, ABORT_SET = 2 };
 
@@ -73,6 +74,15 @@ struct shm_rank {
     uint64_t op_count;                        /* floats */
     int32_t  op_root;                         /* broadcast root; -1 otherwise */
     int32_t  op_kind;                         /* 1 all-reduce, 2 broadcast, 3 barrier */
+    /* Zero-copy all-reduce, per tag (bucket): arrive[t] = g once this rank's
+     * piece of generation g (its g-th start on tag t) is written to its slot;
+     * done[t] = g once it reduced its chunk of generation g into result. On
+     * their own cache lines: peers poll them while this rank works. */
+    _Alignas(SHM_LINE) _Atomic uint64_t arrive[SHM_MAX_TAGS];
+    _Alignas(SHM_LINE) _Atomic uint64_t done[SHM_MAX_TAGS];
+    /* the call behind arrive[t], checked by each peer before it reduces */
+    uint64_t z_off[SHM_MAX_TAGS], z_count[SHM_MAX_TAGS];
+    int32_t  z_op[SHM_MAX_TAGS];
 };
 
 struct comm_shm_region {
@@ -100,6 +110,12 @@ struct shm_handle {
     int      broken;       /* a failed call leaves the barrier counts unmatched */
     int      last_rc;      /* result of the last all_reduce_start, for wait */
     double   op_t0;        /* when the current collective started */
+    /* zero-copy all-reduces (see shm_all_reduce_start) */
+    uint64_t zgen[SHM_MAX_TAGS];    /* starts on each tag so far */
+    uint64_t zpending;              /* tags started whose chunk this rank has not reduced */
+    uint64_t zwaiting;              /* tags started and not yet waited for */
+    uint64_t zcopy;                 /* tags whose last start took the copy path */
+    size_t   zbuf_n;                /* floats handed out by grad_buffer; 0 = none */
 };
 
 /* ===== region layout ===== */
@@ -389,6 +405,10 @@ static int check_usable(struct ddpc_comm *c, const char *what, struct ddpc_err *
     if (h->broken)
         return DDPC_FAIL(e, DDPC_E_ABORTED, "%s %s: communicator unusable after an earlier "
                          "failure", c->purpose, what);
+    /* The copy path reuses the slots that zero-copy pieces still occupy. */
+    if (h->zwaiting & ~h->zcopy)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s %s: called while zero-copy all-reduces are "
+                         "outstanding; wait for every started tag first", c->purpose, what);
     return 0;
 }
 
@@ -462,14 +482,13 @@ static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum d
     }
 }
 
-static int shm_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv,
-                                size_t n, enum ddpc_reduce op, double deadline,
-                                struct ddpc_err *e)
+/* The copy path: for buffers outside the gradient buffer; synchronous. */
+static int shm_all_reduce_copy(struct ddpc_comm *c, const float *send, float *recv, size_t n,
+                               enum ddpc_reduce op, double deadline, struct ddpc_err *e)
 {
     struct shm_handle *h = c->impl;
     struct comm_shm_region *r = h->r;
     char what[96];
-    (void)tag;  /* synchronous: at most one operation is ever in flight */
     h->ops++;
     (void)snprintf(what, sizeof what, "all-reduce #%llu (%zu floats)",
                    (unsigned long long)h->ops, n);
@@ -511,11 +530,281 @@ static int shm_all_reduce_start(struct ddpc_comm *c, int tag, const float *send,
     return h->last_rc = 0;
 }
 
+
+/* ===== zero-copy all-reduce (gradients written straight into the slots) ===== */
+
+/* This rank's chunk of a piece [off, off + n): edges at absolute multiples
+ * of SHM_ALIGN_FLOATS, so no two ranks write one cache line of result. */
+static void zc_chunk(size_t off, size_t n, int W, int rank, size_t *lo, size_t *hi)
+{
+    size_t per = (n + (size_t)W - 1) / (size_t)W;
+    size_t end = off + n;
+    size_t a = off + per * (size_t)rank, b = a + per;
+    a = (a + SHM_ALIGN_FLOATS - 1) / SHM_ALIGN_FLOATS * SHM_ALIGN_FLOATS;
+    b = (b + SHM_ALIGN_FLOATS - 1) / SHM_ALIGN_FLOATS * SHM_ALIGN_FLOATS;
+    if (rank == 0)
+        a = off;
+    if (rank == W - 1 || b > end)
+        b = end;
+    if (a > end)
+        a = end;
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
+static void zc_what(struct ddpc_comm *c, int tag, uint64_t gen, char *buf, size_t len)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    (void)snprintf(buf, len, "all-reduce of bucket %d, call %llu (%llu floats)", tag,
+                   (unsigned long long)gen,
+                   (unsigned long long)r->ranks[c->rank].z_count[tag]);
+}
+
+/* Reduces this rank's chunk of every pending tag whose peers have all
+ * arrived. Never blocks. Returns < 0 only on a call mismatch. */
+static int zc_progress(struct ddpc_comm *c, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    int W = r->world, rank = c->rank;
+    uint64_t todo = h->zpending;
+    while (todo) {
+        int t = __builtin_ctzll(todo);
+        todo &= todo - 1;
+        uint64_t g = h->zgen[t];
+        int ready = 1;
+        for (int i = 0; i < W && ready; i++)
+            /* acquire: pairs with the peer's release store in start, so its
+             * gradient writes into its slot are visible before we read them */
+            ready = atomic_load_explicit(&r->ranks[i].arrive[t], memory_order_acquire) >= g;
+        if (!ready)
+            continue;
+        /* A peer cannot have started generation g + 1 yet (its wait for g
+         * needs our done[t] = g), so its call record is still generation g's. */
+        const struct shm_rank *me = &r->ranks[rank];
+        for (int i = 0; i < W; i++) {
+            const struct shm_rank *o = &r->ranks[i];
+            if (o->z_off[t] == me->z_off[t] && o->z_count[t] == me->z_count[t] &&
+                o->z_op[t] == me->z_op[t])
+                continue;
+            char msg[SHM_WHY_MAX];
+            (void)snprintf(msg, sizeof msg,
+                           "%s all-reduce of bucket %d: ranks disagree: rank %d reduces "
+                           "floats [%llu, +%llu) op %d, rank %d [%llu, +%llu) op %d; every rank "
+                           "must make the same collective calls in the same order",
+                           c->purpose, t, rank, (unsigned long long)me->z_off[t],
+                           (unsigned long long)me->z_count[t], (int)me->z_op[t], i,
+                           (unsigned long long)o->z_off[t], (unsigned long long)o->z_count[t],
+                           (int)o->z_op[t]);
+            h->broken = 1;
+            region_abort(r, DDPC_E_ABORTED, msg);
+            return DDPC_FAIL(e, DDPC_E_INVALID, "%s", msg);
+        }
+        size_t lo, hi;
+        zc_chunk((size_t)me->z_off[t], (size_t)me->z_count[t], W, rank, &lo, &hi);
+        if (hi > lo)
+            reduce_chunk(r, lo, hi, me->z_op[t] == DDPC_REDUCE_AVG ? DDPC_REDUCE_AVG
+                                                                   : DDPC_REDUCE_SUM);
+        /* release: our result writes are visible to whoever sees done = g */
+        atomic_store_explicit(&r->ranks[rank].done[t], g, memory_order_release);
+        h->zpending &= ~(1ull << t);
+        region_wake(r, 0);
+    }
+    return 0;
+}
+
+static int zc_start(struct ddpc_comm *c, int tag, size_t off, size_t n, enum ddpc_reduce op,
+                    struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    int rank = c->rank;
+    h->ops++;
+    h->op_t0 = ddpc_now();
+    if (!h->broken && atomic_load(&r->abort_state) != ABORT_NONE)
+        return fail_aborted(h, c->purpose, "all-reduce", e);
+    if (h->broken)
+        return DDPC_FAIL(e, DDPC_E_ABORTED, "%s all-reduce of bucket %d: communicator "
+                         "unusable after an earlier failure", c->purpose, tag);
+    if (h->zwaiting & (1ull << tag))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s all-reduce of bucket %d: started twice "
+                         "without a wait in between", c->purpose, tag);
+    uint64_t g = ++h->zgen[tag];
+    struct shm_rank *me = &r->ranks[rank];
+    me->z_off[tag] = off;
+    me->z_count[tag] = n;
+    me->z_op[tag] = (int32_t)op;
+    h->zpending |= 1ull << tag;
+    h->zwaiting |= 1ull << tag;
+    h->zcopy &= ~(1ull << tag);
+    /* release: publishes the gradients backward wrote into our slot (plain
+     * stores, BLAS included) and the call record above */
+    atomic_store_explicit(&me->arrive[tag], g, memory_order_release);
+    region_wake(r, 0);
+    /* If we are the last to arrive, our chunk can go now, while the others
+     * (and our own backward, after we return) are busy. */
+    return zc_progress(c, e);
+}
+
+/* A rank still missing from generation g of tag t whose process is gone. */
+static int zc_dead_peer(struct comm_shm_region *r, int t, uint64_t g, int *pid_out)
+{
+    for (int i = 0; i < r->world; i++) {
+        if (atomic_load(&r->ranks[i].done[t]) >= g)
+            continue;
+        pid_t pid = atomic_load(&r->ranks[i].pid);
+        if (atomic_load(&r->ranks[i].dead) || (pid > 0 && kill(pid, 0) == -1 && errno == ESRCH)) {
+            *pid_out = pid;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int zc_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    uint64_t g = h->zgen[tag];
+    double spin_until = ddpc_now() + r->spin_s;
+    char what[128];
+    for (unsigned iter = 0;; iter++) {
+        uint32_t ep = atomic_load(&r->epoch);
+        if (atomic_load(&r->abort_state) != ABORT_NONE) {
+            zc_what(c, tag, g, what, sizeof what);
+            return fail_aborted(h, c->purpose, what, e);
+        }
+        DDPC_TRY(zc_progress(c, e));
+        int all = 1;
+        for (int i = 0; i < r->world && all; i++)
+            /* acquire: pairs with the release in zc_progress, so every
+             * peer's chunk of result is visible once we see its done */
+            all = atomic_load_explicit(&r->ranks[i].done[tag], memory_order_acquire) >= g;
+        if (all) {
+            h->zwaiting &= ~(1ull << tag);
+            return 0;
+        }
+        if ((iter & 63) != 0) {
+            cpu_relax();
+            continue;
+        }
+        double now = ddpc_now();
+        if (deadline > 0 && now >= deadline) {
+            char missing[160], msg[SHM_WHY_MAX], why[SHM_WHY_MAX + 16];
+            size_t used = 0;
+            int n = 0, late = 0;
+            missing[0] = '\0';
+            /* did not arrive: no piece yet; else arrived but not reduced */
+            for (int pass = 0; pass < 2 && n == 0; pass++) {
+                for (int i = 0; i < r->world; i++) {
+                    uint64_t v = pass == 0 ? atomic_load(&r->ranks[i].arrive[tag])
+                                           : atomic_load(&r->ranks[i].done[tag]);
+                    if (v >= g)
+                        continue;
+                    if (n < 16 && used < sizeof missing) {
+                        int w = snprintf(missing + used, sizeof missing - used, "%s%d",
+                                         n ? ", " : "", i);
+                        if (w > 0)
+                            used += (size_t)w;
+                    }
+                    n++;
+                }
+                late = pass;
+            }
+            zc_what(c, tag, g, what, sizeof what);
+            h->broken = 1;
+            (void)snprintf(msg, sizeof msg,
+                           "%s %s timed out after %.2f s waiting for rank%s %s (%s); a rank "
+                           "is stuck or much slower: raise nccl_timeout if this is expected",
+                           c->purpose, what, now - h->op_t0, n == 1 ? "" : "s", missing,
+                           late ? "arrived but did not finish reducing" : "did not arrive");
+            (void)snprintf(why, sizeof why, "rank %d: %s", c->rank, msg);
+            region_abort(r, DDPC_E_ABORTED, why);
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT, "%s", msg);
+        }
+        if (now < spin_until) {
+            cpu_relax();
+            continue;
+        }
+        int dead_pid = 0;
+        int dead = zc_dead_peer(r, tag, g, &dead_pid);
+        if (dead >= 0) {
+            char why[SHM_WHY_MAX];
+            zc_what(c, tag, g, what, sizeof what);
+            (void)snprintf(why, sizeof why, "rank %d (pid %d) died before reaching %s %s",
+                           dead, dead_pid, c->purpose, what);
+            region_abort(r, DDPC_E_PEER, why);
+            return fail_aborted(h, c->purpose, what, e);
+        }
+        double nap = SHM_SLEEP_CAP_S;
+        if (deadline > 0 && deadline - now < nap)
+            nap = deadline - now;
+        struct timespec ts = { (time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9) };
+        if (ts.tv_sec == 0 && ts.tv_nsec < 1000)
+            ts.tv_nsec = 1000;
+        atomic_fetch_add(&r->sleepers, 1);
+        long rc = futex(&r->epoch, FUTEX_WAIT, ep, &ts);
+        int err = errno;
+        atomic_fetch_sub(&r->sleepers, 1);
+        if (rc == -1 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+            h->broken = 1;
+            return DDPC_FAIL(e, DDPC_E_SYS, "%s all-reduce of bucket %d: futex wait: %s",
+                             c->purpose, tag, strerror(err));
+        }
+    }
+}
+
+static int shm_grad_buffer(struct ddpc_comm *c, size_t n, float **send, float **result,
+                           struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    (void)e;
+    *send = *result = NULL;
+    if (n == 0 || n > h->r->slot_floats)
+        return 0;
+    h->zbuf_n = n;
+    *send = region_slot(h->r, c->rank);
+    *result = region_result(h->r);
+    return 0;
+}
+
+static int shm_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv,
+                                size_t n, enum ddpc_reduce op, double deadline,
+                                struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    struct comm_shm_region *r = h->r;
+    if (tag < 0 || tag >= SHM_MAX_TAGS)
+        return h->last_rc = DDPC_FAIL(e, DDPC_E_INVALID, "%s all-reduce: tag %d outside "
+                                      "0..%d", c->purpose, tag, SHM_MAX_TAGS - 1);
+    if (h->zbuf_n) {
+        const float *mine = region_slot(r, c->rank);
+        const float *res = region_result(r);
+        if (send >= mine && send < mine + h->zbuf_n) {
+            size_t off = (size_t)(send - mine);
+            if (recv != res + off || n > h->zbuf_n - off)
+                return h->last_rc = DDPC_FAIL(e, DDPC_E_INVALID,
+                                              "%s all-reduce: send is in the gradient buffer "
+                                              "but recv is not the matching result, or the "
+                                              "piece runs past it", c->purpose);
+            /* deadlines bound the wait; start never blocks */
+            (void)deadline;
+            return zc_start(c, tag, off, n, op, e);
+        }
+    }
+    h->zcopy |= 1ull << tag;
+    return shm_all_reduce_copy(c, send, recv, n, op, deadline, e);
+}
+
 static int shm_all_reduce_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
 {
     struct shm_handle *h = c->impl;
-    (void)tag;
-    (void)deadline;
+    if (tag >= 0 && tag < SHM_MAX_TAGS && (h->zwaiting & (1ull << tag)) &&
+        !(h->zcopy & (1ull << tag)))
+        return zc_wait(c, tag, deadline, e);
+    if (tag >= 0 && tag < SHM_MAX_TAGS)
+        h->zwaiting &= ~(1ull << tag);
     /* start did the work; report its outcome again so a caller that checks
      * only wait still sees a failure (e already holds the message). */
     if (h->last_rc < 0)
@@ -612,6 +901,7 @@ int comm_shm_attach(struct ddpc_comm *c, struct comm_shm_region *r, int rank,
     c->impl = h;
     c->all_reduce_start = shm_all_reduce_start;
     c->all_reduce_wait = shm_all_reduce_wait;
+    c->grad_buffer = shm_grad_buffer;
     c->broadcast = shm_broadcast;
     c->barrier = shm_barrier;
     c->abort = shm_abort;

@@ -167,6 +167,14 @@ int model_backward(struct ddpc_model *m, const float *x, const float *dlogits, i
     return 0;
 }
 
+void model_borrow_grads(struct ddpc_model *m, float *buf)
+{
+    if (m->grads && !m->grads_borrowed)
+        m->ops->release(m->ops, m->grads);
+    m->grads = buf;
+    m->grads_borrowed = 1;
+}
+
 void model_free(struct ddpc_model *m)
 {
     struct ddpc_ops *o = m->ops;
@@ -186,7 +194,7 @@ void model_free(struct ddpc_model *m)
     }
     if (m->params)
         o->release(o, m->params);
-    if (m->grads)
+    if (m->grads && !m->grads_borrowed)
         o->release(o, m->grads);
     m->params = m->grads = NULL;
     m->logits = NULL;

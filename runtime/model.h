@@ -33,7 +33,8 @@ struct ddpc_model {
     int               max_width;            /* widest layer input or output */
     size_t            n_params;
     float  *params;     /* [n_params] backend memory */
-    float  *grads;      /* [n_params] same offsets */
+    float  *grads;      /* [n_params] same offsets; owned unless grads_borrowed */
+    int     grads_borrowed;   /* grads live in a communicator's shared buffer */
     float  *z[DDPC_MAX_LAYERS];   /* [max_batch, out_l] pre-activation */
     float  *a[DDPC_MAX_LAYERS];   /* [max_batch, out_l]; == z for identity layers */
     float  *dbuf[2];              /* [max_batch, max_width] backward ping-pong */
@@ -56,6 +57,10 @@ int  model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_e
  * accumulate: add into grads (grad accumulation) instead of overwriting. */
 int  model_backward(struct ddpc_model *m, const float *x, const float *dlogits, int rows,
                     int accumulate, ddpc_layer_done_fn done, void *ctx, struct ddpc_err *e);
+/* Backward writes gradients into buf [n_params] from now on (a
+ * communicator's zero-copy buffer, comm.h grad_buffer): frees the model's
+ * own gradient buffer; model_free leaves buf alone. */
+void model_borrow_grads(struct ddpc_model *m, float *buf);
 void model_free(struct ddpc_model *m);
 
 #endif /* DDPC_MODEL_H */

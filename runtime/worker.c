@@ -69,9 +69,19 @@ struct ddpc_run {
     float   *dy;
     int64_t *eidx;          /* [DDPC_EVAL_BATCH] test indices of one eval batch */
     float   *metric;        /* [DDPC_N_METRICS] backend, for metric all-reduce */
+    /* Averaged gradients the optimizer reads: model.grads (reduced in place)
+     * or, with a zero-copy communicator, its shared result buffer. */
+    float   *rgrads;
     struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
     int      n_buckets;
     long     step_no;       /* 1-based number of the step in progress, for messages */
+    /* Step-time breakdown, seconds summed over this run's steps: two clock
+     * reads per phase (~40 ns) are cheap enough to keep always on; rank 0
+     * prints it with DDPC_PROFILE=1. */
+    struct {
+        double data, fwd, bwd, comm, opt, sync, other;
+        long   steps;
+    } prof;
     /* rank 0's logging and checkpoints */
     struct ddpc_job     mjob;       /* job as metrics sees it (progress off without out) */
     struct ddpc_metrics metrics;
@@ -129,9 +139,9 @@ static int bucket_start(struct ddpc_run *r, int i, struct ddpc_err *e)
 {
     struct ddpc_comm *c = r->a->grad_comm;
     struct ddpc_bucket *b = &r->bucket[i];
-    float *g = r->model.grads + b->lo;
     b->started = 1;
-    int rc = c->all_reduce_start(c, i, g, g, b->hi - b->lo, DDPC_REDUCE_AVG,
+    int rc = c->all_reduce_start(c, i, r->model.grads + b->lo, r->rgrads + b->lo,
+                                 b->hi - b->lo, DDPC_REDUCE_AVG,
                                  ddpc_deadline_after(r->job->nccl_timeout_s), e);
     return rc < 0 ? step_fail(r, e, rc) : 0;
 }
@@ -235,6 +245,18 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     DDPC_TRY(optim_init(&r->optim, r->ops, j, r->world, r->model.n_params,
                         steps_per_epoch * j->epochs, e));
     buckets_plan(r);
+    r->rgrads = r->model.grads;
+    struct ddpc_comm *gc = a->grad_comm;
+    if (r->comm_on && gc->grad_buffer && r->ops->host_memory) {
+        /* Backward writes straight into this rank's shared slot and the
+         * optimizer reads the shared average: no copy in, no copy out. */
+        float *send = NULL, *result = NULL;
+        DDPC_TRY(gc->grad_buffer(gc, r->model.n_params, &send, &result, e));
+        if (send && result) {
+            model_borrow_grads(&r->model, send);
+            r->rgrads = result;
+        }
+    }
 
     struct ddpc_ops *o = r->ops;
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
@@ -577,16 +599,19 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             if (micro == 0 || b == b0) {
                 r->step_no = r->optim.step + 1;
                 if (sync) {
+                    double ts = ddpc_now();
                     int rc = a->sync_comm->barrier(a->sync_comm,
                                                    ddpc_deadline_after(j->rank_sync_timeout_s),
                                                    e);
                     if (rc < 0)
                         return step_fail(r, e, rc);
+                    r->prof.sync += ddpc_now() - ts;
                 }
             }
             const int64_t *idx;
             int rows = sampler_batch(&r->sampler, b, &idx);
             double before = loss_sum;
+            double t0 = ddpc_now();
             DDPC_TRY(batch_load(r, a->train, idx, rows, e));
             if (b + 1 < r->sampler.n_batches) {
                 /* the next batch's rows travel from DRAM while this one computes */
@@ -594,9 +619,13 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 int nrows = sampler_batch(&r->sampler, b + 1, &nidx);
                 data_prefetch(a->train, nidx, nrows);
             }
+            double t1 = ddpc_now();
+            r->prof.data += t1 - t0;
             float ls = r->amp ? r->loss_scale : 1.0f;
             DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
+            double t2 = ddpc_now();
+            r->prof.fwd += t2 - t1;
             /* before backward, so no collective is left half-started */
             if (!isfinite(loss_sum - before) && !r->amp)
                 return DDPC_FAIL(e, DDPC_E_INVALID,
@@ -606,6 +635,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             int reduce = last_micro && r->comm_on;
             DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
                                     reduce ? on_layer_done : NULL, r, e));
+            double t3 = ddpc_now();
+            r->prof.bwd += t3 - t2;
             seen += rows;
             win_sum += loss_sum - before;
             win_cnt += rows;
@@ -613,11 +644,13 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 continue;
             if (reduce)
                 DDPC_TRY(buckets_finish(r, e));
+            double t4 = ddpc_now();
+            r->prof.comm += t4 - t3;
             float gscale = 1.0f;
             if (j->grad_clip_norm > 0 || r->amp) {
                 /* the grads are averaged, so every rank decides alike */
                 double ss = 0;
-                DDPC_TRY(o->sumsq(o, r->model.grads, r->model.n_params, &ss, e));
+                DDPC_TRY(o->sumsq(o, r->rgrads, r->model.n_params, &ss, e));
                 if (r->amp && !isfinite(ss)) {
                     r->loss_scale *= 0.5f;   /* overflow: skip this step */
                     r->good_steps = 0;
@@ -635,7 +668,10 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 }
             }
             double lr = optim_lr(&r->optim, r->optim.step);
-            DDPC_TRY(optim_step(&r->optim, r->model.params, r->model.grads, gscale, e));
+            DDPC_TRY(optim_step(&r->optim, r->model.params, r->rgrads, gscale, e));
+            double t5 = ddpc_now();
+            r->prof.opt += t5 - t4;
+            r->prof.steps++;
             if (r->optim.step == run_first_step + 1) {
                 DDPC_TRY(o->synchronize(o, e));
                 res->first_step_s = ddpc_now() - a->t_launch;
@@ -654,6 +690,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             }
             if (r->optim.step % every == 0)
                 win_sum = win_cnt = 0;
+            r->prof.other += ddpc_now() - t5;
         }
         DDPC_TRY(o->synchronize(o, e));
         double t_train = ddpc_now() - t_epoch;
@@ -725,6 +762,20 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         fprintf(out, " samples_per_s=%.0f first_step_s=%.3f wall_s=%.3f\n",
                 res->samples_per_s, res->first_step_s, res->wall_s);
         fflush(out);
+    }
+    if (out && r->prof.steps > 0) {
+        const char *pe = getenv("DDPC_PROFILE");
+        if (pe && *pe && strcmp(pe, "0") != 0) {
+            double k = 1e6 / (double)r->prof.steps;
+            double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm +
+                         r->prof.opt + r->prof.sync + r->prof.other;
+            fprintf(out, "profile: rank 0, us per step over %ld steps: data=%.1f forward=%.1f "
+                    "backward=%.1f allreduce_wait=%.1f optimizer=%.1f rank_sync=%.1f "
+                    "other=%.1f total=%.1f\n", r->prof.steps, r->prof.data * k,
+                    r->prof.fwd * k, r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k,
+                    r->prof.sync * k, r->prof.other * k, tot * k);
+            fflush(out);
+        }
     }
     if (res->want_params) {
         res->n_params = r->model.n_params;
