@@ -14,6 +14,9 @@
  *      inputs (the seed is printed), with relative error bounds for fp32,
  *      and gemm with bf16 / fp16 inputs against the fp32 CPU result; the
  *      optimizer step (SGD, Adam, AdamW) bit for bit, and scale exactly.
+ *   3. A small job trained by worker_run on cuda:0 (fp32, bf16, fp16 with
+ *      dynamic loss scaling) against the same job on the CPU backend: steps,
+ *      final train/test loss, test accuracy and parameters within bounds.
  * The NCCL part runs first: the parent must not initialise CUDA before it
  * forks the ranks.
  *
@@ -34,8 +37,10 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "data.h"
 #include "ops.h"
 #include "ops_kernels.h"
+#include "worker.h"
 
 #define TOL_ELEM 2e-6   /* fp32 element-wise: a few ulps (device expf/erff/tanhf) */
 #define TOL_SUM  1e-5   /* fp32 dot products / column sums: different summation order */
@@ -432,6 +437,165 @@ static void run_ops_tests(const struct ddpc_backend *b)
     p.cpu.destroy(&p.cpu);
 }
 
+/* ===== training: the same job on the GPU and on the CPU ===== */
+
+/* A small job the CPU trains in a fraction of a second: synthetic 10-class
+ * data, MLP 32-64-64-10 (gelu), AdamW with warmup and cosine decay, grad
+ * clipping, 2 epochs of 32 steps; it ends mid-training (loss ~1.5, accuracy
+ * ~0.9), where differences show, not at a loss near 0 where all agree. */
+static void train_job(struct ddpc_job *j, int precision)
+{
+    memset(j, 0, sizeof *j);
+    j->version = 1;
+    j->name = "gpu-vs-cpu";
+    j->seed = 4321;
+    j->epochs = 2;
+    j->learning_rate = 1e-3;
+    j->batch_size = 64;
+    j->grad_accumulation = 1;
+    j->limit_train_fraction = 1.0;
+    j->bucket_cap_mb = 25;
+    j->grad_clip_norm = 5.0;
+    j->precision = (enum ddpc_precision)precision;
+    j->model.type = DDPC_MODEL_MLP;
+    j->model.n_layers = 4;
+    j->model.layers[0] = 32;
+    j->model.layers[1] = 64;
+    j->model.layers[2] = 64;
+    j->model.layers[3] = 10;
+    j->model.activation = DDPC_ACT_GELU;
+    j->loss = DDPC_LOSS_CROSS_ENTROPY;
+    j->data.shuffle = 1;
+    j->data.has_test = 1;
+    j->optimizer.type = DDPC_OPTIM_ADAMW;
+    j->optimizer.beta1 = 0.9;
+    j->optimizer.beta2 = 0.999;
+    j->optimizer.eps = 1e-8;
+    j->optimizer.weight_decay = 1e-2;
+    j->schedule.warmup_steps = 10;
+    j->schedule.warmup_start_factor = 0.1;
+    j->schedule.decay = DDPC_DECAY_COSINE;
+    j->schedule.gamma = 0.1;
+}
+
+static int train_once(struct ddpc_ops *o, const struct ddpc_job *j,
+                      const struct ddpc_dataset *tr, const struct ddpc_dataset *te,
+                      struct ddpc_worker_result *res, const char *what)
+{
+    struct ddpc_err e = {0};
+    struct ddpc_worker_args a = { .job = j, .rank = 0, .world = 1, .device = 0, .ops = o,
+                                  .train = tr, .test = te, .out = NULL,
+                                  .t_launch = ddpc_now() };
+    memset(res, 0, sizeof *res);
+    res->want_params = 1;
+    if (worker_run(&a, res, &e) < 0) {
+        fail_err(what, &e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bounds on the final metrics, GPU vs CPU, per gemm precision: fp32 differs
+ * only by cuBLAS's summation order and the device's expf/erff (a few ulps per
+ * step, grown over 64 steps); bf16/fp16 round every gemm input to 8/11
+ * significant bits. Calibrated on the CPU with a gemm that sums in double
+ * (fp32) or rounds its inputs to bf16/fp16 first: the observed differences
+ * (loss 1e-8 / 2.5e-5 / 8e-6, parameters 2e-6 / 1.4e-3 / 7e-4) sit 10x or
+ * more inside these bounds. */
+static const double train_loss_tol[3] = {1e-4, 5e-3, 1e-3};   /* relative */
+static const double train_acc_tol[3]  = {0.01, 0.03, 0.02};   /* absolute */
+static const double train_par_tol[3]  = {1e-3, 3e-2, 1e-2};   /* norm-wise relative */
+
+static void test_training(const struct ddpc_backend *b)
+{
+    struct ddpc_data_source src = { .format = DDPC_DATA_SYNTHETIC, .samples = 2048,
+                                    .features = 32, .classes = 10, .seed = 11 };
+    struct ddpc_dataset tr, te;
+    struct ddpc_err e = {0};
+    memset(&tr, 0, sizeof tr);
+    memset(&te, 0, sizeof te);
+    if (data_load(&src, &tr, &e) < 0) {
+        fail_err("training: synthetic train set", &e);
+        return;
+    }
+    src.samples = 512;
+    src.seed = 12;
+    if (data_load(&src, &te, &e) < 0) {
+        fail_err("training: synthetic test set", &e);
+        data_free(&tr);
+        return;
+    }
+    struct ddpc_job j;
+    train_job(&j, DDPC_PRECISION_FP32);
+    struct ddpc_ops cpu;
+    struct ddpc_worker_result rc;
+    int cpu_ok = 0;
+    if (ops_cpu_init(&cpu, &e) < 0) {
+        fail_err("training: ops_cpu_init", &e);
+    } else {
+        cpu_ok = train_once(&cpu, &j, &tr, &te, &rc, "training on cpu") == 0;
+        cpu.destroy(&cpu);
+    }
+    if (!cpu_ok) {
+        data_free(&tr);
+        data_free(&te);
+        return;
+    }
+    printf("     training on cpu : %lld steps, train_loss %.6f test_loss %.6f "
+           "test_accuracy %.4f\n", (long long)rc.steps, rc.train_loss, rc.test_loss,
+           rc.test_accuracy);
+    for (int prec = 0; prec < 3; prec++) {
+        train_job(&j, prec);
+        struct ddpc_ops gpu;
+        struct ddpc_worker_result rg;
+        char what[96];
+        snprintf(what, sizeof what, "training on cuda:0 %s", prec_name[prec]);
+        if (b->ops_init(&gpu, 0, &e) < 0) {
+            fail_err(what, &e);
+            if (gpu.destroy)
+                gpu.destroy(&gpu);
+            continue;
+        }
+        int ok = train_once(&gpu, &j, &tr, &te, &rg, what) == 0;
+        gpu.destroy(&gpu);
+        if (!ok)
+            continue;
+        printf("     %s: %lld steps, train_loss %.6f test_loss %.6f test_accuracy %.4f\n",
+               what, (long long)rg.steps, rg.train_loss, rg.test_loss, rg.test_accuracy);
+        /* fp16's loss scaler may skip a few steps on overflow (GradScaler) */
+        int64_t skip_ok = prec == DDPC_PRECISION_FP16 ? 3 : 0;
+        snprintf(what, sizeof what, "train %s: steps %lld of %lld", prec_name[prec],
+                 (long long)rg.steps, (long long)rc.steps);
+        check(rg.steps <= rc.steps && rc.steps - rg.steps <= skip_ok, what,
+              (double)llabs(rg.steps - rc.steps), (double)skip_ok);
+        double el = fabs(rg.train_loss - rc.train_loss) / fabs(rc.train_loss);
+        snprintf(what, sizeof what, "train %s: train_loss vs cpu", prec_name[prec]);
+        check(el <= train_loss_tol[prec], what, el, train_loss_tol[prec]);
+        double et = fabs(rg.test_loss - rc.test_loss) / fabs(rc.test_loss);
+        snprintf(what, sizeof what, "train %s: test_loss vs cpu", prec_name[prec]);
+        check(et <= train_loss_tol[prec], what, et, train_loss_tol[prec]);
+        double ea = fabs(rg.test_accuracy - rc.test_accuracy);
+        snprintf(what, sizeof what, "train %s: test_accuracy vs cpu (abs)", prec_name[prec]);
+        check(ea <= train_acc_tol[prec], what, ea, train_acc_tol[prec]);
+        if (rg.params && rc.params && rg.n_params == rc.n_params) {
+            double ep = rel_err(rg.params, rc.params, rc.n_params);
+            snprintf(what, sizeof what, "train %s: final parameters vs cpu", prec_name[prec]);
+            check(ep <= train_par_tol[prec], what, ep, train_par_tol[prec]);
+        } else {
+            checks++;
+            failures++;
+            printf("FAIL train %s: no final parameters to compare\n", prec_name[prec]);
+        }
+        free(rg.params);
+    }
+    /* the job learned something: the comparison is not of two failures */
+    check(rc.test_accuracy > 0.5, "training on cpu learned (test_accuracy > 0.5)",
+          rc.test_accuracy, 0.5);
+    free(rc.params);
+    data_free(&tr);
+    data_free(&te);
+}
+
 /* ===== NCCL: one process per GPU ===== */
 
 /* Two distinct free TCP ports on the loopback interface: both sockets stay
@@ -711,6 +875,7 @@ int main(void)
     run_nccl_tests(b, world);
     run_nccl_init_timeout(b);
     run_ops_tests(b);
+    test_training(b);
     printf("test_gpu: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
