@@ -183,8 +183,11 @@ $(B)/fuzz/fuzz_spec: tests/fuzz/fuzz_spec.c $(SPEC_SRC) $(wildcard spec/*.h spec
 fuzz: $(B)/fuzz/fuzz_spec
 	@mkdir -p $(B)/fuzz/corpus
 	cp -f examples/*.yaml tests/specs/*/*.yaml $(B)/fuzz/corpus/ 2>/dev/null || true
-	$(B)/fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=5 \
-	  -rss_limit_mb=2048 -print_final_stats=1 $(B)/fuzz/corpus
+	@echo "fuzzing the spec front end for $(FUZZ_SECONDS) s (log: $(B)/fuzz/log)"
+	@$(B)/fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=5 \
+	  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/ $(B)/fuzz/corpus \
+	  > $(B)/fuzz/log 2>&1 || { tail -60 $(B)/fuzz/log; echo "fuzz: FAILED, reproducer in $(B)/fuzz/"; exit 1; }
+	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
 
 demo: deps all
 	$(DDPC) build examples/fashion-mnist.yaml -o fashion-mnist && ./fashion-mnist
