@@ -216,6 +216,18 @@ static int ddprt_gpu_plan(struct ddprt_run *r, struct ddpc_err *e)
         r->local_world = n;
     }
     r->use_cuda = 1;
+    /* DDP steps at the pace of the slowest GPU, and memory-bound choices
+     * (batch size) fit the smallest: different models in one job deserve a
+     * warning, not an error. The probe's names carry model, sm and memory. */
+    for (int i = 1; i < r->local_world; i++) {
+        int d0 = r->devices[0], d = r->devices[i];
+        if (d0 < 64 && d < 64 && strcmp(r->info.names[d0], r->info.names[d]) != 0) {
+            fprintf(stderr, "ddpc: warning: different GPU models in one job: cuda:%d is %s, "
+                    "cuda:%d is %s; every step waits for the slowest, and batch_size must "
+                    "fit the smallest\n", d0, r->info.names[d0], d, r->info.names[d]);
+            break;
+        }
+    }
     return 0;
 }
 

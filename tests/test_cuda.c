@@ -8,6 +8,10 @@
  * Without a GPU (no /dev/nvidia<N>) it prints "SKIP cuda: no GPU found" and
  * registers one test whose name says it was skipped and which checks
  * nothing: a skipped GPU test must say so, never pass as if it had tested.
+ *
+ * Always (no GPU needed): the launcher's GPU decisions through ddprt_main
+ * --dry-run with a fake CUDA backend whose probe answers what a test needs:
+ * two different models warn; accelerator gpu with no GPU fails at once.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "suites.h"
+#include "ddprt.h"
 
 /* /dev/nvidia0, /dev/nvidia1, ...: one node per GPU the driver exposes to
  * this container (nvidiactl and nvidia-uvm do not count). */
@@ -77,9 +82,131 @@ START_TEST(gpu_test_program_passes)
 }
 END_TEST
 
+/* ===== the launcher's GPU decisions, with a fake CUDA backend ===== */
+
+/* A two-device job for ddprt_main: accelerator gpu, devices [0, 1]. */
+static void two_gpu_job(struct ddpc_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->version = 1;
+    j->name = "two-gpu";
+    j->n_devices = 2;
+    j->devices[1] = 1;
+    j->strategy = DDPC_STRATEGY_DDP;
+    j->accelerator = DDPC_ACCEL_GPU;
+    j->epochs = 1;
+    j->learning_rate = 1e-3;
+    j->batch_size = 8;
+    j->grad_accumulation = 1;
+    j->limit_train_fraction = 1.0;
+    j->bucket_cap_mb = 25;
+    j->model.type = DDPC_MODEL_MLP;
+    j->model.n_layers = 2;
+    j->model.layers[0] = 4;
+    j->model.layers[1] = 2;
+    j->loss = DDPC_LOSS_CROSS_ENTROPY;
+    j->data.train.format = DDPC_DATA_SYNTHETIC;
+    j->data.train.samples = 16;
+    j->data.train.features = 4;
+    j->data.train.classes = 2;
+    j->optimizer.type = DDPC_OPTIM_SGD;
+    j->launch.num_nodes = 1;
+}
+
+static const char *fake_names[2];
+
+static int probe_two(struct ddpc_device_info *info, struct ddpc_err *e)
+{
+    (void)e;
+    memset(info, 0, sizeof *info);
+    info->count = 2;
+    for (int i = 0; i < 2; i++)
+        snprintf(info->names[i], sizeof info->names[i], "%s", fake_names[i]);
+    return 0;
+}
+
+static int probe_zero(struct ddpc_device_info *info, struct ddpc_err *e)
+{
+    (void)e;
+    memset(info, 0, sizeof *info);
+    snprintf(info->note, sizeof info->note, "cudaGetDeviceCount: cudaErrorNoDevice");
+    return 0;
+}
+
+static char launcher_err[8192];
+
+/* ddprt_main(job, --dry-run) in a child, stderr captured; returns its status. */
+static int dry_run(const struct ddpc_job *j, const struct ddpc_backend *cuda)
+{
+    char path[] = "/tmp/ddpc_cuda_err_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout))
+            _exit(99);
+        dup2(fd, 2);
+        struct ddprt_program p = { .job = j, .spec_path = "two.yaml", .spec_hash = "00",
+                                   .spec_text = "", .plan_json = "{}",
+                                   .ddpc_version = "test", .cuda = cuda };
+        char *argv[] = { (char *)"job", (char *)"--dry-run", NULL };
+        int rc = ddprt_main(&p, 2, argv);
+        fflush(NULL);
+        _exit(rc);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ssize_t n = pread(fd, launcher_err, sizeof launcher_err - 1, 0);
+    launcher_err[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+START_TEST(launcher_warns_on_mixed_gpu_models)
+{
+    struct ddpc_job j;
+    two_gpu_job(&j);
+    struct ddpc_backend two = { "cuda", probe_two, NULL, NULL };
+    fake_names[0] = "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)";
+    fake_names[1] = "NVIDIA A100-SXM4-40GB (sm_80, 39 GiB)";
+    ck_assert_int_eq(dry_run(&j, &two), 0);
+    ck_assert_msg(strstr(launcher_err, "warning: different GPU models") &&
+                  strstr(launcher_err, "cuda:0 is NVIDIA H100") &&
+                  strstr(launcher_err, "cuda:1 is NVIDIA A100"), "%s", launcher_err);
+    fake_names[1] = fake_names[0];
+    ck_assert_int_eq(dry_run(&j, &two), 0);
+    ck_assert_msg(!strstr(launcher_err, "warning"), "same models, yet: %s", launcher_err);
+}
+END_TEST
+
+START_TEST(launcher_gpu_without_gpus_fails_at_once)
+{
+    struct ddpc_job j;
+    two_gpu_job(&j);
+    struct ddpc_backend zero = { "cuda", probe_zero, NULL, NULL };
+    double t0 = ddpc_now();
+    ck_assert_int_eq(dry_run(&j, &zero), 1);
+    ck_assert_msg(strstr(launcher_err, "GPU 0 not found: no GPU is visible") &&
+                  strstr(launcher_err, "cudaErrorNoDevice") &&
+                  strstr(launcher_err, "accelerator: cpu"), "%s", launcher_err);
+    j.devices_all = 1;
+    ck_assert_int_eq(dry_run(&j, &zero), 1);
+    ck_assert_msg(strstr(launcher_err, "devices: all: no GPU visible"), "%s", launcher_err);
+    ck_assert(ddpc_now() - t0 < 5.0);
+}
+END_TEST
+
 Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
+    TCase *tl = tcase_create("launcher");
+    tcase_add_test(tl, launcher_warns_on_mixed_gpu_models);
+    tcase_add_test(tl, launcher_gpu_without_gpus_fails_at_once);
+    suite_add_tcase(s, tl);
     int gpus = gpu_nodes();
     find_test_gpu();
     if (gpus == 0) {
