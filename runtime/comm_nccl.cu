@@ -22,6 +22,7 @@
  *     never printed, never exit();
  *   - it never allocates model memory and never issues compute work.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
