@@ -153,11 +153,18 @@ static void launch_describe(const struct launch_child *c, int rank, char *buf, s
     }
 }
 
+/* A stopped worker (SIGSTOP, a debugger's ^Z) would leave SIGTERM / SIGINT
+ * pending until the SIGKILL a grace period later: SIGCONT after them, so it
+ * acts on them now. */
 static void launch_signal_alive(struct launch_child *ch, int n, int sig)
 {
-    for (int i = 0; i < n; i++)
-        if (ch[i].alive && ch[i].pid > 0)
-            (void)kill(ch[i].pid, sig);   /* ESRCH: it just died; reaped below */
+    for (int i = 0; i < n; i++) {
+        if (!ch[i].alive || ch[i].pid <= 0)
+            continue;
+        (void)kill(ch[i].pid, sig);   /* ESRCH: it just died; reaped below */
+        if (sig != SIGKILL)
+            (void)kill(ch[i].pid, SIGCONT);
+    }
 }
 
 static int launch_install(struct sigaction *old, struct ddpc_err *e)
