@@ -894,6 +894,11 @@ static const char *fmt_bytes(char *buf, size_t cap, long double b)
 
 int ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e)
 {
+    return ckpt_preflight_n(dir, ckpt_bytes, 2, e);
+}
+
+int ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc_err *e)
+{
     char p[PATH_MAX];
     if (!dir || !dir[0])
         return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_preflight: empty checkpoint_dir");
@@ -942,14 +947,19 @@ int ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e)
         return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: statvfs: %s", dir, strerror(errno));
     /* Unprivileged free space (f_bavail), the budget a job really has. */
     long double avail = (long double)sv.f_bavail * (long double)sv.f_frsize;
-    long double need = 2.0L * (long double)ckpt_bytes;
+    if (copies < 2)
+        copies = 2;
+    long double need = (long double)copies * (long double)ckpt_bytes;
     if (avail < need)
         return DDPC_FAIL(e, DDPC_E_SYS,
-                         "checkpoint_dir %s: %s free, checkpoints need %s (2 x %zu bytes: a new "
-                         "checkpoint is written in full before the previous one is pruned); "
+                         "checkpoint_dir %s: %s free, checkpoints need %s (%d x %zu bytes: %s); "
                          "free some space or point checkpoint_dir elsewhere",
                          dir, fmt_bytes(have_s, sizeof have_s, avail),
-                         fmt_bytes(need_s, sizeof need_s, need), ckpt_bytes);
+                         fmt_bytes(need_s, sizeof need_s, need), copies, ckpt_bytes,
+                         copies == 2 ? "a new checkpoint is written in full before the previous "
+                                       "one is pruned"
+                                     : "the checkpoints this run holds at once, a new one "
+                                       "written in full before the oldest is pruned");
     return 0;
 }
 

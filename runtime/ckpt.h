@@ -2,7 +2,7 @@
  * pruning, pre-flight checks, and safetensors export of the final model.
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
- *          ckpt_preflight, ckpt_file_size, ckpt_export_safetensors,
+ *          ckpt_preflight, ckpt_preflight_n, ckpt_file_size, ckpt_export_safetensors,
  *          ckpt_crc32c, ckpt_set_fault (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
@@ -119,6 +119,9 @@ int  ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddp
  * probe file), and require free space >= 2 * ckpt_bytes (the new file is
  * complete before the old one is pruned). */
 int  ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e);
+/* The same with room for `copies` checkpoints (fewer than 2 counts as 2):
+ * the launcher passes how many the run holds at once (keep_last + 1). */
+int  ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc_err *e);
 
 /* Writes the model's parameters (flat buffer, model.h's order) as a
  * safetensors file, atomically. Tensor names follow a PyTorch module whose
