@@ -8,6 +8,17 @@
  * forked process (ops + communicators + worker_run).
  * Never parses YAML, never trains (worker.c does), never forks or signals
  * (launch.c does), never calls exit(): the status goes back to main.
+ *
+ * checkpoint_dir, from the launcher's side: checked before any worker starts
+ * (ckpt_preflight: creatable, writable, room for the checkpoints the run
+ * will hold at once), and after every attempt the temp files of workers
+ * that died mid-write (SIGINT, SIGKILL after the grace period) are removed,
+ * so an interrupted job leaves no partial file.
+ *
+ * TEST HOOK (tests/test_faults.c; never set it in production):
+ *   DDPC_TEST_CKPT_STOP_AFTER_BYTES=N   rank 0 stops itself with SIGSTOP
+ *   after writing N bytes of its first checkpoint temp file (ckpt_set_fault),
+ *   so a test can kill the job in the middle of a checkpoint write.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +28,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include "ckpt.h"
 #include "comm_shm.h"
 #include "data.h"
 #include "ddprt.h"
@@ -624,6 +636,7 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         .test = r->has_test ? &r->test : NULL,
         .out = w->rank == 0 ? stdout : NULL,
         .t_launch = r->t_launch,
+        .spec_hash = r->p->spec_hash,   /* stamped into checkpoints, checked on resume */
     };
     struct ddpc_worker_result res;
     memset(&res, 0, sizeof res);
@@ -651,6 +664,57 @@ out:
 }
 
 /* ===== ddprt_main ===== */
+
+/* ===== checkpoint_dir, from the launcher ===== */
+
+/* Bytes of one checkpoint of this job: the model's parameters (model.h's
+ * shapes) and the optimizer state optim.c keeps (Adam m and v, SGD
+ * momentum). */
+static size_t ddprt_ckpt_bytes(const struct ddpc_job *j)
+{
+    size_t n = 0;
+    for (int l = 0; l + 1 < j->model.n_layers && l + 1 < DDPC_MAX_LAYERS; l++)
+        n += (size_t)j->model.layers[l + 1] * ((size_t)j->model.layers[l] + 1);
+    size_t n_opt = 0;
+    if (j->optimizer.type == DDPC_OPTIM_ADAM || j->optimizer.type == DDPC_OPTIM_ADAMW)
+        n_opt = 2 * n;
+    else if (j->optimizer.type == DDPC_OPTIM_SGD && j->optimizer.momentum != 0.0)
+        n_opt = n;
+    return ckpt_file_size(n, n_opt);
+}
+
+/* Before any worker starts (node 0, where rank 0 writes): checkpoint_dir
+ * can be created and written, and has room for the checkpoints the run
+ * holds at once: keep_last + 1 (a new one is complete before the oldest
+ * goes), or 2 when every checkpoint is kept (how many of the run's own are
+ * already there is only known at resume; the writer reports a full disk). */
+static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    if (!j->checkpoint_dir || !*j->checkpoint_dir || r->node_rank != 0)
+        return 0;
+    int every = j->checkpoint.every_n_epochs;
+    long long writes = every > 0 ? j->epochs / every + (j->epochs % every != 0) : 1;
+    long long held = 2;
+    if (j->checkpoint.keep_last > 0)
+        held = (long long)j->checkpoint.keep_last + 1 < writes
+             ? (long long)j->checkpoint.keep_last + 1 : writes;
+    return ckpt_preflight_n(j->checkpoint_dir, ddprt_ckpt_bytes(j), held > 2 ? (int)held : 2, e);
+}
+
+/* Temp files of writers that are gone (a worker killed mid-write by the
+ * user's signal, the grace-period SIGKILL, or an earlier kill -9 of the
+ * whole job). Only this host's dead pids: ckpt_prune with keep_last 0
+ * removes nothing else. */
+static void ddprt_remove_stale_temps(const struct ddprt_run *r)
+{
+    const struct ddpc_job *j = &r->job;
+    if (!j->checkpoint_dir || !*j->checkpoint_dir || !j->name)
+        return;
+    struct ddpc_err pe = { 0 };
+    if (ckpt_prune(j->checkpoint_dir, j->name, 0, &pe) < 0)
+        fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
+}
 
 static int ddprt_load_data(struct ddprt_run *r, struct ddpc_err *e)
 {
@@ -738,6 +802,11 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl.resume, strerror(errno));
         goto done;
     }
+    if (ddprt_ckpt_preflight(r, &e) < 0) {
+        ddprt_report(&e);
+        goto done;
+    }
+    ddprt_remove_stale_temps(r);
     /* Before fork: one copy of the data, shared copy-on-write by every
      * worker; a bad file stops the job here with nothing started. */
     if (ddprt_load_data(r, &e) < 0) {
@@ -767,17 +836,39 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     o.grace_s = 1.0;
     o.single_blas_thread = !r->use_cuda;
 
+    const char *hook = getenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES");   /* see the header */
+    if (hook && *hook)
+        ckpt_set_fault(strtoll(hook, NULL, 10), DDPC_CKPT_FAULT_STOP);
+
     int max_restarts = r->job.launch.max_restarts > 0 ? r->job.launch.max_restarts : 0;
-    for (int attempt = 0;; attempt++) {
+    /* what ended each attempt, for the history printed when giving up */
+    char (*hist)[sizeof e.msg] = calloc((size_t)max_restarts + 1, sizeof *hist);
+    if (!hist) {
+        fprintf(stderr, "ddpc: error: out of memory\n");
+        goto done;
+    }
+    int attempt;
+    for (attempt = 0;; attempt++) {
         ddpc_err_clear(&e);
         status = launch_run(&o, ddprt_worker, r, &e);
+        ddprt_remove_stale_temps(r);
         if (status == 0)
             break;
         fprintf(stderr, "ddpc: %s\n", e.msg);
+        (void)snprintf(hist[attempt], sizeof hist[attempt], "%s", e.msg);
         /* An interrupt is the user's decision, not a fault to retry; a data
          * or configuration error would only fail the same way again. */
-        if (status >= 128 || attempt >= max_restarts)
+        if (status >= 128)
             break;
+        if (attempt >= max_restarts) {
+            if (max_restarts > 0) {
+                fprintf(stderr, "ddpc: giving up after %d attempts (launch.max_restarts: %d):\n",
+                        attempt + 1, max_restarts);
+                for (int k = 0; k <= attempt; k++)
+                    fprintf(stderr, "ddpc:   attempt %d: %s\n", k + 1, hist[k]);
+            }
+            break;
+        }
         if (e.code == DDPC_E_DATA || e.code == DDPC_E_INVALID) {
             fprintf(stderr, "ddpc: not restarting: a %s error would recur\n",
                     e.code == DDPC_E_DATA ? "data" : "configuration");
@@ -792,6 +883,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         }
         r->t_launch = ddpc_now();
     }
+    free(hist);
 
 done:
     data_free(&r->train);
