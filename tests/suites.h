@@ -8,7 +8,8 @@
     X(units)    X(load)     X(validate) X(speccorpus) \
     X(plan)     X(emit)     \
     X(kernels)  X(ops_cpu)  X(model)    X(optim)    X(data)     X(sampler) \
-    X(comm_shm) X(ddp)      X(cuda)     X(e2e)      X(ckpt)      X(metrics)
+    X(comm_shm) X(ddp)      X(cuda)     X(e2e)      X(ckpt)      X(metrics) \
+    X(faults)
 
 #define DDPC_DECLARE_SUITE(name) Suite *name##_suite(void);
 DDPC_SUITES(DDPC_DECLARE_SUITE)

@@ -45,10 +45,11 @@ static void buf_append(struct buf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-int run_capture(char *const argv[], const char *cwd, char *const env_extra[],
-                double timeout_s, struct run_result *r)
+int run_start(char *const argv[], const char *cwd, char *const env_extra[],
+              struct run_proc *p)
 {
-    memset(r, 0, sizeof *r);
+    memset(p, 0, sizeof *p);
+    p->fd_out = p->fd_err = -1;
     int po[2], pe[2];
     if (pipe(po) == -1)
         return -1;
@@ -57,10 +58,12 @@ int run_capture(char *const argv[], const char *cwd, char *const env_extra[],
         close(po[1]);
         return -1;
     }
-    double t0 = now_s();
+    p->t0 = now_s();
     pid_t pid = fork();
-    if (pid == -1)
+    if (pid == -1) {
+        close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
         return -1;
+    }
     if (pid == 0) {
         setpgid(0, 0);
         dup2(po[1], 1);
@@ -77,47 +80,210 @@ int run_capture(char *const argv[], const char *cwd, char *const env_extra[],
     setpgid(pid, pid);
     close(po[1]);
     close(pe[1]);
-    struct buf out = {0}, err = {0};
-    buf_append(&out, "", 0);
-    buf_append(&err, "", 0);
-    struct pollfd fds[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
-    int open_fds = 2;
-    while (open_fds > 0) {
+    p->pid = pid;
+    p->fd_out = po[0];
+    p->fd_err = pe[0];
+    struct buf o = {0}, e = {0};
+    buf_append(&o, "", 0);
+    buf_append(&e, "", 0);
+    p->out = o.p; p->out_n = o.n; p->out_cap = o.cap;
+    p->err = e.p; p->err_n = e.n; p->err_cap = e.cap;
+    return 0;
+}
+
+/* Reads what is there (waiting at most wait_s for something); returns the
+ * number of pipes still open. */
+static int run_pump(struct run_proc *p, double wait_s)
+{
+    struct pollfd fds[2] = { { p->fd_out, POLLIN, 0 }, { p->fd_err, POLLIN, 0 } };
+    int open_fds = (p->fd_out >= 0) + (p->fd_err >= 0);
+    if (open_fds == 0)
+        return 0;
+    int rc = poll(fds, 2, wait_s > 0 ? (int)(wait_s * 1000) + 1 : 0);
+    if (rc <= 0)
+        return open_fds;
+    for (int i = 0; i < 2; i++) {
+        if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        char chunk[8192];
+        ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
+        struct buf b = i == 0 ? (struct buf){ p->out, p->out_n, p->out_cap }
+                              : (struct buf){ p->err, p->err_n, p->err_cap };
+        if (n > 0) {
+            buf_append(&b, chunk, (size_t)n);
+        } else if (n == 0 || errno != EINTR) {
+            close(fds[i].fd);
+            if (i == 0)
+                p->fd_out = -1;
+            else
+                p->fd_err = -1;
+            open_fds--;
+        }
+        if (i == 0) {
+            p->out = b.p; p->out_n = b.n; p->out_cap = b.cap;
+        } else {
+            p->err = b.p; p->err_n = b.n; p->err_cap = b.cap;
+        }
+    }
+    return open_fds;
+}
+
+static int count_in(const char *s, const char *needle)
+{
+    int n = 0;
+    size_t l = strlen(needle);
+    for (const char *q = s; (q = strstr(q, needle)) != NULL; q += l)
+        n++;
+    return n;
+}
+
+int run_wait_count(struct run_proc *p, const char *needle, int count, double timeout_s)
+{
+    double t0 = now_s();
+    for (;;) {
+        if (count_in(p->out, needle) + count_in(p->err, needle) >= count)
+            return 1;
+        double left = timeout_s - (now_s() - t0);
+        if (left <= 0)
+            return 0;
+        if (run_pump(p, left > 0.05 ? 0.05 : left) == 0)
+            return count_in(p->out, needle) + count_in(p->err, needle) >= count;
+    }
+}
+
+int run_wait_output(struct run_proc *p, const char *needle, double timeout_s)
+{
+    return run_wait_count(p, needle, 1, timeout_s);
+}
+
+int run_finish(struct run_proc *p, double timeout_s, struct run_result *r)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = now_s();
+    for (;;) {
         double left = timeout_s - (now_s() - t0);
         if (left <= 0) {
             r->timed_out = 1;
-            kill(-pid, SIGKILL);
+            kill(-p->pid, SIGKILL);
             break;
         }
-        int rc = poll(fds, 2, (int)(left * 1000) + 1);
-        if (rc < 0 && errno == EINTR)
-            continue;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            char chunk[8192];
-            ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
-            if (n > 0) {
-                buf_append(i == 0 ? &out : &err, chunk, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
+        if (run_pump(p, left) == 0)
+            break;
     }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0)
-            close(fds[i].fd);
+    if (p->fd_out >= 0)
+        close(p->fd_out);
+    if (p->fd_err >= 0)
+        close(p->fd_err);
+    p->fd_out = p->fd_err = -1;
     int status = 0;
-    while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+    while (waitpid(p->pid, &status, 0) == -1 && errno == EINTR)
         ;
-    r->seconds = now_s() - t0;
+    r->seconds = now_s() - p->t0;
     r->exited = WIFEXITED(status);
     r->code = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
-    r->out = out.p;
-    r->err = err.p;
+    r->out = p->out;
+    r->err = p->err;
+    p->out = p->err = NULL;
     return 0;
+}
+
+int run_capture(char *const argv[], const char *cwd, char *const env_extra[],
+                double timeout_s, struct run_result *r)
+{
+    struct run_proc p;
+    if (run_start(argv, cwd, env_extra, &p) < 0) {
+        memset(r, 0, sizeof *r);
+        return -1;
+    }
+    return run_finish(&p, timeout_s, r);
+}
+
+/* Field `n` (1-based, after the ")" of comm) of /proc/pid/stat as a
+ * number, or -1. */
+static long long proc_stat_field(pid_t pid, int n, char *state)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[len] = '\0';
+    char *rp = strrchr(line, ')');
+    if (!rp)
+        return -1;
+    /* fields after ')': 3 state, 4 ppid, ... 22 starttime */
+    char *s = rp + 2;
+    if (state)
+        *state = *s;
+    for (int field = 3; field < n; field++) {
+        s = strchr(s, ' ');
+        if (!s)
+            return -1;
+        s++;
+    }
+    return strtoll(s, NULL, 10);
+}
+
+char proc_state(pid_t pid)
+{
+    char st = 0;
+    if (proc_stat_field(pid, 3, &st) < 0 && st == 0)
+        return 0;
+    return st;
+}
+
+int child_pids(pid_t parent, pid_t *out, int max)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    int n = 0;
+    long long start[256];
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char st = 0;
+        if (proc_stat_field((pid_t)pid, 4, &st) != parent || st == 'Z' || st == 0)
+            continue;
+        if (n < max && n < 256) {
+            long long t = proc_stat_field((pid_t)pid, 22, NULL);
+            int i = n++;
+            /* insertion sort by (start time, pid): fork order */
+            while (i > 0 && (start[i - 1] > t || (start[i - 1] == t && out[i - 1] > pid))) {
+                out[i] = out[i - 1];
+                start[i] = start[i - 1];
+                i--;
+            }
+            out[i] = (pid_t)pid;
+            start[i] = t;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+int wait_gone(const pid_t *pids, int n, double timeout_s)
+{
+    double t0 = now_s();
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < n; i++) {
+            char st = proc_state(pids[i]);
+            if (st != 0 && st != 'Z')
+                alive++;
+        }
+        if (alive == 0 || now_s() - t0 > timeout_s)
+            return alive;
+        /* reap what we adopted, so zombies do not linger */
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        usleep(5000);
+    }
 }
 
 void run_result_free(struct run_result *r)

@@ -7,6 +7,7 @@
 #define DDPC_TESTUTIL_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct run_result {
     int    exited;      /* 1: exited normally, status in code */
@@ -22,6 +23,35 @@ struct run_result {
 int  run_capture(char *const argv[], const char *cwd, char *const env_extra[],
                  double timeout_s, struct run_result *r);
 void run_result_free(struct run_result *r);
+
+/* A program started in the background, in its own process group (pgid ==
+ * pid), with its output collected as it comes. */
+struct run_proc {
+    pid_t  pid;
+    int    fd_out, fd_err;
+    double t0;
+    char  *out, *err;          /* output so far, NUL-terminated */
+    size_t out_n, out_cap, err_n, err_cap;
+};
+int  run_start(char *const argv[], const char *cwd, char *const env_extra[],
+               struct run_proc *p);
+/* Collects output until `needle` appears in stdout or stderr (1), or
+ * timeout_s passes or the program closes both (0). */
+int  run_wait_output(struct run_proc *p, const char *needle, double timeout_s);
+/* The same, until needle has occurred `count` times in stdout + stderr. */
+int  run_wait_count(struct run_proc *p, const char *needle, int count, double timeout_s);
+/* Collects the rest, waits for the exit (SIGKILL to the whole group after
+ * timeout_s) and moves the output into r; p is spent. */
+int  run_finish(struct run_proc *p, double timeout_s, struct run_result *r);
+
+/* Live children of parent, in fork order (start time, then pid); at most
+ * max. For a job's launcher that is its workers by local rank. */
+int  child_pids(pid_t parent, pid_t *out, int max);
+/* /proc state letter of pid ('R', 'S', 'T' stopped, 'Z'), or 0 when gone. */
+char proc_state(pid_t pid);
+/* Waits until none of pids is alive (zombies count as gone; adopted ones are
+ * reaped); returns how many are still alive after timeout_s. */
+int  wait_gone(const pid_t *pids, int n, double timeout_s);
 
 /* $DDPC_TOP and $DDPC_BUILD (set by make test), with "." and "build" as fallback. */
 const char *test_top(void);

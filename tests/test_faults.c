@@ -1,0 +1,917 @@
+/* test_faults.c - issue 5 end to end: what a user sees when a run dies.
+ *
+ * Every test builds a small real job with `ddpc build` (synthetic data, an
+ * MLP, 2 CPU workers, about 0.05 s per epoch) and runs it the way a user
+ * does, in the background (testutil's run_start), then hurts it: kill -9 of
+ * a worker or of the launcher, SIGSTOP of a worker under short timeouts,
+ * Ctrl-C and SIGTERM, a kill in the middle of a checkpoint write, a flipped
+ * byte, a checkpoint of another spec, a full or unwritable checkpoint_dir,
+ * max_restarts. Each asserts the exit status, the message, the files left
+ * in checkpoint_dir, and that no process is left behind.
+ *
+ * "Mid-training" is made deterministic by reacting to the job's own output:
+ * when rank 0 prints "epoch N/", the test freezes the whole process group
+ * (SIGSTOP), does its damage, and thaws it (SIGCONT), so how fast the
+ * machine (or ASan) is does not decide what is tested.
+ *
+ * The one runtime test hook used here is DDPC_TEST_CKPT_STOP_AFTER_BYTES
+ * (see runtime/ddprt.c): rank 0 stops itself with SIGSTOP after writing that
+ * many bytes of its first checkpoint temp file, so a kill lands exactly in
+ * the middle of a write. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "suites.h"
+#include "testutil.h"
+
+#define JOB_NAME   "fj"
+#define EPOCHS     8
+#define LAYERS     "32,128,128,4"
+#define RUN_LIMIT  120.0      /* seconds: only a hang ever gets near it */
+
+static double tnow(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
+    return p;
+}
+
+/* ===== the job ===== */
+
+struct fopts {
+    const char *lr;            /* learning_rate, as written; NULL: 0.01 */
+    const char *ckdir;         /* checkpoint_dir; NULL: ckpt */
+    int         keep_last;
+    const char *resume;        /* checkpoint.resume; NULL: absent (auto) */
+    const char *extra;         /* more top-level lines; NULL: none */
+};
+
+/* Writes dir/<bin>.yaml and builds dir/<bin>; returns the binary's path.
+ * Paths in the spec are relative, so one binary runs in several working
+ * directories with the same spec hash. */
+static char *build_job(const char *dir, const char *bin, const struct fopts *o)
+{
+    char *spec = NULL, *job = path_in(dir, bin), *text = NULL, *resume = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", dir, bin), 0);
+    if (o->resume)
+        ck_assert_int_ge(asprintf(&resume, ", resume: %s", o->resume), 0);
+    ck_assert_int_ge(asprintf(&text,
+        "version: 1\n"
+        "name: " JOB_NAME "\n"
+        "devices: 2\n"
+        "accelerator: cpu\n"
+        "epochs: %d\n"
+        "batch_size: 16\n"
+        "learning_rate: %s\n"
+        "lr_scaling: none\n"
+        "seed: 7\n"
+        "model: {type: mlp, layers: [" LAYERS "], activation: relu}\n"
+        "optimizer: {type: adam}\n"
+        "checkpoint_dir: %s\n"
+        "checkpoint: {every_n_epochs: 1, keep_last: %d, export: model.safetensors%s}\n"
+        "logging: {metrics_csv: m.csv, tensorboard: tb, every_n_steps: 64}\n"
+        "data:\n"
+        "  train: {format: synthetic, samples: 8192, features: 32, classes: 4}\n"
+        "  test: {format: synthetic, samples: 512, features: 32, classes: 4, seed: 1}\n"
+        "%s",
+        EPOCHS, o->lr ? o->lr : "0.01", o->ckdir ? o->ckdir : "ckpt", o->keep_last,
+        resume ? resume : "", o->extra ? o->extra : ""), 0);
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    char *ddpc = NULL;
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    char *argv[] = { ddpc, "build", spec, "-o", job, NULL };
+    struct run_result r;
+    /* in dir: checkpoint.resume names a file relative to the run's cwd */
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc build %s failed (%d):\n%s%s", spec, r.code,
+                  r.out, r.err);
+    run_result_free(&r);
+    free(ddpc);
+    free(text);
+    free(resume);
+    free(spec);
+    return job;
+}
+
+/* A fresh working directory for one run of a job. */
+static char *subdir(const char *dir, const char *name)
+{
+    char *p = path_in(dir, name);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    return p;
+}
+
+static void start(struct run_proc *p, const char *job, const char *cwd, char *const env[])
+{
+    char *argv[] = { (char *)job, NULL };
+    ck_assert_int_eq(run_start(argv, cwd, env, p), 0);
+}
+
+/* The job's workers by local rank (waits for them to exist). */
+static void workers_of(const struct run_proc *p, pid_t w[2])
+{
+    double t0 = tnow();
+    while (child_pids(p->pid, w, 2) != 2) {
+        ck_assert_msg(tnow() - t0 < 10, "the job's two workers never appeared");
+        usleep(2000);
+    }
+}
+
+static void wait_line(struct run_proc *p, const char *needle)
+{
+    ck_assert_msg(run_wait_output(p, needle, RUN_LIMIT), "no '%s' from the job:\n%s%s",
+                  needle, p->out, p->err);
+}
+
+static void finish(struct run_proc *p, struct run_result *r)
+{
+    ck_assert_int_eq(run_finish(p, RUN_LIMIT, r), 0);
+    ck_assert_msg(!r->timed_out, "the job hung:\n%s%s", r->out, r->err);
+}
+
+static void run_ok(const char *job, const char *cwd, struct run_result *r)
+{
+    struct run_proc p;
+    start(&p, job, cwd, NULL);
+    finish(&p, r);
+    ck_assert_msg(r->exited && r->code == 0, "exit %d:\n%s%s", r->code, r->out, r->err);
+}
+
+/* ===== files ===== */
+
+/* Names in dir containing `part`, sorted, joined by spaces. */
+static void names_with(const char *dir, const char *part, char *buf, size_t cap)
+{
+    char names[64][256];
+    int n = 0;
+    buf[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < 64)
+        if (strstr(de->d_name, part))
+            snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%s%s", i ? " " : "", names[i]);
+    }
+}
+
+static int n_names_with(const char *dir, const char *part)
+{
+    char buf[16384];
+    names_with(dir, part, buf, sizeof buf);
+    if (!buf[0])
+        return 0;
+    int n = 1;
+    for (const char *s = buf; *s; s++)
+        n += *s == ' ';
+    return n;
+}
+
+/* dir/name exists under its final name (a checkpoint is renamed there only
+ * once complete and fsynced). */
+static int exists_in(const char *dir, const char *name)
+{
+    char *p = path_in(dir, name);
+    int ok = access(p, F_OK) == 0;
+    free(p);
+    return ok;
+}
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    unsigned char *b = malloc(cap);
+    ck_assert_ptr_nonnull(b);
+    size_t got;
+    while ((got = fread(b + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            cap *= 2;
+            b = realloc(b, cap);
+            ck_assert_ptr_nonnull(b);
+        }
+    }
+    fclose(f);
+    *n = len;
+    return b;
+}
+
+/* Byte for byte. */
+static void assert_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    ck_assert_msg(na == nb && memcmp(x, y, na) == 0, "%s (%zu bytes) and %s (%zu bytes) differ",
+                  a, na, b, nb);
+    free(x);
+    free(y);
+}
+
+/* No partial file anywhere in checkpoint_dir, and the metrics CSV is whole:
+ * the header, then complete rows of 7 cells. */
+static void assert_no_partial_files(const char *cwd)
+{
+    char *ck = path_in(cwd, "ckpt"), *csv = path_in(cwd, "m.csv"), tmps[16384];
+    names_with(ck, ".tmp.", tmps, sizeof tmps);
+    ck_assert_msg(!tmps[0], "temp files left in checkpoint_dir: %s", tmps);
+    if (access(csv, R_OK) == 0) {
+        size_t n;
+        char *t = (char *)slurp(csv, &n);
+        t = realloc(t, n + 1);
+        t[n] = '\0';
+        const char *hdr = "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n";
+        ck_assert_msg(strncmp(t, hdr, strlen(hdr)) == 0, "CSV header:\n%s", t);
+        ck_assert_msg(n > 0 && t[n - 1] == '\n', "CSV ends in a partial row:\n%s", t);
+        int commas = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (t[i] == ',')
+                commas++;
+            else if (t[i] == '\n') {
+                ck_assert_msg(commas == 6, "CSV row with %d commas:\n%s", commas, t);
+                commas = 0;
+            }
+        }
+        free(t);
+    }
+    free(ck);
+    free(csv);
+}
+
+/* The uninterrupted run everything else is compared with: in dir/ref. */
+static char *reference_run(const char *dir, const char *job)
+{
+    char *ref = subdir(dir, "ref");
+    struct run_result r;
+    run_ok(job, ref, &r);
+    ck_assert_ptr_null(strstr(r.out, "resumed from"));
+    run_result_free(&r);
+    return ref;
+}
+
+static void assert_same_model(const char *ref, const char *cwd)
+{
+    char *a = path_in(ref, "model.safetensors"), *b = path_in(cwd, "model.safetensors");
+    assert_same_file(a, b);
+    free(a);
+    free(b);
+}
+
+static void setup(void)
+{
+    adopt_orphans();
+}
+
+static void assert_nothing_left(const pid_t *w, int n)
+{
+    ck_assert_int_eq(wait_gone(w, n, 2.0), 0);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+}
+
+/* ===== supervision ===== */
+
+START_TEST(worker_kill9_stops_all_and_names_it)
+{
+    char *dir = make_temp_dir("faults-kill9");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, dir, NULL);
+    wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(w[1], SIGKILL), 0);
+    double t_kill = tnow();
+    kill(-p.pid, SIGCONT);
+    struct run_result r;
+    finish(&p, &r);
+    double took = tnow() - t_kill;
+    ck_assert_msg(r.exited && r.code != 0, "exit %d after a worker was killed", r.code);
+    ck_assert_msg(strstr(r.err, "rank 1 (cpu worker 1) killed by signal 9"),
+                  "stderr does not name rank, device and cause:\n%s", r.err);
+    ck_assert_msg(took < 1.5, "the job took %.2f s to stop after a worker died", took);
+    ck_assert_msg(!strstr(r.out, "\ndone "), "the job went on training:\n%s", r.out);
+    printf("faults: kill -9 of rank 1: exit %d after %.2f s: %s", r.code, took, r.err);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(worker_sigstop_times_out_with_the_key_step_and_ranks)
+{
+    char *dir = make_temp_dir("faults-stop");
+    struct fopts o = { .extra = "rank_sync_timeout: 1s\nnccl_timeout: 1s\n" };
+    char *job = build_job(dir, "job", &o);
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, dir, NULL);
+    wait_line(&p, "epoch 2/");
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(w[1], SIGSTOP), 0);
+    double t_stop = tnow();
+    struct run_result r;
+    finish(&p, &r);
+    double took = tnow() - t_stop;
+    ck_assert_msg(r.exited && r.code != 0, "exit %d with a stopped worker", r.code);
+    /* the deadline is 1 s after rank 0 entered the collective; then at most
+     * about a second of teardown */
+    ck_assert_msg(took < 2.8, "took %.2f s after SIGSTOP (timeouts 1 s)", took);
+    ck_assert_msg(strstr(r.err, "timed out after") &&
+                  (strstr(r.err, "raise rank_sync_timeout") || strstr(r.err, "raise nccl_timeout")),
+                  "the message does not name the timeout key:\n%s", r.err);
+    ck_assert_msg(strstr(r.err, "step "), "the message does not name the step:\n%s", r.err);
+    ck_assert_msg(strstr(r.err, "waiting for rank 1 (did not arrive)"),
+                  "the message does not name the rank that did not arrive:\n%s", r.err);
+    printf("faults: SIGSTOP of rank 1, timeouts 1 s: exit %d after %.2f s:\n%s", r.code, took,
+           r.err);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(launcher_kill9_takes_the_workers_down)
+{
+    char *dir = make_temp_dir("faults-launcher");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, dir, NULL);
+    wait_line(&p, "epoch 2/");
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(p.pid, SIGKILL), 0);
+    double t_kill = tnow();
+    int alive = wait_gone(w, 2, 1.0);
+    double took = tnow() - t_kill;
+    ck_assert_msg(alive == 0, "%d worker(s) outlived the launcher by 1 s", alive);
+    struct run_result r;
+    finish(&p, &r);
+    ck_assert_msg(!r.exited && r.code == SIGKILL, "launcher status %d/%d", r.exited, r.code);
+    printf("faults: kill -9 of the launcher: workers gone after %.3f s\n", took);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* SIGINT to the launcher alone, SIGINT to the whole process group (what a
+ * terminal's Ctrl-C does), SIGTERM to the launcher; and Ctrl-C while rank 0
+ * is in the middle of writing a checkpoint. */
+START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
+{
+    char *dir = make_temp_dir("faults-int");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    struct { int sig, group, mid_write, want; const char *what; } cases[] = {
+        { SIGINT, 0, 0, 130, "SIGINT to the launcher" },
+        { SIGINT, 1, 0, 130, "SIGINT to the process group (Ctrl-C)" },
+        { SIGTERM, 0, 0, 143, "SIGTERM to the launcher" },
+        { SIGINT, 1, 1, 130, "Ctrl-C during a checkpoint write" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "run%zu", i);
+        char *cwd = subdir(dir, name);
+        char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=1000", NULL };
+        struct run_proc p;
+        pid_t w[2];
+        start(&p, job, cwd, cases[i].mid_write ? env : NULL);
+        if (cases[i].mid_write) {
+            /* rank 0 stops itself 1000 bytes into its first checkpoint */
+            workers_of(&p, w);
+            double t0 = tnow();
+            while (proc_state(w[0]) != 'T') {
+                ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
+                usleep(2000);
+            }
+            char *ck = path_in(cwd, "ckpt");
+            ck_assert_int_eq(n_names_with(ck, ".tmp."), 1);
+            free(ck);
+        } else {
+            wait_line(&p, "epoch 2/");
+            workers_of(&p, w);
+        }
+        ck_assert_int_eq(kill(cases[i].group ? -p.pid : p.pid, cases[i].sig), 0);
+        double t_sig = tnow();
+        struct run_result r;
+        finish(&p, &r);
+        double took = tnow() - t_sig;
+        ck_assert_msg(r.exited && r.code == cases[i].want, "%s: exit %d/%d, want %d:\n%s",
+                      cases[i].what, r.exited, r.code, cases[i].want, r.err);
+        ck_assert_msg(took < 1.5, "%s: %.2f s to stop", cases[i].what, took);
+        ck_assert_msg(strstr(r.err, cases[i].sig == SIGINT ? "SIGINT" : "SIGTERM"),
+                      "%s: stderr does not say why:\n%s", cases[i].what, r.err);
+        printf("faults: %s: exit %d after %.2f s\n", cases[i].what, r.code, took);
+        assert_nothing_left(w, 2);
+        assert_no_partial_files(cwd);
+        run_result_free(&r);
+        free(cwd);
+    }
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ===== checkpoints and resume ===== */
+
+/* keep_last 2 prunes; a kill -9 of the whole job mid-training and a second
+ * start resume and end with the bytes of the uninterrupted run; a kill in
+ * the middle of a checkpoint write too; the export loads into torch. */
+START_TEST(kill9_then_resume_is_byte_identical)
+{
+    char *dir = make_temp_dir("faults-resume");
+    struct fopts o = { .keep_last = 2 };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    char *refck = path_in(ref, "ckpt"), names[16384];
+    names_with(refck, ".ckpt", names, sizeof names);
+    ck_assert_str_eq(names, JOB_NAME "-e0007-s000001792.ckpt " JOB_NAME "-e0008-s000002048.ckpt");
+
+    /* 1. kill -9 of the whole job right after epoch 3 */
+    char *cwd = subdir(dir, "killed");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 3/");
+    workers_of(&p, w);
+    kill(-p.pid, SIGKILL);
+    struct run_result r;
+    finish(&p, &r);
+    ck_assert_msg(!r.exited && r.code == SIGKILL, "status %d/%d", r.exited, r.code);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    char *ck = path_in(cwd, "ckpt");
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_msg(n_names_with(ck, ".ckpt") >= 1, "no checkpoint after 3 epochs: '%s'", names);
+    printf("faults: after kill -9 at epoch 3: %s\n", names);
+
+    run_ok(job, cwd, &r);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e000"),
+                  "the second start does not say it resumed:\n%s", r.out);
+    const char *res = strstr(r.out, "resumed from");
+    printf("faults: second start: %.*s\n", (int)(strchr(res, '\n') - res), res);
+    assert_same_model(ref, cwd);
+    char *a = path_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *b = path_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
+    assert_same_file(a, b);
+    free(a);
+    free(b);
+    assert_no_partial_files(cwd);
+    run_result_free(&r);
+    free(ck);
+    free(cwd);
+
+    /* 2. kill -9 while rank 0 is in the middle of writing a checkpoint:
+     *    first a run stopped after epoch 2, then a start that resumes and
+     *    freezes 4 KiB into the epoch-3 checkpoint, then the last start. */
+    cwd = subdir(dir, "midwrite");
+    ck = path_in(cwd, "ckpt");
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0002-s000000512.ckpt")) {   /* its checkpoint is durable */
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no epoch-2 checkpoint");
+    }
+    kill(-p.pid, SIGKILL);
+    finish(&p, &r);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=4096", NULL };
+    start(&p, job, cwd, env);
+    workers_of(&p, w);
+    t0 = tnow();
+    while (proc_state(w[0]) != 'T') {
+        ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
+        usleep(2000);
+    }
+    ck_assert_int_eq(n_names_with(ck, ".tmp."), 1);
+    kill(-p.pid, SIGKILL);
+    finish(&p, &r);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    run_ok(job, cwd, &r);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0002-"),
+                  "not resumed from the epoch-2 checkpoint:\n%s", r.out);
+    assert_same_model(ref, cwd);
+    assert_no_partial_files(cwd);
+    run_result_free(&r);
+
+    /* 3. the export, loaded the way a PyTorch user would */
+    char *model = path_in(ref, "model.safetensors"), *expect = path_in(dir, "expect.f32");
+    char *last = path_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    struct ddpc_ckpt c;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(ckpt_read(last, &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(write_file(expect, c.params, c.n_params * sizeof(float)), 0);
+    ckpt_free(&c);
+    char *script = path_in(test_top(), "tests/safetensors_load.py");
+    char *argv[] = { "/usr/bin/python3", script, model, expect, LAYERS, NULL };
+    char *probe[] = { "/usr/bin/python3", "-c", "import safetensors, torch", NULL };
+    ck_assert_int_eq(run_capture(probe, NULL, NULL, 60, &r), 0);
+    int have_torch = r.exited && r.code == 0;
+    run_result_free(&r);
+    if (!have_torch) {
+        printf("SKIP faults: safetensors load into torch: python3 cannot import "
+               "safetensors and torch\n");
+    } else {
+        ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "safetensors_load.py failed:\n%s%s", r.out, r.err);
+        printf("faults: export: %s", r.out);
+        run_result_free(&r);
+    }
+    free(script);
+    free(last);
+    free(model);
+    free(expect);
+    free(ck);
+    free(cwd);
+    free(refck);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* One flipped byte in the newest checkpoint: reported, the previous one is
+ * used, and the run still ends with the reference bytes. */
+START_TEST(flipped_byte_falls_back_to_the_previous_checkpoint)
+{
+    char *dir = make_temp_dir("faults-flip");
+    struct fopts o = { .keep_last = 3 };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    char *cwd = subdir(dir, "run"), *ck = path_in(cwd, "ckpt");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 3/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0003-s000000768.ckpt")) {
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no epoch-3 checkpoint");
+    }
+    kill(-p.pid, SIGKILL);
+    struct run_result r;
+    finish(&p, &r);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+
+    char *newest = path_in(ck, JOB_NAME "-e0003-s000000768.ckpt");
+    FILE *f = fopen(newest, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 5000, SEEK_SET), 0);
+    int ch = fgetc(f);
+    ck_assert_int_ge(ch, 0);
+    ck_assert_int_eq(fseek(f, 5000, SEEK_SET), 0);
+    ck_assert_int_ne(fputc(ch ^ 0x10, f), EOF);
+    ck_assert_int_eq(fclose(f), 0);
+
+    run_ok(job, cwd, &r);
+    char *all = NULL;
+    ck_assert_int_ge(asprintf(&all, "%s%s", r.out, r.err), 0);
+    ck_assert_msg(strstr(all, JOB_NAME "-e0003-s000000768.ckpt") && strstr(all, "checksum"),
+                  "the corrupt checkpoint is not reported:\n%s", all);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0002-s000000512.ckpt"),
+                  "not resumed from the previous checkpoint:\n%s", all);
+    printf("faults: flipped byte: %.*s", (int)(strstr(all, "\n") - all) + 1, all);
+    assert_same_model(ref, cwd);
+    free(all);
+    run_result_free(&r);
+    free(newest);
+    free(ck);
+    free(cwd);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A checkpoint of a different spec is refused, unless checkpoint.resume
+ * names the file. */
+START_TEST(other_spec_refused_unless_named)
+{
+    char *dir = make_temp_dir("faults-spec");
+    struct fopts o1 = { 0 };
+    char *job1 = build_job(dir, "job1", &o1);
+    struct run_result r;
+    run_ok(job1, dir, &r);
+    run_result_free(&r);
+
+    struct fopts o2 = { .lr = "0.02" };
+    char *job2 = build_job(dir, "job2", &o2);
+    struct run_proc p;
+    start(&p, job2, dir, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "a checkpoint of another spec was used:\n%s%s",
+                  r.out, r.err);
+    ck_assert_msg(strstr(r.err, "different spec") && strstr(r.err, "checkpoint.resume"),
+                  "the refusal does not say why and what to do:\n%s", r.err);
+    ck_assert_ptr_null(strstr(r.out, "epoch "));
+    printf("faults: other spec: %s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+
+    struct fopts o3 = { .lr = "0.02", .resume = "ckpt/" JOB_NAME "-e0006-s000001536.ckpt" };
+    char *job3 = build_job(dir, "job3", &o3);
+    run_ok(job3, dir, &r);
+    char *all = NULL;
+    ck_assert_int_ge(asprintf(&all, "%s%s", r.out, r.err), 0);
+    ck_assert_msg(strstr(all, "different spec") && strstr(all, "named explicitly"),
+                  "no note that the named checkpoint is of another spec:\n%s", all);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0006-s000001536.ckpt"),
+                  "not resumed from the named checkpoint:\n%s", all);
+    ck_assert_msg(strstr(r.out, "epoch 7/") && !strstr(r.out, "epoch 6/"), "%s", r.out);
+    free(all);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(job1);
+    free(job2);
+    free(job3);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ===== disk full, unwritable ===== */
+
+START_TEST(checkpoint_dir_full_or_unwritable)
+{
+    char *dir = make_temp_dir("faults-disk");
+    struct fopts o = { .ckdir = "mnt/ckpt" };
+    char *job = build_job(dir, "job", &o);
+    struct run_result r;
+    struct run_proc p;
+
+    /* Unwritable: checkpoint_dir under a regular file. */
+    struct fopts ou = { .ckdir = "afile/ckpt" };
+    char *jobu = build_job(dir, "jobu", &ou);
+    char *afile = path_in(dir, "afile");
+    ck_assert_int_eq(write_file(afile, "x", 1), 0);
+    start(&p, jobu, dir, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d with an unwritable checkpoint_dir", r.code);
+    ck_assert_msg(strstr(r.err, "checkpoint_dir afile/ckpt") && strstr(r.err, "Not a directory"),
+                  "unclear error:\n%s", r.err);
+    ck_assert_msg(!strstr(r.out, "epoch 1/"), "trained before failing:\n%s", r.out);
+    printf("faults: unwritable checkpoint_dir: %s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(afile);
+    free(jobu);
+
+    char *mnt = path_in(dir, "mnt");
+    ck_assert_int_eq(mkdir(mnt, 0755), 0);
+    if (geteuid() != 0 || mount("tmpfs", mnt, "tmpfs", 0, "size=256k") != 0) {
+        printf("SKIP faults: checkpoint_dir on a full file system: cannot mount a tmpfs (%s)\n",
+               geteuid() != 0 ? "not root" : strerror(errno));
+        goto out;
+    }
+    /* 256 KiB: not room for two checkpoints of 249 KiB: refused before training */
+    start(&p, job, dir, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d on a too small checkpoint_dir", r.code);
+    ck_assert_msg(strstr(r.err, "mnt/ckpt") && strstr(r.err, " free, checkpoints need "),
+                  "preflight did not refuse clearly:\n%s", r.err);
+    ck_assert_msg(!strstr(r.out, "epoch 1/"), "trained before failing:\n%s", r.out);
+    printf("faults: small checkpoint_dir: %s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    ck_assert_int_eq(umount(mnt), 0);
+
+    /* Room at the start; the disk fills during the run (another writer):
+     * the next checkpoint fails at write time, the first stays intact. */
+    ck_assert_int_eq(mount("tmpfs", mnt, "tmpfs", 0, "size=2m"), 0);
+    char *ck = path_in(dir, "mnt/ckpt"), *filler = path_in(dir, "mnt/filler");
+    pid_t w[2];
+    start(&p, job, dir, NULL);
+    wait_line(&p, "epoch 1/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0001-s000000256.ckpt")) {
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no epoch-1 checkpoint");
+    }
+    FILE *f = fopen(filler, "wb");
+    ck_assert_ptr_nonnull(f);
+    static char zero[4096];
+    while (fwrite(zero, 1, sizeof zero, f) == sizeof zero && fflush(f) == 0)
+        ;
+    fclose(f);
+    struct stat st;
+    ck_assert_int_eq(stat(filler, &st), 0);
+    ck_assert_int_eq(truncate(filler, st.st_size - 64 * 1024), 0);   /* 64 KiB left */
+    kill(-p.pid, SIGCONT);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d when the disk filled", r.code);
+    ck_assert_msg(strstr(r.err, "no space left on device") &&
+                  strstr(r.err, "earlier checkpoints are intact"), "unclear error:\n%s", r.err);
+    printf("faults: disk full at write time: %s", r.err);
+    char names[4096];
+    names_with(ck, "", names, sizeof names);
+    ck_assert_str_eq(names, ". .. " JOB_NAME "-e0001-s000000256.ckpt");
+    char *first = path_in(ck, JOB_NAME "-e0001-s000000256.ckpt");
+    struct ddpc_ckpt c;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(ckpt_read(first, &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(c.epoch, 1);
+    ckpt_free(&c);
+    free(first);
+    run_result_free(&r);
+    assert_nothing_left(w, 2);
+    ck_assert_int_eq(umount(mnt), 0);
+    free(ck);
+    free(filler);
+out:
+    free(mnt);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ===== max_restarts ===== */
+
+START_TEST(max_restarts_relaunches_then_gives_up_with_history)
+{
+    char *dir = make_temp_dir("faults-restart");
+    struct fopts o = { .extra = "launch: {max_restarts: 1}\n" };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+
+    /* one failure: relaunched from the newest checkpoint, and it finishes
+     * with the reference bytes */
+    char *cwd = subdir(dir, "once");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(w[1], SIGKILL), 0);
+    kill(-p.pid, SIGCONT);
+    struct run_result r;
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d after one failure, max_restarts 1:\n%s%s",
+                  r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "rank 1 (cpu worker 1) killed by signal 9") &&
+                  strstr(r.err, "restarting (1 of 1)"), "%s", r.err);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e000"), "%s", r.out);
+    assert_same_model(ref, cwd);
+    printf("faults: max_restarts 1, one failure:\n%s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(wait_gone(w, 2, 2.0), 0);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(cwd);
+
+    /* two failures: gives up and prints every attempt with its cause */
+    cwd = subdir(dir, "twice");
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(w[1], SIGKILL), 0);
+    kill(-p.pid, SIGCONT);
+    ck_assert_int_eq(wait_gone(w, 2, 5.0), 0);
+    wait_line(&p, "resumed from");
+    pid_t w2[2];
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w2);
+    ck_assert_int_eq(kill(w2[0], SIGKILL), 0);
+    kill(-p.pid, SIGCONT);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d after two failures, max_restarts 1", r.code);
+    ck_assert_msg(strstr(r.err, "giving up"), "no 'giving up':\n%s", r.err);
+    const char *hist = strstr(r.err, "giving up");
+    ck_assert_msg(strstr(hist, "attempt 1") && strstr(hist, "rank 1 (cpu worker 1) killed by signal 9") &&
+                  strstr(hist, "attempt 2") && strstr(hist, "rank 0 (cpu worker 0) killed by signal 9"),
+                  "the history does not list every attempt and its cause:\n%s", r.err);
+    printf("faults: max_restarts 1, two failures:\n%s", r.err);
+    run_result_free(&r);
+    assert_nothing_left(w2, 2);
+    free(cwd);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ===== metrics and output ===== */
+
+START_TEST(metrics_files_and_plain_output)
+{
+    char *dir = make_temp_dir("faults-metrics");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    struct run_result r;
+    /* a second run resumes from the finished checkpoint and trains nothing;
+     * the files of the first are what we check, so read them first */
+    char *csv = path_in(ref, "m.csv"), *tb = path_in(ref, "tb");
+    size_t n;
+    char *t = (char *)slurp(csv, &n);
+    t = realloc(t, n + 1);
+    t[n] = '\0';
+    /* 256 steps per epoch, a row every 64 steps, one eval row per epoch */
+    int lines = 0, train_rows = 0;
+    for (const char *q = t; (q = strchr(q, '\n')) != NULL; q++)
+        lines++;
+    for (const char *q = t; (q = strstr(q, ",,\n")) != NULL; q++)
+        train_rows++;
+    ck_assert_msg(train_rows == EPOCHS * 256 / 64 && lines - 1 - train_rows == EPOCHS,
+                  "%d train rows, %d eval rows:\n%s", train_rows, lines - 1 - train_rows, t);
+    ck_assert_msg(strncmp(t, "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n64,1,",
+                          strlen("step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n64,1,")) == 0,
+                  "CSV starts:\n%.300s", t);
+    ck_assert_msg(strstr(t, "\n2048,8,"), "no row for the last step:\n%s", t);
+    assert_no_partial_files(ref);
+    free(t);
+    ck_assert_int_eq(n_names_with(tb, "events.out.tfevents."), 1);
+    ck_assert_int_eq(n_names_with(tb, ""), 3);   /* ".", "..", the one event file */
+
+    /* stdout is a pipe here: plain lines, no progress display */
+    char *cwd = subdir(dir, "plain");
+    run_ok(job, cwd, &r);
+    ck_assert_msg(!strchr(r.out, '\r') && !strchr(r.err, '\r'), "a progress line on a pipe:\n%s",
+                  r.out);
+    ck_assert_msg(strstr(r.out, "epoch 8/8"), "%s", r.out);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(cwd);
+    free(csv);
+    free(tb);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+Suite *faults_suite(void)
+{
+    Suite *s = suite_create("faults");
+    TCase *t = tcase_create("faults");
+    tcase_add_checked_fixture(t, setup, NULL);
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, worker_kill9_stops_all_and_names_it);
+    tcase_add_test(t, worker_sigstop_times_out_with_the_key_step_and_ranks);
+    tcase_add_test(t, launcher_kill9_takes_the_workers_down);
+    tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
+    tcase_add_test(t, kill9_then_resume_is_byte_identical);
+    tcase_add_test(t, flipped_byte_falls_back_to_the_previous_checkpoint);
+    tcase_add_test(t, other_spec_refused_unless_named);
+    tcase_add_test(t, checkpoint_dir_full_or_unwritable);
+    tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
+    tcase_add_test(t, metrics_files_and_plain_output);
+    suite_add_tcase(s, t);
+    return s;
+}
