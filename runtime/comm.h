@@ -52,6 +52,12 @@ struct ddpc_comm {
      * both to NULL when n is too large: use ordinary buffers then. */
     int (*grad_buffer)(struct ddpc_comm *c, size_t n, float **send, float **result,
                        struct ddpc_err *e);
+    /* Optional (NULL for NCCL). *buf: n floats that every rank sees (one
+     * copy, zero at first), which collectives never touch: lets the ranks
+     * keep one copy of the parameters and optimizer state and each update
+     * its own shard. Callers order their accesses with barrier. Sets *buf
+     * to NULL when n is too large. */
+    int (*shared_buffer)(struct ddpc_comm *c, size_t n, float **buf, struct ddpc_err *e);
 
     /* buf[n] on every rank = buf[n] on root. */
     int (*broadcast)(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,

@@ -11,6 +11,8 @@
  *   struct shm_rank[world]      one cache line per rank: arrival seq, pid
  *   float slots[world][slot]    each rank's input piece (page aligned)
  *   float result[slot]          the reduced piece
+ *   float state[3 * slot]       shared_buffer: one copy of parameters and
+ *                               optimizer state, never touched here
  *
  * Synchronisation is one barrier primitive: rank r publishes "I have arrived
  * at barrier k" by storing k into ranks[r].seq, then waits until every rank's
@@ -62,6 +64,7 @@
 #define SHM_ALIGN_FLOATS  16                  /* chunk edges on cache lines */
 #define SHM_WHY_MAX       384
 #define SHM_MAX_TAGS      64                  /* zero-copy all-reduces in flight (buckets) */
+#define SHM_STATE_SLOTS   3                   /* shared_buffer: params + Adam's m and v */
 
 enum { ABORT_NONE = 0, ABORT_WRITING = 1, ABORT_SET = 2 };
 
@@ -147,7 +150,7 @@ int comm_shm_create(struct comm_shm_region **out, int world, size_t slot_floats,
         page = 4096;
     size_t head = sizeof(struct comm_shm_region) + (size_t)world * sizeof(struct shm_rank);
     size_t slots_off = (head + (size_t)page - 1) / (size_t)page * (size_t)page;
-    size_t nslots = (size_t)world + 1;
+    size_t nslots = (size_t)world + 1 + SHM_STATE_SLOTS;
     if (slot_floats > (SIZE_MAX - slots_off) / sizeof(float) / nslots)
         return DDPC_FAIL(e, DDPC_E_INVALID, "comm_shm: %zu floats x %zu slots overflows",
                          slot_floats, nslots);
@@ -769,6 +772,17 @@ static int shm_grad_buffer(struct ddpc_comm *c, size_t n, float **send, float **
     return 0;
 }
 
+static int shm_shared_buffer(struct ddpc_comm *c, size_t n, float **buf, struct ddpc_err *e)
+{
+    struct shm_handle *h = c->impl;
+    (void)e;
+    *buf = NULL;
+    if (n == 0 || n > SHM_STATE_SLOTS * h->r->slot_floats)
+        return 0;
+    *buf = region_slot(h->r, h->r->world + 1);
+    return 0;
+}
+
 static int shm_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv,
                                 size_t n, enum ddpc_reduce op, double deadline,
                                 struct ddpc_err *e)
@@ -902,6 +916,7 @@ int comm_shm_attach(struct ddpc_comm *c, struct comm_shm_region *r, int rank,
     c->all_reduce_start = shm_all_reduce_start;
     c->all_reduce_wait = shm_all_reduce_wait;
     c->grad_buffer = shm_grad_buffer;
+    c->shared_buffer = shm_shared_buffer;
     c->broadcast = shm_broadcast;
     c->barrier = shm_barrier;
     c->abort = shm_abort;

@@ -25,8 +25,9 @@ struct comm_shm_region;
 
 /* Maps a region for `world` ranks whose slots hold `slot_floats` floats each
  * (0: a default of 1 Mi floats). Larger operations are done slot by slot.
- * The mapping costs (world + 1) * slot_floats * 4 bytes of address space;
- * pages are only allocated when touched. *r is NULL on failure. */
+ * The mapping costs (world + 4) * slot_floats * 4 bytes of address space
+ * (slots, result, and 3 slots of shared_buffer); pages are only allocated
+ * when touched. *r is NULL on failure. */
 int  comm_shm_create(struct comm_shm_region **r, int world, size_t slot_floats,
                      struct ddpc_err *e);
 /* Unmaps. Safe with NULL. Call once, in the process that created it, after
@@ -36,8 +37,9 @@ void comm_shm_region_free(struct comm_shm_region *r);
 /* Worker side, after fork: fills c (name "shm", purpose as given, which must
  * be a string that outlives c: "gradient", "rank-sync"). Records the calling
  * process's pid for the rank so peers can notice its death.
- * all_reduce_start does the whole reduction synchronously (the CPU workers
- * have no spare core to overlap with); all_reduce_wait only reports. */
+ * An all-reduce of the buffers grad_buffer hands out is zero-copy and
+ * non-blocking (comm.h); any other all-reduce copies through the slots and
+ * is done entirely in start, wait only reports. */
 int  comm_shm_attach(struct ddpc_comm *c, struct comm_shm_region *r, int rank,
                      const char *purpose, struct ddpc_err *e);
 

@@ -175,6 +175,14 @@ void model_borrow_grads(struct ddpc_model *m, float *buf)
     m->grads_borrowed = 1;
 }
 
+void model_borrow_params(struct ddpc_model *m, float *buf)
+{
+    if (m->params && !m->params_borrowed)
+        m->ops->release(m->ops, m->params);
+    m->params = buf;
+    m->params_borrowed = 1;
+}
+
 void model_free(struct ddpc_model *m)
 {
     struct ddpc_ops *o = m->ops;
@@ -192,7 +200,7 @@ void model_free(struct ddpc_model *m)
             o->release(o, m->dbuf[i]);
         m->dbuf[i] = NULL;
     }
-    if (m->params)
+    if (m->params && !m->params_borrowed)
         o->release(o, m->params);
     if (m->grads && !m->grads_borrowed)
         o->release(o, m->grads);

@@ -32,7 +32,8 @@ struct ddpc_model {
     int               max_batch;
     int               max_width;            /* widest layer input or output */
     size_t            n_params;
-    float  *params;     /* [n_params] backend memory */
+    float  *params;     /* [n_params] backend memory; owned unless params_borrowed */
+    int     params_borrowed;  /* params live in memory the ranks share */
     float  *grads;      /* [n_params] same offsets; owned unless grads_borrowed */
     int     grads_borrowed;   /* grads live in a communicator's shared buffer */
     float  *z[DDPC_MAX_LAYERS];   /* [max_batch, out_l] pre-activation */
@@ -61,6 +62,9 @@ int  model_backward(struct ddpc_model *m, const float *x, const float *dlogits, 
  * communicator's zero-copy buffer, comm.h grad_buffer): frees the model's
  * own gradient buffer; model_free leaves buf alone. */
 void model_borrow_grads(struct ddpc_model *m, float *buf);
+/* Same for the parameters (one copy shared by the ranks, comm.h
+ * shared_buffer); the values already in params are not copied. */
+void model_borrow_params(struct ddpc_model *m, float *buf);
 void model_free(struct ddpc_model *m);
 
 #endif /* DDPC_MODEL_H */

@@ -72,6 +72,10 @@ struct ddpc_run {
     /* Averaged gradients the optimizer reads: model.grads (reduced in place)
      * or, with a zero-copy communicator, its shared result buffer. */
     float   *rgrads;
+    /* 1: params and optimizer state are one copy in memory the ranks share
+     * (comm.h shared_buffer); each rank updates its shard and a barrier on
+     * the gradient communicator ends the step. */
+    int      shared_state;
     struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
     int      n_buckets;
     long     step_no;       /* 1-based number of the step in progress, for messages */
@@ -171,6 +175,41 @@ static int buckets_finish(struct ddpc_run *r, struct ddpc_err *e)
     return 0;
 }
 
+/* The optimizer step. With shared state, this rank updates only its shard
+ * of each bucket (the chunk it reduced, still in its cache), then the
+ * barrier makes every shard visible before anyone's next forward. The
+ * update is element-wise, so sharding changes no value. */
+static int run_optim_step(struct ddpc_run *r, float gscale, struct ddpc_err *e)
+{
+    if (!r->shared_state)
+        return optim_step(&r->optim, r->model.params, r->rgrads, gscale, e);
+    int W = r->world;
+    for (int i = 0; i < r->n_buckets; i++) {
+        size_t off = r->bucket[i].lo, n = r->bucket[i].hi - off;
+        size_t per = (n + (size_t)W - 1) / (size_t)W;
+        size_t lo = off + per * (size_t)r->rank, hi = lo + per;
+        lo = (lo + 15) / 16 * 16;    /* cache-line edges, as comm_shm's chunks */
+        hi = (hi + 15) / 16 * 16;
+        if (r->rank == 0)
+            lo = off;
+        if (r->rank == W - 1 || hi > off + n)
+            hi = off + n;
+        if (lo >= hi)
+            continue;
+        struct ddpc_optim sub = r->optim;
+        sub.n = hi - lo;
+        if (sub.m)
+            sub.m += lo;
+        if (sub.v)
+            sub.v += lo;
+        DDPC_TRY(optim_step(&sub, r->model.params + lo, r->rgrads + lo, gscale, e));
+    }
+    r->optim.step++;
+    struct ddpc_comm *c = r->a->grad_comm;
+    int rc = c->barrier(c, ddpc_deadline_after(r->job->nccl_timeout_s), e);
+    return rc < 0 ? step_fail(r, e, rc) : 0;
+}
+
 /* ===== setup ===== */
 
 static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, const char *what,
@@ -257,6 +296,26 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
             r->rgrads = result;
         }
     }
+    if (r->rgrads != r->model.grads && gc->shared_buffer) {
+        /* One copy of params, m and v instead of one per rank: less memory,
+         * and each rank runs the (memory-bound) optimizer on 1/W of it. */
+        size_t n = r->model.n_params;
+        size_t nst = n + (r->optim.m ? n : 0) + (r->optim.v ? n : 0);
+        float *st = NULL;
+        DDPC_TRY(gc->shared_buffer(gc, nst, &st, e));
+        if (st) {
+            model_borrow_params(&r->model, st);
+            if (r->optim.m) {
+                r->ops->release(r->ops, r->optim.m);
+                r->optim.m = st + n;
+            }
+            if (r->optim.v) {
+                r->ops->release(r->ops, r->optim.v);
+                r->optim.v = st + 2 * n;
+            }
+            r->shared_state = 1;
+        }
+    }
 
     struct ddpc_ops *o = r->ops;
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
@@ -312,6 +371,8 @@ static void run_free(struct ddpc_run *r)
     }
     free(r->host_state);
     free(r->eidx);
+    if (r->shared_state)
+        r->optim.m = r->optim.v = NULL;   /* borrowed from the communicator */
     optim_free(&r->optim);
     sampler_free(&r->sampler);
     model_free(&r->model);
@@ -522,7 +583,11 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     DDPC_TRY(bcast_doubles(r, pos, 4, e));
     if (pos[0] == 0)
         return 0;
-    if (r->comm_on) {
+    if (r->shared_state) {
+        /* rank 0 read the checkpoint into the one shared copy */
+        struct ddpc_comm *c = r->a->grad_comm;
+        DDPC_TRY(c->barrier(c, ddpc_deadline_after(j->nccl_timeout_s), e));
+    } else if (r->comm_on) {
         struct ddpc_comm *c = r->a->grad_comm;
         double dl = ddpc_deadline_after(j->nccl_timeout_s);
         DDPC_TRY(c->broadcast(c, r->model.params, n, 0, dl, e));
@@ -569,9 +634,14 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     double train_time = 0;
     double total_samples = 0;
 
-    /* identical initial parameters: seeded init, then rank 0's copy wins */
-    DDPC_TRY(model_init_params(&r->model, j->model.init, j->seed, e));
-    if (r->comm_on)
+    /* identical initial parameters: seeded init, then rank 0's copy wins
+     * (with shared state there is only rank 0's copy) */
+    if (!r->shared_state || r->rank == 0)
+        DDPC_TRY(model_init_params(&r->model, j->model.init, j->seed, e));
+    if (r->shared_state)
+        DDPC_TRY(a->grad_comm->barrier(a->grad_comm, ddpc_deadline_after(j->nccl_timeout_s),
+                                       e));
+    else if (r->comm_on)
         DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.params, r->model.n_params, 0,
                                          ddpc_deadline_after(j->nccl_timeout_s), e));
     DDPC_TRY(run_resume(r, e));
@@ -668,7 +738,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 }
             }
             double lr = optim_lr(&r->optim, r->optim.step);
-            DDPC_TRY(optim_step(&r->optim, r->model.params, r->rgrads, gscale, e));
+            DDPC_TRY(run_optim_step(r, gscale, e));
             double t5 = ddpc_now();
             r->prof.opt += t5 - t4;
             r->prof.steps++;
