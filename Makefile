@@ -71,7 +71,7 @@ DDPC      := $(B)/bin/ddpc
 TESTS     := $(B)/tests/run_tests
 SHARE     := $(B)/share/ddpc
 STAGED    := $(addprefix $(B)/include/ddpc/,$(notdir $(RT_HEADERS))) $(TEMPLATES:%=$(SHARE)/%) \
-             $(SHARE)/job.c
+             $(SHARE)/job.c $(SHARE)/ddpc.schema.json $(B)/share/man/man1/ddpc.1
 
 .PHONY: all deps test check demo sanitize install clean cuda fuzz bench
 all: $(DDPC) $(RT_LIB) $(CUDA_LIB) $(STAGED)
@@ -126,6 +126,15 @@ $(SHARE)/templates/%: templates/%
 	cp $< $@
 
 $(SHARE)/job.c: runtime/job.c
+	@mkdir -p $(@D)
+	cp $< $@
+
+# The JSON Schema, from the same key table that validates (ddpc schema).
+$(SHARE)/ddpc.schema.json: $(DDPC)
+	@mkdir -p $(@D)
+	$(DDPC) schema > $@.tmp && mv $@.tmp $@
+
+$(B)/share/man/man1/ddpc.1: docs/ddpc.1
 	@mkdir -p $(@D)
 	cp $< $@
 
@@ -192,13 +201,18 @@ fuzz: $(B)/fuzz/fuzz_spec
 demo: deps all
 	$(DDPC) build examples/fashion-mnist.yaml -o fashion-mnist && ./fashion-mnist
 
+# ddpc finds everything relative to its own executable (compiler/paths.c),
+# so the installed tree is build/'s layout: bin/ddpc, lib/libddprt*.a,
+# include/ddpc/, share/ddpc/{job.c,templates/,ddpc.schema.json}, and the
+# man page in share/man/man1/.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/ddpc \
-	  $(DESTDIR)$(PREFIX)/share/ddpc/templates
+	  $(DESTDIR)$(PREFIX)/share/ddpc/templates $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(DDPC) $(DESTDIR)$(PREFIX)/bin/ddpc
 	install -m 644 $(RT_LIB) $(CUDA_LIB) $(DESTDIR)$(PREFIX)/lib/
 	cp -R $(B)/include/ddpc/. $(DESTDIR)$(PREFIX)/include/ddpc/
 	cp -R $(SHARE)/. $(DESTDIR)$(PREFIX)/share/ddpc/
+	install -m 644 docs/ddpc.1 $(DESTDIR)$(PREFIX)/share/man/man1/ddpc.1
 
 clean:
 	rm -rf build build-san fashion-mnist

@@ -104,6 +104,43 @@ static int need(const char *prefix, const char *rel, const char *what, struct dd
     return ok ? 0 : -1;
 }
 
+const char *cc_failure_hint(const char *output, int cuda)
+{
+    static const struct { const char *needle, *hint; } known[] = {
+        { "cannot find -lopenblas",
+          "the linker cannot find OpenBLAS (-lopenblas): install libopenblas-dev" },
+        { "cannot find -lz", "the linker cannot find zlib (-lz): install zlib1g-dev" },
+        { "cannot find -lnccl",
+          "the linker cannot find NCCL (-lnccl) where ddpc was built to find CUDA: install "
+          "NCCL there, or build this job with --cpu-only" },
+        { "cannot find -lcublas",
+          "the linker cannot find cuBLAS (-lcublas) where ddpc was built to find CUDA: "
+          "reinstall CUDA there, or build this job with --cpu-only" },
+        { "cannot find -lcudart",
+          "the linker cannot find the CUDA runtime (-lcudart) where ddpc was built to find "
+          "CUDA: reinstall CUDA there, or build this job with --cpu-only" },
+        { "cannot find -lstdc++",
+          "the linker cannot find the C++ runtime the CUDA backend needs: install "
+          "libstdc++-12-dev, or build this job with --cpu-only" },
+        { "undefined reference to `ddpc_cuda_backend'",
+          "the installed libddprt_cuda.a is missing or stale: rerun make install" },
+        { "undefined reference to",
+          "the runtime library does not match this ddpc (a symbol is missing): rebuild and "
+          "reinstall both with make install" },
+        { "job_config.h: No such file",
+          "the generated header is missing: rerun ddpc build (with --emit-dir to keep it)" },
+    };
+    if (!output)
+        return NULL;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(output, known[i].needle))
+            return known[i].hint;
+    if (cuda && strstr(output, "cuda"))
+        return "the CUDA part of the link failed: build this job with --cpu-only to check "
+               "the rest, and see the linker's message below";
+    return NULL;
+}
+
 /* Everything the compiler wrote to fd, as a string the caller frees. */
 static char *read_output(int fd)
 {
@@ -200,12 +237,15 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         }
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        if (WIFEXITED(st))
+        if (WIFEXITED(st)) {
+            /* read now: the hint comes from it, and goes before it */
+            *output = read_output(out_fd);
+            const char *hint = cc_failure_hint(*output, cuda);
             diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
-                     "compiling job.c and linking the runtime%s failed (%s exit status %d); "
+                     "compiling job.c and linking the runtime%s failed (%s exit status %d)%s%s; "
                      "the compiler's output follows", cuda ? " (with CUDA)" : "", a.v[0],
-                     WEXITSTATUS(st));
-        else
+                     WEXITSTATUS(st), hint ? ": " : "", hint ? hint : "");
+        } else
             diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "the C compiler %s was killed by signal %d",
                      a.v[0], WTERMSIG(st));
         goto done;
@@ -223,7 +263,7 @@ oom:
     diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
 done:
     /* the summary is in d; the caller prints it, then this output */
-    if (out_fd >= 0)
+    if (out_fd >= 0 && !*output)
         *output = read_output(out_fd);
     if (have_fa)
         posix_spawn_file_actions_destroy(&fa);

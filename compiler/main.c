@@ -63,9 +63,13 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 /* Prints the collected diagnostics in source order. */
+/* Prints d's diagnostics from index `from` on. Only a full print sorts:
+ * sorting after the first `from` were printed would move a new error (file
+ * "ddpc", line 0) in front of them, and it would never be printed. */
 static void print_diags(struct ddpc_diag *d, int from)
 {
-    diag_sort(d);
+    if (from == 0)
+        diag_sort(d);
     diag_print(d, from, DDPC_FMT_TEXT, stderr);
 }
 

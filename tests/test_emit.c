@@ -4,7 +4,8 @@
  * The generated job_config.h is compiled into a small program that prints
  * the baked job with emit_dump.h; the test prints the original job with the
  * same code and compares. Marker files prove that no m4 builtin or shell
- * construct in a value ran. */
+ * construct in a value ran. `make install` into a temporary PREFIX, then a
+ * build and run from another directory, proves the installed layout. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -767,6 +768,180 @@ START_TEST(cli_exit_statuses)
 }
 END_TEST
 
+START_TEST(cc_failure_hints)
+{
+    ck_assert_ptr_null(cc_failure_hint(NULL, 0));
+    ck_assert_ptr_null(cc_failure_hint("job.c:1:1: error: something else", 0));
+    const char *h = cc_failure_hint("/usr/bin/ld: cannot find -lopenblas: No such file", 0);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(strstr(h, "libopenblas-dev"));
+    h = cc_failure_hint("/usr/bin/ld: cannot find -lnccl: No such file or directory", 1);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(strstr(h, "--cpu-only"));
+    h = cc_failure_hint("job.c:(.text+0x1): undefined reference to `ddprt_main'", 0);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(strstr(h, "make install"));
+}
+END_TEST
+
+/* ---- make install: an installed ddpc works from any directory ---- */
+
+/* A spec with a warning (two devices, no lr_scaling): the build's own error
+ * must still be printed after it. */
+static const char install_yaml[] =
+    "version: 1\n"
+    "name: installed\n"
+    "devices: 2\n"
+    "accelerator: cpu\n"
+    "epochs: 1\n"
+    "batch_size: 16\n"
+    "learning_rate: 0.01\n"
+    "model: {type: mlp, layers: [4, 8, 3], activation: relu}\n"
+    "optimizer: {type: sgd}\n"
+    "data:\n"
+    "  train: {format: synthetic, samples: 128, features: 4, classes: 3, seed: 1}\n";
+
+static void assert_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    ck_assert_msg(na == nb && memcmp(x, y, na) == 0, "%s differs from %s", a, b);
+    free(x);
+    free(y);
+}
+
+START_TEST(installed_ddpc_works_anywhere)
+{
+    char *ddpc = ddpc_bin(), *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(ddpc) || !exists(lib)) {
+        fprintf(stderr, "SKIP installed_ddpc_works_anywhere: ddpc or libddprt.a not built\n");
+        free(ddpc);
+        free(lib);
+        return;
+    }
+    char *root = make_temp_dir("install");
+    ck_assert_ptr_nonnull(root);
+    char *prefix, *work, *pathdir, *cuda_lib, *a_prefix, *a_b;
+    ck_assert_int_ge(asprintf(&prefix, "%s/prefix", root), 0);
+    ck_assert_int_ge(asprintf(&work, "%s/elsewhere", root), 0);
+    ck_assert_int_ge(asprintf(&pathdir, "%s/m4-only", root), 0);
+    ck_assert_int_ge(asprintf(&cuda_lib, "%s/lib/libddprt_cuda.a", test_build()), 0);
+    ck_assert_int_ge(asprintf(&a_prefix, "PREFIX=%s", prefix), 0);
+    ck_assert_int_ge(asprintf(&a_b, "B=%s", test_build()), 0);
+    ck_assert_int_eq(mkdir(work, 0755), 0);
+
+    /* the real install recipe; -o all: the suite's own make built
+     * everything, and nothing may be rebuilt under a running test. NVCC=
+     * when this build tree has no CUDA library (make sanitize). */
+    char *mk[] = { "make", "-s", "-C", (char *)test_top(), "-o", "all", "install", a_prefix, a_b,
+                   exists(cuda_lib) ? NULL : "NVCC=", NULL };
+    char *clean_env[] = { "MAKEFLAGS=", "MFLAGS=", NULL };
+    struct run_result r;
+    if (run_capture(mk, NULL, clean_env, 60, &r) != 0) {
+        fprintf(stderr, "SKIP installed_ddpc_works_anywhere: cannot run make\n");
+        goto out;
+    }
+    ck_assert_msg(r.exited && r.code == 0, "make install: %d\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    static const char *const installed[] = {
+        "bin/ddpc", "lib/libddprt.a", "include/ddpc/ddprt.h", "include/ddpc/job.h",
+        "share/ddpc/job.c", "share/ddpc/templates/job_config.h.m4",
+        "share/ddpc/ddpc.schema.json", "share/man/man1/ddpc.1",
+    };
+    for (size_t i = 0; i < sizeof installed / sizeof installed[0]; i++) {
+        char *f;
+        ck_assert_int_ge(asprintf(&f, "%s/%s", prefix, installed[i]), 0);
+        ck_assert_msg(exists(f), "make install did not install %s", f);
+        free(f);
+    }
+    char *man_src, *man_dst, *schema, *idpc, *spec_path;
+    ck_assert_int_ge(asprintf(&man_src, "%s/docs/ddpc.1", test_top()), 0);
+    ck_assert_int_ge(asprintf(&man_dst, "%s/share/man/man1/ddpc.1", prefix), 0);
+    ck_assert_int_ge(asprintf(&schema, "%s/share/ddpc/ddpc.schema.json", prefix), 0);
+    ck_assert_int_ge(asprintf(&idpc, "%s/bin/ddpc", prefix), 0);
+    ck_assert_int_ge(asprintf(&spec_path, "%s/job.yaml", work), 0);
+    assert_same_file(man_src, man_dst);
+
+    /* the installed schema is what the installed ddpc prints */
+    char *sch[] = { idpc, "schema", NULL };
+    ck_assert_int_eq(run_capture(sch, work, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc schema: %s", r.err);
+    size_t n;
+    char *text = slurp(schema, &n);
+    ck_assert_msg(strlen(r.out) == n && memcmp(r.out, text, n) == 0,
+                  "installed ddpc.schema.json differs from `ddpc schema`");
+    ck_assert_ptr_nonnull(strstr(text, "\"$schema\""));
+    free(text);
+    run_result_free(&r);
+
+    /* build and run from a directory that is neither the tree nor PREFIX,
+     * with relative paths */
+    ck_assert_int_eq(write_file(spec_path, install_yaml, sizeof install_yaml - 1), 0);
+    char *bld[] = { idpc, "build", "job.yaml", "-o", "job", NULL };
+    ck_assert_int_eq(run_capture(bld, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "installed ddpc build: %d\n%s", r.code, r.err);
+    run_result_free(&r);
+    char *job[] = { "./job", NULL };
+    ck_assert_int_eq(run_capture(job, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=1"),
+                  "./job: %d\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+
+    /* no C compiler on PATH (m4 still there): says so first, exit 3 */
+    ck_assert_int_eq(mkdir(pathdir, 0755), 0);
+    const char *m4 = exists("/usr/bin/m4") ? "/usr/bin/m4" : "/bin/m4";
+    char *m4_link, *env_path;
+    ck_assert_int_ge(asprintf(&m4_link, "%s/m4", pathdir), 0);
+    ck_assert_int_ge(asprintf(&env_path, "PATH=%s", pathdir), 0);
+    ck_assert_int_eq(symlink(m4, m4_link), 0);
+    char *nocc_env[] = { env_path, NULL };
+    char *bld2[] = { idpc, "build", "job.yaml", "-o", "job2", NULL };
+    ck_assert_int_eq(run_capture(bld2, work, nocc_env, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 3, "no cc: exit %d\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, "warning: learning_rate"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "error: cannot run the C compiler") &&
+                  strstr(r.err, "install one"), "no cc, no clear message:\n%s", r.err);
+    run_result_free(&r);
+
+    /* the runtime library missing under PREFIX/lib: names it and make install */
+    char *rt, *rt_away;
+    ck_assert_int_ge(asprintf(&rt, "%s/lib/libddprt.a", prefix), 0);
+    ck_assert_int_ge(asprintf(&rt_away, "%s/lib/libddprt.a.away", prefix), 0);
+    ck_assert_int_eq(rename(rt, rt_away), 0);
+    ck_assert_int_eq(run_capture(bld2, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 3, "no runtime: exit %d\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, "libddprt.a not found at") && strstr(r.err, rt) &&
+                  strstr(r.err, "make install"), "no runtime, no clear message:\n%s", r.err);
+    run_result_free(&r);
+    char *job2;
+    ck_assert_int_ge(asprintf(&job2, "%s/job2", work), 0);
+    ck_assert(!exists(job2));
+
+    free(job2);
+    free(rt);
+    free(rt_away);
+    free(m4_link);
+    free(env_path);
+    free(man_src);
+    free(man_dst);
+    free(schema);
+    free(idpc);
+    free(spec_path);
+out:
+    rm_tree(root);
+    free(root);
+    free(prefix);
+    free(work);
+    free(pathdir);
+    free(cuda_lib);
+    free(a_prefix);
+    free(a_b);
+    free(ddpc);
+    free(lib);
+}
+END_TEST
+
 Suite *emit_suite(void)
 {
     Suite *s = suite_create("emit");
@@ -784,6 +959,8 @@ Suite *emit_suite(void)
     tcase_add_test(tc, cc_builds_a_job);
     tcase_add_test(tc, cli_build_hostile_yaml);
     tcase_add_test(tc, cli_exit_statuses);
+    tcase_add_test(tc, cc_failure_hints);
+    tcase_add_test(tc, installed_ddpc_works_anywhere);
     suite_add_tcase(s, tc);
     return s;
 }
