@@ -231,6 +231,194 @@ START_TEST(all_reduce_single_rank_and_empty)
 }
 END_TEST
 
+/* ===== zero-copy all-reduce (grad_buffer) and shared_buffer ===== */
+
+/* Three buckets of an odd-sized gradient buffer, started in reverse order
+ * like backward, three steps in a row, with an ordinary all-reduce and a
+ * broadcast (the metrics path) in between: every element is the rank-ordered
+ * reduction, bitwise, on every rank. */
+static void body_zero_copy(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    const struct ar_case *k = arg;
+    size_t n = k->n;
+    float *send = NULL, *res = NULL;
+    struct ddpc_err e = { 0 };
+    int rc = c->grad_buffer(c, n, &send, &res, &e);
+    if (rc < 0 || !send || !res) {
+        rep->rc[rank] = rc < 0 ? rc : -100;
+        (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "no grad buffer: %.400s", e.msg);
+        return;
+    }
+    size_t edge[4] = { 0, n / 4, n / 2 + 1, n };   /* buckets [edge[b], edge[b+1]) */
+    uint64_t first = 0;
+    for (int step = 0; step < k->repeats && rc == 0; step++) {
+        fill_rank(send, n, k->seed, rank);
+        for (int b = 2; b >= 0 && rc == 0; b--)
+            rc = c->all_reduce_start(c, b, send + edge[b], res + edge[b], edge[b + 1] - edge[b],
+                                     k->op, ddpc_deadline_after(60), &e);
+        for (int b = 0; b < 3 && rc == 0; b++)
+            rc = c->all_reduce_wait(c, b, ddpc_deadline_after(60), &e);
+        if (rc < 0)
+            break;
+        long wrong = 0;
+        for (size_t j = 0; j < n; j++) {
+            float want = expect_at(k->seed, c->world, j, k->op);
+            if (memcmp(&res[j], &want, sizeof want) != 0)
+                wrong++;
+        }
+        rep->wrong[rank] += wrong;
+        uint64_t h = hash_floats(res, n);
+        if (step == 0)
+            first = h;
+        else if (h != first)
+            rep->wrong[rank] += 1000000000L;
+        rep->hash[rank] = h;
+        /* every rank has read res before anyone's next collective */
+        rc = c->barrier(c, ddpc_deadline_after(60), &e);
+        float m[3] = { (float)rank, 1, 2 };
+        if (rc == 0)
+            rc = comm_all_reduce(c, m, m, 3, DDPC_REDUCE_SUM, ddpc_deadline_after(60), &e);
+        if (rc == 0 && m[0] != (float)(c->world * (c->world - 1) / 2))
+            rep->wrong[rank] += 1;
+        if (rc == 0)
+            rc = c->broadcast(c, m, 3, 0, ddpc_deadline_after(60), &e);
+    }
+    rep->rc[rank] = rc;
+    if (rc < 0)
+        (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+}
+
+START_TEST(zero_copy_buckets_2_and_3_ranks)
+{
+    static const size_t sizes[] = { 7, 1003, 200000 };
+    for (int world = 2; world <= 3; world++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int op = 0; op < 2; op++) {
+                struct report *rep = report_map();
+                struct ar_case k = { sizes[s], (enum ddpc_reduce)op, 0,
+                                     0x2e40u + sizes[s] + (uint64_t)world, 3 };
+                run_ranks(world, 0, body_zero_copy, &k, rep);
+                for (int i = 0; i < world; i++) {
+                    ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+                    ck_assert_msg(rep->wrong[i] == 0, "world %d n %zu op %d: rank %d: %ld wrong",
+                                  world, sizes[s], op, i, rep->wrong[i]);
+                    ck_assert(rep->hash[i] == rep->hash[0]);
+                }
+                munmap(rep, sizeof *rep);
+            }
+}
+END_TEST
+
+/* grad_buffer refuses more than a slot; the zero-copy result equals the
+ * copy path's bit for bit. */
+START_TEST(zero_copy_too_large_and_same_as_copy)
+{
+    struct report *a = report_map(), *b = report_map();
+    struct ar_case k = { 1000, DDPC_REDUCE_AVG, 0, 99, 1 };
+    run_ranks(2, 0, body_zero_copy, &k, a);
+    run_ranks(2, 0, body_all_reduce, &k, b);
+    ck_assert_int_eq(a->rc[0], 0);
+    ck_assert_int_eq(b->rc[0], 0);
+    ck_assert(a->hash[0] == b->hash[0]);
+    k.n = 65;   /* slot of 64 floats */
+    run_ranks(2, 64, body_zero_copy, &k, a);
+    ck_assert_int_eq(a->rc[0], -100);
+    munmap(a, sizeof *a);
+    munmap(b, sizeof *b);
+}
+END_TEST
+
+/* mode 0: rank 1 never starts (rank 0 times out naming it, not arrived);
+ * mode 1: rank 1 starts a different piece (both see "ranks disagree");
+ * mode 2: rank 0 calls broadcast with a bucket outstanding (refused). */
+static void body_zero_copy_faults(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    int mode = *(const int *)arg;
+    float *send = NULL, *res = NULL;
+    struct ddpc_err e = { 0 };
+    int rc = c->grad_buffer(c, 100, &send, &res, &e);
+    size_t n = mode == 1 && rank == 1 ? 99 : 100;
+    double t0 = ddpc_now();
+    if (rc == 0 && !(mode == 0 && rank == 1))
+        rc = c->all_reduce_start(c, 0, send, res, n, DDPC_REDUCE_SUM, 0, &e);
+    if (rc == 0 && mode == 2 && rank == 0) {
+        float x = 1;
+        rc = c->broadcast(c, &x, 1, 0, ddpc_deadline_after(1), &e);
+    }
+    if (rc == 0 && mode == 0 && rank == 1)
+        rc = c->barrier(c, ddpc_deadline_after(5), &e);   /* elsewhere, not in the bucket */
+    else if (rc == 0)
+        rc = c->all_reduce_wait(c, 0, ddpc_deadline_after(0.3), &e);
+    rep->rc[rank] = rc;
+    rep->took[rank] = ddpc_now() - t0;
+    (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+}
+
+START_TEST(zero_copy_deadline_mismatch_and_misuse)
+{
+    struct report *rep = report_map();
+    int mode = 0;
+    run_ranks(2, 0, body_zero_copy_faults, &mode, rep);
+    ck_assert_int_eq(rep->rc[0], DDPC_E_TIMEOUT);
+    ck_assert_msg(strstr(rep->msg[0], "bucket 0") && strstr(rep->msg[0], "rank 1 ") &&
+                  strstr(rep->msg[0], "did not arrive") && strstr(rep->msg[0], "nccl_timeout"),
+                  "message: %s", rep->msg[0]);
+    ck_assert_int_eq(rep->rc[1], DDPC_E_ABORTED);   /* woken by rank 0's abort */
+    ck_assert_msg(rep->took[1] < 2.0, "rank 1 waited %.2f s", rep->took[1]);
+    munmap(rep, sizeof *rep);
+
+    rep = report_map();
+    mode = 1;
+    run_ranks(2, 0, body_zero_copy_faults, &mode, rep);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(rep->rc[i] < 0 && strstr(rep->msg[i], "ranks disagree"), "rank %d: %s",
+                      i, rep->msg[i]);
+    munmap(rep, sizeof *rep);
+
+    rep = report_map();
+    mode = 2;
+    run_ranks(2, 0, body_zero_copy_faults, &mode, rep);
+    ck_assert_int_eq(rep->rc[0], DDPC_E_INVALID);
+    ck_assert_msg(strstr(rep->msg[0], "outstanding"), "message: %s", rep->msg[0]);
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
+static void body_shared_buffer(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
+{
+    (void)arg;
+    float *buf = NULL;
+    struct ddpc_err e = { 0 };
+    int rc = c->shared_buffer(c, 3000, &buf, &e);
+    if (rc == 0 && !buf)
+        rc = -100;
+    if (rc == 0 && rank == 0)
+        for (int j = 0; j < 3000; j++)
+            buf[j] = (float)j;
+    if (rc == 0)
+        rc = c->barrier(c, ddpc_deadline_after(60), &e);
+    /* a copy-path all-reduce must not touch the shared buffer */
+    float x[64] = { 0 };
+    if (rc == 0)
+        rc = comm_all_reduce(c, x, x, 64, DDPC_REDUCE_SUM, ddpc_deadline_after(60), &e);
+    for (int j = 0; rc == 0 && j < 3000; j++)
+        rep->wrong[rank] += buf[j] != (float)j;
+    rep->rc[rank] = rc;
+    (void)snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+}
+
+START_TEST(shared_buffer_is_one_copy)
+{
+    struct report *rep = report_map();
+    run_ranks(3, 1024, body_shared_buffer, NULL, rep);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+        ck_assert_int_eq(rep->wrong[i], 0);
+    }
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
 /* ===== broadcast and barrier ===== */
 
 static void body_broadcast(struct ddpc_comm *c, int rank, struct report *rep, void *arg)
@@ -1154,6 +1342,10 @@ Suite *comm_shm_suite(void)
     tcase_add_test(t, broadcast_from_every_root);
     tcase_add_test(t, barrier_waits_for_the_last_rank);
     tcase_add_test(t, create_rejects_bad_world);
+    tcase_add_test(t, zero_copy_buckets_2_and_3_ranks);
+    tcase_add_test(t, zero_copy_too_large_and_same_as_copy);
+    tcase_add_test(t, zero_copy_deadline_mismatch_and_misuse);
+    tcase_add_test(t, shared_buffer_is_one_copy);
     suite_add_tcase(s, t);
 
     TCase *f = tcase_create("failures");
