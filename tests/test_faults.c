@@ -378,7 +378,8 @@ START_TEST(launcher_kill9_takes_the_workers_down)
     ck_assert_msg(alive == 0, "%d worker(s) outlived the launcher by 1 s", alive);
     struct run_result r;
     finish(&p, &r);
-    ck_assert_msg(!r.exited && r.code == SIGKILL, "launcher status %d/%d", r.exited, r.code);
+    ck_assert_msg(!r.exited && r.code == SIGKILL, "launcher status %d/%d:\n%s%s", r.exited, r.code,
+                  r.out, r.err);
     printf("faults: kill -9 of the launcher: workers gone after %.3f s\n", took);
     assert_nothing_left(w, 2);
     run_result_free(&r);

@@ -176,11 +176,17 @@ int run_finish(struct run_proc *p, double timeout_s, struct run_result *r)
         close(p->fd_err);
     p->fd_out = p->fd_err = -1;
     int status = 0;
-    while (waitpid(p->pid, &status, 0) == -1 && errno == EINTR)
+    pid_t got;
+    while ((got = waitpid(p->pid, &status, 0)) == -1 && errno == EINTR)
         ;
     r->seconds = now_s() - p->t0;
-    r->exited = WIFEXITED(status);
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
+    if (got == -1) {            /* reaped elsewhere: the status is lost */
+        r->exited = 0;
+        r->code = -1;
+    } else {
+        r->exited = WIFEXITED(status);
+        r->code = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
+    }
     r->out = p->out;
     r->err = p->err;
     p->out = p->err = NULL;
@@ -279,9 +285,10 @@ int wait_gone(const pid_t *pids, int n, double timeout_s)
         }
         if (alive == 0 || now_s() - t0 > timeout_s)
             return alive;
-        /* reap what we adopted, so zombies do not linger */
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
+        /* reap those of them we adopted, so zombies do not linger; only
+         * them: waitpid(-1) could take a launcher run_finish still waits for */
+        for (int i = 0; i < n; i++)
+            (void)waitpid(pids[i], NULL, WNOHANG);
         usleep(5000);
     }
 }

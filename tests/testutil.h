@@ -41,7 +41,9 @@ int  run_wait_output(struct run_proc *p, const char *needle, double timeout_s);
 /* The same, until needle has occurred `count` times in stdout + stderr. */
 int  run_wait_count(struct run_proc *p, const char *needle, int count, double timeout_s);
 /* Collects the rest, waits for the exit (SIGKILL to the whole group after
- * timeout_s) and moves the output into r; p is spent. */
+ * timeout_s) and moves the output into r; p is spent. Call it before
+ * anything that reaps with waitpid(-1) (leftover_children), or the status
+ * is lost (r->exited 0, r->code -1). */
 int  run_finish(struct run_proc *p, double timeout_s, struct run_result *r);
 
 /* Live children of parent, in fork order (start time, then pid); at most
@@ -49,8 +51,9 @@ int  run_finish(struct run_proc *p, double timeout_s, struct run_result *r);
 int  child_pids(pid_t parent, pid_t *out, int max);
 /* /proc state letter of pid ('R', 'S', 'T' stopped, 'Z'), or 0 when gone. */
 char proc_state(pid_t pid);
-/* Waits until none of pids is alive (zombies count as gone; adopted ones are
- * reaped); returns how many are still alive after timeout_s. */
+/* Waits until none of pids is alive (zombies count as gone; those of them
+ * that are our children, adopted or not, are reaped); returns how many are
+ * still alive after timeout_s. */
 int  wait_gone(const pid_t *pids, int n, double timeout_s);
 
 /* $DDPC_TOP and $DDPC_BUILD (set by make test), with "." and "build" as fallback. */
