@@ -335,6 +335,9 @@ static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct d
     def_i64(df, "M_SH_PORT", j->launch.master_port);
     def_i64(df, "M_SH_GPUS",
             j->accelerator == DDPC_ACCEL_CPU || !p->world_known ? 0 : p->devices_per_node);
+    /* devices: all on GPUs: no count to ask for, so whole nodes; each node
+     * counts its own GPUs at launch */
+    def_i64(df, "M_SH_EXCLUSIVE", j->accelerator != DDPC_ACCEL_CPU && !p->world_known);
 }
 
 char *emit_prologue(const struct emit_input *in, const char *plan_json, struct ddpc_diag *d)

@@ -257,7 +257,7 @@ static void plan_schedule(const struct ddpc_job *job, struct ddpc_plan *p)
             int64_t mid = w + (total - w) / 2;
             double t = (double)(mid - w) / (double)(total - w);
             lr_point(p, mid, lo + (peak - lo) * 0.5 * (1.0 + cos(M_PI * t)), "cosine midpoint");
-            lr_point(p, total, lo, "cosine end (min_lr_factor)");
+            lr_point(p, total, lo, "cosine end (min_lr_factor), after the last step");
         }
         break;
     case DDPC_DECAY_STEP:
@@ -285,6 +285,15 @@ static void plan_schedule(const struct ddpc_job *job, struct ddpc_plan *p)
         } else if (job->schedule.decay == DDPC_DECAY_STEP && job->schedule.step_size > 0)
             last = peak * pow(job->schedule.gamma, (double)((s - w) / job->schedule.step_size));
         lr_point(p, s, last, "last step");
+    }
+    /* in step order (stable): a cosine schedule ends at step `total`, one
+     * after the last step the run takes */
+    for (int i = 1; i < p->n_lr_points; i++) {
+        struct ddpc_plan_lr_point x = p->lr_points[i];
+        int k = i;
+        for (; k > 0 && p->lr_points[k - 1].step > x.step; k--)
+            p->lr_points[k] = p->lr_points[k - 1];
+        p->lr_points[k] = x;
     }
 }
 
@@ -390,8 +399,39 @@ static char *program_default(const struct ddpc_job *job)
     return buf_take(&b);
 }
 
+/* PROGRAM --node-rank K --master HOST:PORT, shell-quoted. master NULL: the
+ * script's $MASTER (Slurm: the allocation's first node). */
+static char *node_command(const struct ddpc_plan *p, int k, const char *master, int port)
+{
+    struct ddpc_buf b;
+    buf_init(&b);
+    buf_sh_word(&b, p->program);
+    buf_printf(&b, " --node-rank %d --master ", k);
+    if (master) {
+        char m[300];
+        snprintf(m, sizeof m, "%s:%d", master, port);
+        buf_sh_word(&b, m);
+    } else {
+        buf_printf(&b, "\"$MASTER\":%d", port);
+    }
+    return buf_take(&b);
+}
+
 static int plan_launch(const struct ddpc_job *job, struct ddpc_plan *p)
 {
+    if (job->launch.launcher == DDPC_LAUNCHER_SLURM && p->num_nodes > 1) {
+        /* what the sbatch script's srun runs on each node, by hand */
+        const char *m = job->launch.master_addr;
+        int from_alloc = !m || !m[0] || strcmp(m, "localhost") == 0 || strcmp(m, "127.0.0.1") == 0;
+        p->node_commands = calloc((size_t)p->num_nodes, sizeof *p->node_commands);
+        if (!p->node_commands)
+            return -1;
+        p->n_node_commands = p->num_nodes;
+        for (int k = 0; k < p->num_nodes; k++)
+            if (!(p->node_commands[k] = node_command(p, k, from_alloc ? NULL : m,
+                                                     job->launch.master_port)))
+                return -1;
+    }
     int n = (p->num_nodes > 1 && job->launch.launcher == DDPC_LAUNCHER_LOCAL) ? p->num_nodes : 1;
     p->commands = calloc((size_t)n, sizeof *p->commands);
     if (!p->commands)
@@ -501,7 +541,25 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     p->mem_activations = p->activation_floats * 4;
     /* one staging copy of the flat gradients for the all-reduce */
     p->mem_comm = (!p->world_known || p->world_size > 1) ? p->total_params * 4 : 0;
-    p->mem_total = p->mem_params + p->mem_grads + p->mem_optim + p->mem_activations + p->mem_comm;
+    /* bf16/fp16 (GPU): ops_cuda casts both gemm inputs into two scratch
+     * buffers that grow to the largest A and B. Per layer [in -> out] with
+     * batch rows: forward x[rows,in] W[out,in]; backward dW = dz^T x
+     * (A dz[rows,out], B x[rows,in]) and dx = dz W (A dz, B W). */
+    if (job->precision != DDPC_PRECISION_FP32 && job->accelerator != DDPC_ACCEL_CPU) {
+        int64_t rows = job->batch_size > 0 ? job->batch_size : 1;
+        for (int l = 0; l + 1 < job->model.n_layers; l++) {
+            int64_t in = job->model.layers[l], outw = job->model.layers[l + 1];
+            int64_t a = rows * (in > outw ? in : outw);
+            int64_t bb = outw * in > rows * in ? outw * in : rows * in;
+            if (a > p->cast_a_elems)
+                p->cast_a_elems = a;
+            if (bb > p->cast_b_elems)
+                p->cast_b_elems = bb;
+        }
+    }
+    p->mem_cast = (p->cast_a_elems + p->cast_b_elems) * 2;
+    p->mem_total = p->mem_params + p->mem_grads + p->mem_optim + p->mem_activations + p->mem_comm +
+                   p->mem_cast;
 
     /* ---- communicators ---- */
     p->grad_comm = !p->world_known || p->world_size > 1;
@@ -510,6 +568,20 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     p->sync_timeout_s = p->sync_comm ? job->rank_sync_timeout_s : 0;
     p->grad_port = job->launch.master_port;
     p->sync_port = job->launch.master_port + 1;
+    /* as runtime/ddprt.c decides: several nodes rendezvous at the spec's
+     * master; one node uses shared memory (CPU workers) or a free loopback
+     * port pair picked at launch (GPUs), unless --master overrides it */
+    p->ports_fixed = p->num_nodes > 1;
+    if (p->num_nodes > 1)
+        p->rendezvous = "NCCL_COMM_ID at launch.master_addr:port (or --master HOST:PORT)";
+    else if (job->accelerator == DDPC_ACCEL_CPU)
+        p->rendezvous = "shared memory between the CPU workers (no port)";
+    else if (job->accelerator == DDPC_ACCEL_GPU)
+        p->rendezvous = "NCCL on a free loopback port pair picked at launch (--master "
+                        "HOST:PORT fixes it)";
+    else
+        p->rendezvous = "GPUs: NCCL on a free loopback port pair picked at launch; CPU "
+                        "workers: shared memory";
 
     /* ---- checkpoints ---- */
     p->ckpt_enabled = job->checkpoint_dir && job->checkpoint_dir[0];
@@ -540,6 +612,9 @@ void plan_free(struct ddpc_plan *p)
     for (int i = 0; i < p->n_commands; i++)
         free(p->commands[i]);
     free(p->commands);
+    for (int i = 0; i < p->n_node_commands; i++)
+        free(p->node_commands[i]);
+    free(p->node_commands);
     memset(p, 0, sizeof *p);
 }
 
@@ -643,10 +718,21 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                    p->world_size, p->num_nodes, p->num_nodes == 1 ? "" : "s",
                    p->devices_per_node, p->devices_per_node == 1 ? "" : "s",
                    accel_name(job->accelerator));
-        buf_puts(&b, "  rank  node  local  device\n");
-        for (int r = 0; r < p->world_size; r++)
-            buf_printf(&b, "  %4d  %4d  %5d  %6d\n", p->ranks[r].rank, p->ranks[r].node,
+        /* DistributedSampler gives every rank the same count (padded, or
+         * dropped with drop_last), so each row repeats the shard */
+        buf_printf(&b, "  rank  node  local  %-10s  shard samples  batches/epoch  steps/epoch\n",
+                   job->accelerator == DDPC_ACCEL_CPU ? "cpu worker"
+                   : job->accelerator == DDPC_ACCEL_GPU ? "gpu" : "gpu|worker");
+        for (int r = 0; r < p->world_size; r++) {
+            buf_printf(&b, "  %4d  %4d  %5d  %10d  ", p->ranks[r].rank, p->ranks[r].node,
                        p->ranks[r].local_rank, p->ranks[r].device);
+            if (p->samples_per_rank >= 0)
+                buf_printf(&b, "%13lld  %13lld  %11lld\n", (long long)p->samples_per_rank,
+                           (long long)p->batches_per_epoch,
+                           (long long)p->optimizer_steps_per_epoch);
+            else
+                buf_printf(&b, "%13s  %13s  %11s\n", "?", "?", "?");
+        }
     } else {
         buf_printf(&b, "  world size      %d node%s x every device the machine has "
                    "(counted at run time; accelerator %s)\n", p->num_nodes,
@@ -719,7 +805,8 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_puts(&b, "\n");
     }
 
-    buf_puts(&b, "\nmemory per device (estimate, fp32)\n");
+    buf_printf(&b, "\nmemory per device (estimate; fp32 weights, gradients and state%s)\n",
+               p->mem_cast ? ", 2-byte gemm input copies" : "");
     buf_printf(&b, "  parameters      %lld x 4 B = ", (long long)p->total_params);
     put_bytes(&b, p->mem_params);
     buf_printf(&b, "\n  gradients       %lld x 4 B = ", (long long)p->total_params);
@@ -736,23 +823,40 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     if (p->mem_comm)
         buf_printf(&b, "%lld x 4 B (gradient staging) = ", (long long)p->total_params);
     put_bytes(&b, p->mem_comm);
+    if (p->mem_cast) {
+        buf_printf(&b, "\n  %-15s (%lld + %lld) x 2 B (largest gemm inputs A, B) = ",
+                   job->precision == DDPC_PRECISION_BF16 ? "bf16 casts" : "fp16 casts",
+                   (long long)p->cast_a_elems, (long long)p->cast_b_elems);
+        put_bytes(&b, p->mem_cast);
+    }
     buf_puts(&b, "\n  total           ");
     put_bytes(&b, p->mem_total);
+    if (job->accelerator != DDPC_ACCEL_CPU)
+        buf_puts(&b, "\n  (on a GPU add the CUDA context, cuBLAS and NCCL: a few hundred MiB)");
     buf_puts(&b, "\n");
 
     buf_puts(&b, "\ncommunicators\n");
     if (p->grad_comm) {
         buf_puts(&b, "  gradient        timeout ");
         put_timeout(&b, p->grad_timeout_s);
-        buf_printf(&b, " (nccl_timeout), port %d\n", p->grad_port);
+        if (p->ports_fixed)
+            buf_printf(&b, " (nccl_timeout), port %d\n", p->grad_port);
+        else
+            buf_puts(&b, " (nccl_timeout)\n");
         buf_puts(&b, "  rank-sync       ");
         if (p->sync_comm) {
             buf_puts(&b, "timeout ");
             put_timeout(&b, p->sync_timeout_s);
-            buf_printf(&b, " (rank_sync_timeout), port %d\n", p->sync_port);
+            if (p->ports_fixed)
+                buf_printf(&b, " (rank_sync_timeout), port %d\n", p->sync_port);
+            else
+                buf_puts(&b, " (rank_sync_timeout)\n");
         } else {
             buf_puts(&b, "none (no rank_sync_timeout)\n");
         }
+        buf_puts(&b, "  rendezvous      ");
+        buf_puts(&b, p->rendezvous);
+        buf_puts(&b, "\n");
     } else {
         buf_puts(&b, "  none (one rank)\n");
     }
@@ -783,6 +887,21 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
             buf_puts(&b, "  ");
         put_text(&b, p->commands[i]);
         buf_puts(&b, "\n");
+    }
+    if (job->launch.launcher == DDPC_LAUNCHER_SLURM && !p->world_known &&
+        job->accelerator != DDPC_ACCEL_CPU)
+        buf_puts(&b, "  (devices: all: the script asks for whole nodes (--exclusive); each node "
+                 "counts its GPUs at launch, and every node must have as many)\n");
+    if (p->n_node_commands) {
+        buf_puts(&b, "  by hand instead, one per node (what the script's srun runs)");
+        if (strstr(p->node_commands[0], "\"$MASTER\""))
+            buf_puts(&b, "; MASTER = node 0's host name");
+        buf_puts(&b, ":\n");
+        for (int i = 0; i < p->n_node_commands; i++) {
+            buf_printf(&b, "    node %d: ", i);
+            put_text(&b, p->node_commands[i]);
+            buf_puts(&b, "\n");
+        }
     }
 
     int rc = -1;
@@ -829,9 +948,17 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
 
     buf_puts(&b, ",\n  \"ranks\": [");
     for (int r = 0; p->world_known && r < p->world_size; r++)
-        buf_printf(&b, "%s\n    {\"rank\": %d, \"node\": %d, \"local_rank\": %d, \"device\": %d}",
+    {
+        buf_printf(&b, "%s\n    {\"rank\": %d, \"node\": %d, \"local_rank\": %d, \"device\": %d, ",
                    r ? "," : "", p->ranks[r].rank, p->ranks[r].node, p->ranks[r].local_rank,
                    p->ranks[r].device);
+        json_count(&b, "samples", p->samples_per_rank);
+        buf_puts(&b, ", ");
+        json_count(&b, "batches_per_epoch", p->batches_per_epoch);
+        buf_puts(&b, ", ");
+        json_count(&b, "optimizer_steps_per_epoch", p->optimizer_steps_per_epoch);
+        buf_puts(&b, "}");
+    }
     buf_puts(&b, p->world_known && p->world_size ? "\n  ]" : "]");
 
     buf_puts(&b, ",\n  \"data\": {");
@@ -908,20 +1035,31 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     buf_printf(&b, ",\n  \"memory_per_device\": {\"bytes_per_float\": 4, "
                "\"params\": %lld, \"grads\": %lld,\n    \"optimizer_states\": %d, "
                "\"optimizer\": %lld, \"activation_floats\": %lld, \"activations\": %lld,\n"
-               "    \"comm\": %lld, \"total\": %lld}",
+               "    \"comm\": %lld, \"cast_elements\": [%lld, %lld], \"casts\": %lld, "
+               "\"total\": %lld}",
                (long long)p->mem_params, (long long)p->mem_grads, p->optim_states,
                (long long)p->mem_optim, (long long)p->activation_floats,
-               (long long)p->mem_activations, (long long)p->mem_comm, (long long)p->mem_total);
+               (long long)p->mem_activations, (long long)p->mem_comm,
+               (long long)p->cast_a_elems, (long long)p->cast_b_elems, (long long)p->mem_cast,
+               (long long)p->mem_total);
 
     buf_puts(&b, ",\n  \"communicators\": [");
     if (p->grad_comm) {
         buf_puts(&b, "\n    {\"name\": \"gradient\", ");
         json_double(&b, "timeout_s", p->grad_timeout_s > 0 ? p->grad_timeout_s : NAN);
-        buf_printf(&b, ", \"port\": %d}", p->grad_port);
+        buf_puts(&b, ", ");
+        json_count(&b, "port", p->ports_fixed ? p->grad_port : -1);
+        buf_puts(&b, ", ");
+        json_string(&b, "rendezvous", p->rendezvous);
+        buf_puts(&b, "}");
         if (p->sync_comm) {
             buf_puts(&b, ",\n    {\"name\": \"rank-sync\", ");
             json_double(&b, "timeout_s", p->sync_timeout_s);
-            buf_printf(&b, ", \"port\": %d}", p->sync_port);
+            buf_puts(&b, ", ");
+            json_count(&b, "port", p->ports_fixed ? p->sync_port : -1);
+            buf_puts(&b, ", ");
+            json_string(&b, "rendezvous", p->rendezvous);
+            buf_puts(&b, "}");
         }
         buf_puts(&b, "\n  ]");
     } else {
@@ -945,6 +1083,11 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     for (int i = 0; i < p->n_commands; i++) {
         buf_puts(&b, i ? ", " : "");
         buf_json_str(&b, p->commands[i]);
+    }
+    buf_puts(&b, "], \"per_node\": [");
+    for (int i = 0; i < p->n_node_commands; i++) {
+        buf_puts(&b, i ? ", " : "");
+        buf_json_str(&b, p->node_commands[i]);
     }
     buf_puts(&b, "]}\n}\n");
     return buf_take(&b);

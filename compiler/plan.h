@@ -22,7 +22,9 @@
  *     bucket_cap_mb x 2^20 bytes (a tensor is never split, so a bucket may
  *     exceed the cap by its last tensor), like PyTorch's DDP reducer but
  *     without its special 1 MiB first bucket;
- *   - gradients and all state are fp32 (4 bytes) whatever `precision` says.
+ *   - gradients and all state are fp32 (4 bytes) whatever `precision` says;
+ *     bf16/fp16 add 2-byte copies of the largest gemm operands (CUDA);
+ *   - the learning-rate key points are in step order.
  *
  * Never: reads YAML, prints diagnostics itself, or exits.
  */
@@ -97,13 +99,18 @@ struct ddpc_plan {
     /* ---- memory per device, bytes ---- */
     int32_t optim_states;            /* fp32 copies of the parameters: 0, 1 or 2 */
     int64_t activation_floats;       /* batch x sum(layers) x 2 */
-    int64_t mem_params, mem_grads, mem_optim, mem_activations, mem_comm, mem_total;
+    int64_t cast_a_elems, cast_b_elems; /* bf16/fp16: largest gemm operands (A, B),
+                                        copied as 2-byte values on the GPU; 0 for fp32 */
+    int64_t mem_params, mem_grads, mem_optim, mem_activations, mem_comm, mem_cast, mem_total;
 
     /* ---- communicators ---- */
     int32_t grad_comm;               /* 1 when world > 1 (or unknown) */
     int32_t sync_comm;               /* 1 with a rank_sync_timeout and world > 1 */
     double  grad_timeout_s, sync_timeout_s;   /* 0: none */
     int32_t grad_port, sync_port;
+    int32_t ports_fixed;             /* 1: grad_port/sync_port are used as given
+                                        (several nodes); 0: see rendezvous */
+    const char *rendezvous;          /* static: how the ranks find each other */
 
     /* ---- checkpoints ---- */
     int32_t ckpt_enabled;
@@ -113,6 +120,9 @@ struct ddpc_plan {
     /* ---- launch ---- */
     int32_t n_commands;
     char  **commands;                /* [n_commands] shell command lines; owned */
+    int32_t n_node_commands;         /* slurm with several nodes: the same launch by
+                                        hand, one command per node; else 0 */
+    char  **node_commands;           /* [n_node_commands]; owned */
 };
 
 /* Fills p from job. program is how the launch commands name the binary

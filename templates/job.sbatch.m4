@@ -11,6 +11,10 @@ m4_dnl M_SH_* are shell words (compiler/buf.c buf_sh_word) or numbers.
 #SBATCH --ntasks-per-node=1
 m4_ifelse(M_SH_GPUS, «0», «», «#SBATCH --gpus-per-node=M_SH_GPUS
 »)m4_dnl
+m4_ifelse(M_SH_EXCLUSIVE, «1», «# devices: all: whole nodes, so every GPU of a node is this job's; each
+# node counts its GPUs at launch, and every node must have as many.
+#SBATCH --exclusive
+»)m4_dnl
 #SBATCH --output=M_SH_NAME-%j.out
 set -euo pipefail
 

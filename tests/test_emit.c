@@ -440,7 +440,26 @@ START_TEST(sbatch_is_shell_and_quotes_hold)
     ck_assert_str_eq(r.out, fx.strings[8]);
     run_result_free(&r);
     ck_assert_msg(!exists(marker), "a value ran: %s exists", marker);
+    ck_assert_ptr_null(strstr(s, "--exclusive"));
     free(script);
+    free(s);
+
+    /* devices: all on GPUs: whole nodes, no GPU count to ask for */
+    fx.job.accelerator = DDPC_ACCEL_GPU;
+    fx.job.devices_all = 1;
+    fx.job.n_devices = 0;
+    plan_free(&fx.plan);
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&fx.job, fx.strings[9], &fx.plan, &d), 0);
+    diag_free(&d);
+    emit_into(&fx, fx.dir, "spec.yaml");
+    s = slurp(path, NULL);
+    ck_assert_ptr_nonnull(strstr(s, "\n#SBATCH --exclusive\n"));
+    ck_assert_ptr_null(strstr(s, "--gpus-per-node"));
+    ck_assert_int_eq(run_capture(syntax, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "bash -n: %s", r.err);
+    run_result_free(&r);
     free(s);
     free(path);
     fixture_free(&fx);

@@ -174,14 +174,19 @@ START_TEST(schedule_points)
     j.schedule.decay = DDPC_DECAY_COSINE;
     j.schedule.min_lr_factor = 0.01;
     build(&j, &p);
-    /* start, warmup end, midpoint, cosine end, last step */
-    ck_assert_int_ge(p.n_lr_points, 4);
+    /* in step order: start, warmup end, midpoint, last step, cosine end
+     * (one past the last step the run takes) */
+    ck_assert_int_eq(p.n_lr_points, 5);
+    for (int i = 1; i < p.n_lr_points; i++)
+        ck_assert_int_le(p.lr_points[i - 1].step, p.lr_points[i].step);
     ck_assert_int_eq(p.lr_points[0].step, 0);
     ck_assert_double_eq_tol(p.lr_points[0].lr, 0.0001, 1e-18);
     ck_assert_int_eq(p.lr_points[1].step, 100);
     ck_assert_double_eq(p.lr_points[1].lr, 0.001);
-    ck_assert_int_eq(p.lr_points[3].step, 1407);
-    ck_assert_double_eq_tol(p.lr_points[3].lr, 0.00001, 1e-18);
+    ck_assert_int_eq(p.lr_points[3].step, 1406);
+    ck_assert_str_eq(p.lr_points[3].what, "last step");
+    ck_assert_int_eq(p.lr_points[4].step, 1407);
+    ck_assert_double_eq_tol(p.lr_points[4].lr, 0.00001, 1e-18);
     plan_free(&p);
 
     j.schedule.warmup_steps = 0;
@@ -332,14 +337,26 @@ START_TEST(ranks_and_launch)
     ck_assert_int_eq(p.ranks[2].device, 2);
     ck_assert_int_eq(p.n_commands, 2);
     ck_assert_str_eq(p.commands[1], "./fashion-mnist --node-rank 1 --master node' '0:29500");
+    ck_assert_int_eq(p.n_node_commands, 0);
     ck_assert_int_eq(p.samples_per_rank, 15000);
+    ck_assert_int_eq(p.ports_fixed, 1);
     plan_free(&p);
 
+    /* slurm: the sbatch line, and the same launch by hand, one per node */
     j.launch.launcher = DDPC_LAUNCHER_SLURM;
     build(&j, &p);
     ck_assert_int_eq(p.n_commands, 1);
     ck_assert_str_eq(p.commands[0], "sbatch ./fashion-mnist.sbatch");
+    ck_assert_int_eq(p.n_node_commands, 2);
+    ck_assert_str_eq(p.node_commands[0], "./fashion-mnist --node-rank 0 --master node' '0:29500");
+    ck_assert_str_eq(p.node_commands[1], "./fashion-mnist --node-rank 1 --master node' '0:29500");
     plan_free(&p);
+    /* no master_addr: the script takes the allocation's first node */
+    j.launch.master_addr = NULL;
+    build(&j, &p);
+    ck_assert_str_eq(p.node_commands[1], "./fashion-mnist --node-rank 1 --master \"$MASTER\":29500");
+    plan_free(&p);
+    j.launch.master_addr = "node 0";
 
     /* devices: all: the world is counted at run time */
     j.launch.launcher = DDPC_LAUNCHER_LOCAL;
@@ -355,6 +372,54 @@ START_TEST(ranks_and_launch)
     ck_assert_ptr_nonnull(json);
     ck_assert_ptr_nonnull(strstr(json, "\"size\": null"));
     free(json);
+    plan_free(&p);
+}
+END_TEST
+
+/* Each rank's shard in the rank table (text and JSON); the rendezvous as
+ * the runtime does it; bf16 gemm input copies in the memory estimate. */
+START_TEST(ranks_shards_rendezvous_memory)
+{
+    struct ddpc_job j = fmnist();
+    struct ddpc_plan p;
+    j.accelerator = DDPC_ACCEL_CPU;
+    build(&j, &p);
+    ck_assert_int_eq(p.ports_fixed, 0);
+    ck_assert_ptr_nonnull(strstr(p.rendezvous, "shared memory"));
+    ck_assert_int_eq(p.mem_cast, 0);
+    char *json = plan_json(&p, &j);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_ptr_nonnull(strstr(json, "{\"rank\": 1, \"node\": 0, \"local_rank\": 1, "
+                                       "\"device\": 1, \"samples\": 30000, "
+                                       "\"batches_per_epoch\": 469, "
+                                       "\"optimizer_steps_per_epoch\": 469}"));
+    ck_assert_ptr_nonnull(strstr(json, "\"port\": null"));
+    free(json);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "shard samples  batches/epoch  steps/epoch") &&
+                  strstr(text, "     1     0      1           1          30000            469"
+                               "          469\n"), "%s", text);
+    ck_assert_ptr_null(strstr(text, "port 29500"));
+    free(text);
+    plan_free(&p);
+
+    /* one node of GPUs: a port pair picked at launch, not the spec's */
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.precision = DDPC_PRECISION_BF16;
+    build(&j, &p);
+    ck_assert_ptr_nonnull(strstr(p.rendezvous, "free loopback port pair"));
+    /* 784-256-10 at batch 64: A max 64 x 784 (x, forward layer 0), B max
+     * 256 x 784 (W0) */
+    ck_assert_int_eq(p.cast_a_elems, 64 * 784);
+    ck_assert_int_eq(p.cast_b_elems, 256 * 784);
+    ck_assert_int_eq(p.mem_cast, (64 * 784 + 256 * 784) * 2);
+    ck_assert_int_eq(p.mem_total, p.mem_params + p.mem_grads + p.mem_optim +
+                                  p.mem_activations + p.mem_comm + p.mem_cast);
     plan_free(&p);
 }
 END_TEST
@@ -569,6 +634,7 @@ Suite *plan_suite(void)
     tcase_add_test(tc, count_fashion_mnist);
     tcase_add_test(tc, text_output);
     tcase_add_test(tc, agrees_with_runtime_sampler);
+    tcase_add_test(tc, ranks_shards_rendezvous_memory);
     suite_add_tcase(s, tc);
     return s;
 }
