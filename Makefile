@@ -4,6 +4,7 @@
 #   make test       the whole Check suite (CPU only; GPU cases say SKIP)
 #   make demo       train the Fashion-MNIST example end to end
 #   make sanitize   the suite under ASan + UBSan
+#   make bench      build/bench/allreduce (see bench/README.md)
 #   make install PREFIX=/usr/local
 #
 # build/ mirrors the installed layout (bin/ lib/ include/ddpc/ share/ddpc/),
@@ -197,6 +198,13 @@ fuzz: $(B)/fuzz/fuzz_spec
 	  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/ $(B)/fuzz/corpus \
 	  > $(B)/fuzz/log 2>&1 || { tail -60 $(B)/fuzz/log; echo "fuzz: FAILED, reproducer in $(B)/fuzz/"; exit 1; }
 	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
+
+# Benchmarks (never installed, never run by test): build/bench/<name>.
+BENCH_BIN := $(B)/bench/allreduce
+bench: $(BENCH_BIN)
+$(B)/bench/%: bench/%.c $(RT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(RT_LIB) $(LDFLAGS) $(RT_LIBS)
 
 demo: deps all
 	$(DDPC) build examples/fashion-mnist.yaml -o fashion-mnist && ./fashion-mnist

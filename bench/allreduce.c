@@ -1,16 +1,26 @@
 /* allreduce.c - all-reduce bandwidth of the shared-memory communicator,
- * reported like nccl-tests (algbw, busbw, wrong elements).
+ * reported like nccl-tests (time, algbw, busbw, wrong elements), next to
+ * single-thread memcpy bandwidth measured in the same program.
  *
- *   make && cc -O2 -D_GNU_SOURCE -Ispec -Iruntime bench/allreduce.c \
- *       build/lib/libddprt.a -lopenblas -lz -lm -lpthread -o build/bench_allreduce
- *   build/bench_allreduce [world] [max_bytes] [iters] [slot_bytes]
- *       defaults: 2 ranks, 64 MiB, 20 iterations, the library's default slot
+ *   make bench
+ *   build/bench/allreduce [world] [max_bytes] [min_bytes]
+ *       defaults: 2 ranks, 256 MiB, 1 KiB; sizes grow x4
  *
- * Forks `world` ranks over one comm_shm region, sweeps sizes from 4 bytes to
- * max_bytes by x4, times `iters` average all-reduces per size after warm-up
- * (rank 0's wall time from a barrier to the last result), and checks every
- * element against the rank-ordered sum. busbw = algbw * 2 (W - 1) / W, the
+ * Forks `world` ranks over one comm_shm region whose slots hold the largest
+ * size, and for each size times average all-reduces two ways:
+ *   copy:      comm_all_reduce of private buffers (copy in, reduce, copy out;
+ *              the path of metrics and of a backend without grad_buffer);
+ *   zero-copy: start + wait on the grad_buffer (the training path: backward
+ *              writes into the slot, the optimizer reads the shared result).
+ * Each time is rank 0's wall time over enough iterations to last ~0.2 s,
+ * after a barrier and a warm-up. Every element of both results is checked
+ * against the rank-ordered sum. busbw = algbw * 2 (W - 1) / W, the
  * nccl-tests convention, so numbers compare across world sizes.
+ *
+ * memcpy: one thread copies `size` bytes between two private buffers
+ * (touched first); bandwidth counts bytes read + written (2 * size / t),
+ * the figure a reduction's memory traffic compares with. The last column is
+ * zero-copy busbw / memcpy bandwidth at the same size.
  * Never part of the library; exits non-zero when any element is wrong.
  */
 #include <stdint.h>
@@ -23,9 +33,12 @@
 #include "comm.h"
 #include "comm_shm.h"
 
+#define MAX_SIZES 32
+#define TARGET_S  0.2
+
 struct bench_out {
-    double seconds[64];     /* per size, rank 0 */
-    long   wrong[64][64];   /* per size, per rank */
+    double copy_s[MAX_SIZES], zc_s[MAX_SIZES];   /* per size, rank 0 */
+    long   wrong[MAX_SIZES][64];                 /* per size, per rank */
     int    failed;
     char   msg[600];
 };
@@ -35,44 +48,84 @@ static float value(int rank, size_t j)
     return (float)((j * 7 + (size_t)rank * 13) % 1024) * 0.25f - 100.0f;
 }
 
-static int bench_rank(struct comm_shm_region *r, int rank, size_t max_floats, int iters,
-                      struct bench_out *out)
+static long count_wrong(const float *x, size_t n, int world)
+{
+    long wrong = 0;
+    for (size_t j = 0; j < n; j++) {
+        float s = value(0, j);
+        for (int q = 1; q < world; q++)
+            s += value(q, j);
+        s /= (float)world;
+        if (x[j] != s)
+            wrong++;
+    }
+    return wrong;
+}
+
+/* Iterations for ~TARGET_S at an assumed 5 GB/s, at least 3. */
+static int iters_for(size_t bytes)
+{
+    double it = TARGET_S * 5e9 / (double)(bytes + 4096);
+    return it < 3 ? 3 : it > 20000 ? 20000 : (int)it;
+}
+
+static int bench_rank(struct comm_shm_region *r, int rank, size_t min_floats,
+                      size_t max_floats, struct bench_out *out)
 {
     struct ddpc_comm c;
     struct ddpc_err e = { 0 };
+    float *send = NULL, *recv = NULL, *zs = NULL, *zr = NULL;
     if (comm_shm_attach(&c, r, rank, "gradient", &e) < 0)
         goto fail;
-    float *send = malloc(max_floats * sizeof(float));
-    float *recv = malloc(max_floats * sizeof(float));
+    send = malloc(max_floats * sizeof(float));
+    recv = malloc(max_floats * sizeof(float));
     if (!send || !recv) {
         snprintf(out->msg, sizeof out->msg, "rank %d: out of memory", rank);
         out->failed = 1;
         return 1;
     }
+    if (c.grad_buffer(&c, max_floats, &zs, &zr, &e) < 0)
+        goto fail;
+    if (!zs) {
+        snprintf(out->msg, sizeof out->msg, "rank %d: no grad buffer of %zu floats", rank,
+                 max_floats);
+        out->failed = 1;
+        return 1;
+    }
     for (size_t j = 0; j < max_floats; j++)
-        send[j] = value(rank, j);
+        send[j] = zs[j] = value(rank, j);
+    memset(recv, 0, max_floats * sizeof(float));
     int k = 0;
-    for (size_t n = 1; n <= max_floats; n *= 4, k++) {
-        if (comm_all_reduce(&c, send, recv, n, DDPC_REDUCE_AVG, 0, &e) < 0)   /* warm-up */
-            goto fail;
-        if (c.barrier(&c, 0, &e) < 0)
+    for (size_t n = min_floats; n <= max_floats && k < MAX_SIZES; n *= 4, k++) {
+        int iters = iters_for(n * sizeof(float));
+        /* copy path */
+        if (comm_all_reduce(&c, send, recv, n, DDPC_REDUCE_AVG, 0, &e) < 0 ||
+            c.barrier(&c, 0, &e) < 0)
             goto fail;
         double t0 = ddpc_now();
         for (int i = 0; i < iters; i++)
             if (comm_all_reduce(&c, send, recv, n, DDPC_REDUCE_AVG, 0, &e) < 0)
                 goto fail;
         if (rank == 0)
-            out->seconds[k] = (ddpc_now() - t0) / iters;
-        long wrong = 0;
-        for (size_t j = 0; j < n; j++) {
-            float s = value(0, j);
-            for (int q = 1; q < c.world; q++)
-                s += value(q, j);
-            s /= (float)c.world;
-            if (recv[j] != s)
-                wrong++;
-        }
-        out->wrong[k][rank] = wrong;
+            out->copy_s[k] = (ddpc_now() - t0) / iters;
+        out->wrong[k][rank] = count_wrong(recv, n, c.world);
+        /* zero-copy path: the inputs stay in the slots, so start + wait
+         * back to back is the whole operation */
+        if (c.barrier(&c, 0, &e) < 0 ||
+            c.all_reduce_start(&c, 0, zs, zr, n, DDPC_REDUCE_AVG, 0, &e) < 0 ||
+            c.all_reduce_wait(&c, 0, 0, &e) < 0 || c.barrier(&c, 0, &e) < 0)
+            goto fail;
+        t0 = ddpc_now();
+        for (int i = 0; i < iters; i++)
+            if (c.all_reduce_start(&c, 0, zs, zr, n, DDPC_REDUCE_AVG, 0, &e) < 0 ||
+                c.all_reduce_wait(&c, 0, 0, &e) < 0)
+                goto fail;
+        if (rank == 0)
+            out->zc_s[k] = (ddpc_now() - t0) / iters;
+        out->wrong[k][rank] += count_wrong(zr, n, c.world);
+        /* nobody rewrites the result while a peer still checks it */
+        if (c.barrier(&c, 0, &e) < 0)
+            goto fail;
     }
     free(send);
     free(recv);
@@ -81,23 +134,49 @@ static int bench_rank(struct comm_shm_region *r, int rank, size_t max_floats, in
 fail:
     snprintf(out->msg, sizeof out->msg, "rank %d: %s", rank, e.msg);
     out->failed = 1;
+    free(send);
+    free(recv);
     return 1;
+}
+
+/* Single-thread memcpy bandwidth for `bytes`, counting read + written. */
+static double memcpy_gbs(size_t bytes)
+{
+    char *a = malloc(bytes), *b = malloc(bytes);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    int iters = iters_for(bytes) * 2;
+    memcpy(b, a, bytes);
+    double t0 = ddpc_now();
+    for (int i = 0; i < iters; i++) {
+        memcpy(i & 1 ? a : b, i & 1 ? b : a, bytes);
+        __asm__ __volatile__("" ::: "memory");   /* keep every copy */
+    }
+    double t = (ddpc_now() - t0) / iters;
+    free(a);
+    free(b);
+    return 2.0 * (double)bytes / t / 1e9;
 }
 
 int main(int argc, char **argv)
 {
     int world = argc > 1 ? atoi(argv[1]) : 2;
-    size_t max_bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)64 << 20;
-    int iters = argc > 3 ? atoi(argv[3]) : 20;
-    size_t slot_floats = argc > 4 ? strtoull(argv[4], NULL, 0) / sizeof(float) : 0;
-    if (world < 1 || world > 64 || max_bytes < 4 || iters < 1) {
-        fprintf(stderr, "usage: %s [world 1..64] [max_bytes] [iters]\n", argv[0]);
+    size_t max_bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)256 << 20;
+    size_t min_bytes = argc > 3 ? strtoull(argv[3], NULL, 0) : 1024;
+    if (world < 1 || world > 64 || min_bytes < 4 || max_bytes < min_bytes) {
+        fprintf(stderr, "usage: %s [world 1..64] [max_bytes] [min_bytes]\n", argv[0]);
         return 2;
     }
+    size_t min_floats = min_bytes / sizeof(float);
     size_t max_floats = max_bytes / sizeof(float);
     struct comm_shm_region *r = NULL;
     struct ddpc_err e = { 0 };
-    if (comm_shm_create(&r, world, slot_floats, &e) < 0) {
+    if (comm_shm_create(&r, world, max_floats, &e) < 0) {
         fprintf(stderr, "bench: %s\n", e.msg);
         return 1;
     }
@@ -117,7 +196,7 @@ int main(int argc, char **argv)
             return 1;
         }
         if (pids[i] == 0)
-            _exit(bench_rank(r, i, max_floats, iters, out));
+            _exit(bench_rank(r, i, min_floats, max_floats, out));
     }
     int bad = 0;
     for (int i = 0; i < world; i++) {
@@ -125,28 +204,31 @@ int main(int argc, char **argv)
         if (waitpid(pids[i], &st, 0) == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
             bad = 1;
     }
+    comm_shm_region_free(r);
     if (bad || out->failed) {
         fprintf(stderr, "bench: %s\n", out->msg[0] ? out->msg : "a rank failed");
         return 1;
     }
-    printf("# comm_shm all-reduce (avg, float32), %d ranks, %d iterations per size\n", world,
-           iters);
-    printf("# %12s %12s %10s %10s %10s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
-           "busbw(GB/s)", "#wrong");
+    printf("# comm_shm all-reduce (avg, float32), %d ranks; busbw = algbw * 2(W-1)/W\n", world);
+    printf("# memcpy: one thread, private buffers, GB/s counting bytes read + written\n");
+    printf("# %10s %10s | %9s %8s %8s | %9s %8s %8s | %8s %6s %6s\n", "size(B)", "count",
+           "copy(us)", "algbw", "busbw", "zc(us)", "algbw", "busbw", "memcpy", "zc/mc", "#wrong");
     long total_wrong = 0;
     int k = 0;
-    for (size_t n = 1; n <= max_floats; n *= 4, k++) {
+    for (size_t n = min_floats; n <= max_floats && k < MAX_SIZES; n *= 4, k++) {
         long wrong = 0;
         for (int i = 0; i < world; i++)
             wrong += out->wrong[k][i];
         total_wrong += wrong;
-        double t = out->seconds[k];
-        double algbw = (double)(n * sizeof(float)) / t / 1e9;
-        double busbw = algbw * 2.0 * (world - 1) / world;
-        printf("  %12zu %12zu %10.1f %10.2f %10.2f %8ld\n", n * sizeof(float), n, t * 1e6,
-               algbw, busbw, wrong);
+        double bytes = (double)(n * sizeof(float));
+        double ca = bytes / out->copy_s[k] / 1e9, za = bytes / out->zc_s[k] / 1e9;
+        double f = 2.0 * (world - 1) / world;
+        double mc = memcpy_gbs(n * sizeof(float));
+        printf("  %10zu %10zu | %9.1f %8.2f %8.2f | %9.1f %8.2f %8.2f | %8.2f %6.2f %6ld\n",
+               n * sizeof(float), n, out->copy_s[k] * 1e6, ca, ca * f, out->zc_s[k] * 1e6, za,
+               za * f, mc, mc > 0 ? za * f / mc : 0.0, wrong);
+        fflush(stdout);
     }
     printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-    comm_shm_region_free(r);
     return total_wrong ? 1 : 0;
 }
