@@ -22,6 +22,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -875,9 +877,67 @@ START_TEST(metrics_files_and_plain_output)
                   "CSV starts:\n%.300s", t);
     ck_assert_msg(strstr(t, "\n2048,8,"), "no row for the last step:\n%s", t);
     assert_no_partial_files(ref);
-    free(t);
     ck_assert_int_eq(n_names_with(tb, "events.out.tfevents."), 1);
     ck_assert_int_eq(n_names_with(tb, ""), 3);   /* ".", "..", the one event file */
+
+    /* TensorBoard's own reader finds in the event file exactly what the
+     * CSV says: every scalar at every step */
+    static const char *tags[5] = { "train/lr", "train/loss", "train/samples_per_s",
+                                   "eval/loss", "eval/accuracy" };
+    char *arg[5];
+    size_t cap = n * 2 + 64;
+    for (int k = 0; k < 5; k++) {
+        arg[k] = malloc(cap);
+        ck_assert_ptr_nonnull(arg[k]);
+        snprintf(arg[k], cap, "%s=", tags[k]);
+    }
+    for (char *line = strchr(t, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
+        char cell[7][40];
+        int c = 0;
+        size_t len = 0;
+        for (char *q = line; *q != '\n'; q++) {
+            if (*q == ',') {
+                cell[c++][len] = '\0';
+                len = 0;
+            } else if (len + 1 < sizeof cell[0]) {
+                cell[c][len++] = *q;
+            }
+        }
+        cell[c][len] = '\0';
+        ck_assert_int_eq(c, 6);
+        for (int k = 0; k < 5; k++) {
+            if (!cell[k + 2][0])
+                continue;
+            size_t l = strlen(arg[k]);
+            snprintf(arg[k] + l, cap - l, "%s%s:%s", arg[k][l - 1] == '=' ? "" : ",", cell[0],
+                     cell[k + 2]);
+        }
+    }
+    char *script = path_in(test_top(), "tests/tb_read.py");
+    /* the pythons test_metrics tries: $DDPC_PYTHON, python3 on PATH, the system one */
+    const char *env_py = getenv("DDPC_PYTHON");
+    const char *pythons[] = { env_py && *env_py ? env_py : "python3", "python3",
+                              "/usr/bin/python3" };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof pythons / sizeof pythons[0] && !ran; i++) {
+        char *targv[] = { (char *)pythons[i], script, tb, arg[0], arg[1], arg[2], arg[3],
+                          arg[4], NULL };
+        ck_assert_int_eq(run_capture(targv, NULL, NULL, 120, &r), 0);
+        /* 77: that python lacks the package; 127: no such python */
+        if (!(r.exited && (r.code == 77 || r.code == 127))) {
+            ck_assert_msg(r.exited && r.code == 0, "%s tb_read.py:\n%s%s", pythons[i], r.out,
+                          r.err);
+            printf("faults: real job's event file: %s", r.out);
+            ran = 1;
+        }
+        run_result_free(&r);
+    }
+    if (!ran)
+        printf("SKIP faults: TensorBoard event file of a real job: tensorboard not installed\n");
+    for (int k = 0; k < 5; k++)
+        free(arg[k]);
+    free(script);
+    free(t);
 
     /* stdout is a pipe here: plain lines, no progress display */
     char *cwd = subdir(dir, "plain");
@@ -891,6 +951,54 @@ START_TEST(metrics_files_and_plain_output)
     free(csv);
     free(tb);
     free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* On a terminal: the one-line progress display, rewritten in place. */
+START_TEST(progress_line_on_a_terminal)
+{
+    char *dir = make_temp_dir("faults-tty");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    int master = -1;
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0)
+            _exit(126);
+        execl(job, job, (char *)NULL);
+        _exit(127);
+    }
+    char *out = calloc(1, 1 << 20);
+    size_t n = 0;
+    double t0 = tnow();
+    for (;;) {
+        ck_assert_msg(tnow() - t0 < RUN_LIMIT, "the job hung on a terminal:\n%s", out);
+        struct pollfd pfd = { master, POLLIN, 0 };
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t got = read(master, out + n, (1 << 20) - 1 - n);
+        if (got <= 0)
+            break;   /* EIO: the job closed the terminal */
+        n += (size_t)got;
+    }
+    close(master);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit 0x%x:\n%s", st, out);
+    ck_assert_msg(strstr(out, "\r\033[Kepoch 1/8  step ") && strstr(out, "samples/s  ETA "),
+                  "no progress line on a terminal:\n%s", out);
+    ck_assert_msg(strstr(out, "epoch 8/8  train_loss=") && strstr(out, "\ndone "),
+                  "no epoch lines on a terminal:\n%s", out);
+    /* the display is erased before each epoch's plain line (the terminal
+     * turns every "\n" into "\r\n" itself, so '\r' alone proves nothing) */
+    ck_assert_msg(strstr(out, "\r\033[Kepoch 8/8  train_loss="),
+                  "the progress line is not cleared before the epoch line:\n%s", out);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(out);
     free(job);
     rm_tree(dir);
     free(dir);
@@ -913,6 +1021,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
     tcase_add_test(t, metrics_files_and_plain_output);
+    tcase_add_test(t, progress_line_on_a_terminal);
     suite_add_tcase(s, t);
     return s;
 }
