@@ -168,8 +168,20 @@ $(CUDA_LINK_CHECK) $(GPU_TEST): $(B)/tests/%: $(B)/obj/tests/gpu/%.o $(CUDA_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(CUDA_LIB) $(RT_LIB) $(CUDA_LINK) $(RT_LIBS)
 
+# and, where cuobjdump exists, that every CUDA object holds sm_80 and sm_90
+# machine code plus PTX (compute_90) for newer GPUs.
+CUOBJDUMP ?= $(shell command -v cuobjdump 2>/dev/null || { test -x $(CUDA_HOME)/bin/cuobjdump && echo $(CUDA_HOME)/bin/cuobjdump; })
 cuda-link-check: $(CUDA_LINK_CHECK) $(GPU_TEST)
 	$(CUDA_LINK_CHECK)
+	@if [ -z "$(CUOBJDUMP)" ]; then \
+	  echo "cuda-link-check: cuobjdump not found: GPU architectures not listed (CUOBJDUMP=path to check them)"; \
+	else for o in $(CUDA_OBJ); do \
+	  elf=$$($(CUOBJDUMP) --list-elf $$o) && ptx=$$($(CUOBJDUMP) --list-ptx $$o) || exit 1; \
+	  for want in sm_80.cubin sm_90.cubin; do echo "$$elf" | grep -q "$$want" || \
+	    { echo "cuda-link-check: $$o lacks $$want"; exit 1; }; done; \
+	  echo "$$ptx" | grep -q "sm_90.ptx" || { echo "cuda-link-check: $$o lacks PTX"; exit 1; }; \
+	  echo "cuda-link-check: $$o: sm_80 + sm_90 machine code, compute_90 PTX"; \
+	done; fi
 
 gpu-test: $(GPU_TEST)
 	$(GPU_TEST)
