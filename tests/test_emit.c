@@ -933,9 +933,33 @@ START_TEST(installed_ddpc_works_anywhere)
     ck_assert_msg(strstr(r.err, "libddprt.a not found at") && strstr(r.err, rt) &&
                   strstr(r.err, "make install"), "no runtime, no clear message:\n%s", r.err);
     run_result_free(&r);
+    ck_assert_int_eq(rename(rt_away, rt), 0);
+
+    /* a ddpc built with CUDA whose libddprt_cuda.a is gone: a GPU job says so */
+    char *cu, *cu_away;
+    ck_assert_int_ge(asprintf(&cu, "%s/lib/libddprt_cuda.a", prefix), 0);
+    ck_assert_int_ge(asprintf(&cu_away, "%s/lib/libddprt_cuda.a.away", prefix), 0);
+    if (exists(cu)) {
+        static const char gpu_yaml[] =
+            "version: 1\nname: g\ndevices: 1\naccelerator: gpu\nepochs: 1\nbatch_size: 8\n"
+            "learning_rate: 0.01\nmodel: {type: mlp, layers: [4, 3]}\noptimizer: {type: sgd}\n"
+            "data:\n  train: {format: synthetic, samples: 16, features: 4, classes: 3}\n";
+        char *gspec;
+        ck_assert_int_ge(asprintf(&gspec, "%s/gpu.yaml", work), 0);
+        ck_assert_int_eq(write_file(gspec, gpu_yaml, sizeof gpu_yaml - 1), 0);
+        ck_assert_int_eq(rename(cu, cu_away), 0);
+        char *bld3[] = { idpc, "build", "gpu.yaml", "-o", "job2", NULL };
+        ck_assert_int_eq(run_capture(bld3, work, NULL, 60, &r), 0);
+        ck_assert_msg(r.exited && r.code == 3 && strstr(r.err, "libddprt_cuda.a not found at") &&
+                      strstr(r.err, "make install"), "no CUDA runtime: %d\n%s", r.code, r.err);
+        run_result_free(&r);
+        free(gspec);
+    }
     char *job2;
     ck_assert_int_ge(asprintf(&job2, "%s/job2", work), 0);
     ck_assert(!exists(job2));
+    free(cu);
+    free(cu_away);
 
     free(job2);
     free(rt);
