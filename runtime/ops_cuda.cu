@@ -9,6 +9,9 @@
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
  *     backend runs too); the kernels here only index, reduce, fill and cast;
+ *     built -fmad=false -ftz=true (Makefile CUDA_EXACT_MATH), so +, -, *, /
+ *     and sqrt round as on the CPU and the optimizer step matches it bit for
+ *     bit (test_gpu checks); expf/erff/tanhf are the device's own (ulps);
  *   - reductions that reach the host (loss, sumsq) use a fixed grid and a
  *     fixed tree order, never atomics, so they are run-to-run reproducible;
  *   - every CUDA / cuBLAS call is checked (cuda_check.h) and errors are
