@@ -897,11 +897,12 @@ int ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e)
     return ckpt_preflight_n(dir, ckpt_bytes, 2, e);
 }
 
-int ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc_err *e)
+/* mkdir -p dir, then prove it writable. `what` prefixes messages ("checkpoint_dir
+ * ckpt", "checkpoint.export out/model.safetensors"), `key` names the spec key
+ * to change. */
+static int dir_ready(const char *dir, const char *what, const char *key, struct ddpc_err *e)
 {
     char p[PATH_MAX];
-    if (!dir || !dir[0])
-        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_preflight: empty checkpoint_dir");
     DDPC_TRY(path_join(p, sizeof p, e, "%s", dir));
 
     /* mkdir -p: create each missing component; existing ones are fine as
@@ -912,17 +913,17 @@ int ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc
         char saved = *s;
         *s = '\0';
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: cannot create directory %s: %s",
-                             dir, p, strerror(errno));
+            return DDPC_FAIL(e, DDPC_E_SYS, "%s: cannot create directory %s: %s; point %s "
+                             "elsewhere", what, p, strerror(errno), key);
         *s = saved;
         if (saved == '\0')
             break;
     }
     struct stat st;
     if (stat(dir, &st) != 0)
-        return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: %s", dir, strerror(errno));
+        return DDPC_FAIL(e, DDPC_E_SYS, "%s: %s: %s", what, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s exists and is not a directory", dir);
+        return DDPC_FAIL(e, DDPC_E_SYS, "%s: %s exists and is not a directory", what, dir);
 
     /* access(W_OK) would lie for root and on read-only mounts; creating a
      * file is the only honest test. */
@@ -930,16 +931,61 @@ int ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc
     DDPC_TRY(path_join(probe, sizeof probe, e, "%s/.ddpc-probe.%ld", dir, (long)getpid()));
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s is not writable: cannot create a "
-                         "file in it: %s; fix its permissions or point checkpoint_dir elsewhere",
-                         dir, strerror(errno));
+        return DDPC_FAIL(e, DDPC_E_SYS, "%s: directory %s is not writable: cannot create a "
+                         "file in it: %s; fix its permissions or point %s elsewhere",
+                         what, dir, strerror(errno), key);
     int rc = 0;
     if (close(fd) != 0)
-        rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: close(%s): %s", dir, probe, strerror(errno));
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "%s: close(%s): %s", what, probe, strerror(errno));
     if (unlink(probe) != 0 && rc == 0)
-        rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint_dir %s: unlink(%s): %s", dir, probe, strerror(errno));
-    if (rc < 0)
-        return rc;
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "%s: unlink(%s): %s", what, probe, strerror(errno));
+    return rc;
+}
+
+/* The directory part of path ("." for a bare name, "/" for "/x"); base
+ * (may be NULL) receives the file name's offset in path. */
+static int split_dir(const char *path, char *dir, size_t cap, size_t *base, struct ddpc_err *e)
+{
+    DDPC_TRY(path_join(dir, cap, e, "%s", path));
+    char *slash = strrchr(dir, '/');
+    size_t b = 0;
+    if (!slash) {
+        strcpy(dir, ".");
+    } else {
+        b = (size_t)(slash - dir) + 1;
+        if (slash == dir)
+            slash[1] = '\0';    /* "/model.safetensors": the root directory */
+        else
+            *slash = '\0';
+    }
+    if (base)
+        *base = b;
+    return 0;
+}
+
+int ckpt_preflight_export(const char *path, struct ddpc_err *e)
+{
+    if (!path || !path[0])
+        return 0;
+    char dir[PATH_MAX], what[PATH_MAX + 32];
+    size_t base;
+    DDPC_TRY(split_dir(path, dir, sizeof dir, &base, e));
+    (void)snprintf(what, sizeof what, "checkpoint.export %s", path);   /* message only */
+    if (!path[base])
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s: names a directory, not a file", what);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return DDPC_FAIL(e, DDPC_E_SYS, "%s is a directory; name a file", what);
+    return dir_ready(dir, what, "checkpoint.export", e);
+}
+
+int ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc_err *e)
+{
+    if (!dir || !dir[0])
+        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_preflight: empty checkpoint_dir");
+    char what[PATH_MAX + 32];
+    (void)snprintf(what, sizeof what, "checkpoint_dir %s", dir);   /* message only */
+    DDPC_TRY(dir_ready(dir, what, "checkpoint_dir", e));
 
     struct statvfs sv;
     char have_s[32], need_s[32];
@@ -1092,29 +1138,23 @@ int ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
     /* The temp file goes next to the target, so the rename stays on one
      * file system. */
     char dir[PATH_MAX], what[PATH_MAX + 32];
-    int rc = path_join(dir, sizeof dir, e, "%s", path);
-    const char *base = path;
+    size_t base_off = 0;
+    int rc = split_dir(path, dir, sizeof dir, &base_off, e);
+    const char *base = path + base_off;
     struct ckpt_afile f;
     f.fd = -1;
     f.tmp[0] = '\0';
     f.renamed = 0;
     if (rc < 0)
         goto out;
-    char *slash = strrchr(dir, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else {
-        base = path + (slash - dir) + 1;
-        if (slash == dir)
-            slash[1] = '\0';    /* "/model.safetensors": the root directory */
-        else
-            *slash = '\0';
-    }
     if (!base[0]) {
         rc = DDPC_FAIL(e, DDPC_E_INVALID, "export %s: names a directory, not a file", path);
         goto out;
     }
     (void)snprintf(what, sizeof what, "export %s", path);  /* message only */
+    /* like metrics_csv: missing parent directories are created */
+    if ((rc = dir_ready(dir, what, "checkpoint.export", e)) < 0)
+        goto out;
     if ((rc = afile_open(&f, dir, base, 8 + b.len + 4 * (uint64_t)n_params, what,
                          "any earlier export is intact", e)) < 0)
         goto out;

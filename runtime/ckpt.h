@@ -2,8 +2,8 @@
  * pruning, pre-flight checks, and safetensors export of the final model.
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
- *          ckpt_preflight, ckpt_preflight_n, ckpt_file_size, ckpt_export_safetensors,
- *          ckpt_crc32c, ckpt_set_fault (tests only)
+ *          ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export, ckpt_file_size,
+ *          ckpt_export_safetensors, ckpt_crc32c, ckpt_set_fault (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
  * exits; every failure comes back as a negative code and a message in
@@ -122,9 +122,13 @@ int  ckpt_preflight(const char *dir, size_t ckpt_bytes, struct ddpc_err *e);
 /* The same with room for `copies` checkpoints (fewer than 2 counts as 2):
  * the launcher passes how many the run holds at once (keep_last + 1). */
 int  ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddpc_err *e);
+/* Before training: the export file's directory exists (mkdir -p) and is
+ * writable, and path is not a directory, so a run does not fail at its very
+ * end. NULL or "" is no export: 0. */
+int  ckpt_preflight_export(const char *path, struct ddpc_err *e);
 
 /* Writes the model's parameters (flat buffer, model.h's order) as a
- * safetensors file, atomically. Tensor names follow a PyTorch module whose
+ * safetensors file, atomically, creating missing parent directories. Tensor names follow a PyTorch module whose
  * `layers` is an nn.ModuleList (or a Sequential of Linear layers only) of
  * nn.Linear, one per pair of sizes in job->model.layers:
  *     W_l [out_l, in_l] -> "layers.<l>.weight"   (Linear's layout, no transpose)

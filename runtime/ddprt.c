@@ -684,15 +684,20 @@ static size_t ddprt_ckpt_bytes(const struct ddpc_job *j)
     return ckpt_file_size(n, n_opt);
 }
 
-/* Before any worker starts (node 0, where rank 0 writes): checkpoint_dir
- * can be created and written, and has room for the checkpoints the run
+/* Before any worker starts (node 0, where rank 0 writes): the export's
+ * directory and checkpoint_dir can be created and written, and has room for the checkpoints the run
  * holds at once: keep_last + 1 (a new one is complete before the oldest
  * goes), or 2 when every checkpoint is kept (how many of the run's own are
  * already there is only known at resume; the writer reports a full disk). */
 static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
 {
     const struct ddpc_job *j = &r->job;
-    if (!j->checkpoint_dir || !*j->checkpoint_dir || r->node_rank != 0)
+    if (r->node_rank != 0)
+        return 0;
+    /* the export is written after the last epoch: a bad path must not
+     * cost the whole run */
+    DDPC_TRY(ckpt_preflight_export(j->checkpoint.export_path, e));
+    if (!j->checkpoint_dir || !*j->checkpoint_dir)
         return 0;
     int every = j->checkpoint.every_n_epochs;
     long long writes = every > 0 ? j->epochs / every + (j->epochs % every != 0) : 1;

@@ -65,6 +65,7 @@ struct fopts {
     int         keep_last;
     const char *resume;        /* checkpoint.resume; NULL: absent (auto) */
     const char *extra;         /* more top-level lines; NULL: none */
+    const char *export_path;   /* checkpoint.export; NULL: model.safetensors */
 };
 
 /* Writes dir/<bin>.yaml and builds dir/<bin>; returns the binary's path.
@@ -89,14 +90,14 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         "model: {type: mlp, layers: [" LAYERS "], activation: relu}\n"
         "optimizer: {type: adam}\n"
         "checkpoint_dir: %s\n"
-        "checkpoint: {every_n_epochs: 1, keep_last: %d, export: model.safetensors%s}\n"
+        "checkpoint: {every_n_epochs: 1, keep_last: %d, export: %s%s}\n"
         "logging: {metrics_csv: m.csv, tensorboard: tb, every_n_steps: 64}\n"
         "data:\n"
         "  train: {format: synthetic, samples: 8192, features: 32, classes: 4}\n"
         "  test: {format: synthetic, samples: 512, features: 32, classes: 4, seed: 1}\n"
         "%s",
         EPOCHS, o->lr ? o->lr : "0.01", o->ckdir ? o->ckdir : "ckpt", o->keep_last,
-        resume ? resume : "", o->extra ? o->extra : ""), 0);
+        o->export_path ? o->export_path : "model.safetensors", resume ? resume : "", o->extra ? o->extra : ""), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
     char *ddpc = NULL;
     ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
@@ -704,6 +705,29 @@ START_TEST(checkpoint_dir_full_or_unwritable)
     ck_assert_msg(!strstr(r.out, "epoch 1/"), "trained before failing:\n%s", r.out);
     printf("faults: unwritable checkpoint_dir: %s", r.err);
     run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(jobu);
+
+    /* An export path that cannot be written is refused before training,
+     * not after the last epoch; a missing directory is created. */
+    struct fopts oe = { .ckdir = "ck2", .export_path = "afile/model.safetensors" };
+    jobu = build_job(dir, "jobe", &oe);
+    start(&p, jobu, dir, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d with an unwritable export", r.code);
+    ck_assert_msg(strstr(r.err, "checkpoint.export afile/model.safetensors") &&
+                  strstr(r.err, "not a directory"), "unclear error:\n%s", r.err);
+    ck_assert_msg(!strstr(r.out, "epoch 1/"), "trained before failing:\n%s", r.out);
+    printf("faults: unwritable export: %s", r.err);
+    run_result_free(&r);
+    free(jobu);
+    struct fopts oe2 = { .ckdir = "ck3", .export_path = "out/sub/model.safetensors" };
+    jobu = build_job(dir, "jobe2", &oe2);
+    run_ok(jobu, dir, &r);
+    run_result_free(&r);
+    char *exported = path_in(dir, "out/sub/model.safetensors");
+    ck_assert_int_eq(access(exported, R_OK), 0);
+    free(exported);
     ck_assert_int_eq(leftover_children(1.0), 0);
     free(afile);
     free(jobu);
