@@ -17,6 +17,10 @@
  *   3. A small job trained by worker_run on cuda:0 (fp32, bf16, fp16 with
  *      dynamic loss scaling) against the same job on the CPU backend: steps,
  *      final train/test loss, test accuracy and parameters within bounds.
+ *   4. End to end: the same small spec built by build/bin/ddpc (DDPC_BUILD)
+ *      with accelerator gpu and with accelerator cpu, on 2 GPUs (1 if that
+ *      is all there is) and as many CPU workers: both jobs succeed and their
+ *      final train_loss and test_accuracy agree within tolerance.
  * The NCCL part runs first: the parent must not initialise CUDA before it
  * forks the ranks.
  *
@@ -24,6 +28,7 @@
  * makes the exit status non-zero.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -596,6 +601,141 @@ static void test_training(const struct ddpc_backend *b)
     data_free(&te);
 }
 
+/* ===== end to end: ddpc build + ./job, accelerator gpu vs cpu ===== */
+
+/* Runs argv in dir with stdout (and stderr) into out_path; returns the exit
+ * status, or -1. Killed after timeout_s: a hung job is a failure. */
+static int run_in(const char *dir, char *const argv[], const char *out_path, double timeout_s)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (chdir(dir) != 0)
+            _exit(126);
+        FILE *f = freopen(out_path, "w", stdout);
+        if (!f || dup2(fileno(f), 2) < 0)
+            _exit(126);
+        setpgid(0, 0);            /* so a timeout can kill the job's workers too */
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int status = 0;
+    double end = ddpc_now() + timeout_s;
+    pid_t w;
+    while ((w = waitpid(pid, &status, WNOHANG)) == 0 && ddpc_now() < end)
+        usleep(20000);
+    if (w == 0) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The double after "key=" on the job's "done " line, or NAN. */
+static double done_value(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    double v = NAN;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "done ", 5) == 0) {
+            char k[64];
+            snprintf(k, sizeof k, " %s=", key);
+            const char *at = strstr(line, k);
+            if (at)
+                v = strtod(at + strlen(k), NULL);
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static void test_end_to_end(int gpus)
+{
+    const char *b = getenv("DDPC_BUILD");
+    char rel[4096], dir[] = "/tmp/ddpc-gpu-e2e-XXXXXX";
+    snprintf(rel, sizeof rel, "%s/bin/ddpc", b ? b : "build");
+    char *ddpc = realpath(rel, NULL);     /* the jobs run in dir, not here */
+    if (!ddpc || access(ddpc, X_OK) != 0) {
+        printf("SKIP end to end: %s not built (make)\n", rel);
+        free(ddpc);
+        return;
+    }
+    if (!mkdtemp(dir)) {
+        checks++;
+        failures++;
+        printf("FAIL end to end: mkdtemp: %s\n", strerror(errno));
+        free(ddpc);
+        return;
+    }
+    int world = gpus >= 2 ? 2 : 1;
+    static const char *const accel[2] = {"cpu", "gpu"};
+    double loss[2] = {NAN, NAN}, acc[2] = {NAN, NAN};
+    char path[2][3][4200];            /* [accel][spec, program, output] */
+    for (int g = 0; g < 2; g++) {
+        snprintf(path[g][0], sizeof path[g][0], "%s/%s.yaml", dir, accel[g]);
+        snprintf(path[g][1], sizeof path[g][1], "%s/%s-job", dir, accel[g]);
+        snprintf(path[g][2], sizeof path[g][2], "%s/%s.out", dir, accel[g]);
+        FILE *f = fopen(path[g][0], "w");
+        if (!f)
+            continue;
+        fprintf(f,
+                "version: 1\nname: e2e\ndevices: %d\naccelerator: %s\nseed: 3\nepochs: 1\n"
+                "batch_size: 32\nlearning_rate: 0.001\nlr_scaling: none\n"
+                "model: {type: mlp, layers: [32, 64, 10], activation: gelu}\n"
+                "optimizer: {type: adamw, weight_decay: 0.01}\n"
+                "data:\n"
+                "  train: {format: synthetic, samples: 2048, features: 32, classes: 10, seed: 11}\n"
+                "  test: {format: synthetic, samples: 512, features: 32, classes: 10, seed: 12}\n",
+                world, accel[g]);
+        fclose(f);
+        char *build[] = {ddpc, (char *)"build", path[g][0], (char *)"-o", path[g][1], NULL};
+        int rc = run_in(dir, build, path[g][2], 120);
+        char what[96];
+        snprintf(what, sizeof what, "end to end: ddpc build (accelerator %s)", accel[g]);
+        check(rc == 0, what, rc, 0);
+        if (rc != 0)
+            continue;
+        char *run[] = {path[g][1], NULL};
+        rc = run_in(dir, run, path[g][2], 300);
+        snprintf(what, sizeof what, "end to end: ./job on %d %s%s", world,
+                 g ? "GPU" : "CPU worker", world > 1 ? "s" : "");
+        check(rc == 0, what, rc, 0);
+        loss[g] = done_value(path[g][2], "train_loss");
+        acc[g] = done_value(path[g][2], "test_accuracy");
+        if (rc != 0 || g == 1) {      /* the GPU job's report, or any failure's */
+            char line[1024];
+            FILE *o = fopen(path[g][2], "r");
+            while (o && fgets(line, sizeof line, o))
+                if (rc != 0 || strncmp(line, "done ", 5) == 0)
+                    printf("     %s", line);
+            if (o)
+                fclose(o);
+        }
+    }
+    if (isfinite(loss[0]) && isfinite(loss[1])) {
+        /* printed with 4 decimals: allow that rounding plus fp32 drift */
+        double el = fabs(loss[1] - loss[0]);
+        double tl = 2e-4 + 1e-3 * fabs(loss[0]);
+        check(el <= tl, "end to end: train_loss gpu vs cpu (abs)", el, tl);
+        double ea = fabs(acc[1] - acc[0]);
+        check(ea <= 0.01, "end to end: test_accuracy gpu vs cpu (abs)", ea, 0.01);
+    } else if (isfinite(loss[0]) || isfinite(loss[1])) {
+        checks++;
+        failures++;
+        printf("FAIL end to end: no final train_loss from one of the jobs\n");
+    }
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < 3; k++)
+            unlink(path[g][k]);
+    rmdir(dir);
+    free(ddpc);
+}
+
 /* ===== NCCL: one process per GPU ===== */
 
 /* Two distinct free TCP ports on the loopback interface: both sockets stay
@@ -876,6 +1016,7 @@ int main(void)
     run_nccl_init_timeout(b);
     run_ops_tests(b);
     test_training(b);
+    test_end_to_end(info.count);
     printf("test_gpu: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
