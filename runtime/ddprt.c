@@ -85,7 +85,14 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "  --master HOST:PORT NCCL rendezvous (default: launch.master_addr and master_port\n"
             "                     from the spec; one-node GPU jobs pick a free local port)\n"
             "  --version          print the ddpc version and the spec's hash\n"
-            "  --help             this text\n",
+            "  --help             this text\n"
+            "\n"
+            "Checkpoints (checkpoint_dir): the newest valid one is resumed from unless\n"
+            "checkpoint.resume says otherwise; a corrupt one is reported and skipped.\n"
+            "\n"
+            "Exit status: 0 trained; 1 a worker failed (the message names its rank, device\n"
+            "and cause) or a check before training failed; 2 bad arguments; 130 / 143\n"
+            "stopped by SIGINT / SIGTERM (every worker is stopped, no partial file is left).\n",
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
 }
 
