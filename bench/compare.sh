@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # compare.sh - ddpc against PyTorch on the same machine, in the same run.
 #
-#   bench/compare.sh [EPOCHS]        (from the repository root, after make)
+#   bench/compare.sh [EPOCHS] [RUNS]     (from the repository root, after make)
+#       defaults: 3 epochs, 3 runs of each configuration
 #
 # Workload: examples/fashion-mnist.yaml (MLP 784-256-10, Adam 1e-3, batch 64
-# per rank, one BLAS thread per rank). Prints each run's summary line and its
-# wall time and peak summed PSS (bench/measure.py), then a table. The PyTorch
-# rows need Debian's python3-torch; without it they are skipped, and the
-# script says so.
+# per rank, one BLAS thread per rank). Runs each configuration RUNS times,
+# interleaved (ddpc 2w, ddpc 1w, torch ..., then again), so a burst of load
+# on the machine hits every configuration alike. For each run it prints the
+# summary line and bench/measure.py's wall time and peak summed PSS; then a
+# table of medians over the runs:
+#   samples_per_s   median over epochs of each run, then median over runs
+#                   (PyTorch's script reports the same median of epochs)
+#   first_step_s    from exec to the end of the first optimizer step
+#   peak_pss_mib    all processes of the run together (PSS: shared pages
+#                   counted once)
+# plus ddpc's scaling efficiency 1 -> 2 workers and its step breakdown
+# (DDPC_PROFILE=1, rank 0). The PyTorch rows need Debian's python3-torch;
+# without it they are skipped, and the script says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${1:-3}
+RUNS=${2:-3}
 OUT=$(mktemp -d /tmp/ddpc-bench-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -21,31 +32,79 @@ sed -e "s/^epochs: .*/epochs: $EPOCHS/" -e "s/^devices: .*/devices: 1/" \
     examples/fashion-mnist.yaml > "$OUT/fmnist1.yaml"
 build/bin/ddpc build "$OUT/fmnist1.yaml" -o "$OUT/fmnist1" >/dev/null
 
-run() {   # label, command...
-    local label=$1; shift
-    bench/measure.py --label "$label" -- "$@" > "$OUT/$label.out" 2> "$OUT/$label.err" || {
-        echo "$label failed:"; cat "$OUT/$label.out" "$OUT/$label.err"; return 1; }
-    grep -E '^done ' "$OUT/$label.out" | tail -1 | sed "s/^/$label: /"
-    grep '^measure:' "$OUT/$label.err"
+run() {   # label, run number, command...
+    local label=$1 i=$2; shift 2
+    DDPC_PROFILE=1 bench/measure.py --label "$label" -- "$@" \
+        > "$OUT/$label.$i.out" 2> "$OUT/$label.$i.err" || {
+        echo "$label failed:"; cat "$OUT/$label.$i.out" "$OUT/$label.$i.err"; return 1; }
+    grep -E '^done ' "$OUT/$label.$i.out" | tail -1 | sed "s/^/$label #$i: /"
+    grep '^measure:' "$OUT/$label.$i.err"
 }
 
-run ddpc-2w "$OUT/fmnist"
-run ddpc-1w "$OUT/fmnist1"
+have_torch=0
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    run torch-ddp-2p /usr/bin/python3 bench/torch_ddp.py --world 2 --epochs "$EPOCHS"
-    run torch-1p     /usr/bin/python3 bench/torch_ddp.py --world 1 --epochs "$EPOCHS"
-    run torch-1p-2t  /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2 --epochs "$EPOCHS"
+    have_torch=1
 else
     echo "python3-torch not installed: PyTorch rows skipped (apt-get install python3-torch)"
 fi
-
-echo
-printf '%-12s %14s %14s %12s %14s\n' run samples_per_s first_step_s test_acc peak_pss_mib
-for f in "$OUT"/*.out; do
-    l=$(basename "$f" .out)
-    d=$(grep -E '^done ' "$f" | tail -1)
-    m=$(grep '^measure:' "$OUT/$l.err")
-    kv() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
-    printf '%-12s %14s %14s %12s %14s\n' "$l" "$(kv samples_per_s "$d")" \
-        "$(kv first_step_s "$d")" "$(kv test_accuracy "$d")" "$(kv peak_pss_mib "$m")"
+echo "# $(date -u +%FT%TZ), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for i in $(seq 1 "$RUNS"); do
+    run ddpc-2w "$i" "$OUT/fmnist"
+    run ddpc-1w "$i" "$OUT/fmnist1"
+    if [ "$have_torch" = 1 ]; then
+        run torch-ddp-2p "$i" /usr/bin/python3 bench/torch_ddp.py --world 2 --epochs "$EPOCHS"
+        run torch-1p     "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --epochs "$EPOCHS"
+        run torch-1p-2t  "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2 --epochs "$EPOCHS"
+    fi
 done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+/usr/bin/python3 - "$OUT" <<'EOF'
+import glob, os, re, statistics, sys
+out = sys.argv[1]
+def kv(line, key):
+    m = re.search(r"(?:^|\s)" + key + r"=([^\s]+)", line)
+    return float(m.group(1)) if m else None
+rows = {}
+for f in sorted(glob.glob(os.path.join(out, "*.out"))):
+    label = os.path.basename(f).rsplit(".", 2)[0]
+    text = open(f).read().splitlines()
+    err = open(f[:-4] + ".err").read().splitlines()
+    done = [l for l in text if l.startswith("done ")][-1]
+    epochs = [kv(l, "samples_per_s") for l in text if l.startswith("epoch ")]
+    r = rows.setdefault(label, {"sps": [], "first": [], "acc": [], "pss": [], "prof": []})
+    if label.startswith("ddpc") and epochs:
+        r["sps"].append(statistics.median(epochs))
+    else:
+        r["sps"].append(kv(done, "samples_per_s"))
+    r["first"].append(kv(done, "first_step_s"))
+    r["acc"].append(kv(done, "test_accuracy"))
+    r["pss"].append(kv([l for l in err if l.startswith("measure:")][-1], "peak_pss_mib"))
+    r["prof"] += [l for l in text if l.startswith("profile:")]
+med = lambda xs: statistics.median([x for x in xs if x is not None]) if any(x is not None for x in xs) else float("nan")
+print()
+print(f"{'run':<13} {'n':>2} {'samples_per_s':>14} {'(min..max)':>18} {'first_step_s':>13} {'test_acc':>9} {'peak_pss_mib':>13}")
+order = ["ddpc-2w", "ddpc-1w", "torch-ddp-2p", "torch-1p", "torch-1p-2t"]
+for label in order:
+    if label not in rows:
+        continue
+    r = rows[label]
+    s = [x for x in r["sps"] if x is not None]
+    print(f"{label:<13} {len(s):>2} {med(s):>14.0f} {f'({min(s):.0f}..{max(s):.0f})':>18} "
+          f"{med(r['first']):>13.3f} {med(r['acc']):>9.4f} {med(r['pss']):>13.1f}")
+if "ddpc-2w" in rows and "ddpc-1w" in rows:
+    e = med(rows["ddpc-2w"]["sps"]) / (2 * med(rows["ddpc-1w"]["sps"]))
+    print(f"\nddpc scaling efficiency 1 -> 2 workers: {e:.2f}")
+if "ddpc-2w" in rows and "torch-ddp-2p" in rows:
+    print(f"ddpc-2w / torch-ddp-2p: {med(rows['ddpc-2w']['sps']) / med(rows['torch-ddp-2p']['sps']):.2f}x")
+    best = max(med(rows[l]["sps"]) for l in ("torch-1p", "torch-1p-2t", "torch-ddp-2p") if l in rows)
+    print(f"ddpc-2w / best PyTorch on this machine: {med(rows['ddpc-2w']['sps']) / best:.2f}x")
+    print(f"ddpc-2w PSS / torch-ddp-2p PSS: {med(rows['ddpc-2w']['pss']) / med(rows['torch-ddp-2p']['pss']):.3f}")
+for label in ("ddpc-2w", "ddpc-1w"):
+    if label not in rows or not rows[label]["prof"]:
+        continue
+    keys = ["data", "forward", "backward", "allreduce_wait", "optimizer", "rank_sync", "other", "total"]
+    vals = {k: med([kv(l, k) for l in rows[label]["prof"]]) for k in keys}
+    print(f"{label} step breakdown, us per step (rank 0, median of runs): " +
+          " ".join(f"{k}={vals[k]:.1f}" for k in keys))
+EOF

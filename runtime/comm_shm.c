@@ -60,6 +60,7 @@
 #define SHM_LINE          64
 #define SHM_DEFAULT_SLOT  ((size_t)1 << 20)   /* floats: 4 MiB per rank */
 #define SHM_SLEEP_CAP_S   0.1                 /* max futex sleep: liveness poll period */
+#define SHM_SPIN_S        50e-6               /* default spin before sleeping */
 #define SHM_REDUCE_BLOCK  2048                /* floats per L1-resident reduce block */
 #define SHM_ALIGN_FLOATS  16                  /* chunk edges on cache lines */
 #define SHM_WHY_MAX       384
@@ -172,7 +173,10 @@ int comm_shm_create(struct comm_shm_region **out, int world, size_t slot_floats,
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* Spinning only pays when every rank has a core of its own; otherwise a
      * spinner steals the time slice of the rank it waits for. */
-    r->spin_s = (ncpu > 0 && world <= ncpu) ? 50e-6 : 0.0;
+    r->spin_s = (ncpu > 0 && world <= ncpu) ? SHM_SPIN_S : 0.0;
+    const char *sp = getenv("DDPC_SHM_SPIN_US");   /* tuning: benchmarks, experiments */
+    if (sp && *sp)
+        r->spin_s = atof(sp) * 1e-6;
     for (int i = 0; i < world; i++) {
         atomic_init(&r->ranks[i].seq, 0);
         atomic_init(&r->ranks[i].pid, 0);
