@@ -963,6 +963,56 @@ static int split_dir(const char *path, char *dir, size_t cap, size_t *base, stru
     return 0;
 }
 
+int ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e)
+{
+    if (!path || !path[0])
+        return 0;
+    char dir[PATH_MAX], self_host[72], prefix[NAME_MAX + 16], p[PATH_MAX];
+    size_t base;
+    DDPC_TRY(split_dir(path, dir, sizeof dir, &base, e));
+    if (!path[base])
+        return 0;
+    /* afile_open's temp name: .<base>.tmp.<host>.<pid> */
+    if ((size_t)snprintf(prefix, sizeof prefix, ".%s.tmp.", path + base) >= sizeof prefix)
+        return 0;
+    host_tag(self_host, sizeof self_host);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;   /* no directory: nothing was ever written there */
+    int rc = 0, removed = 0;
+    size_t pl = strlen(prefix), hl = strlen(self_host);
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de)
+            break;
+        const char *n = de->d_name;
+        int64_t pid;
+        const char *end;
+        if (strncmp(n, prefix, pl) != 0 || strncmp(n + pl, self_host, hl) != 0 ||
+            n[pl + hl] != '.' || !(end = parse_digits(n + pl + hl + 1, &pid)) || *end ||
+            pid <= 0 || pid > INT_MAX || pid == (int64_t)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;   /* a live writer's */
+        if ((rc = path_join(p, sizeof p, e, "%s/%s", dir, n)) < 0)
+            break;
+        if (unlink(p) != 0 && errno != ENOENT) {
+            rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint.export %s: removing stale temp file %s: %s",
+                           path, n, strerror(errno));
+            break;
+        }
+        removed++;
+    }
+    (void)closedir(d);   /* read-only listing: nothing to lose */
+    if (rc == 0 && removed) {
+        char what[PATH_MAX + 32];
+        (void)snprintf(what, sizeof what, "checkpoint.export %s", path);   /* message only */
+        rc = fsync_dir(dir, what, e);
+    }
+    return rc;
+}
+
 int ckpt_preflight_export(const char *path, struct ddpc_err *e)
 {
     if (!path || !path[0])

@@ -3,7 +3,8 @@
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
  *          ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export, ckpt_file_size,
- *          ckpt_export_safetensors, ckpt_crc32c, ckpt_set_fault (tests only)
+ *          ckpt_export_safetensors, ckpt_remove_stale_export_temps, ckpt_crc32c,
+ *          ckpt_set_fault (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
  * exits; every failure comes back as a negative code and a message in
@@ -126,6 +127,10 @@ int  ckpt_preflight_n(const char *dir, size_t ckpt_bytes, int copies, struct ddp
  * writable, and path is not a directory, so a run does not fail at its very
  * end. NULL or "" is no export: 0. */
 int  ckpt_preflight_export(const char *path, struct ddpc_err *e);
+/* Removes temp files of the export at path left by dead writers on this
+ * host (an export interrupted by a signal); ckpt_prune does the same for
+ * checkpoint_dir. NULL or "" is no export: 0. */
+int  ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e);
 
 /* Writes the model's parameters (flat buffer, model.h's order) as a
  * safetensors file, atomically, creating missing parent directories. Tensor names follow a PyTorch module whose

@@ -717,14 +717,17 @@ static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
 
 /* Temp files of writers that are gone (a worker killed mid-write by the
  * user's signal, the grace-period SIGKILL, or an earlier kill -9 of the
- * whole job). Only this host's dead pids: ckpt_prune with keep_last 0
- * removes nothing else. */
+ * whole job), in checkpoint_dir and next to the export. Only this host's
+ * dead pids: ckpt_prune with keep_last 0 removes nothing else. */
 static void ddprt_remove_stale_temps(const struct ddprt_run *r)
 {
     const struct ddpc_job *j = &r->job;
+    struct ddpc_err pe = { 0 };
+    if (ckpt_remove_stale_export_temps(j->checkpoint.export_path, &pe) < 0)
+        fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
+    ddpc_err_clear(&pe);
     if (!j->checkpoint_dir || !*j->checkpoint_dir || !j->name)
         return;
-    struct ddpc_err pe = { 0 };
     if (ckpt_prune(j->checkpoint_dir, j->name, 0, &pe) < 0)
         fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
 }

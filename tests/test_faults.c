@@ -61,7 +61,7 @@ static char *path_in(const char *dir, const char *name)
 
 struct fopts {
     const char *lr;            /* learning_rate, as written; NULL: 0.01 */
-    const char *ckdir;         /* checkpoint_dir; NULL: ckpt */
+    const char *ckdir;         /* checkpoint_dir; NULL: ckpt; "": none (export only) */
     int         keep_last;
     const char *resume;        /* checkpoint.resume; NULL: absent (auto) */
     const char *extra;         /* more top-level lines; NULL: none */
@@ -77,6 +77,15 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
     ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", dir, bin), 0);
     if (o->resume)
         ck_assert_int_ge(asprintf(&resume, ", resume: %s", o->resume), 0);
+    const char *exp = o->export_path ? o->export_path : "model.safetensors";
+    char *ckpt = NULL;
+    if (o->ckdir && !*o->ckdir)
+        ck_assert_int_ge(asprintf(&ckpt, "checkpoint: {export: %s}\n", exp), 0);
+    else
+        ck_assert_int_ge(asprintf(&ckpt, "checkpoint_dir: %s\n"
+                                  "checkpoint: {every_n_epochs: 1, keep_last: %d, export: %s%s}\n",
+                                  o->ckdir ? o->ckdir : "ckpt", o->keep_last, exp,
+                                  resume ? resume : ""), 0);
     ck_assert_int_ge(asprintf(&text,
         "version: 1\n"
         "name: " JOB_NAME "\n"
@@ -89,15 +98,13 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         "seed: 7\n"
         "model: {type: mlp, layers: [" LAYERS "], activation: relu}\n"
         "optimizer: {type: adam}\n"
-        "checkpoint_dir: %s\n"
-        "checkpoint: {every_n_epochs: 1, keep_last: %d, export: %s%s}\n"
+        "%s"
         "logging: {metrics_csv: m.csv, tensorboard: tb, every_n_steps: 64}\n"
         "data:\n"
         "  train: {format: synthetic, samples: 8192, features: 32, classes: 4}\n"
         "  test: {format: synthetic, samples: 512, features: 32, classes: 4, seed: 1}\n"
         "%s",
-        EPOCHS, o->lr ? o->lr : "0.01", o->ckdir ? o->ckdir : "ckpt", o->keep_last,
-        o->export_path ? o->export_path : "model.safetensors", resume ? resume : "", o->extra ? o->extra : ""), 0);
+        EPOCHS, o->lr ? o->lr : "0.01", ckpt, o->extra ? o->extra : ""), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
     char *ddpc = NULL;
     ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
@@ -110,6 +117,7 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
     run_result_free(&r);
     free(ddpc);
     free(text);
+    free(ckpt);
     free(resume);
     free(spec);
     return job;
@@ -400,11 +408,14 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
     char *dir = make_temp_dir("faults-int");
     struct fopts o = { 0 };
     char *job = build_job(dir, "job", &o);
+    struct fopts oe = { .ckdir = "" };
+    char *job_export = build_job(dir, "jobe", &oe);
     struct { int sig, group, mid_write, want; const char *what; } cases[] = {
         { SIGINT, 0, 0, 130, "SIGINT to the launcher" },
         { SIGINT, 1, 0, 130, "SIGINT to the process group (Ctrl-C)" },
         { SIGTERM, 0, 0, 143, "SIGTERM to the launcher" },
         { SIGINT, 1, 1, 130, "Ctrl-C during a checkpoint write" },
+        { SIGTERM, 0, 2, 143, "SIGTERM during the export write" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[16];
@@ -413,7 +424,8 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
         char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=1000", NULL };
         struct run_proc p;
         pid_t w[2];
-        start(&p, job, cwd, cases[i].mid_write ? env : NULL);
+        start(&p, cases[i].mid_write == 2 ? job_export : job, cwd,
+              cases[i].mid_write ? env : NULL);
         if (cases[i].mid_write) {
             /* rank 0 stops itself 1000 bytes into its first checkpoint */
             workers_of(&p, w);
@@ -423,7 +435,7 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
                 usleep(2000);
             }
             char *ck = path_in(cwd, "ckpt");
-            ck_assert_int_eq(n_names_with(ck, ".tmp."), 1);
+            ck_assert_int_eq(n_names_with(cases[i].mid_write == 2 ? cwd : ck, ".tmp."), 1);
             free(ck);
         } else {
             wait_line(&p, "epoch 2/");
@@ -442,9 +454,13 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
         printf("faults: %s: exit %d after %.2f s\n", cases[i].what, r.code, took);
         assert_nothing_left(w, 2);
         assert_no_partial_files(cwd);
+        char tmps[4096];
+        names_with(cwd, ".tmp.", tmps, sizeof tmps);
+        ck_assert_msg(!tmps[0], "%s: temp files left: %s", cases[i].what, tmps);
         run_result_free(&r);
         free(cwd);
     }
+    free(job_export);
     free(job);
     rm_tree(dir);
     free(dir);
