@@ -461,7 +461,12 @@ static int verify_call(struct shm_handle *h, int rank, const char *purpose, cons
  * GCC's -O2 cost model leaves these loops scalar (measured: 4x slower on
  * cache-resident pieces), so this one function asks for the vectoriser.
  * Vectorising keeps the per-element order (slot 0, then 1, ...): results
- * stay bitwise identical; no -ffast-math reassociation is involved. */
+ * stay bitwise identical; no -ffast-math reassociation is involved.
+ * The mean divides the ordered sum by W (correctly rounded, a function of W
+ * alone). When W is a power of two, multiplying by 1/W is exact and rounds
+ * identically, and avoids vdivps (~10 cycles per vector: it was most of
+ * the reduction's time). W = 2 gets one fused pass: two loads, an add, a
+ * multiply and a store per vector instead of three passes over the block. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
@@ -469,6 +474,22 @@ static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum d
 {
     int W = r->world;
     float *restrict res = region_result(r);
+    int avg = op == DDPC_REDUCE_AVG;
+    int pow2 = (W & (W - 1)) == 0;
+    const float inv = 1.0f / (float)W;   /* exact when pow2 */
+    const float w = (float)W;
+    if (W == 2) {
+        const float *restrict s0 = region_slot(r, 0);
+        const float *restrict s1 = region_slot(r, 1);
+        if (avg) {
+            for (size_t j = lo; j < hi; j++)
+                res[j] = (s0[j] + s1[j]) * 0.5f;
+        } else {
+            for (size_t j = lo; j < hi; j++)
+                res[j] = s0[j] + s1[j];
+        }
+        return;
+    }
     for (size_t b = lo; b < hi; b += SHM_REDUCE_BLOCK) {
         size_t be = b + SHM_REDUCE_BLOCK < hi ? b + SHM_REDUCE_BLOCK : hi;
         const float *restrict s0 = region_slot(r, 0);
@@ -479,10 +500,10 @@ static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum d
             for (size_t j = b; j < be; j++)
                 res[j] += sk[j];
         }
-        if (op == DDPC_REDUCE_AVG) {
-            /* Divide (not multiply by 1/W): the correctly rounded mean of the
-             * ordered sum, still a function of W alone. */
-            float w = (float)W;
+        if (avg && pow2) {
+            for (size_t j = b; j < be; j++)
+                res[j] *= inv;
+        } else if (avg) {
             for (size_t j = b; j < be; j++)
                 res[j] /= w;
         }
