@@ -91,8 +91,9 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "checkpoint.resume says otherwise; a corrupt one is reported and skipped.\n"
             "\n"
             "Exit status: 0 trained; 1 a worker failed (the message names its rank, device\n"
-            "and cause) or a check before training failed; 2 bad arguments; 130 / 143\n"
-            "stopped by SIGINT / SIGTERM (every worker is stopped, no partial file is left).\n",
+            "and cause) or a check before training failed; 2 bad arguments; 130 / 143 / 129\n"
+            "stopped by SIGINT / SIGTERM / SIGHUP (every worker is stopped, no partial file\n"
+            "is left).\n",
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
 }
 

@@ -39,13 +39,13 @@ extern void openblas_set_num_threads(int n) __attribute__((weak));
 
 static struct {
     int pipe_rd, pipe_wr;
-    volatile sig_atomic_t stop_sig;     /* SIGINT or SIGTERM received, else 0 */
+    volatile sig_atomic_t stop_sig;     /* SIGINT, SIGTERM or SIGHUP received, else 0 */
 } launch_sig = { -1, -1, 0 };
 
 static void launch_on_signal(int sig)
 {
     int saved = errno;
-    if ((sig == SIGINT || sig == SIGTERM) && launch_sig.stop_sig == 0)
+    if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && launch_sig.stop_sig == 0)
         launch_sig.stop_sig = sig;
     char b = 0;
     /* Non-blocking: a full pipe already guarantees a wake-up. */
@@ -54,7 +54,15 @@ static void launch_on_signal(int sig)
     errno = saved;
 }
 
-static const int launch_signals[] = { SIGINT, SIGTERM, SIGCHLD };
+/* SIGHUP: the terminal went away (an ssh session closed without nohup):
+ * stop like SIGTERM, so the workers go too and no partial file is left. */
+static const int launch_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+
+static const char *launch_sig_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
+                                                                                 : "a signal";
+}
 #define N_LAUNCH_SIGNALS ((int)(sizeof launch_signals / sizeof launch_signals[0]))
 
 int launch_exit_code(int err_code)
@@ -310,7 +318,7 @@ static int launch_supervise(struct launch_state *s, struct ddpc_err *e)
             int sig = launch_sig.stop_sig;
             char why[64];
             (void)snprintf(why, sizeof why, "job interrupted by %s",
-                           sig == SIGINT ? "SIGINT" : "SIGTERM");
+                           launch_sig_name(sig));
             comm_shm_abort_all(s->grad, why);
             comm_shm_abort_all(s->sync, why);
             /* Forward the signal itself: a worker may handle SIGINT (flush
@@ -380,7 +388,8 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     /* Block our signals across fork so a child never runs the launcher's
      * handler before it resets them. */
     if (sigemptyset(&block) == -1 || sigaddset(&block, SIGINT) == -1 ||
-        sigaddset(&block, SIGTERM) == -1 || sigaddset(&block, SIGCHLD) == -1 ||
+        sigaddset(&block, SIGTERM) == -1 || sigaddset(&block, SIGHUP) == -1 ||
+        sigaddset(&block, SIGCHLD) == -1 ||
         sigprocmask(SIG_BLOCK, &block, &orig) == -1) {
         (void)DDPC_FAIL(e, DDPC_E_SYS, "launch: sigprocmask: %s", strerror(errno));
         goto out;
@@ -433,7 +442,7 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     if (launch_sig.stop_sig) {
         int sig = launch_sig.stop_sig;
         (void)DDPC_FAIL(e, DDPC_E_ABORTED, "interrupted by %s; stopped %d worker%s",
-                        sig == SIGINT ? "SIGINT" : "SIGTERM", o->world,
+                        launch_sig_name(sig), o->world,
                         o->world == 1 ? "" : "s");
         status = 128 + sig;
         goto out;

@@ -5,7 +5,7 @@
  * each, and waits. When a worker dies by a signal or exits non-zero it
  * aborts the communicators, SIGTERMs the others, SIGKILLs them after a grace
  * period, reaps them all and reports the rank, its device and the cause.
- * SIGINT / SIGTERM to the launcher are forwarded the same way. No path
+ * SIGINT / SIGTERM / SIGHUP to the launcher are forwarded the same way. No path
  * leaves a worker behind: workers also get SIGKILL if the launcher dies
  * (PR_SET_PDEATHSIG).
  *
@@ -57,11 +57,11 @@ const char *launch_exit_name(int status);
 
 /* Forks and supervises. Returns the launcher's exit status: 0 when every
  * worker exited 0; 1 when one failed (e says which rank, device and why);
- * 130 / 143 after SIGINT / SIGTERM; 1 with e filled when setup (mmap, fork)
+ * 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP; 1 with e filled when setup (mmap, fork)
  * failed. On a worker failure e->code is that worker's own error code when
  * it exited with one (DDPC_E_DATA for status 12, ...), DDPC_E_PEER when it
  * died by a signal or with a status of its own. Blocks until no worker is
- * left. Installs SIGINT/SIGTERM/SIGCHLD
+ * left. Installs SIGINT/SIGTERM/SIGHUP/SIGCHLD
  * handlers for its duration and restores the previous ones on return. */
 int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                struct ddpc_err *e);

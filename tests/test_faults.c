@@ -401,8 +401,9 @@ START_TEST(launcher_kill9_takes_the_workers_down)
 END_TEST
 
 /* SIGINT to the launcher alone, SIGINT to the whole process group (what a
- * terminal's Ctrl-C does), SIGTERM to the launcher; and Ctrl-C while rank 0
- * is in the middle of writing a checkpoint. */
+ * terminal's Ctrl-C does), SIGTERM to the launcher, SIGHUP to the group (the
+ * terminal closed); Ctrl-C while rank 0 is in the middle of writing a
+ * checkpoint, SIGTERM while it writes the export. */
 START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
 {
     char *dir = make_temp_dir("faults-int");
@@ -416,6 +417,7 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
         { SIGTERM, 0, 0, 143, "SIGTERM to the launcher" },
         { SIGINT, 1, 1, 130, "Ctrl-C during a checkpoint write" },
         { SIGTERM, 0, 2, 143, "SIGTERM during the export write" },
+        { SIGHUP, 1, 0, 129, "SIGHUP to the process group (terminal closed)" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[16];
@@ -449,7 +451,8 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
         ck_assert_msg(r.exited && r.code == cases[i].want, "%s: exit %d/%d, want %d:\n%s",
                       cases[i].what, r.exited, r.code, cases[i].want, r.err);
         ck_assert_msg(took < 1.5, "%s: %.2f s to stop", cases[i].what, took);
-        ck_assert_msg(strstr(r.err, cases[i].sig == SIGINT ? "SIGINT" : "SIGTERM"),
+        ck_assert_msg(strstr(r.err, cases[i].sig == SIGINT ? "SIGINT"
+                                    : cases[i].sig == SIGTERM ? "SIGTERM" : "SIGHUP"),
                       "%s: stderr does not say why:\n%s", cases[i].what, r.err);
         printf("faults: %s: exit %d after %.2f s\n", cases[i].what, r.code, took);
         assert_nothing_left(w, 2);
