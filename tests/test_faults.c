@@ -596,6 +596,57 @@ START_TEST(kill9_then_resume_is_byte_identical)
 }
 END_TEST
 
+/* kill -9 of the whole job at arbitrary moments (during an epoch, an
+ * evaluation, a checkpoint write, the export), start after start: the run
+ * that finally completes ends with the reference bytes. */
+START_TEST(killed_at_random_moments_still_byte_identical)
+{
+    char *dir = make_temp_dir("faults-random");
+    struct fopts o = { .keep_last = 2 };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    char *cwd = subdir(dir, "run");
+    unsigned seed = 12345;
+    int kills = 0, resumes = 0;
+    struct run_result r;
+    for (int attempt = 0; attempt < 6; attempt++) {
+        struct run_proc p;
+        start(&p, job, cwd, NULL);
+        /* wait until it trains, then a pseudo-random 0-150 ms more */
+        wait_line(&p, "epoch ");
+        seed = seed * 1103515245u + 12345u;
+        usleep((useconds_t)((seed >> 8) % 150000));
+        kill(-p.pid, SIGKILL);
+        finish(&p, &r);
+        if (strstr(r.out, "resumed from"))
+            resumes++;
+        int done = r.exited && r.code == 0;
+        run_result_free(&r);
+        ck_assert_int_eq(leftover_children(1.0), 0);
+        if (done)
+            break;
+        kills++;
+    }
+    run_ok(job, cwd, &r);
+    run_result_free(&r);
+    printf("faults: %d kill -9 at random moments (%d starts resumed), then the run completed\n",
+           kills, resumes);
+    ck_assert_int_ge(kills, 1);
+    assert_same_model(ref, cwd);
+    char *a = path_in(ref, "ckpt/" JOB_NAME "-e0008-s000002048.ckpt");
+    char *b = path_in(cwd, "ckpt/" JOB_NAME "-e0008-s000002048.ckpt");
+    assert_same_file(a, b);
+    assert_no_partial_files(cwd);
+    free(a);
+    free(b);
+    free(cwd);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* One flipped byte in the newest checkpoint: reported, the previous one is
  * used, and the run still ends with the reference bytes. */
 START_TEST(flipped_byte_falls_back_to_the_previous_checkpoint)
@@ -1059,6 +1110,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
+    tcase_add_test(t, killed_at_random_moments_still_byte_identical);
     tcase_add_test(t, flipped_byte_falls_back_to_the_previous_checkpoint);
     tcase_add_test(t, other_spec_refused_unless_named);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
