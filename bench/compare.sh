@@ -103,7 +103,7 @@ if "ddpc-2w" in rows and "torch-ddp-2p" in rows:
 for label in ("ddpc-2w", "ddpc-1w"):
     if label not in rows or not rows[label]["prof"]:
         continue
-    keys = ["data", "forward", "backward", "allreduce_wait", "optimizer", "rank_sync", "other", "total"]
+    keys = ["data", "forward", "backward", "allreduce_wait", "optimizer", "sync", "other", "total"]
     vals = {k: med([kv(l, k) for l in rows[label]["prof"]]) for k in keys}
     print(f"{label} step breakdown, us per step (rank 0, median of runs): " +
           " ".join(f"{k}={vals[k]:.1f}" for k in keys))

@@ -76,12 +76,14 @@ struct ddpc_run {
      * (comm.h shared_buffer); each rank updates its shard and a barrier on
      * the gradient communicator ends the step. */
     int      shared_state;
+    int      params_pending;    /* shards updated, no barrier since (params_ready) */
     struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
     int      n_buckets;
     long     step_no;       /* 1-based number of the step in progress, for messages */
     /* Step-time breakdown, seconds summed over this run's steps: two clock
      * reads per phase (~40 ns) are cheap enough to keep always on; rank 0
-     * prints it with DDPC_PROFILE=1. */
+     * prints it with DDPC_PROFILE=1. sync: the rank-sync barrier and, with
+     * sharded optimizer state, the wait for the other ranks' shards. */
     struct {
         double data, fwd, bwd, comm, opt, sync, other;
         long   steps;
@@ -176,9 +178,14 @@ static int buckets_finish(struct ddpc_run *r, struct ddpc_err *e)
 }
 
 /* The optimizer step. With shared state, this rank updates only its shard
- * of each bucket (the chunk it reduced, still in its cache), then the
- * barrier makes every shard visible before anyone's next forward. The
- * update is element-wise, so sharding changes no value. */
+ * of each bucket (the chunk it reduced, still in its cache); every shard
+ * must be written before anyone reads the parameters again (the next
+ * forward, evaluation, a checkpoint). That needs a barrier, but not a
+ * dedicated one right here: the step only marks the update pending, and
+ * params_ready pays for it where the parameters are next read, unless the
+ * next step's rank-sync barrier (a release/acquire barrier between the
+ * same processes) already ordered it. The update is element-wise, so
+ * sharding changes no value. */
 static int run_optim_step(struct ddpc_run *r, float gscale, struct ddpc_err *e)
 {
     if (!r->shared_state)
@@ -205,6 +212,18 @@ static int run_optim_step(struct ddpc_run *r, float gscale, struct ddpc_err *e)
         DDPC_TRY(optim_step(&sub, r->model.params + lo, r->rgrads + lo, gscale, e));
     }
     r->optim.step++;
+    r->params_pending = 1;
+    return 0;
+}
+
+/* Before anything reads the parameters: every rank's shard is written.
+ * Every rank reaches the same calls (same steps, same epochs), so the
+ * barriers match. */
+static int params_ready(struct ddpc_run *r, struct ddpc_err *e)
+{
+    if (!r->params_pending)
+        return 0;
+    r->params_pending = 0;
     struct ddpc_comm *c = r->a->grad_comm;
     int rc = c->barrier(c, ddpc_deadline_after(r->job->nccl_timeout_s), e);
     return rc < 0 ? step_fail(r, e, rc) : 0;
@@ -676,6 +695,9 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                     if (rc < 0)
                         return step_fail(r, e, rc);
                     r->prof.sync += ddpc_now() - ts;
+                    /* every rank finished its optimizer shard before this
+                     * barrier: the parameters are ready */
+                    r->params_pending = 0;
                 }
             }
             const int64_t *idx;
@@ -689,8 +711,11 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 int nrows = sampler_batch(&r->sampler, b + 1, &nidx);
                 data_prefetch(a->train, nidx, nrows);
             }
+            double tp = ddpc_now();
+            r->prof.data += tp - t0;
+            DDPC_TRY(params_ready(r, e));
             double t1 = ddpc_now();
-            r->prof.data += t1 - t0;
+            r->prof.sync += t1 - tp;
             float ls = r->amp ? r->loss_scale : 1.0f;
             DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), &loss_sum,
                                    NULL, e));
@@ -763,6 +788,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             r->prof.other += ddpc_now() - t5;
         }
         DDPC_TRY(o->synchronize(o, e));
+        DDPC_TRY(params_ready(r, e));   /* evaluation and checkpoints read them */
         double t_train = ddpc_now() - t_epoch;
         train_time += t_train;
         double global_seen = (double)seen * r->world;
@@ -840,7 +866,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm +
                          r->prof.opt + r->prof.sync + r->prof.other;
             fprintf(out, "profile: rank 0, us per step over %ld steps: data=%.1f forward=%.1f "
-                    "backward=%.1f allreduce_wait=%.1f optimizer=%.1f rank_sync=%.1f "
+                    "backward=%.1f allreduce_wait=%.1f optimizer=%.1f sync=%.1f "
                     "other=%.1f total=%.1f\n", r->prof.steps, r->prof.data * k,
                     r->prof.fwd * k, r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k,
                     r->prof.sync * k, r->prof.other * k, tot * k);
