@@ -859,19 +859,24 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 res->samples_per_s, res->first_step_s, res->wall_s);
         fflush(out);
     }
-    if (out && r->prof.steps > 0) {
-        const char *pe = getenv("DDPC_PROFILE");
-        if (pe && *pe && strcmp(pe, "0") != 0) {
-            double k = 1e6 / (double)r->prof.steps;
-            double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm +
-                         r->prof.opt + r->prof.sync + r->prof.other;
-            fprintf(out, "profile: rank 0, us per step over %ld steps: data=%.1f forward=%.1f "
-                    "backward=%.1f allreduce_wait=%.1f optimizer=%.1f sync=%.1f "
-                    "other=%.1f total=%.1f\n", r->prof.steps, r->prof.data * k,
-                    r->prof.fwd * k, r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k,
-                    r->prof.sync * k, r->prof.other * k, tot * k);
-            fflush(out);
-        }
+    /* DDPC_PROFILE=1: rank 0 on its report stream; =all: every rank, the
+     * others on stderr with their [rank N] prefix */
+    const char *pe = getenv("DDPC_PROFILE");
+    int prof_all = pe && strcmp(pe, "all") == 0;
+    FILE *pout = r->rank == 0 ? out : prof_all ? stderr : NULL;
+    if (pout && r->prof.steps > 0 && pe && *pe && strcmp(pe, "0") != 0) {
+        double k = 1e6 / (double)r->prof.steps;
+        double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm + r->prof.opt +
+                     r->prof.sync + r->prof.other;
+        char who[24] = "";
+        if (r->rank != 0)
+            (void)snprintf(who, sizeof who, "[rank %d] ", r->rank);
+        fprintf(pout, "%sprofile: rank %d, us per step over %ld steps: data=%.1f forward=%.1f "
+                "backward=%.1f allreduce_wait=%.1f optimizer=%.1f sync=%.1f other=%.1f "
+                "total=%.1f\n", who, r->rank, r->prof.steps, r->prof.data * k, r->prof.fwd * k,
+                r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k, r->prof.sync * k,
+                r->prof.other * k, tot * k);
+        fflush(pout);
     }
     if (res->want_params) {
         res->n_params = r->model.n_params;
