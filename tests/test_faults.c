@@ -1,7 +1,7 @@
 /* test_faults.c - issue 5 end to end: what a user sees when a run dies.
  *
  * Every test builds a small real job with `ddpc build` (synthetic data, an
- * MLP, 2 CPU workers, about 0.05 s per epoch) and runs it the way a user
+ * MLP, 2 CPU workers, about 0.05 s per epoch, 0.9 MB checkpoints) and runs it the way a user
  * does, in the background (testutil's run_start), then hurts it: kill -9 of
  * a worker or of the launcher, SIGSTOP of a worker under short timeouts,
  * Ctrl-C and SIGTERM, a kill in the middle of a checkpoint write, a flipped
@@ -40,7 +40,7 @@
 
 #define JOB_NAME   "fj"
 #define EPOCHS     8
-#define LAYERS     "32,128,128,4"
+#define LAYERS     "32,256,256,4"
 #define RUN_LIMIT  120.0      /* seconds: only a hang ever gets near it */
 
 static double tnow(void)
@@ -346,8 +346,11 @@ START_TEST(worker_sigstop_times_out_with_the_key_step_and_ranks)
     pid_t w[2];
     start(&p, job, dir, NULL);
     wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
     workers_of(&p, w);
-    ck_assert_int_eq(kill(w[1], SIGSTOP), 0);
+    /* rank 1 stays stopped; the launcher and rank 0 go on */
+    kill(p.pid, SIGCONT);
+    kill(w[0], SIGCONT);
     double t_stop = tnow();
     struct run_result r;
     finish(&p, &r);
@@ -381,9 +384,11 @@ START_TEST(launcher_kill9_takes_the_workers_down)
     pid_t w[2];
     start(&p, job, dir, NULL);
     wait_line(&p, "epoch 2/");
+    kill(-p.pid, SIGSTOP);
     workers_of(&p, w);
     ck_assert_int_eq(kill(p.pid, SIGKILL), 0);
     double t_kill = tnow();
+    kill(-p.pid, SIGCONT);
     int alive = wait_gone(w, 2, 1.0);
     double took = tnow() - t_kill;
     ck_assert_msg(alive == 0, "%d worker(s) outlived the launcher by 1 s", alive);
@@ -441,10 +446,13 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
             free(ck);
         } else {
             wait_line(&p, "epoch 2/");
+            kill(-p.pid, SIGSTOP);
             workers_of(&p, w);
         }
         ck_assert_int_eq(kill(cases[i].group ? -p.pid : p.pid, cases[i].sig), 0);
         double t_sig = tnow();
+        if (!cases[i].mid_write)
+            kill(-p.pid, SIGCONT);
         struct run_result r;
         finish(&p, &r);
         double took = tnow() - t_sig;
@@ -809,7 +817,7 @@ START_TEST(checkpoint_dir_full_or_unwritable)
                geteuid() != 0 ? "not root" : strerror(errno));
         goto out;
     }
-    /* 256 KiB: not room for two checkpoints of 249 KiB: refused before training */
+    /* 256 KiB: not room for two checkpoints of 882 KiB: refused before training */
     start(&p, job, dir, NULL);
     finish(&p, &r);
     ck_assert_msg(r.exited && r.code != 0, "exit %d on a too small checkpoint_dir", r.code);
