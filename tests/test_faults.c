@@ -66,6 +66,7 @@ struct fopts {
     const char *resume;        /* checkpoint.resume; NULL: absent (auto) */
     const char *extra;         /* more top-level lines; NULL: none */
     const char *export_path;   /* checkpoint.export; NULL: model.safetensors */
+    int         every;         /* checkpoint.every_n_epochs; 0: 1 */
 };
 
 /* Writes dir/<bin>.yaml and builds dir/<bin>; returns the binary's path.
@@ -83,8 +84,9 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         ck_assert_int_ge(asprintf(&ckpt, "checkpoint: {export: %s}\n", exp), 0);
     else
         ck_assert_int_ge(asprintf(&ckpt, "checkpoint_dir: %s\n"
-                                  "checkpoint: {every_n_epochs: 1, keep_last: %d, export: %s%s}\n",
-                                  o->ckdir ? o->ckdir : "ckpt", o->keep_last, exp,
+                                  "checkpoint: {every_n_epochs: %d, keep_last: %d, export: %s%s}\n",
+                                  o->ckdir ? o->ckdir : "ckpt", o->every > 0 ? o->every : 1,
+                                  o->keep_last, exp,
                                   resume ? resume : ""), 0);
     ck_assert_int_ge(asprintf(&text,
         "version: 1\n"
@@ -604,6 +606,58 @@ START_TEST(kill9_then_resume_is_byte_identical)
 }
 END_TEST
 
+/* every_n_epochs 3 over 8 epochs: after epochs 3, 6 and at the end; each
+ * file's header carries this binary's spec hash, the world size, the
+ * position and the seed. */
+START_TEST(checkpoint_schedule_and_header)
+{
+    char *dir = make_temp_dir("faults-sched");
+    struct fopts o = { .every = 3 };
+    char *job = build_job(dir, "job", &o);
+    struct run_result r;
+    run_ok(job, dir, &r);
+    run_result_free(&r);
+    char *ck = path_in(dir, "ckpt"), names[4096];
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_str_eq(names, JOB_NAME "-e0003-s000000768.ckpt " JOB_NAME "-e0006-s000001536.ckpt "
+                     JOB_NAME "-e0008-s000002048.ckpt");
+
+    char *argv[] = { job, "--version", NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 30, &r), 0);
+    const char *h = strstr(r.out, "sha256 ");
+    ck_assert_msg(h && strlen(h) > 7 + 64, "no hash in --version: %s", r.out);
+    char hash[65];
+    memcpy(hash, h + 7, 64);
+    hash[64] = '\0';
+    run_result_free(&r);
+    int64_t epochs[3] = { 3, 6, 8 };
+    const char *files[3] = { JOB_NAME "-e0003-s000000768.ckpt", JOB_NAME "-e0006-s000001536.ckpt",
+                             JOB_NAME "-e0008-s000002048.ckpt" };
+    for (int i = 0; i < 3; i++) {
+        char *f = path_in(ck, files[i]);
+        struct ddpc_ckpt c;
+        struct ddpc_err e = { 0 };
+        ck_assert_msg(ckpt_read(f, &c, &e) == 0, "%s", e.msg);
+        ck_assert_str_eq(c.spec_hash, hash);
+        ck_assert_int_eq(c.world, 2);
+        ck_assert_int_eq(c.epoch, epochs[i]);
+        ck_assert_int_eq(c.step, epochs[i] * 256);
+        ck_assert_int_eq(c.optim_step, epochs[i] * 256);
+        ck_assert_int_eq(c.sampler_epoch, epochs[i]);
+        ck_assert_int_eq(c.sampler_batches, 0);
+        ck_assert_uint_eq(c.seed, 7);
+        ck_assert_uint_eq(c.n_opt, 2 * c.n_params);   /* Adam: m and v */
+        ckpt_free(&c);
+        free(f);
+    }
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(ck);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* kill -9 of the whole job at arbitrary moments (during an epoch, an
  * evaluation, a checkpoint write, the export), start after start: the run
  * that finally completes ends with the reference bytes. */
@@ -1115,6 +1169,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
+    tcase_add_test(t, checkpoint_schedule_and_header);
     tcase_add_test(t, killed_at_random_moments_still_byte_identical);
     tcase_add_test(t, flipped_byte_falls_back_to_the_previous_checkpoint);
     tcase_add_test(t, other_spec_refused_unless_named);
