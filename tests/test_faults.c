@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1004,6 +1005,116 @@ START_TEST(max_restarts_relaunches_then_gives_up_with_history)
 }
 END_TEST
 
+/* ===== the export, used the way a PyTorch user would ===== */
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* IDX images [n, 4, 4] and labels [n] of a 3-class problem with some noise,
+ * so accuracy is high but not 1. */
+static void write_idx(const char *images, const char *labels, int n, unsigned seed)
+{
+    size_t isz = 16 + (size_t)n * 16, lsz = 8 + (size_t)n;
+    unsigned char *im = calloc(1, isz), *lb = calloc(1, lsz);
+    ck_assert(im && lb);
+    put_be32(im, 0x00000803);
+    put_be32(im + 4, (uint32_t)n);
+    put_be32(im + 8, 4);
+    put_be32(im + 12, 4);
+    put_be32(lb, 0x00000801);
+    put_be32(lb + 4, (uint32_t)n);
+    unsigned x = seed;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        int c = (int)((x >> 16) % 3u);
+        lb[8 + i] = (unsigned char)c;
+        for (int j = 0; j < 16; j++) {
+            x = x * 1103515245u + 12345u;
+            im[16 + (size_t)i * 16 + (size_t)j] =
+                (unsigned char)(((j % 3) == c ? 120 : 60) + (x >> 16) % 120u);
+        }
+    }
+    ck_assert_int_eq(write_file(images, im, isz), 0);
+    ck_assert_int_eq(write_file(labels, lb, lsz), 0);
+    free(im);
+    free(lb);
+}
+
+START_TEST(export_gives_the_reported_test_accuracy_in_torch)
+{
+    char *dir = make_temp_dir("faults-export");
+    char *spec = path_in(dir, "idx.yaml"), *job = path_in(dir, "idxjob");
+    char *tri = path_in(dir, "train-images.idx"), *trl = path_in(dir, "train-labels.idx");
+    char *tei = path_in(dir, "test-images.idx"), *tel = path_in(dir, "test-labels.idx");
+    write_idx(tri, trl, 960, 1);
+    write_idx(tei, tel, 300, 2);
+    const char *text =
+        "version: 1\n"
+        "name: idxjob\n"
+        "devices: 2\n"
+        "accelerator: cpu\n"
+        "epochs: 3\n"
+        "batch_size: 16\n"
+        "learning_rate: 0.01\n"
+        "lr_scaling: none\n"
+        "model: {type: mlp, layers: [16, 32, 3], activation: relu}\n"
+        "optimizer: {type: adam}\n"
+        "checkpoint: {export: out/model.safetensors}\n"
+        "data:\n"
+        "  train: {format: idx, inputs: train-images.idx, labels: train-labels.idx}\n"
+        "  test:  {format: idx, inputs: test-images.idx, labels: test-labels.idx}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    char *ddpc = NULL;
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    char *bargv[] = { ddpc, "build", spec, "-o", job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(bargv, dir, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build:\n%s%s", r.out, r.err);
+    run_result_free(&r);
+    run_ok(job, dir, &r);
+    const char *done = strstr(r.out, "\ndone ");
+    ck_assert_ptr_nonnull(done);
+    double acc = find_kv(done, "test_accuracy"), loss = find_kv(done, "test_loss");
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+
+    char *script = path_in(test_top(), "tests/export_accuracy.py");
+    char *model = path_in(dir, "out/model.safetensors");
+    char *argv[] = { "/usr/bin/python3", script, model, tei, tel, "16,32,3", NULL };
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+    if (r.exited && r.code == 77) {
+        printf("SKIP faults: export accuracy in torch: %s", r.out);
+    } else {
+        ck_assert_msg(r.exited && r.code == 0, "export_accuracy.py:\n%s%s", r.out, r.err);
+        double tacc = find_kv(r.out, "accuracy"), tloss = find_kv(r.out, "loss");
+        /* the job prints 4 decimals; BLAS and torch may round one borderline
+         * sample differently */
+        ck_assert_msg(fabs(tacc - acc) <= 1.0 / 300 + 1e-4 &&
+                      fabs(tloss - loss) <= 1e-3 + 1e-3 * loss,
+                      "torch: accuracy %.4f loss %.4f, the job: accuracy %.4f loss %.4f",
+                      tacc, tloss, acc, loss);
+        ck_assert_msg(acc > 0.5 && acc < 1.0, "accuracy %.4f: the data should be neither "
+                      "trivial nor unlearnable", acc);
+        printf("faults: export in torch: accuracy %.4f loss %.4f; the job said %.4f %.4f\n",
+               tacc, tloss, acc, loss);
+    }
+    run_result_free(&r);
+    free(model);
+    free(script);
+    free(ddpc);
+    free(tri); free(trl); free(tei); free(tel);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ===== metrics and output ===== */
 
 START_TEST(metrics_files_and_plain_output)
@@ -1175,6 +1286,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, other_spec_refused_unless_named);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
+    tcase_add_test(t, export_gives_the_reported_test_accuracy_in_torch);
     tcase_add_test(t, metrics_files_and_plain_output);
     tcase_add_test(t, progress_line_on_a_terminal);
     suite_add_tcase(s, t);
