@@ -63,6 +63,7 @@
 #define SHM_SPIN_S        50e-6               /* default spin before sleeping */
 #define SHM_REDUCE_BLOCK  2048                /* floats per L1-resident reduce block */
 #define SHM_ALIGN_FLOATS  16                  /* chunk edges on cache lines */
+#define SHM_STREAM_FLOATS ((size_t)1 << 20)   /* reduce chunks this large bypass the cache */
 #define SHM_WHY_MAX       384
 #define SHM_MAX_TAGS      64                  /* zero-copy all-reduces in flight (buckets) */
 #define SHM_STATE_SLOTS   3                   /* shared_buffer: params + Adam's m and v */
@@ -481,6 +482,28 @@ static void reduce_chunk(struct comm_shm_region *r, size_t lo, size_t hi, enum d
     if (W == 2) {
         const float *restrict s0 = region_slot(r, 0);
         const float *restrict s1 = region_slot(r, 1);
+#if defined(__x86_64__)
+        if (hi - lo >= SHM_STREAM_FLOATS) {
+            /* A chunk larger than a core's cache goes to DRAM anyway:
+             * streaming stores skip the read-for-ownership of result, a
+             * quarter of the memory traffic. The edges and result's base
+             * are 64-byte aligned, except the first chunk's lo. */
+            size_t j = lo;
+            for (; j < hi && (j & 3); j++)
+                res[j] = avg ? (s0[j] + s1[j]) * 0.5f : s0[j] + s1[j];
+            const __m128 half = _mm_set1_ps(avg ? 0.5f : 1.0f);
+            for (; j + 4 <= hi; j += 4) {
+                __m128 v = _mm_add_ps(_mm_loadu_ps(s0 + j), _mm_loadu_ps(s1 + j));
+                _mm_stream_ps(res + j, _mm_mul_ps(v, half));   /* x * 1 is exact */
+            }
+            for (; j < hi; j++)
+                res[j] = avg ? (s0[j] + s1[j]) * 0.5f : s0[j] + s1[j];
+            /* order the weakly-ordered streaming stores before the release
+             * store that publishes this chunk */
+            _mm_sfence();
+            return;
+        }
+#endif
         if (avg) {
             for (size_t j = lo; j < hi; j++)
                 res[j] = (s0[j] + s1[j]) * 0.5f;
