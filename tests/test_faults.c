@@ -884,9 +884,24 @@ START_TEST(checkpoint_dir_full_or_unwritable)
     ck_assert_int_eq(leftover_children(1.0), 0);
     ck_assert_int_eq(umount(mnt), 0);
 
+    /* keep_last 2 holds 3 checkpoints at once (the new one is complete
+     * before the oldest goes): 2 MiB is room for 2 of 882 KiB, not 3 */
+    ck_assert_int_eq(mount("tmpfs", mnt, "tmpfs", 0, "size=2m"), 0);
+    struct fopts ok2 = { .ckdir = "mnt/ckpt", .keep_last = 2 };
+    char *job_k2 = build_job(dir, "jobk2", &ok2);
+    start(&p, job_k2, dir, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d: keep_last 2 on room for 2", r.code);
+    ck_assert_msg(strstr(r.err, " free, checkpoints need ") && strstr(r.err, "(3 x "),
+                  "preflight did not count keep_last + 1 checkpoints:\n%s", r.err);
+    ck_assert_msg(!strstr(r.out, "epoch 1/"), "trained before failing:\n%s", r.out);
+    printf("faults: keep_last 2 on a small checkpoint_dir: %s", r.err);
+    run_result_free(&r);
+    free(job_k2);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+
     /* Room at the start; the disk fills during the run (another writer):
      * the next checkpoint fails at write time, the first stays intact. */
-    ck_assert_int_eq(mount("tmpfs", mnt, "tmpfs", 0, "size=2m"), 0);
     char *ck = path_in(dir, "mnt/ckpt"), *filler = path_in(dir, "mnt/filler");
     pid_t w[2];
     start(&p, job, dir, NULL);
