@@ -328,6 +328,20 @@ START_TEST(zero_copy_too_large_and_same_as_copy)
 }
 END_TEST
 
+/* Chunks of >= 1 Mi floats per rank take the streaming-store path. */
+START_TEST(zero_copy_large_chunks)
+{
+    struct report *rep = report_map();
+    struct ar_case k = { 4200003, DDPC_REDUCE_AVG, 0, 7, 2 };
+    run_ranks(2, k.n, body_zero_copy, &k, rep);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(rep->rc[i] == 0, "rank %d: %s", i, rep->msg[i]);
+        ck_assert_int_eq(rep->wrong[i], 0);
+    }
+    munmap(rep, sizeof *rep);
+}
+END_TEST
+
 /* mode 0: rank 1 never starts (rank 0 times out naming it, not arrived);
  * mode 1: rank 1 starts a different piece (both see "ranks disagree");
  * mode 2: rank 0 calls broadcast with a bucket outstanding (refused). */
@@ -1344,6 +1358,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(t, create_rejects_bad_world);
     tcase_add_test(t, zero_copy_buckets_2_and_3_ranks);
     tcase_add_test(t, zero_copy_too_large_and_same_as_copy);
+    tcase_add_test(t, zero_copy_large_chunks);
     tcase_add_test(t, zero_copy_deadline_mismatch_and_misuse);
     tcase_add_test(t, shared_buffer_is_one_copy);
     suite_add_tcase(s, t);
