@@ -403,6 +403,7 @@ static int parse_tmp_name(const char *name, const char *job, char *host, size_t 
 struct ckpt_entry {
     char   *name;
     int64_t epoch, step;
+    int64_t mtime_s, mtime_ns;   /* filled by ckpt_prune only */
 };
 
 /* Newest first: by step, then epoch (a run restarted with a shorter epoch
@@ -474,6 +475,7 @@ static int list_ckpts(const char *dir, const char *job, struct ckpt_entry **out,
         }
         v[n].epoch = ep;
         v[n].step = st;
+        v[n].mtime_s = v[n].mtime_ns = 0;
         n++;
     }
     if (closedir(d) != 0 && rc == 0)
@@ -808,6 +810,20 @@ out:
     return rc;
 }
 
+/* Most recently written first (modification time), then by step: what
+ * keep_last keeps. Not the step alone: a run started over (resume: never,
+ * or resumed from an older file) would otherwise see the abandoned run's
+ * higher-step files as "newest" and prune each checkpoint it just wrote. */
+static int entry_written_cmp(const void *a, const void *b)
+{
+    const struct ckpt_entry *x = a, *y = b;
+    if (x->mtime_s != y->mtime_s)
+        return x->mtime_s < y->mtime_s ? 1 : -1;
+    if (x->mtime_ns != y->mtime_ns)
+        return x->mtime_ns < y->mtime_ns ? 1 : -1;
+    return entry_cmp(a, b);
+}
+
 int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e)
 {
     DDPC_TRY(check_job_name(job_name, e));
@@ -818,6 +834,18 @@ int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc
     DDPC_TRY(list_ckpts(dir, job_name, &v, &n, &missing, e));
     if (missing)
         return 0;
+    if (keep_last > 0 && (size_t)keep_last < n) {
+        for (size_t i = 0; i < n; i++) {
+            struct stat st;
+            if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
+                goto out;
+            if (stat(path, &st) == 0) {   /* gone meanwhile: oldest, unlink is ENOENT */
+                v[i].mtime_s = (int64_t)st.st_mtim.tv_sec;
+                v[i].mtime_ns = (int64_t)st.st_mtim.tv_nsec;
+            }
+        }
+        qsort(v, n, sizeof *v, entry_written_cmp);
+    }
     for (size_t i = keep_last > 0 ? (size_t)keep_last : n; i < n; i++) {
         if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
             goto out;

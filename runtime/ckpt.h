@@ -110,10 +110,12 @@ int  ckpt_find_resume(const char *dir, const char *job_name, const char *spec_ha
                       char *path_out, size_t path_cap, FILE *report,
                       struct ddpc_err *e);
 
-/* Removes this job's checkpoints beyond the newest keep_last (keep_last <= 0
- * keeps all), and temp files left by dead writers on this host (a crash
- * mid-write; their host and pid are in the temp name). Call
- * only after ckpt_write returned 0, so the newest one is durable. */
+/* Removes this job's checkpoints beyond the keep_last most recently written
+ * (modification time, then step; keep_last <= 0 keeps all), and temp files
+ * left by dead writers on this host (a crash mid-write; their host and pid
+ * are in the temp name). Call only after ckpt_write returned 0, so the
+ * newest one is durable. A run started over in a directory holding an
+ * older run's higher-step checkpoints keeps its own, not those. */
 int  ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e);
 
 /* Before training: mkdir -p dir, prove it writable (create and unlink a

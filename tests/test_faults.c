@@ -659,6 +659,53 @@ START_TEST(checkpoint_schedule_and_header)
 }
 END_TEST
 
+/* A run started over (resume: never) in a checkpoint_dir holding a finished
+ * run's e7, e8 keeps its own newest checkpoints, not the old higher-step
+ * ones: killed after epoch 3 it has lost nothing. */
+START_TEST(fresh_start_keeps_its_own_checkpoints)
+{
+    char *dir = make_temp_dir("faults-never");
+    struct fopts o = { .keep_last = 2 };
+    char *job = build_job(dir, "job", &o);
+    struct run_result r;
+    run_ok(job, dir, &r);
+    run_result_free(&r);
+    char *ck = path_in(dir, "ckpt"), names[4096];
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_str_eq(names, JOB_NAME "-e0007-s000001792.ckpt " JOB_NAME "-e0008-s000002048.ckpt");
+
+    struct fopts on = { .keep_last = 2, .resume = "never" };
+    char *job_never = build_job(dir, "jobn", &on);
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job_never, dir, NULL);
+    wait_line(&p, "epoch 3/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0003-s000000768.ckpt")) {
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no epoch-3 checkpoint");
+    }
+    kill(-p.pid, SIGKILL);
+    finish(&p, &r);
+    ck_assert_msg(!strstr(r.out, "resumed from"), "resume: never resumed:\n%s", r.out);
+    run_result_free(&r);
+    assert_nothing_left(w, 2);
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_msg(strcmp(names, JOB_NAME "-e0002-s000000512.ckpt " JOB_NAME
+                         "-e0003-s000000768.ckpt") == 0,
+                  "the run started over kept '%s', not its own epochs 2 and 3", names);
+    free(ck);
+    free(job_never);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* kill -9 of the whole job at arbitrary moments (during an epoch, an
  * evaluation, a checkpoint write, the export), start after start: the run
  * that finally completes ends with the reference bytes. */
@@ -1296,6 +1343,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
     tcase_add_test(t, checkpoint_schedule_and_header);
+    tcase_add_test(t, fresh_start_keeps_its_own_checkpoints);
     tcase_add_test(t, killed_at_random_moments_still_byte_identical);
     tcase_add_test(t, flipped_byte_falls_back_to_the_previous_checkpoint);
     tcase_add_test(t, other_spec_refused_unless_named);
