@@ -8,7 +8,7 @@
  * Layout of one region (one mmap, inherited by every worker):
  *
  *   struct comm_shm_region      header: world, slot size, futex word, abort
- *   struct shm_rank[world]      one cache line per rank: arrival seq, pid
+ *   struct shm_rank[world]      per rank: barrier seq, pid, zero-copy arrive/done
  *   float slots[world][slot]    each rank's input piece (page aligned)
  *   float result[slot]          the reduced piece
  *   float state[3 * slot]       shared_buffer: one copy of parameters and
@@ -19,7 +19,19 @@
  * seq >= k. The sequence numbers double as the diagnosis on a timeout: the
  * ranks with seq < k are the ones that did not arrive.
  *
- * All-reduce, per piece of at most `slot` floats:
+ * Zero-copy all-reduce (comm.h grad_buffer; the training path): the rank's
+ * gradients already sit in its slot. start(tag) stores the call and then,
+ * with release order, arrive[tag] = generation; any later start or wait
+ * reduces this rank's chunk of every tag whose peers have all arrived
+ * (acquire), writes it to result and publishes done[tag] (release); wait
+ * returns once every rank's done[tag] has the generation. A rank cannot
+ * start generation g + 1 of a tag before everyone's chunk of g is reduced,
+ * so one call record and one arrive/done pair per tag and rank suffice,
+ * and a rank rewrites its slot (next backward) only after its wait, that
+ * is after every reader is done with it. Copy-path collectives reuse the
+ * slots, so they are refused while zero-copy tags are outstanding.
+ *
+ * Copy-path all-reduce, per piece of at most `slot` floats:
  *   1. every rank copies its input piece into its own slot;
  *   2. barrier;
  *   3. rank r reduces its chunk [lo_r, hi_r) of the piece into result,

@@ -10,6 +10,15 @@
  * (ckpt.h). Resume: rank 0 reads the checkpoint and broadcasts it, so every
  * rank continues from the same state. Never exits, never parses YAML, never
  * allocates inside the step loop.
+ *
+ * With a communicator that offers grad_buffer and shared_buffer (comm.h;
+ * comm_shm does, NCCL does not): backward writes gradients straight into the
+ * rank's shared slot, a bucket's start only publishes it, the ranks reduce
+ * disjoint chunks into one shared result, and the parameters and optimizer
+ * state are one shared copy of which each rank updates its chunk. No
+ * gradient or parameter is copied; the optimizer's memory-bound pass is
+ * split W ways. Without them, the classic path: private buffers reduced in
+ * place, every rank runs the whole optimizer. Both give the same bits.
  */
 #include <math.h>
 #include <stdio.h>
