@@ -356,6 +356,26 @@ static const char *parse_digits(const char *s, int64_t *v)
     return s;
 }
 
+/* Could the process pid still write a file? A zombie (dead, not yet
+ * reaped by its parent) cannot, though kill(pid, 0) finds it. */
+static int writer_alive(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[256];
+    (void)snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT;          /* no /proc: trust kill() */
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    (void)close(fd);                     /* read-only */
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');  /* "pid (comm) S ...", comm may hold ')' */
+    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
 /* Is name exactly <job>-e<digits>-s<digits>.ckpt? */
 static int parse_ckpt_name(const char *name, const char *job, int64_t *epoch, int64_t *step)
 {
@@ -880,7 +900,7 @@ int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc
         if (!parse_tmp_name(de->d_name, job_name, host, sizeof host, &pid) ||
             strcmp(host, self_host) != 0 || pid == (long)getpid())
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (writer_alive(pid))
             continue;
         if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, de->d_name)) < 0)
             break;
@@ -1021,7 +1041,7 @@ int ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e)
             n[pl + hl] != '.' || !(end = parse_digits(n + pl + hl + 1, &pid)) || *end ||
             pid <= 0 || pid > INT_MAX || pid == (int64_t)getpid())
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (writer_alive((long)pid))
             continue;   /* a live writer's */
         if ((rc = path_join(p, sizeof p, e, "%s/%s", dir, n)) < 0)
             break;

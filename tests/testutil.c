@@ -277,18 +277,23 @@ int wait_gone(const pid_t *pids, int n, double timeout_s)
 {
     double t0 = now_s();
     for (;;) {
+        /* reap those of them we adopted, so zombies do not linger; only
+         * them: waitpid(-1) could take a launcher run_finish still waits for */
+        for (int i = 0; i < n; i++)
+            (void)waitpid(pids[i], NULL, WNOHANG);
         int alive = 0;
         for (int i = 0; i < n; i++) {
             char st = proc_state(pids[i]);
             if (st != 0 && st != 'Z')
                 alive++;
         }
-        if (alive == 0 || now_s() - t0 > timeout_s)
+        if (alive == 0) {
+            for (int i = 0; i < n; i++)   /* died since the first pass */
+                (void)waitpid(pids[i], NULL, WNOHANG);
+            return 0;
+        }
+        if (now_s() - t0 > timeout_s)
             return alive;
-        /* reap those of them we adopted, so zombies do not linger; only
-         * them: waitpid(-1) could take a launcher run_finish still waits for */
-        for (int i = 0; i < n; i++)
-            (void)waitpid(pids[i], NULL, WNOHANG);
         usleep(5000);
     }
 }
@@ -417,5 +422,8 @@ int leftover_children(double grace_s)
         while (waitpid(-1, NULL, 0) > 0)
             ;
     }
+    /* a child that turned zombie between the reap and the scan */
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
     return n < 0 ? 0 : n;
 }
