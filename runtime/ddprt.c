@@ -9,11 +9,11 @@
  * Never parses YAML, never trains (worker.c does), never forks or signals
  * (launch.c does), never calls exit(): the status goes back to main.
  *
- * checkpoint_dir, from the launcher's side: checked before any worker starts
- * (ckpt_preflight: creatable, writable, room for the checkpoints the run
- * will hold at once), and after every attempt the temp files of workers
- * that died mid-write (SIGINT, SIGKILL after the grace period) are removed,
- * so an interrupted job leaves no partial file.
+ * checkpoint_dir and the export, from the launcher's side: checked before
+ * any worker starts (creatable, writable, room for the checkpoints the run
+ * will hold at once), and before and after every attempt the temp files of
+ * workers that died mid-write (SIGINT, SIGKILL after the grace period, an
+ * earlier kill -9) are removed, so an interrupted job leaves no partial file.
  *
  * TEST HOOK (tests/test_faults.c; never set it in production):
  *   DDPC_TEST_CKPT_STOP_AFTER_BYTES=N   rank 0 stops itself with SIGSTOP
@@ -694,10 +694,11 @@ static size_t ddprt_ckpt_bytes(const struct ddpc_job *j)
 }
 
 /* Before any worker starts (node 0, where rank 0 writes): the export's
- * directory and checkpoint_dir can be created and written, and has room for the checkpoints the run
- * holds at once: keep_last + 1 (a new one is complete before the oldest
- * goes), or 2 when every checkpoint is kept (how many of the run's own are
- * already there is only known at resume; the writer reports a full disk). */
+ * directory and checkpoint_dir can be created and written, and
+ * checkpoint_dir has room for the checkpoints the run holds at once:
+ * keep_last + 1 (a new one is complete before the oldest goes), or 2 when
+ * every checkpoint is kept (how many of the run's own are already there is
+ * only known at resume; the writer reports a full disk). */
 static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
 {
     const struct ddpc_job *j = &r->job;
