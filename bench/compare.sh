@@ -8,8 +8,8 @@
 # per rank, one BLAS thread per rank). Runs each configuration RUNS times,
 # interleaved (ddpc 2w, ddpc 1w, torch ..., then again), so a burst of load
 # on the machine hits every configuration alike. For each run it prints the
-# summary line and bench/measure.py's wall time and peak summed PSS; then a
-# table of medians over the runs:
+# summary line of a bare run and the wall time and peak summed PSS of a
+# second run under bench/measure.py; then a table of medians over the runs:
 #   samples_per_s   median over epochs of each run, then median over runs
 #                   (PyTorch's script reports the same median of epochs)
 #   first_step_s    from exec to the end of the first optimizer step
@@ -32,11 +32,19 @@ sed -e "s/^epochs: .*/epochs: $EPOCHS/" -e "s/^devices: .*/devices: 1/" \
     examples/fashion-mnist.yaml > "$OUT/fmnist1.yaml"
 build/bin/ddpc build "$OUT/fmnist1.yaml" -o "$OUT/fmnist1" >/dev/null
 
+# Each run is two runs: one bare, for samples/s, first step and the step
+# breakdown; one under measure.py, for memory only. measure.py reads every
+# process's smaps_rollup each 20 ms, which costs ~20% of the throughput of
+# a job that keeps both cores busy (measured: ddpc 2w 187-196k bare, 138-152k
+# measured) and less of one that leaves a core idle, so it would distort the
+# comparison it is there to serve.
 run() {   # label, run number, command...
     local label=$1 i=$2; shift 2
-    DDPC_PROFILE=1 bench/measure.py --label "$label" -- "$@" \
-        > "$OUT/$label.$i.out" 2> "$OUT/$label.$i.err" || {
-        echo "$label failed:"; cat "$OUT/$label.$i.out" "$OUT/$label.$i.err"; return 1; }
+    DDPC_PROFILE=1 DDPC_BENCH_T0=$(date +%s.%N) "$@" \
+        > "$OUT/$label.$i.out" 2> "$OUT/$label.$i.log" || {
+        echo "$label failed:"; cat "$OUT/$label.$i.out" "$OUT/$label.$i.log"; return 1; }
+    bench/measure.py --label "$label" -- "$@" > /dev/null 2> "$OUT/$label.$i.err" || {
+        echo "$label (measured) failed:"; cat "$OUT/$label.$i.err"; return 1; }
     grep -E '^done ' "$OUT/$label.$i.out" | tail -1 | sed "s/^/$label #$i: /"
     grep '^measure:' "$OUT/$label.$i.err"
 }
