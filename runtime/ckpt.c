@@ -561,6 +561,11 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     put_u64(h + 160, (uint64_t)c->optim_step);
     put_u64(h + 168, (uint64_t)c->n_params);
     put_u64(h + 176, (uint64_t)c->n_opt);
+    uint32_t ls;
+    memcpy(&ls, &c->loss_scale, 4);
+    put_u32(h + 184, ls);
+    put_u32(h + 188, (uint32_t)c->good_steps);
+    put_u64(h + 192, (uint64_t)c->skipped_steps);
     put_u32(h + HDR_CRC_OFF, ckpt_crc32c(0, h, HDR_CRC_OFF));
 
     size_t pbytes = 4 * c->n_params, obytes = 4 * c->n_opt;
@@ -689,6 +694,10 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     for (int i = 0; i < 4; i++)
         out->rng[i] = get_u64(h + 128 + 8 * i);
     out->optim_step = (int64_t)get_u64(h + 160);
+    uint32_t ls = get_u32(h + 184);
+    memcpy(&out->loss_scale, &ls, 4);
+    out->good_steps = (int32_t)get_u32(h + 188);
+    out->skipped_steps = (int64_t)get_u64(h + 192);
     uint64_t np = get_u64(h + 168), no = get_u64(h + 176);
     /* Checked before multiplying so a hostile size cannot wrap or ask for
      * an absurd allocation (the header checksum is not a defence). */

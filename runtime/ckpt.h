@@ -28,7 +28,13 @@
  *   160     8  i64 optim_step       the optimizer's own step count (Adam's t)
  *   168     8  u64 n_params
  *   176     8  u64 n_opt
- *   184    68  reserved (0)
+ *   184     4  f32 loss_scale       fp16 dynamic loss scale; 0: not recorded
+ *                                   (fp32/bf16, or a file from before the field)
+ *   188     4  u32 good_steps       the loss scaler's good steps in a row
+ *   192     8  i64 skipped_steps    optimizer steps the loss scaler skipped
+ *   200    52  reserved (0)
+ *              (184..199 were reserved and written as 0 before they had a
+ *              meaning, so older files read as "not recorded": version 1)
  *   252     4  u32 CRC32C of bytes [0, 252): the header checks itself, so a
  *              flipped size field reads as corruption, not as truncation
  *   256        float32 params [n_params]
@@ -66,6 +72,9 @@ struct ddpc_ckpt {
     int64_t  optim_step;
     size_t   n_params;
     size_t   n_opt;             /* 0, n_params (momentum) or 2*n_params (Adam m, v) */
+    float    loss_scale;        /* fp16 loss scaler state; 0 (and 0, 0): none */
+    int32_t  good_steps;
+    int64_t  skipped_steps;
     float   *params;            /* [n_params] */
     float   *opt;               /* [n_opt]; NULL when n_opt is 0 */
 };

@@ -63,7 +63,11 @@ struct ddpc_run {
     /* fp16 dynamic loss scaling, like torch.cuda.amp.GradScaler: the loss
      * gradient is multiplied by loss_scale; a step whose averaged gradients
      * are not finite is skipped and the scale halved; 2000 good steps in a
-     * row double it. Powers of two, so scaling itself never rounds. */
+     * row double it. Powers of two, so scaling itself never rounds. The
+     * loss itself is never scaled: a non-finite loss is divergence, an
+     * error as in fp32. A scale halved below 1 means the gradients overflow
+     * fp16 unscaled: an error too, not a run that skips every step. The
+     * state is checkpointed, so a resume continues with the same scale. */
     int      amp;
     float    loss_scale;
     int      good_steps;
@@ -524,6 +528,11 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, struct ddpc_err *e
     c.optim_step = r->optim.step;
     c.n_params = r->model.n_params;
     c.n_opt = r->n_opt;
+    if (r->amp) {   /* fp32/bf16 files keep these 0, as before they existed */
+        c.loss_scale = r->loss_scale;
+        c.good_steps = r->good_steps;
+        c.skipped_steps = r->skipped_steps;
+    }
     c.params = r->host_state;
     c.opt = r->n_opt ? r->host_state + r->model.n_params : NULL;
     char path[4096];
@@ -563,6 +572,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     if (!by_path && !(r->ckpt_on && j->checkpoint.resume == DDPC_RESUME_AUTO))
         return 0;
     double pos[4] = { 0, 0, 0, 0 };   /* found, epoch, batch, optimizer step */
+    double amp[3] = { 0, 0, 0 };      /* loss scale (0: not recorded), good, skipped */
     size_t n = r->model.n_params;
     if (r->rank == 0) {
         struct ddpc_ckpt c;
@@ -598,6 +608,9 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             pos[1] = (double)c.sampler_epoch;
             pos[2] = (double)c.sampler_batches;
             pos[3] = (double)c.optim_step;
+            amp[0] = (double)c.loss_scale;
+            amp[1] = (double)c.good_steps;
+            amp[2] = (double)c.skipped_steps;
             ckpt_free(&c);
             if (rc < 0)
                 return rc;
@@ -611,6 +624,16 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     DDPC_TRY(bcast_doubles(r, pos, 4, e));
     if (pos[0] == 0)
         return 0;
+    if (r->amp) {   /* every rank has the same job, so the same amp */
+        DDPC_TRY(bcast_doubles(r, amp, 3, e));
+        /* a file without the scaler's state (fp32/bf16, or older) starts
+         * the scaler afresh, as a new run does */
+        if (isfinite(amp[0]) && amp[0] >= 1 && amp[1] >= 0 && amp[1] < 2000 && amp[2] >= 0) {
+            r->loss_scale = (float)amp[0];
+            r->good_steps = (int)amp[1];
+            r->skipped_steps = (int64_t)amp[2];
+        }
+    }
     if (r->shared_state) {
         /* rank 0 read the checkpoint into the one shared copy */
         struct ddpc_comm *c = r->a->grad_comm;
@@ -731,7 +754,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             double t2 = ddpc_now();
             r->prof.fwd += t2 - t1;
             /* before backward, so no collective is left half-started */
-            if (!isfinite(loss_sum - before) && !r->amp)
+            if (!isfinite(loss_sum - before))
                 return DDPC_FAIL(e, DDPC_E_INVALID,
                                  "step %ld: the training loss is %g on rank %d: the run "
                                  "diverged. Lower learning_rate, set grad_clip_norm, or check "
@@ -759,6 +782,14 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                     r->loss_scale *= 0.5f;   /* overflow: skip this step */
                     r->good_steps = 0;
                     r->skipped_steps++;
+                    if (r->loss_scale < 1.0f)
+                        return DDPC_FAIL(e, DDPC_E_INVALID,
+                                         "step %ld: fp16 loss scaling: the gradients are not "
+                                         "finite even at loss scale %g (%lld steps skipped in "
+                                         "all): they overflow fp16 unscaled, or the run "
+                                         "diverged. Lower learning_rate, or use precision: bf16",
+                                         r->step_no, (double)r->loss_scale * 2,
+                                         (long long)r->skipped_steps);
                     continue;
                 }
                 double s2 = (double)r->loss_scale * r->loss_scale;
@@ -839,6 +870,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             DDPC_TRY(ckpt_save(r, done_epochs, e));
     }
     res->steps = r->optim.step;
+    res->skipped_steps = r->skipped_steps;
     res->samples_per_s = train_time > 0 ? total_samples / train_time : 0;
     if (r->rank == 0 && j->checkpoint.export_path && *j->checkpoint.export_path) {
         DDPC_TRY(state_to_host(r, 0, e));
@@ -864,8 +896,11 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             if (res->test_accuracy >= 0)
                 fprintf(out, " test_accuracy=%.4f", res->test_accuracy);
         }
-        fprintf(out, " samples_per_s=%.0f first_step_s=%.3f wall_s=%.3f\n",
+        fprintf(out, " samples_per_s=%.0f first_step_s=%.3f wall_s=%.3f",
                 res->samples_per_s, res->first_step_s, res->wall_s);
+        if (j->precision == DDPC_PRECISION_FP16)
+            fprintf(out, " skipped_steps=%lld", (long long)res->skipped_steps);
+        fputc('\n', out);
         fflush(out);
     }
     /* DDPC_PROFILE=1: rank 0 on its report stream; =all: every rank, the

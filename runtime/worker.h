@@ -43,6 +43,8 @@ struct ddpc_worker_result {
     double  wall_s;            /* since t_launch */
     double  first_step_s;      /* since t_launch, to the end of the first step */
     int64_t steps;             /* optimizer steps taken */
+    int64_t skipped_steps;     /* fp16 loss scaling: steps skipped for non-finite
+                                  gradients (not in steps; 0 without fp16 scaling) */
     int     want_params;
     float  *params;            /* malloc'd by worker_run when want_params */
     size_t  n_params;

@@ -9,6 +9,10 @@
  *   - comm failures come back as errors naming the step ("step 2: ...");
  *   - a run stopped after epoch 1 and resumed from its checkpoint ends
  *     byte-identical to an uninterrupted run; export and metrics CSV written;
+ *   - fp16 loss scaling (the scaler run on the fp32 CPU math): exact without
+ *     overflow; with a reduced-range fake, skipped steps are counted and
+ *     reported, overflow at every scale and a diverged loss stop the run with
+ *     an error, and the scaler's state survives a resume bit for bit;
  *   - Fashion-MNIST (when installed) reaches >= 0.83 test accuracy in one
  *     epoch with 2 workers. */
 #include <math.h>
@@ -380,6 +384,143 @@ START_TEST(fp16_loss_scaling_is_exact_on_fp32_math)
 }
 END_TEST
 
+/* ---- a reduced-range fake for fp16 loss scaling on the fp32 CPU math ----
+ * The CPU ops as a device backend (host_memory 0, so the scaler runs),
+ * with sumsq reporting inf when any gradient exceeds fake_max, as an fp16
+ * gradient beyond its range would be inf (fake_max < 0: always inf). */
+
+static float fake_max;
+static int (*real_sumsq)(struct ddpc_ops *, const float *, size_t, double *, struct ddpc_err *);
+
+static int overflow_sumsq(struct ddpc_ops *o, const float *x, size_t n, double *out,
+                          struct ddpc_err *e)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fake_max < 0 || fabsf(x[i]) > fake_max) {
+            *out = INFINITY;
+            return 0;
+        }
+    return real_sumsq(o, x, n, out, e);
+}
+
+/* One W=1 run in this process under precision fp16 with the fake; rank 0's
+ * report goes to *report (malloc'd, caller frees) when report is not NULL. */
+static int run_fp16(const struct ddpc_job *j, float max, struct ddpc_worker_result *res,
+                    char **report, struct ddpc_err *e)
+{
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_ops ops;
+    ops_cpu_init(&ops, e);
+    ops.host_memory = 0;
+    real_sumsq = ops.sumsq;
+    ops.sumsq = overflow_sumsq;
+    fake_max = max;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = report ? open_memstream(&buf, &len) : NULL;
+    struct ddpc_worker_args a = { .job = j, .rank = 0, .world = 1, .ops = &ops,
+                                  .train = &tr, .test = &te, .out = out };
+    int rc = worker_run(&a, res, e);
+    if (out) {
+        fclose(out);
+        *report = buf;
+    }
+    ops.destroy(&ops);
+    data_free(&tr);
+    data_free(&te);
+    return rc;
+}
+
+/* Skipped steps are counted and reported; gradients that overflow at every
+ * scale, and a diverged loss, stop the run with an error naming the step
+ * instead of skipping on until the parameters are nan. */
+START_TEST(fp16_loss_scaler_counts_skips_and_stops)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_SGD);
+    j.precision = DDPC_PRECISION_FP16;
+    struct ddpc_err e = {0};
+    struct ddpc_worker_result res = { .want_params = 1 };
+    char *rep = NULL;
+    ck_assert_msg(run_fp16(&j, 1000, &res, &rep, &e) == 0, "%s", e.msg);
+    ck_assert_int_gt(res.skipped_steps, 0);
+    ck_assert_int_eq(res.steps + res.skipped_steps, 64);
+    for (size_t i = 0; i < res.n_params; i++)
+        ck_assert_msg(isfinite(res.params[i]), "params[%zu] = %g", i, res.params[i]);
+    free(res.params);
+    /* the existing keys in their order, skipped_steps last */
+    char want[64];
+    const char *done = strstr(rep, "done epochs=2 steps=");
+    ck_assert_msg(done != NULL, "%s", rep);
+    const char *w = strstr(done, " wall_s=");
+    ck_assert_msg(w && strstr(done, " samples_per_s=") < w && strstr(done, "first_step_s=") < w,
+                  "%s", done);
+    snprintf(want, sizeof want, " skipped_steps=%lld\n", (long long)res.skipped_steps);
+    ck_assert_msg(strstr(w, want) != NULL && strchr(w, '\n') == strstr(w, want) +
+                  strlen(want) - 1, "want '%s' ending: %s", want, done);
+    free(rep);
+
+    /* fp32 reports no such key */
+    j.precision = DDPC_PRECISION_FP32;
+    memset(&res, 0, sizeof res);
+    ck_assert_msg(run_fp16(&j, 1000, &res, &rep, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(res.skipped_steps, 0);
+    ck_assert_int_eq(res.steps, 64);
+    ck_assert_msg(strstr(rep, "done epochs=2") && !strstr(rep, "skipped_steps"), "%s", rep);
+    free(rep);
+
+    /* gradients that overflow whatever the scale: stop once it falls below 1 */
+    j.precision = DDPC_PRECISION_FP16;
+    ddpc_err_clear(&e);
+    memset(&res, 0, sizeof res);
+    ck_assert_int_eq(run_fp16(&j, -1, &res, NULL, &e), DDPC_E_INVALID);
+    ck_assert_msg(strncmp(e.msg, "step 1: fp16 loss scaling", 25) == 0 &&
+                  strstr(e.msg, "17 steps skipped") && strstr(e.msg, "learning_rate") &&
+                  strstr(e.msg, "bf16"), "%s", e.msg);
+
+    /* a non-finite loss is divergence under fp16 too, not a scaling problem */
+    ddpc_err_clear(&e);
+    j.learning_rate = 3e38;
+    ck_assert_int_eq(run_fp16(&j, 3.4e38f, &res, NULL, &e), DDPC_E_INVALID);
+    ck_assert_msg(strstr(e.msg, "the training loss is") && strstr(e.msg, "diverged") &&
+                  strncmp(e.msg, "step 2: ", 8) == 0, "%s", e.msg);
+}
+END_TEST
+
+/* The loss scaler's state is checkpointed: a resumed fp16 run continues
+ * with the scale it had, bit for bit like an uninterrupted one. */
+START_TEST(fp16_loss_scale_survives_resume)
+{
+    char dir[] = "/tmp/ddpc-test-amp-XXXXXX", cmd[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_ADAM);
+    j.precision = DDPC_PRECISION_FP16;
+    j.epochs = 3;
+    struct ddpc_err e = {0};
+    struct ddpc_worker_result want = { .want_params = 1 }, got = { .want_params = 1 };
+    ck_assert_msg(run_fp16(&j, 1000, &want, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_gt(want.skipped_steps, 0);
+
+    j.checkpoint_dir = dir;
+    j.checkpoint.every_n_epochs = 1;
+    j.epochs = 1;
+    ck_assert_msg(run_fp16(&j, 1000, &got, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(got.skipped_steps, want.skipped_steps);   /* all in epoch 1 */
+    free(got.params);
+    j.epochs = 3;
+    ck_assert_msg(run_fp16(&j, 1000, &got, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(got.steps, want.steps);
+    ck_assert_int_eq(got.skipped_steps, want.skipped_steps);
+    ck_assert_mem_eq(got.params, want.params, want.n_params * sizeof(float));
+    free(got.params);
+    free(want.params);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(checkpoint_resume_continues_exactly)
 {
     char dir[] = "/tmp/ddpc-test-ddp-XXXXXX";
@@ -526,6 +667,8 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, comm_errors_name_the_step);
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
     tcase_add_test(tc, fp16_loss_scaling_is_exact_on_fp32_math);
+    tcase_add_test(tc, fp16_loss_scaler_counts_skips_and_stops);
+    tcase_add_test(tc, fp16_loss_scale_survives_resume);
     tcase_add_test(tc, fashion_mnist_one_epoch_two_workers);
     suite_add_tcase(s, tc);
     return s;
