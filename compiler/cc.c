@@ -1,7 +1,10 @@
 /* cc.c - the compiler driver of `ddpc build` (see cc.h).
  *
  * Owns: the command line that turns job.c + job_config.h into a program,
- * the CPU/CUDA link choice, and the messages when that fails.
+ * the CPU/CUDA choice, and the messages when that fails. A job is never
+ * linked with CUDA: when it may use GPUs, the absolute path of
+ * PREFIX/lib/libddprt_cuda.so is baked in (DDPC_CUDA_PLUGIN) and the job's
+ * launcher dlopen()s it only when a GPU will be used (runtime/ddprt.c).
  * Never: runs a shell, prints the compiler's output before saying what
  * failed, or leaves OUT half-written.
  */
@@ -16,7 +19,7 @@
 #include <unistd.h>
 #include "buf.h"
 #include "cc.h"
-#include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_CUDA_LINK, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
+#include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
 
 #ifndef DDPC_SANFLAGS
 #define DDPC_SANFLAGS ""
@@ -122,8 +125,6 @@ const char *cc_failure_hint(const char *output, int cuda)
         { "cannot find -lstdc++",
           "the linker cannot find the C++ runtime the CUDA backend needs: install "
           "libstdc++-12-dev, or build this job with --cpu-only" },
-        { "undefined reference to `ddpc_cuda_backend'",
-          "the installed libddprt_cuda.a is missing or stale: rerun make install" },
         { "undefined reference to",
           "the runtime library does not match this ddpc (a symbol is missing): rebuild and "
           "reinstall both with make install" },
@@ -174,7 +175,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     if (need(o->prefix, "lib/libddprt.a", "the runtime library libddprt.a", d) != 0 ||
         need(o->prefix, "share/ddpc/job.c", "the job main (job.c)", d) != 0 ||
         need(o->prefix, "include/ddpc/ddprt.h", "the runtime headers", d) != 0 ||
-        (cuda && need(o->prefix, "lib/libddprt_cuda.a", "the CUDA runtime libddprt_cuda.a", d) != 0))
+        (cuda && need(o->prefix, "lib/libddprt_cuda.so", "the CUDA backend libddprt_cuda.so", d) != 0))
         goto done;
 
     if (asprintf(&tmp, "%s.tmp.%ld", o->out, (long)getpid()) < 0) {
@@ -188,15 +189,27 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     argv_add(&a, "-O2");
     argv_addf(&a, "-I%s%s", "", o->emit_dir);
     argv_addf(&a, "-I%s/%s", o->prefix, "include/ddpc");
-    if (cuda)
+    if (cuda) {
+        /* the plugin's absolute path as a C string literal (one argv word,
+         * no shell; buf_c_str escapes every byte that could matter) */
+        struct ddpc_buf lit;
+        char *so;
+        if (asprintf(&so, "%s/lib/libddprt_cuda.so", o->prefix) < 0)
+            goto oom;
+        buf_init(&lit);
+        buf_puts(&lit, "-DDDPC_CUDA_PLUGIN=");
+        buf_c_str(&lit, so, strlen(so));
+        free(so);
+        char *def = buf_take(&lit);
+        if (!def)
+            goto oom;
         argv_add(&a, "-DDDPC_WITH_CUDA=1");
+        argv_add(&a, def);
+        free(def);
+    }
     argv_addf(&a, "%s/%s", o->prefix, "share/ddpc/job.c");
-    if (cuda)
-        argv_addf(&a, "%s/%s", o->prefix, "lib/libddprt_cuda.a");
     argv_addf(&a, "%s/%s", o->prefix, "lib/libddprt.a");
     argv_add_words(&a, DDPC_RT_LIBS);
-    if (cuda)
-        argv_add_words(&a, DDPC_CUDA_LINK);
     argv_add(&a, "-o");
     argv_add(&a, tmp);
     if (a.oom)

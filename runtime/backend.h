@@ -1,9 +1,11 @@
 /* backend.h - struct ddpc_backend: a device family the launcher can run on.
  *
  * The CPU backend is always linked. The CUDA backend (ops_cuda.cu,
- * comm_nccl.cu, in libddprt_cuda.a) is linked only into jobs built with CUDA;
- * job.c passes &ddpc_cuda_backend or NULL to ddprt_main, which is the one
- * place the choice is made. Nothing else tests for CUDA.
+ * comm_nccl.cu, backend_cuda.cu) is the plugin libddprt_cuda.so: job.c
+ * passes its path (or NULL) to ddprt_main, and the launcher (ddprt.c)
+ * dlopen()s it and looks up ddpc_cuda_backend only when a GPU will be used.
+ * Nothing else tests for CUDA. (libddprt_cuda.a holds the same objects for
+ * tests/gpu, which link them.)
  */
 #ifndef DDPC_BACKEND_H
 #define DDPC_BACKEND_H
@@ -41,7 +43,7 @@ struct ddpc_backend {
                      struct ddpc_err *e);
 };
 
-/* backend_cuda.cu, in libddprt_cuda.a: only jobs linked with CUDA see it. */
+/* backend_cuda.cu: exported by libddprt_cuda.so (the name dlsym looks up). */
 extern const struct ddpc_backend ddpc_cuda_backend;
 
 #ifdef __cplusplus

@@ -6,8 +6,18 @@
  * port pair for one-node GPU jobs), loading the datasets once before fork,
  * the max_restarts loop, and the worker body that launch.c runs in each
  * forked process (ops + communicators + worker_run).
- * Never parses YAML, never trains (worker.c does), never forks or signals
- * (launch.c does), never calls exit(): the status goes back to main.
+ * Never parses YAML, never trains (worker.c does), never forks workers or
+ * signals them (launch.c does), never calls exit(): the status goes back to
+ * main.
+ *
+ * The CUDA backend of a built job is a plugin (program->cuda_plugin, the
+ * path of libddprt_cuda.so): with accelerator auto the launcher asks a
+ * forked child to probe (the child exits, so the launcher never maps
+ * cuBLAS, NCCL or cudart): without the driver library (libcuda.so.1) the
+ * answer is 0 GPUs at once; with it, the child dlopen()s the plugin and
+ * runs its probe. The launcher dlopen()s the plugin itself only when that
+ * found a GPU; with accelerator gpu it dlopen()s it at once. dlopen does
+ * not initialise CUDA: workers do, after fork (ops_init).
  *
  * checkpoint_dir and the export, from the launcher's side: checked before
  * any worker starts (creatable, writable, room for the checkpoints the run
@@ -20,8 +30,12 @@
  *   after writing N bytes of its first checkpoint temp file (ckpt_set_fault),
  *   so a test can kill the job in the middle of a checkpoint write.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +44,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include "ckpt.h"
 #include "comm_shm.h"
 #include "data.h"
@@ -48,6 +63,7 @@
 /* Everything the launcher decided, for the workers and for --dry-run. */
 struct ddprt_run {
     const struct ddprt_program *p;
+    const struct ddpc_backend *cuda;   /* p->cuda, or the loaded plugin's; NULL: none */
     struct ddpc_job job;               /* the baked job with run-time overrides */
     int   use_cuda;
     int   world;                       /* global */
@@ -253,6 +269,140 @@ static int ddprt_gpu_plan(struct ddprt_run *r, struct ddpc_err *e)
     return 0;
 }
 
+/* ===== the CUDA plugin (see the file header) ===== */
+
+#define DDPRT_PLUGIN_PROBE_TIMEOUT_MS 60000   /* the plugin's own probe gives up at 30 s */
+
+/* dlopen()s the plugin into this process and sets r->cuda. Never unloaded:
+ * the workers forked later run its code. */
+static int ddprt_plugin_open(struct ddprt_run *r, struct ddpc_err *e)
+{
+    const char *path = r->p->cuda_plugin;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const struct ddpc_backend *b = h ? dlsym(h, "ddpc_cuda_backend") : NULL;
+    if (!b) {
+        const char *why = dlerror();
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "CUDA backend %s could not be loaded: %s; rebuild "
+                         "the job with --cpu-only or install CUDA", path,
+                         why ? why : "ddpc_cuda_backend not found");
+    }
+    r->cuda = b;
+    return 0;
+}
+
+/* What the probe child answers: fixed size, read until EOF. */
+struct ddprt_probe_msg {
+    int rc;                            /* 0, or -1 with msg */
+    char msg[sizeof ((struct ddpc_err *)0)->msg];
+    struct ddpc_device_info info;
+};
+
+/* Runs the plugin's probe in a forked child that dlopen()s it, so neither
+ * the CUDA libraries nor their memory ever reach this process. A plugin
+ * that cannot be loaded is an error (e) like a failed probe. */
+static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
+                              struct ddpc_err *e)
+{
+    memset(info, 0, sizeof *info);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "pipe for the CUDA probe: %s", strerror(errno));
+    fflush(NULL);                      /* the child must not inherit unflushed output */
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return DDPC_FAIL(e, DDPC_E_SYS, "fork for the CUDA probe: %s", strerror(err));
+    }
+    if (pid == 0) {
+        static struct ddprt_probe_msg m;
+        struct ddpc_err ce = { 0 };
+        close(fds[0]);
+        /* No driver library, no GPU: answered without loading the plugin,
+         * whose CUDA libraries take ~0.1 s and ~100 MiB to map */
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        const char *drv_err = drv ? NULL : dlerror();
+        void *h = drv ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+        const struct ddpc_backend *b = h ? dlsym(h, "ddpc_cuda_backend") : NULL;
+        if (!drv) {
+            (void)snprintf(m.info.note, sizeof m.info.note, "no CUDA driver: %s",
+                           drv_err ? drv_err : "libcuda.so.1 not found");
+        } else if (!b) {
+            const char *why = dlerror();
+            m.rc = -1;
+            (void)snprintf(m.msg, sizeof m.msg, "CUDA backend %s could not be loaded: %s",
+                           path, why ? why : "ddpc_cuda_backend not found");
+        } else if (b->probe(&m.info, &ce) < 0) {
+            m.rc = -1;
+            (void)snprintf(m.msg, sizeof m.msg, "%s", ce.msg);
+        }
+        const char *p = (const char *)&m;
+        size_t left = sizeof m;
+        while (left > 0) {
+            ssize_t w = write(fds[1], p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                _exit(3);
+            p += w;
+            left -= (size_t)w;
+        }
+        _exit(0);                      /* not exit: atexit handlers are the launcher's */
+    }
+    close(fds[1]);
+    static struct ddprt_probe_msg m;
+    memset(&m, 0, sizeof m);
+    size_t got = 0;
+    int timed_out = 0, read_err = 0;
+    struct pollfd pfd = { fds[0], POLLIN, 0 };
+    while (got < sizeof m) {
+        int pr = poll(&pfd, 1, DDPRT_PLUGIN_PROBE_TIMEOUT_MS);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0) {
+            timed_out = pr == 0;
+            read_err = pr < 0 ? errno : 0;
+            break;
+        }
+        ssize_t n = read(fds[0], (char *)&m + got, sizeof m - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            read_err = errno;
+            break;
+        }
+        if (n == 0)
+            break;                     /* EOF: the child exited */
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    if (timed_out || read_err)
+        (void)kill(pid, SIGKILL);      /* our own child, by pid */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (timed_out)
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "the CUDA probe (%s) did not answer within %d s",
+                         path, DDPRT_PLUGIN_PROBE_TIMEOUT_MS / 1000);
+    if (read_err)
+        return DDPC_FAIL(e, DDPC_E_SYS, "reading the CUDA probe: %s", strerror(read_err));
+    if (got != sizeof m || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (WIFSIGNALED(status))
+            return DDPC_FAIL(e, DDPC_E_DEVICE, "the CUDA probe (%s) died of signal %d (%s)",
+                             path, WTERMSIG(status), strsignal(WTERMSIG(status)));
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "the CUDA probe (%s) answered %zu of %zu bytes "
+                         "(exit status %d)", path, got, sizeof m,
+                         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    if (m.rc < 0)
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "%s", m.msg);
+    *info = m.info;
+    if (info->count < 0)
+        info->count = 0;
+    return 0;
+}
+
 static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct ddpc_err *e)
 {
     const struct ddprt_program *p = r->p;
@@ -285,27 +435,37 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
         DDPC_TRY(ddprt_cpu_plan(r, e));
         break;
     case DDPC_ACCEL_GPU:
-        if (!p->cuda)
+        if (!p->cuda && !p->cuda_plugin)
             return DDPC_FAIL(e, DDPC_E_DEVICE,
                              "accelerator gpu, but this job was built without CUDA (no nvcc "
                              "when `ddpc build` ran): rebuild where CUDA is installed, or set "
                              "accelerator: cpu or auto");
-        DDPC_TRY(p->cuda->probe(&r->info, e));
+        r->cuda = p->cuda;
+        if (!r->cuda)
+            DDPC_TRY(ddprt_plugin_open(r, e));   /* a GPU will be used: load it here */
+        DDPC_TRY(r->cuda->probe(&r->info, e));
         (void)snprintf(r->accel_note, sizeof r->accel_note, "accelerator gpu: %d GPU%s visible",
                        r->info.count, r->info.count == 1 ? "" : "s");
         DDPC_TRY(ddprt_gpu_plan(r, e));
         break;
     case DDPC_ACCEL_AUTO: {
         struct ddpc_err pe = { 0 };
-        int probed = p->cuda && p->cuda->probe(&r->info, &pe) == 0;
+        /* a linked backend probes here; a plugin probes in a child, and is
+         * loaded only if that finds a GPU */
+        int probed = p->cuda ? p->cuda->probe(&r->info, &pe) == 0
+                   : p->cuda_plugin ? ddprt_plugin_probe(p->cuda_plugin, &r->info, &pe) == 0
+                   : 0;
         if (probed && r->info.count > 0) {
+            r->cuda = p->cuda;
+            if (!r->cuda)
+                DDPC_TRY(ddprt_plugin_open(r, e));
             (void)snprintf(r->accel_note, sizeof r->accel_note,
                            "accelerator auto: %d GPU%s found", r->info.count,
                            r->info.count == 1 ? "" : "s");
             DDPC_TRY(ddprt_gpu_plan(r, e));
         } else {
             DDPC_TRY(ddprt_cpu_plan(r, e));
-            const char *why = !p->cuda ? "built without CUDA"
+            const char *why = !p->cuda && !p->cuda_plugin ? "built without CUDA"
                             : !probed  ? pe.msg
                             : r->info.note[0] ? r->info.note : "no GPU found";
             (void)snprintf(r->accel_note, sizeof r->accel_note,
@@ -600,7 +760,7 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
     memset(&sync, 0, sizeof sync);
 
     if (r->use_cuda)
-        rc = r->p->cuda->ops_init(&ops, w->device, e);
+        rc = r->cuda->ops_init(&ops, w->device, e);
     else
         rc = ops_cpu_init(&ops, e);
     if (rc < 0)
@@ -611,14 +771,14 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         /* NCCL init waits for every rank: bound it like a collective. The
          * rank-sync communicator listens on the next port (backend.h). */
         double dl = ddpc_deadline_after(j->nccl_timeout_s);
-        rc = r->p->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
-                                   r->master_port, dl, e);
+        rc = r->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
+                                r->master_port, dl, e);
         have_grad = 1;   /* destroy is safe after a failed init */
         if (rc < 0)
             goto out;
         if (want_sync) {
-            rc = r->p->cuda->comm_init(&sync, "rank-sync", w->rank, w->world, r->master_addr,
-                                       r->master_port + 1, dl, e);
+            rc = r->cuda->comm_init(&sync, "rank-sync", w->rank, w->world, r->master_addr,
+                                    r->master_port + 1, dl, e);
             have_sync = 1;
             if (rc < 0)
                 goto out;
@@ -798,7 +958,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         printf("%s: job %s, built by ddpc %s from %s (sha256 %s), backends: cpu%s\n", argv0,
                p->job->name ? p->job->name : "?", p->ddpc_version ? p->ddpc_version : "?",
                p->spec_path ? p->spec_path : "?", p->spec_hash ? p->spec_hash : "?",
-               p->cuda ? ", cuda" : "");
+               p->cuda || p->cuda_plugin ? ", cuda" : "");
         return 0;
     }
 

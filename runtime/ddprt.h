@@ -17,7 +17,13 @@ struct ddprt_program {
     const char                *spec_text;   /* the spec, verbatim */
     const char                *plan_json;   /* job.plan.json, verbatim */
     const char                *ddpc_version;
-    const struct ddpc_backend *cuda;        /* NULL when built without CUDA */
+    /* The CUDA backend, one of two ways (both NULL: built without CUDA):
+     * cuda, a backend linked in (tests, fake backends); or cuda_plugin, the
+     * path of libddprt_cuda.so, which the launcher probes in a child and
+     * dlopen()s only when a GPU will be used (jobs from `ddpc build`). cuda
+     * wins when both are set. */
+    const struct ddpc_backend *cuda;
+    const char                *cuda_plugin;
 };
 
 /* Parses the run-time flags (--dry-run, --help, --version, --resume, ...),

@@ -7,8 +7,10 @@
  *   - it is the ONLY file that includes job_config.h, so libddprt never
  *     depends on a particular spec and is built once;
  *   - it holds the project's one `#if DDPC_WITH_CUDA`: ddpc build defines it
- *     to 1 when it links libddprt_cuda.a, and the CUDA backend is then
- *     handed to the runtime here; nothing else tests for CUDA;
+ *     to 1, with DDPC_CUDA_PLUGIN the absolute path of the installed
+ *     libddprt_cuda.so, when the job may use GPUs; the path is handed to
+ *     the runtime here, which dlopen()s the plugin only when a GPU will be
+ *     used. The job itself never links CUDA. Nothing else tests for CUDA;
  *   - it never parses anything and holds no logic beyond filling the struct.
  */
 #include "ddprt.h"
@@ -19,10 +21,10 @@
 #endif
 
 #if DDPC_WITH_CUDA
-/* ddpc_cuda_backend is declared in backend.h, defined in libddprt_cuda.a */
-#define DDPC_JOB_CUDA (&ddpc_cuda_backend)
+/* libddprt_cuda.so defines ddpc_cuda_backend (backend.h) */
+#define DDPC_JOB_CUDA_PLUGIN DDPC_CUDA_PLUGIN
 #else
-#define DDPC_JOB_CUDA NULL
+#define DDPC_JOB_CUDA_PLUGIN NULL
 #endif
 
 int main(int argc, char **argv)
@@ -34,7 +36,8 @@ int main(int argc, char **argv)
         .spec_text    = DDPC_SPEC_TEXT,
         .plan_json    = DDPC_PLAN_JSON,
         .ddpc_version = DDPC_COMPILER_VERSION,
-        .cuda         = DDPC_JOB_CUDA,
+        .cuda         = NULL,
+        .cuda_plugin  = DDPC_JOB_CUDA_PLUGIN,
     };
     return ddprt_main(&program, argc, argv);
 }

@@ -136,6 +136,8 @@ static int probe_zero(struct ddpc_device_info *info, struct ddpc_err *e)
 static char launcher_err[8192];
 
 /* ddprt_main(job, --dry-run) in a child, stderr captured; returns its status. */
+static const char *dry_run_plugin;   /* .cuda_plugin of the next dry_run */
+
 static int dry_run(const struct ddpc_job *j, const struct ddpc_backend *cuda)
 {
     char path[] = "/tmp/ddpc_cuda_err_XXXXXX";
@@ -151,7 +153,8 @@ static int dry_run(const struct ddpc_job *j, const struct ddpc_backend *cuda)
         dup2(fd, 2);
         struct ddprt_program p = { .job = j, .spec_path = "two.yaml", .spec_hash = "00",
                                    .spec_text = "", .plan_json = "{}",
-                                   .ddpc_version = "test", .cuda = cuda };
+                                   .ddpc_version = "test", .cuda = cuda,
+                                   .cuda_plugin = dry_run_plugin };
         char *argv[] = { (char *)"job", (char *)"--dry-run", NULL };
         int rc = ddprt_main(&p, 2, argv);
         fflush(NULL);
@@ -200,12 +203,39 @@ START_TEST(launcher_gpu_without_gpus_fails_at_once)
 }
 END_TEST
 
+/* A job's CUDA plugin path that names no file: accelerator gpu stops with
+ * a message naming the path, the loader's reason and what to do; auto runs
+ * on CPU workers (no driver here, or the plugin cannot load: both say so). */
+START_TEST(launcher_missing_cuda_plugin)
+{
+    struct ddpc_job j;
+    two_gpu_job(&j);
+    dry_run_plugin = "/nonexistent/ddpc/lib/libddprt_cuda.so";
+    int rc = dry_run(&j, NULL);
+    dry_run_plugin = NULL;
+    /* with a driver the plugin cannot load; without one the probe never
+     * gets that far, so gpu loads the plugin first and says why */
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(launcher_err, "CUDA backend /nonexistent/ddpc/lib/libddprt_cuda.so "
+                         "could not be loaded: ") &&
+                  strstr(launcher_err, "No such file") && strstr(launcher_err, "--cpu-only"),
+                  "%s", launcher_err);
+
+    j.accelerator = DDPC_ACCEL_AUTO;
+    dry_run_plugin = "/nonexistent/ddpc/lib/libddprt_cuda.so";
+    rc = dry_run(&j, NULL);
+    dry_run_plugin = NULL;
+    ck_assert_msg(rc == 0, "auto, missing plugin: %d\n%s", rc, launcher_err);
+}
+END_TEST
+
 Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
     TCase *tl = tcase_create("launcher");
     tcase_add_test(tl, launcher_warns_on_mixed_gpu_models);
     tcase_add_test(tl, launcher_gpu_without_gpus_fails_at_once);
+    tcase_add_test(tl, launcher_missing_cuda_plugin);
     suite_add_tcase(s, tl);
     int gpus = gpu_nodes();
     find_test_gpu();

@@ -6,6 +6,7 @@
  * same code and compares. Marker files prove that no m4 builtin or shell
  * construct in a value ran. `make install` into a temporary PREFIX, then a
  * build and run from another directory, proves the installed layout. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -829,6 +830,147 @@ static void assert_same_file(const char *a, const char *b)
     free(y);
 }
 
+/* The pids (at most 8) whose lines in an LD_DEBUG=files log mention
+ * needle; the log's lines start "<spaces>PID:". Returns how many. */
+static int ld_debug_pids(const char *log, const char *needle, long pids[8])
+{
+    int n = 0;
+    for (const char *l = log; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        const char *hit = strstr(l, needle);
+        if (hit && hit < l + len) {
+            long pid = strtol(l, NULL, 10);
+            int seen = 0;
+            for (int i = 0; i < n; i++)
+                seen |= pids[i] == pid;
+            if (!seen && n < 8)
+                pids[n++] = pid;
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* An installed ddpc with the CUDA plugin: a job built from an `accelerator:
+ * auto` spec links no CUDA library; on this machine (no GPU) it runs as CPU
+ * workers with the one-line notice, and only the forked probe child may map
+ * the plugin and CUDA, never the launcher or a worker (LD_DEBUG=files logs
+ * every object each process loads, dlopen included, under its pid). A
+ * missing plugin: auto falls back to CPU; gpu stops with a clear error. */
+static void installed_cuda_plugin(const char *prefix, const char *idpc, const char *work)
+{
+    char *so, *so_away, *spec, *gspec, *job, *log_base, *log_env, *log = NULL;
+    ck_assert_int_ge(asprintf(&so, "%s/lib/libddprt_cuda.so", prefix), 0);
+    if (!exists(so) || !exists("/usr/local/cuda") || access("/dev/nvidia0", F_OK) == 0) {
+        fprintf(stderr, "SKIP installed_cuda_plugin: no CUDA plugin installed, or a GPU is "
+                "here (the test expects the CPU fallback)\n");
+        free(so);
+        return;
+    }
+    ck_assert_int_ge(asprintf(&so_away, "%s.away", so), 0);
+    ck_assert_int_ge(asprintf(&spec, "%s/auto.yaml", work), 0);
+    ck_assert_int_ge(asprintf(&gspec, "%s/gpu1.yaml", work), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/auto_job", work), 0);
+    ck_assert_int_ge(asprintf(&log_base, "%s/ld", work), 0);
+    ck_assert_int_ge(asprintf(&log_env, "LD_DEBUG_OUTPUT=%s", log_base), 0);
+    static const char auto_yaml[] =
+        "version: 1\nname: auto\ndevices: 2\naccelerator: auto\nepochs: 1\nbatch_size: 16\n"
+        "learning_rate: 0.01\nlr_scaling: none\nmodel: {type: mlp, layers: [4, 8, 3]}\n"
+        "optimizer: {type: sgd}\n"
+        "data:\n  train: {format: synthetic, samples: 128, features: 4, classes: 3, seed: 1}\n";
+    static const char gpu_yaml[] =
+        "version: 1\nname: g\ndevices: 1\naccelerator: gpu\nepochs: 1\nbatch_size: 8\n"
+        "learning_rate: 0.01\nmodel: {type: mlp, layers: [4, 3]}\noptimizer: {type: sgd}\n"
+        "data:\n  train: {format: synthetic, samples: 16, features: 4, classes: 3}\n";
+    ck_assert_int_eq(write_file(spec, auto_yaml, sizeof auto_yaml - 1), 0);
+    ck_assert_int_eq(write_file(gspec, gpu_yaml, sizeof gpu_yaml - 1), 0);
+    struct run_result r;
+    char *bld[] = { (char *)idpc, "build", "auto.yaml", "-o", "auto_job", NULL };
+    ck_assert_int_eq(run_capture(bld, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build auto: %d\n%s", r.code, r.err);
+    run_result_free(&r);
+
+    /* the binary's own dependencies: no CUDA library */
+    char *trace_env[] = { "LD_TRACE_LOADED_OBJECTS=1", NULL };
+    char *jv[] = { job, NULL };
+    ck_assert_int_eq(run_capture(jv, work, trace_env, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "libc.so"), "ldd: %s%s", r.out, r.err);
+    ck_assert_msg(!strstr(r.out, "libcudart") && !strstr(r.out, "libcublas") &&
+                  !strstr(r.out, "libnccl") && !strstr(r.out, "libddprt_cuda"),
+                  "the auto job links CUDA:\n%s", r.out);
+    run_result_free(&r);
+
+    /* a real run: CPU workers, the notice, CUDA only in the probe child */
+    char *dbg_env[] = { "LD_DEBUG=files", log_env, NULL };
+    ck_assert_int_eq(run_capture(jv, work, dbg_env, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=1") &&
+                  strstr(r.err, "accelerator auto: no GPU found, running 2 CPU worker"),
+                  "auto job: %d\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    DIR *dir = opendir(work);
+    ck_assert_ptr_nonnull(dir);
+    long launcher = 0;
+    for (struct dirent *de; (de = readdir(dir));)
+        if (!strncmp(de->d_name, "ld.", 3)) {
+            char *f;
+            ck_assert_int_ge(asprintf(&f, "%s/%s", work, de->d_name), 0);
+            ck_assert_ptr_null(log);   /* forks inherit the launcher's log */
+            size_t n;
+            log = slurp(f, &n);
+            launcher = strtol(de->d_name + 3, NULL, 10);
+            unlink(f);
+            free(f);
+        }
+    closedir(dir);
+    ck_assert_msg(log && launcher > 0, "no LD_DEBUG log under %s", work);
+    /* "file=X" is where a process maps X (as needed or by dlopen). Without
+     * a driver (no libcuda.so.1) no process loads the plugin; with one,
+     * only the probe child (not the launcher, not a worker) may. */
+    long plug[8], other[8];
+    int np = ld_debug_pids(log, "libddprt_cuda.so [0];  dynamically loaded", plug);
+    ck_assert_msg(np <= 1 && (np == 0 || plug[0] != launcher), "the plugin was loaded by %d "
+                  "pid(s) (first %ld; launcher %ld)", np, np ? plug[0] : 0L, launcher);
+    static const char *const libs[] = { "file=libcudart", "file=libcublas", "file=libnccl" };
+    for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+        int no = ld_debug_pids(log, libs[i], other);
+        ck_assert_msg(no == 0 || (np == 1 && no == 1 && other[0] == plug[0]),
+                      "%s: %d pid(s), first %ld; only the probe child may load it "
+                      "(launcher %ld)", libs[i], no, no ? other[0] : 0L, launcher);
+    }
+    ck_assert_ptr_nonnull(strstr(log, "libc.so.6"));   /* the log is a real one */
+    free(log);
+
+    /* the plugin gone: auto runs on CPU; gpu stops, clearly */
+    ck_assert_int_eq(rename(so, so_away), 0);
+    ck_assert_int_eq(run_capture(jv, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=1") &&
+                  strstr(r.err, "no GPU found"),
+                  "auto, no plugin: %d\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(rename(so_away, so), 0);
+    char *bldg[] = { (char *)idpc, "build", "gpu1.yaml", "-o", "gpu_job", NULL };
+    ck_assert_int_eq(run_capture(bldg, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build gpu: %d\n%s", r.code, r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(rename(so, so_away), 0);
+    char *gv[] = { "./gpu_job", NULL };
+    ck_assert_int_eq(run_capture(gv, work, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "CUDA backend") &&
+                  strstr(r.err, so) && strstr(r.err, "could not be loaded") &&
+                  strstr(r.err, "--cpu-only"), "gpu, no plugin: %d\n%s", r.code, r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(rename(so_away, so), 0);
+
+    free(so);
+    free(so_away);
+    free(spec);
+    free(gspec);
+    free(job);
+    free(log_base);
+    free(log_env);
+}
+
 START_TEST(installed_ddpc_works_anywhere)
 {
     char *ddpc = ddpc_bin(), *lib;
@@ -845,7 +987,7 @@ START_TEST(installed_ddpc_works_anywhere)
     ck_assert_int_ge(asprintf(&prefix, "%s/prefix", root), 0);
     ck_assert_int_ge(asprintf(&work, "%s/elsewhere", root), 0);
     ck_assert_int_ge(asprintf(&pathdir, "%s/m4-only", root), 0);
-    ck_assert_int_ge(asprintf(&cuda_lib, "%s/lib/libddprt_cuda.a", test_build()), 0);
+    ck_assert_int_ge(asprintf(&cuda_lib, "%s/lib/libddprt_cuda.so", test_build()), 0);
     ck_assert_int_ge(asprintf(&a_prefix, "PREFIX=%s", prefix), 0);
     ck_assert_int_ge(asprintf(&a_b, "B=%s", test_build()), 0);
     ck_assert_int_eq(mkdir(work, 0755), 0);
@@ -935,10 +1077,12 @@ START_TEST(installed_ddpc_works_anywhere)
     run_result_free(&r);
     ck_assert_int_eq(rename(rt_away, rt), 0);
 
-    /* a ddpc built with CUDA whose libddprt_cuda.a is gone: a GPU job says so */
+    installed_cuda_plugin(prefix, idpc, work);
+
+    /* a ddpc built with CUDA whose libddprt_cuda.so is gone: a GPU job says so */
     char *cu, *cu_away;
-    ck_assert_int_ge(asprintf(&cu, "%s/lib/libddprt_cuda.a", prefix), 0);
-    ck_assert_int_ge(asprintf(&cu_away, "%s/lib/libddprt_cuda.a.away", prefix), 0);
+    ck_assert_int_ge(asprintf(&cu, "%s/lib/libddprt_cuda.so", prefix), 0);
+    ck_assert_int_ge(asprintf(&cu_away, "%s/lib/libddprt_cuda.so.away", prefix), 0);
     if (exists(cu)) {
         static const char gpu_yaml[] =
             "version: 1\nname: g\ndevices: 1\naccelerator: gpu\nepochs: 1\nbatch_size: 8\n"
@@ -950,7 +1094,7 @@ START_TEST(installed_ddpc_works_anywhere)
         ck_assert_int_eq(rename(cu, cu_away), 0);
         char *bld3[] = { idpc, "build", "gpu.yaml", "-o", "job2", NULL };
         ck_assert_int_eq(run_capture(bld3, work, NULL, 60, &r), 0);
-        ck_assert_msg(r.exited && r.code == 3 && strstr(r.err, "libddprt_cuda.a not found at") &&
+        ck_assert_msg(r.exited && r.code == 3 && strstr(r.err, "libddprt_cuda.so not found at") &&
                       strstr(r.err, "make install"), "no CUDA runtime: %d\n%s", r.code, r.err);
         run_result_free(&r);
         free(gspec);
