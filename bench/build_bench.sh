@@ -9,9 +9,10 @@
 # median. With hyperfine installed it does the timing (--runs RUNS
 # --warmup 1, its median); otherwise a loop around `date +%s.%N`.
 #   cpu   ddpc build examples/fashion-mnist.yaml --cpu-only
-#   cuda  ddpc build examples/fashion-mnist.yaml   (accelerator auto: links
-#         libddprt_cuda.a, cuBLAS, NCCL, cudart; only when ddpc was built
-#         with nvcc, else reported as skipped)
+#   cuda  ddpc build examples/fashion-mnist.yaml   (accelerator auto: bakes
+#         the path of the CUDA plugin libddprt_cuda.so, loaded at run time
+#         only when a GPU is used; only when ddpc was built with nvcc, else
+#         reported as skipped)
 # The target (issue 6) is <= 0.5 s CPU only.
 set -eu
 RUNS=${1:-10}

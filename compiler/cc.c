@@ -107,24 +107,12 @@ static int need(const char *prefix, const char *rel, const char *what, struct dd
     return ok ? 0 : -1;
 }
 
-const char *cc_failure_hint(const char *output, int cuda)
+const char *cc_failure_hint(const char *output)
 {
     static const struct { const char *needle, *hint; } known[] = {
         { "cannot find -lopenblas",
           "the linker cannot find OpenBLAS (-lopenblas): install libopenblas-dev" },
         { "cannot find -lz", "the linker cannot find zlib (-lz): install zlib1g-dev" },
-        { "cannot find -lnccl",
-          "the linker cannot find NCCL (-lnccl) where ddpc was built to find CUDA: install "
-          "NCCL there, or build this job with --cpu-only" },
-        { "cannot find -lcublas",
-          "the linker cannot find cuBLAS (-lcublas) where ddpc was built to find CUDA: "
-          "reinstall CUDA there, or build this job with --cpu-only" },
-        { "cannot find -lcudart",
-          "the linker cannot find the CUDA runtime (-lcudart) where ddpc was built to find "
-          "CUDA: reinstall CUDA there, or build this job with --cpu-only" },
-        { "cannot find -lstdc++",
-          "the linker cannot find the C++ runtime the CUDA backend needs: install "
-          "libstdc++-12-dev, or build this job with --cpu-only" },
         { "undefined reference to",
           "the runtime library does not match this ddpc (a symbol is missing): rebuild and "
           "reinstall both with make install" },
@@ -136,9 +124,6 @@ const char *cc_failure_hint(const char *output, int cuda)
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strstr(output, known[i].needle))
             return known[i].hint;
-    if (cuda && strstr(output, "cuda"))
-        return "the CUDA part of the link failed: build this job with --cpu-only to check "
-               "the rest, and see the linker's message below";
     return NULL;
 }
 
@@ -253,7 +238,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         if (WIFEXITED(st)) {
             /* read now: the hint comes from it, and goes before it */
             *output = read_output(out_fd);
-            const char *hint = cc_failure_hint(*output, cuda);
+            const char *hint = cc_failure_hint(*output);
             diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
                      "compiling job.c and linking the runtime%s failed (%s exit status %d)%s%s; "
                      "the compiler's output follows", cuda ? " (with CUDA)" : "", a.v[0],

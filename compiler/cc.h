@@ -38,6 +38,6 @@ int cc_wants_cuda(const struct ddpc_job *job, int cpu_only);
  * output (a library the linker cannot find, a runtime that does not match
  * this ddpc), or NULL when the output names nothing ddpc knows. A static
  * string; `cuda` says whether the CUDA backend was being linked. */
-const char *cc_failure_hint(const char *output, int cuda);
+const char *cc_failure_hint(const char *output);
 
 #endif /* DDPC_CC_H */

@@ -790,15 +790,15 @@ END_TEST
 
 START_TEST(cc_failure_hints)
 {
-    ck_assert_ptr_null(cc_failure_hint(NULL, 0));
-    ck_assert_ptr_null(cc_failure_hint("job.c:1:1: error: something else", 0));
-    const char *h = cc_failure_hint("/usr/bin/ld: cannot find -lopenblas: No such file", 0);
+    ck_assert_ptr_null(cc_failure_hint(NULL));
+    ck_assert_ptr_null(cc_failure_hint("job.c:1:1: error: something else"));
+    const char *h = cc_failure_hint("/usr/bin/ld: cannot find -lopenblas: No such file");
     ck_assert_ptr_nonnull(h);
     ck_assert_ptr_nonnull(strstr(h, "libopenblas-dev"));
-    h = cc_failure_hint("/usr/bin/ld: cannot find -lnccl: No such file or directory", 1);
+    h = cc_failure_hint("/usr/bin/ld: cannot find -lz: No such file or directory");
     ck_assert_ptr_nonnull(h);
-    ck_assert_ptr_nonnull(strstr(h, "--cpu-only"));
-    h = cc_failure_hint("job.c:(.text+0x1): undefined reference to `ddprt_main'", 0);
+    ck_assert_ptr_nonnull(strstr(h, "zlib1g-dev"));
+    h = cc_failure_hint("job.c:(.text+0x1): undefined reference to `ddprt_main'");
     ck_assert_ptr_nonnull(h);
     ck_assert_ptr_nonnull(strstr(h, "make install"));
 }
