@@ -154,35 +154,19 @@ END_TEST
 
 /* ---- bad data at run time: clear error naming the file, no hang, no orphan ---- */
 
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
 /* IDX images [n, 4, 4] and labels [n] of a learnable 3-class problem. */
 static void write_idx(const char *images, const char *labels, int n, unsigned seed)
 {
-    size_t isz = 16 + (size_t)n * 16, lsz = 8 + (size_t)n;
-    unsigned char *im = calloc(1, isz), *lb = calloc(1, lsz);
+    unsigned char *im = calloc((size_t)n, 16), *lb = calloc((size_t)n, 1);
     ck_assert(im && lb);
-    put_be32(im, 0x00000803);
-    put_be32(im + 4, (uint32_t)n);
-    put_be32(im + 8, 4);
-    put_be32(im + 12, 4);
-    put_be32(lb, 0x00000801);
-    put_be32(lb + 4, (uint32_t)n);
     for (int i = 0; i < n; i++) {
         int c = (int)((seed + (unsigned)i * 7u) % 3u);
-        lb[8 + i] = (unsigned char)c;
+        lb[i] = (unsigned char)c;
         for (int j = 0; j < 16; j++)
-            im[16 + (size_t)i * 16 + (size_t)j] =
+            im[(size_t)i * 16 + (size_t)j] =
                 (unsigned char)(((j % 3) == c ? 200 : 20) + ((unsigned)(i * 31 + j * 17) % 40));
     }
-    ck_assert_int_eq(write_file(images, im, isz), 0);
-    ck_assert_int_eq(write_file(labels, lb, lsz), 0);
+    ck_assert_int_eq(write_idx_pair(images, labels, n, 4, 4, im, lb), 0);
     free(im);
     free(lb);
 }

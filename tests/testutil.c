@@ -8,6 +8,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +350,38 @@ int write_file(const char *path, const void *data, size_t len)
     size_t w = fwrite(data, 1, len, f);
     int rc = fclose(f);
     return (w == len && rc == 0) ? 0 : -1;
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+int write_idx_pair(const char *images, const char *labels, int n, int rows, int cols,
+                   const unsigned char *pixels, const unsigned char *label_bytes)
+{
+    size_t npix = (size_t)n * (size_t)rows * (size_t)cols;
+    unsigned char *im = malloc(16 + npix), *lb = malloc(8 + (size_t)n);
+    int rc = -1;
+    if (!im || !lb)
+        goto done;
+    put_be32(im, 0x00000803);
+    put_be32(im + 4, (uint32_t)n);
+    put_be32(im + 8, (uint32_t)rows);
+    put_be32(im + 12, (uint32_t)cols);
+    memcpy(im + 16, pixels, npix);
+    put_be32(lb, 0x00000801);
+    put_be32(lb + 4, (uint32_t)n);
+    memcpy(lb + 8, label_bytes, (size_t)n);
+    if (write_file(images, im, 16 + npix) == 0 && write_file(labels, lb, 8 + (size_t)n) == 0)
+        rc = 0;
+done:
+    free(im);
+    free(lb);
+    return rc;
 }
 
 double find_kv(const char *text, const char *key)

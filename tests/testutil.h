@@ -65,6 +65,11 @@ const char *test_build(void);
 char *make_temp_dir(const char *tag);
 int   rm_tree(const char *path);
 int   write_file(const char *path, const void *data, size_t len);
+/* Writes an IDX pair as the Fashion-MNIST files are laid out: images
+ * [n, rows, cols] of uint8 (magic 0x803) and labels [n] of uint8 (0x801).
+ * Returns 0, or -1 if a file could not be written. */
+int   write_idx_pair(const char *images, const char *labels, int n, int rows, int cols,
+                     const unsigned char *pixels, const unsigned char *label_bytes);
 /* The double after "key=" in text (first occurrence at or after from), or NAN. */
 double find_kv(const char *text, const char *key);
 
