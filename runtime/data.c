@@ -253,17 +253,75 @@ static int labels_from_raw(struct ddpc_dataset *ds, const unsigned char *raw, in
 
 /* ===== IDX ===== */
 
-struct idx_array {
-    int      type;          /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 */
+/* A whole array as an IDX or NPY file stores it, before conversion. */
+struct raw_array {
+    char     kind;          /* 'u' 'i' 'f' */
+    int      size;          /* bytes per element */
+    int      big_endian;    /* IDX: always; NPY: from its descr */
     int      ndims;
-    int64_t  dims[4];
+    int64_t  dims[8];
     int64_t  count;         /* elements */
-    char     kind;
-    int      size;
-    unsigned char *raw;     /* [count * size], big endian as stored; owned */
+    unsigned char *raw;     /* [count * size], as stored; owned */
 };
 
-static int idx_read(const char *path, const char *what, struct idx_array *a,
+/* Checks that inputs x and labels y describe the same samples and makes x
+ * the dataset's inputs: uint8 and native float32 are taken over without a
+ * copy, anything else is converted to float. Labels are the caller's. */
+static int inputs_from_array(const struct ddpc_data_source *src, struct raw_array *x,
+                             const struct raw_array *y, struct ddpc_dataset *ds,
+                             struct ddpc_err *e)
+{
+    ds->n = x->dims[0];
+    int64_t feat = x->count / x->dims[0];
+    if (y->dims[0] != ds->n)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld samples but %s has %lld labels; they "
+                         "must match", src->inputs, (long long)ds->n, src->labels,
+                         (long long)y->dims[0]);
+    if (feat > INT32_MAX)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: %lld features per sample is too many",
+                         src->inputs, (long long)feat);
+    ds->features = (int32_t)feat;
+    if (x->kind == 'u' && x->size == 1) {
+        ds->dtype = DDPC_DTYPE_U8;
+        ds->u8_scale = 1.0f / 255.0f;
+        ds->x = x->raw;
+        x->raw = NULL;
+    } else if (x->kind == 'f' && x->size == 4 && x->big_endian == host_big_endian()) {
+        ds->dtype = DDPC_DTYPE_F32;
+        ds->u8_scale = 1.0f;
+        ds->x = x->raw;
+        x->raw = NULL;
+    } else {
+        float *xf = malloc((size_t)x->count * sizeof *xf);
+        if (!xf)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
+        for (int64_t i = 0; i < x->count; i++)
+            xf[i] = (float)elem_load(x->raw + (size_t)i * x->size, x->kind, x->size,
+                                     x->big_endian);
+        ds->dtype = DDPC_DTYPE_F32;
+        ds->u8_scale = 1.0f;
+        ds->x = xf;
+    }
+    return 0;
+}
+
+/* Reads src's inputs and labels with one format's reader; on failure
+ * nothing is left allocated. */
+static int read_pair(int (*reader)(const char *, const char *, struct raw_array *,
+                                   struct ddpc_err *),
+                     const struct ddpc_data_source *src, struct raw_array *x,
+                     struct raw_array *y, struct ddpc_err *e)
+{
+    DDPC_TRY(reader(src->inputs, "data inputs", x, e));
+    int rc = reader(src->labels, "data labels", y, e);
+    if (rc < 0) {
+        free(x->raw);
+        x->raw = NULL;
+    }
+    return rc;
+}
+
+static int idx_read(const char *path, const char *what, struct raw_array *a,
                     struct ddpc_err *e)
 {
     memset(a, 0, sizeof *a);
@@ -273,9 +331,9 @@ static int idx_read(const char *path, const char *what, struct idx_array *a,
     int rc = read_exact(&f, path, hdr, 4, "IDX header", e);
     if (rc < 0)
         goto out;
-    a->type = hdr[2];
+    a->big_endian = 1;
     a->ndims = hdr[3];
-    switch (a->type) {
+    switch (hdr[2]) {
     case 0x08: a->kind = 'u'; a->size = 1; break;
     case 0x09: a->kind = 'i'; a->size = 1; break;
     case 0x0B: a->kind = 'i'; a->size = 2; break;
@@ -320,67 +378,20 @@ out:
 static int load_idx(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                     struct ddpc_err *e)
 {
-    struct idx_array x, y;
-    DDPC_TRY(idx_read(src->inputs, "data inputs", &x, e));
-    int rc = idx_read(src->labels, "data labels", &y, e);
-    if (rc < 0) {
-        free(x.raw);
-        return rc;
-    }
-    ds->n = x.dims[0];
-    int64_t feat = x.count / x.dims[0];
-    if (y.ndims != 1) {
+    struct raw_array x, y;
+    DDPC_TRY(read_pair(idx_read, src, &x, &y, e));
+    int rc;
+    if (y.ndims != 1)
         rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: labels must be one-dimensional, the file has %d "
                        "dimensions", src->labels, y.ndims);
-        goto out;
-    }
-    if (y.dims[0] != ds->n) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld samples but %s has %lld labels; they "
-                       "must match", src->inputs, (long long)ds->n, src->labels,
-                       (long long)y.dims[0]);
-        goto out;
-    }
-    if (feat > INT32_MAX) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: %lld features per sample is too many",
-                       src->inputs, (long long)feat);
-        goto out;
-    }
-    ds->features = (int32_t)feat;
-    if (x.type == 0x08) {
-        ds->dtype = DDPC_DTYPE_U8;
-        ds->u8_scale = 1.0f / 255.0f;
-        ds->x = x.raw;
-        x.raw = NULL;
-    } else {
-        float *xf = malloc((size_t)x.count * sizeof *xf);
-        if (!xf) {
-            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
-            goto out;
-        }
-        for (int64_t i = 0; i < x.count; i++)
-            xf[i] = (float)elem_load(x.raw + (size_t)i * x.size, x.kind, x.size, 1);
-        ds->dtype = DDPC_DTYPE_F32;
-        ds->u8_scale = 1.0f;
-        ds->x = xf;
-    }
-    rc = labels_from_raw(ds, y.raw, y.count, y.kind, y.size, 1, src->labels, e);
-out:
+    else if ((rc = inputs_from_array(src, &x, &y, ds, e)) == 0)
+        rc = labels_from_raw(ds, y.raw, y.count, y.kind, y.size, y.big_endian, src->labels, e);
     free(x.raw);
     free(y.raw);
     return rc;
 }
 
 /* ===== NPY ===== */
-
-struct npy_array {
-    char     kind;          /* 'u' 'i' 'f' */
-    int      size;
-    int      big_endian;
-    int      ndims;
-    int64_t  dims[8];
-    int64_t  count;
-    unsigned char *raw;     /* owned */
-};
 
 /* Finds 'key': in the header dict and returns a pointer past the colon. */
 static const char *npy_key(const char *hdr, const char *key)
@@ -403,7 +414,7 @@ static const char *npy_key(const char *hdr, const char *key)
     return p;
 }
 
-static int npy_read(const char *path, const char *what, struct npy_array *a,
+static int npy_read(const char *path, const char *what, struct raw_array *a,
                     struct ddpc_err *e)
 {
     memset(a, 0, sizeof *a);
@@ -508,45 +519,11 @@ out:
 static int load_npy(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                     struct ddpc_err *e)
 {
-    struct npy_array x, y;
-    DDPC_TRY(npy_read(src->inputs, "data inputs", &x, e));
-    int rc = npy_read(src->labels, "data labels", &y, e);
-    if (rc < 0) {
-        free(x.raw);
-        return rc;
-    }
-    ds->n = x.dims[0];
-    int64_t feat = x.count / x.dims[0];
-    if (y.dims[0] != ds->n) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld samples but %s has %lld labels; they "
-                       "must match", src->inputs, (long long)ds->n, src->labels,
-                       (long long)y.dims[0]);
+    struct raw_array x, y;
+    DDPC_TRY(read_pair(npy_read, src, &x, &y, e));
+    int rc = inputs_from_array(src, &x, &y, ds, e);
+    if (rc < 0)
         goto out;
-    }
-    ds->features = (int32_t)feat;
-    if (x.kind == 'u' && x.size == 1) {
-        ds->dtype = DDPC_DTYPE_U8;
-        ds->u8_scale = 1.0f / 255.0f;
-        ds->x = x.raw;
-        x.raw = NULL;
-    } else if (x.kind == 'f' && x.size == 4 && x.big_endian == host_big_endian()) {
-        ds->dtype = DDPC_DTYPE_F32;
-        ds->u8_scale = 1.0f;
-        ds->x = x.raw;
-        x.raw = NULL;
-    } else {
-        float *xf = malloc((size_t)x.count * sizeof *xf);
-        if (!xf) {
-            rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
-            goto out;
-        }
-        for (int64_t i = 0; i < x.count; i++)
-            xf[i] = (float)elem_load(x.raw + (size_t)i * x.size, x.kind, x.size,
-                                     x.big_endian);
-        ds->dtype = DDPC_DTYPE_F32;
-        ds->u8_scale = 1.0f;
-        ds->x = xf;
-    }
     if (y.kind == 'f') {
         /* float labels: regression targets [n, targets] */
         int64_t tg = y.count / y.dims[0];
