@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "child_msg.h"
 #include "cuda_check.h"
 #include "ops_cuda.h"
 #include "comm_nccl.h"
@@ -68,26 +69,7 @@ static void probe_child(int fd)
             snprintf(m.names[i], sizeof m.names[i], "%.60s (sm_%d%d, %.0f GiB)", p.name,
                      p.major, p.minor, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
     }
-    const char *b = (const char *)&m;
-    size_t left = sizeof m;
-    while (left > 0) {
-        ssize_t w = write(fd, b, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            _exit(3);
-        b += w;
-        left -= (size_t)w;
-    }
-    /* _exit, not exit: the launcher's atexit handlers and stdio buffers
-     * belong to the launcher. */
-    _exit(0);
-}
-
-static void reap(pid_t pid, int *status)
-{
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
-        ;
+    child_msg_send_and_exit(fd, &m, sizeof m);
 }
 
 static int cuda_probe(struct ddpc_device_info *info, struct ddpc_err *e)
@@ -111,37 +93,9 @@ static int cuda_probe(struct ddpc_device_info *info, struct ddpc_err *e)
 
     static struct probe_msg m;
     memset(&m, 0, sizeof m);
-    size_t got = 0;
-    int timed_out = 0, read_err = 0;
-    struct pollfd pfd = {fds[0], POLLIN, 0};
-    while (got < sizeof m) {
-        int r = poll(&pfd, 1, PROBE_TIMEOUT_MS);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0) {
-            timed_out = 1;
-            break;
-        }
-        if (r < 0) {
-            read_err = errno;
-            break;
-        }
-        ssize_t n = read(fds[0], (char *)&m + got, sizeof m - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            read_err = errno;
-            break;
-        }
-        if (n == 0)
-            break;                /* EOF: the child exited */
-        got += (size_t)n;
-    }
-    close(fds[0]);
-    if (timed_out || read_err)
-        (void)kill(pid, SIGKILL);   /* our own child, by pid */
-    int status = 0;
-    reap(pid, &status);
+    struct child_msg_result r = child_msg_receive(fds[0], pid, &m, sizeof m, PROBE_TIMEOUT_MS);
+    size_t got = r.got;
+    int timed_out = r.timed_out, read_err = r.read_err, status = r.status;
 
     if (timed_out)
         return DDPC_FAIL(e, DDPC_E_DEVICE,

@@ -45,6 +45,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include "child_msg.h"
 #include "ckpt.h"
 #include "comm_shm.h"
 #include "data.h"
@@ -337,51 +338,15 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
             m.rc = -1;
             (void)snprintf(m.msg, sizeof m.msg, "%s", ce.msg);
         }
-        const char *p = (const char *)&m;
-        size_t left = sizeof m;
-        while (left > 0) {
-            ssize_t w = write(fds[1], p, left);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                _exit(3);
-            p += w;
-            left -= (size_t)w;
-        }
-        _exit(0);                      /* not exit: atexit handlers are the launcher's */
+        child_msg_send_and_exit(fds[1], &m, sizeof m);
     }
     close(fds[1]);
     static struct ddprt_probe_msg m;
     memset(&m, 0, sizeof m);
-    size_t got = 0;
-    int timed_out = 0, read_err = 0;
-    struct pollfd pfd = { fds[0], POLLIN, 0 };
-    while (got < sizeof m) {
-        int pr = poll(&pfd, 1, DDPRT_PLUGIN_PROBE_TIMEOUT_MS);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0) {
-            timed_out = pr == 0;
-            read_err = pr < 0 ? errno : 0;
-            break;
-        }
-        ssize_t n = read(fds[0], (char *)&m + got, sizeof m - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            read_err = errno;
-            break;
-        }
-        if (n == 0)
-            break;                     /* EOF: the child exited */
-        got += (size_t)n;
-    }
-    close(fds[0]);
-    if (timed_out || read_err)
-        (void)kill(pid, SIGKILL);      /* our own child, by pid */
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    struct child_msg_result r =
+        child_msg_receive(fds[0], pid, &m, sizeof m, DDPRT_PLUGIN_PROBE_TIMEOUT_MS);
+    size_t got = r.got;
+    int timed_out = r.timed_out, read_err = r.read_err, status = r.status;
     if (timed_out)
         return DDPC_FAIL(e, DDPC_E_DEVICE, "the CUDA probe (%s) did not answer within %d s",
                          path, DDPRT_PLUGIN_PROBE_TIMEOUT_MS / 1000);
