@@ -22,16 +22,22 @@ extern "C" {
 
 struct ddpc_device_info {
     int  count;                                    /* devices visible to this process */
+    int  status;        /* enum ddpc_probe_status (devprobe.h): found, no device, no
+                         * driver, or failed; only failed is an error */
+    int  cuda_error;    /* the cudaError_t behind status (0: none) */
     char names[64][DDPC_DEVICE_NAME_MAX];          /* model name of each, for warnings */
-    char note[160];     /* with count 0: the driver's reason, e.g. "cudaErrorNoDevice
-                         * (no CUDA-capable device is detected)"; "" otherwise */
+    char note[160];     /* unless found: the driver's reason, e.g. "cudaGetDeviceCount:
+                         * cudaErrorNoDevice (no CUDA-capable device is detected)" */
 };
 
 struct ddpc_backend {
     const char *name;   /* "cuda" */
     /* Launcher, before fork. Must not initialise the device runtime in the
-     * calling process (CUDA does not survive fork): probe in a child. A
-     * machine without devices gives count 0 and returns 0. */
+     * calling process (CUDA does not survive fork): probe in a child. Any
+     * answer of the driver returns 0 with info->status saying what it was
+     * (a machine without devices: count 0, status no device); devprobe.h
+     * decides what it means. Fails only when the probe itself could not
+     * answer (hung, killed). */
     int (*probe)(struct ddpc_device_info *info, struct ddpc_err *e);
     /* Worker, after fork: select `device` and fill ops. */
     int (*ops_init)(struct ddpc_ops *ops, int device, struct ddpc_err *e);

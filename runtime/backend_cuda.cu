@@ -8,7 +8,10 @@
  *     the calling process (a CUDA context does not survive fork): it forks a
  *     child that asks the driver and answers through a pipe, read with a
  *     timeout, and reaps it;
- *   - no GPU, or no driver, is not an error: count 0, return 0;
+ *   - every answer of the driver is returned, not judged: count, status
+ *     (devprobe.h: found, no device, no driver, failed), the CUDA error and
+ *     its name; the launcher decides (devprobe_decide) that only "no
+ *     device" and "no driver" mean no GPU;
  *   - ops_init and comm_init run in the worker, in that order (comm_init
  *     needs the device selected and the compute stream made by ops_init).
  *
@@ -28,46 +31,88 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
 #include "backend.h"
 #include "child_msg.h"
 #include "cuda_check.h"
+#include "devprobe.h"
 #include "ops_cuda.h"
 #include "comm_nccl.h"
 
 #define PROBE_TIMEOUT_MS 30000    /* driver init on a big node takes seconds, not 30 */
 
+/* devprobe.h spells the cudaError_t values it judges without CUDA headers */
+static_assert(DDPC_CUDA_SUCCESS == cudaSuccess, "devprobe.h");
+static_assert(DDPC_CUDA_INITIALIZATION_ERROR == cudaErrorInitializationError, "devprobe.h");
+static_assert(DDPC_CUDA_STUB_LIBRARY == cudaErrorStubLibrary, "devprobe.h");
+static_assert(DDPC_CUDA_INSUFFICIENT_DRIVER == cudaErrorInsufficientDriver, "devprobe.h");
+static_assert(DDPC_CUDA_DEVICES_UNAVAILABLE == cudaErrorDevicesUnavailable, "devprobe.h");
+static_assert(DDPC_CUDA_NO_DEVICE == cudaErrorNoDevice, "devprobe.h");
+static_assert(DDPC_CUDA_OPERATING_SYSTEM == cudaErrorOperatingSystem, "devprobe.h");
+static_assert(DDPC_CUDA_NOT_PERMITTED == cudaErrorNotPermitted, "devprobe.h");
+static_assert(DDPC_CUDA_SYSTEM_NOT_READY == cudaErrorSystemNotReady, "devprobe.h");
+static_assert(DDPC_CUDA_SYSTEM_DRIVER_MISMATCH == cudaErrorSystemDriverMismatch, "devprobe.h");
+static_assert(DDPC_CUDA_COMPAT_NOT_SUPPORTED == cudaErrorCompatNotSupportedOnDevice,
+              "devprobe.h");
+
 /* What the probe child writes: fixed size, read until EOF. */
 struct probe_msg {
-    int  count;
-    char names[64][DDPC_DEVICE_NAME_MAX];
-    char note[160];
+    struct ddpc_device_info info;
 };
 
 static cudaStream_t g_compute_stream;   /* see the file header */
 
-/* Runs in the forked child only; never returns. Every CUDA call is checked:
- * a failure becomes count 0 plus a note, which is the answer the launcher
- * needs ("no usable GPU, and why"). */
+/* Runs in the forked child only; never returns. Answers what the driver
+ * said, unjudged (see the file header): without libcuda.so.1 there is no
+ * driver (cudart would call that cudaErrorInsufficientDriver, which is also
+ * what a driver too old says, so ask the loader first). */
 static void probe_child(int fd)
 {
     static struct probe_msg m;
     memset(&m, 0, sizeof m);
+    struct ddpc_device_info *info = &m.info;
     int n = 0;
-    cudaError_t st = cudaGetDeviceCount(&n);
+    int hook = devprobe_test_error();
+    cudaError_t st;
+    if (hook > 0) {
+        st = (cudaError_t)hook;
+    } else {
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (!drv) {
+            const char *why = dlerror();
+            info->status = DDPC_PROBE_NO_DRIVER;
+            snprintf(info->note, sizeof info->note, "no CUDA driver: %s",
+                     why ? why : "libcuda.so.1 not found");
+            child_msg_send_and_exit(fd, &m, sizeof m);
+        }
+        st = cudaGetDeviceCount(&n);
+    }
     if (st != cudaSuccess) {
-        snprintf(m.note, sizeof m.note, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(st),
-                 cudaGetErrorString(st));
+        snprintf(info->note, sizeof info->note, "cudaGetDeviceCount: %s (%s)%s",
+                 cudaGetErrorName(st), cudaGetErrorString(st),
+                 hook > 0 ? " [DDPC_TEST_CUDA_PROBE_ERROR]" : "");
         n = 0;
     }
-    m.count = n;
+    info->cuda_error = (int)st;
+    info->status = devprobe_classify((int)st, n);
+    info->count = n;
     for (int i = 0; i < n && i < 64; i++) {
         cudaDeviceProp p;
         st = cudaGetDeviceProperties(&p, i);
-        if (st != cudaSuccess)
-            snprintf(m.names[i], sizeof m.names[i], "(unknown: %s)", cudaGetErrorName(st));
-        else
-            snprintf(m.names[i], sizeof m.names[i], "%.60s (sm_%d%d, %.0f GiB)", p.name,
+        if (st != cudaSuccess) {
+            /* a device that cannot be queried cannot be used either */
+            snprintf(info->names[i], sizeof info->names[i], "(unknown: %s)", cudaGetErrorName(st));
+            if (info->status == DDPC_PROBE_FOUND) {
+                info->status = DDPC_PROBE_FAILED;
+                info->cuda_error = (int)st;
+                snprintf(info->note, sizeof info->note, "cudaGetDeviceProperties(%d): %s (%s)",
+                         i, cudaGetErrorName(st), cudaGetErrorString(st));
+            }
+        } else {
+            snprintf(info->names[i], sizeof info->names[i], "%.60s (sm_%d%d, %.0f GiB)", p.name,
                      p.major, p.minor, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
+        }
     }
     child_msg_send_and_exit(fd, &m, sizeof m);
 }
@@ -114,10 +159,12 @@ static int cuda_probe(struct ddpc_device_info *info, struct ddpc_err *e)
                          "(exit status %d)", got, sizeof m,
                          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
-    info->count = m.count < 0 ? 0 : m.count;
-    for (int i = 0; i < info->count && i < 64; i++)
-        snprintf(info->names[i], sizeof info->names[i], "%s", m.names[i]);
-    snprintf(info->note, sizeof info->note, "%s", m.note);
+    *info = m.info;
+    for (int i = 0; i < 64; i++)   /* from another process: keep every string terminated */
+        info->names[i][DDPC_DEVICE_NAME_MAX - 1] = '\0';
+    info->note[sizeof info->note - 1] = '\0';
+    if (info->count < 0)
+        info->count = 0;
     return 0;
 }
 

@@ -17,7 +17,10 @@
  * answer is 0 GPUs at once; with it, the child dlopen()s the plugin and
  * runs its probe. The launcher dlopen()s the plugin itself only when that
  * found a GPU; with accelerator gpu it dlopen()s it at once. dlopen does
- * not initialise CUDA: workers do, after fork (ops_init).
+ * not initialise CUDA: workers do, after fork (ops_init). Only "no device"
+ * and "no driver" send auto to CPU workers; any other probe answer (a
+ * driver too old, a busy GPU, a broken install, a probe that hangs) stops
+ * the job with its cause (devprobe.h).
  *
  * checkpoint_dir and the export, from the launcher's side: checked before
  * any worker starts (creatable, writable, room for the checkpoints the run
@@ -25,10 +28,13 @@
  * workers that died mid-write (SIGINT, SIGKILL after the grace period, an
  * earlier kill -9) are removed, so an interrupted job leaves no partial file.
  *
- * TEST HOOK (tests/test_faults.c; never set it in production):
+ * TEST HOOKS (tests/test_faults.c, tests/test_cuda.c; never set them in
+ * production):
  *   DDPC_TEST_CKPT_STOP_AFTER_BYTES=N   rank 0 stops itself with SIGSTOP
  *   after writing N bytes of its first checkpoint temp file (ckpt_set_fault),
  *   so a test can kill the job in the middle of a checkpoint write.
+ *   DDPC_TEST_CUDA_PROBE_ERROR=N   the CUDA probe answers cudaError_t N
+ *   without asking the driver (devprobe_test_error).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -50,6 +56,7 @@
 #include "comm_shm.h"
 #include "data.h"
 #include "ddprt.h"
+#include "devprobe.h"
 #include "launch.h"
 #include "worker.h"
 
@@ -321,12 +328,15 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
         struct ddpc_err ce = { 0 };
         close(fds[0]);
         /* No driver library, no GPU: answered without loading the plugin,
-         * whose CUDA libraries take ~0.1 s and ~100 MiB to map */
-        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+         * whose CUDA libraries take ~0.1 s and ~100 MiB to map (the test
+         * hook goes on to the plugin, whose probe answers for it) */
+        void *drv = devprobe_test_error() > 0 ? (void *)path
+                                              : dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
         const char *drv_err = drv ? NULL : dlerror();
         void *h = drv ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
         const struct ddpc_backend *b = h ? dlsym(h, "ddpc_cuda_backend") : NULL;
         if (!drv) {
+            m.info.status = DDPC_PROBE_NO_DRIVER;
             (void)snprintf(m.info.note, sizeof m.info.note, "no CUDA driver: %s",
                            drv_err ? drv_err : "libcuda.so.1 not found");
         } else if (!b) {
@@ -363,8 +373,21 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
     if (m.rc < 0)
         return DDPC_FAIL(e, DDPC_E_DEVICE, "%s", m.msg);
     *info = m.info;
+    for (int i = 0; i < 64; i++)   /* from another process: keep every string terminated */
+        info->names[i][DDPC_DEVICE_NAME_MAX - 1] = '\0';
+    info->note[sizeof info->note - 1] = '\0';
     if (info->count < 0)
         info->count = 0;
+    return 0;
+}
+
+/* The probe answered (r->info): go on, or stop with its reason
+ * (devprobe_decide: only "no device" and "no driver" mean no GPU). */
+static int ddprt_probe_verdict(struct ddprt_run *r, int accelerator, struct ddpc_err *e)
+{
+    char msg[sizeof e->msg];
+    if (devprobe_decide(accelerator, &r->info, msg, sizeof msg) == DDPC_CHOOSE_FAIL)
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "%s", msg);
     return 0;
 }
 
@@ -409,18 +432,31 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
         if (!r->cuda)
             DDPC_TRY(ddprt_plugin_open(r, e));   /* a GPU will be used: load it here */
         DDPC_TRY(r->cuda->probe(&r->info, e));
+        DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_GPU, e));
         (void)snprintf(r->accel_note, sizeof r->accel_note, "accelerator gpu: %d GPU%s visible",
                        r->info.count, r->info.count == 1 ? "" : "s");
         DDPC_TRY(ddprt_gpu_plan(r, e));
         break;
     case DDPC_ACCEL_AUTO: {
-        struct ddpc_err pe = { 0 };
         /* a linked backend probes here; a plugin probes in a child, and is
-         * loaded only if that finds a GPU */
-        int probed = p->cuda ? p->cuda->probe(&r->info, &pe) == 0
-                   : p->cuda_plugin ? ddprt_plugin_probe(p->cuda_plugin, &r->info, &pe) == 0
-                   : 0;
-        if (probed && r->info.count > 0) {
+         * loaded only if that finds a GPU. A probe that cannot answer (hung,
+         * killed, a plugin that will not load next to a driver) is not "no
+         * GPU": it stops the job like any other probe failure. */
+        const char *why = "built without CUDA";
+        if (p->cuda || p->cuda_plugin) {
+            struct ddpc_err pe = { 0 };
+            int rc = p->cuda ? p->cuda->probe(&r->info, &pe)
+                             : ddprt_plugin_probe(p->cuda_plugin, &r->info, &pe);
+            if (rc < 0)
+                return DDPC_FAIL(e, pe.code ? pe.code : DDPC_E_DEVICE,
+                                 "accelerator auto: %s\n---> HINT: a GPU may be present but "
+                                 "could not be probed; accelerator auto falls back to CPU "
+                                 "workers only where there is no GPU: to run on CPU workers "
+                                 "anyway, set accelerator: cpu", pe.msg);
+            DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_AUTO, e));
+            why = r->info.status == DDPC_PROBE_FOUND ? NULL : r->info.note;
+        }
+        if (!why) {
             r->cuda = p->cuda;
             if (!r->cuda)
                 DDPC_TRY(ddprt_plugin_open(r, e));
@@ -430,12 +466,10 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
             DDPC_TRY(ddprt_gpu_plan(r, e));
         } else {
             DDPC_TRY(ddprt_cpu_plan(r, e));
-            const char *why = !p->cuda && !p->cuda_plugin ? "built without CUDA"
-                            : !probed  ? pe.msg
-                            : r->info.note[0] ? r->info.note : "no GPU found";
             (void)snprintf(r->accel_note, sizeof r->accel_note,
                            "accelerator auto: no GPU found, running %d CPU worker process%s (%s)",
-                           r->local_world, r->local_world == 1 ? "" : "es", why);
+                           r->local_world, r->local_world == 1 ? "" : "es",
+                           *why ? why : "no GPU found");
         }
         break;
     }

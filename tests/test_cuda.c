@@ -12,6 +12,11 @@
  * Always (no GPU needed): the launcher's GPU decisions through ddprt_main
  * --dry-run with a fake CUDA backend whose probe answers what a test needs:
  * two different models warn; accelerator gpu with no GPU fails at once.
+ * The probe's verdict (devprobe.h) as plain C: only "no device" and "no
+ * driver" mean no GPU. And end to end through the real plugin, whose probe
+ * answers the CUDA error that DDPC_TEST_CUDA_PROBE_ERROR names: a driver
+ * too old, a busy GPU, a broken init stop the job with their cause under
+ * accelerator auto too (SKIP where the plugin is not built).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -21,6 +26,8 @@
 #include <unistd.h>
 #include "suites.h"
 #include "ddprt.h"
+#include "devprobe.h"
+#include "job.h"
 
 /* /dev/nvidia0, /dev/nvidia1, ...: one node per GPU the driver exposes to
  * this container (nvidiactl and nvidia-uvm do not count). */
@@ -137,6 +144,8 @@ static char launcher_err[8192];
 
 /* ddprt_main(job, --dry-run) in a child, stderr captured; returns its status. */
 static const char *dry_run_plugin;   /* .cuda_plugin of the next dry_run */
+static const char *dry_run_probe_error;  /* DDPC_TEST_CUDA_PROBE_ERROR in the child, or NULL */
+static int dry_run_stdout;          /* 1: capture stdout too (the dry-run report) */
 
 static int dry_run(const struct ddpc_job *j, const struct ddpc_backend *cuda)
 {
@@ -148,9 +157,11 @@ static int dry_run(const struct ddpc_job *j, const struct ddpc_backend *cuda)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout))
+        if (dry_run_stdout ? dup2(fd, 1) < 0 : !freopen("/dev/null", "w", stdout))
             _exit(99);
         dup2(fd, 2);
+        if (dry_run_probe_error && setenv("DDPC_TEST_CUDA_PROBE_ERROR", dry_run_probe_error, 1))
+            _exit(98);
         struct ddprt_program p = { .job = j, .spec_path = "two.yaml", .spec_hash = "00",
                                    .spec_text = "", .plan_json = "{}",
                                    .ddpc_version = "test", .cuda = cuda,
@@ -229,6 +240,178 @@ START_TEST(launcher_missing_cuda_plugin)
 }
 END_TEST
 
+/* ===== the probe's verdict (devprobe.h), as plain C ===== */
+
+START_TEST(probe_classify_only_no_device_means_none)
+{
+    ck_assert_int_eq(devprobe_classify(DDPC_CUDA_SUCCESS, 2), DDPC_PROBE_FOUND);
+    ck_assert_int_eq(devprobe_classify(DDPC_CUDA_SUCCESS, 0), DDPC_PROBE_NO_DEVICE);
+    ck_assert_int_eq(devprobe_classify(DDPC_CUDA_NO_DEVICE, 0), DDPC_PROBE_NO_DEVICE);
+    static const int failed[] = {
+        DDPC_CUDA_INSUFFICIENT_DRIVER, DDPC_CUDA_DEVICES_UNAVAILABLE,
+        DDPC_CUDA_INITIALIZATION_ERROR, DDPC_CUDA_SYSTEM_DRIVER_MISMATCH,
+        DDPC_CUDA_COMPAT_NOT_SUPPORTED, DDPC_CUDA_STUB_LIBRARY, DDPC_CUDA_NOT_PERMITTED,
+        DDPC_CUDA_OPERATING_SYSTEM, DDPC_CUDA_SYSTEM_NOT_READY, 999 /* cudaErrorUnknown */,
+        101 /* cudaErrorInvalidDevice */,
+    };
+    for (size_t i = 0; i < sizeof failed / sizeof failed[0]; i++)
+        ck_assert_msg(devprobe_classify(failed[i], 0) == DDPC_PROBE_FAILED,
+                      "cudaError %d must be a failure, not 'no GPU'", failed[i]);
+}
+END_TEST
+
+static struct ddpc_device_info probe_info(int status, int cuda_error, int count, const char *note)
+{
+    struct ddpc_device_info info;
+    memset(&info, 0, sizeof info);
+    info.status = status;
+    info.cuda_error = cuda_error;
+    info.count = count;
+    snprintf(info.note, sizeof info.note, "%s", note);
+    return info;
+}
+
+START_TEST(probe_decide_each_answer)
+{
+    char msg[1024];
+    struct ddpc_device_info found = probe_info(DDPC_PROBE_FOUND, 0, 1, "");
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_AUTO, &found, msg, sizeof msg), DDPC_CHOOSE_GPU);
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_GPU, &found, msg, sizeof msg), DDPC_CHOOSE_GPU);
+
+    /* no device / no driver: auto runs on CPU workers and says why; gpu goes
+     * on to the plan, which names the listed device it cannot find */
+    struct ddpc_device_info none = probe_info(DDPC_PROBE_NO_DEVICE, DDPC_CUDA_NO_DEVICE, 0,
+                                              "cudaGetDeviceCount: cudaErrorNoDevice (x)");
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_AUTO, &none, msg, sizeof msg), DDPC_CHOOSE_CPU);
+    ck_assert_str_eq(msg, "cudaGetDeviceCount: cudaErrorNoDevice (x)");
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_GPU, &none, msg, sizeof msg), DDPC_CHOOSE_GPU);
+    struct ddpc_device_info nodrv = probe_info(DDPC_PROBE_NO_DRIVER, 0, 0, "no CUDA driver: y");
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_AUTO, &nodrv, msg, sizeof msg), DDPC_CHOOSE_CPU);
+    ck_assert_str_eq(msg, "no CUDA driver: y");
+    struct ddpc_device_info zero = probe_info(DDPC_PROBE_FOUND, 0, 0, "");
+    ck_assert_int_eq(devprobe_decide(DDPC_ACCEL_AUTO, &zero, msg, sizeof msg), DDPC_CHOOSE_CPU);
+
+    /* every other answer stops the job, names the error and what to do */
+    static const struct { int err; const char *name, *hint; } fails[] = {
+        {DDPC_CUDA_INSUFFICIENT_DRIVER, "cudaErrorInsufficientDriver", "driver is too old"},
+        {DDPC_CUDA_DEVICES_UNAVAILABLE, "cudaErrorDevicesUnavailable", "exclusive-process"},
+        {DDPC_CUDA_SYSTEM_DRIVER_MISMATCH, "cudaErrorSystemDriverMismatch", "reboot"},
+        {DDPC_CUDA_INITIALIZATION_ERROR, "cudaErrorInitializationError", "dmesg"},
+    };
+    for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
+        char note[160];
+        snprintf(note, sizeof note, "cudaGetDeviceCount: %s (text)", fails[i].name);
+        struct ddpc_device_info bad = probe_info(DDPC_PROBE_FAILED, fails[i].err, 0, note);
+        for (int g = 0; g < 2; g++) {
+            int accel = g ? DDPC_ACCEL_GPU : DDPC_ACCEL_AUTO;
+            ck_assert_int_eq(devprobe_decide(accel, &bad, msg, sizeof msg), DDPC_CHOOSE_FAIL);
+            ck_assert_msg(strstr(msg, fails[i].name) && strstr(msg, fails[i].hint) &&
+                          strstr(msg, "---> HINT"), "%s", msg);
+            ck_assert_msg(g || strstr(msg, "set accelerator: cpu"), "auto: %s", msg);
+        }
+    }
+}
+END_TEST
+
+START_TEST(probe_test_hook_parsing)
+{
+    static const struct { const char *v; int want; } cases[] = {
+        {NULL, -1}, {"", -1}, {"35", 35}, {"100", 100}, {"0", -1}, {"-3", -1},
+        {"35x", -1}, {"cudaErrorNoDevice", -1}, {"100000", -1},
+    };
+    const char *old = getenv("DDPC_TEST_CUDA_PROBE_ERROR");
+    char *keep = old ? strdup(old) : NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].v)
+            ck_assert_int_eq(setenv("DDPC_TEST_CUDA_PROBE_ERROR", cases[i].v, 1), 0);
+        else
+            ck_assert_int_eq(unsetenv("DDPC_TEST_CUDA_PROBE_ERROR"), 0);
+        ck_assert_msg(devprobe_test_error() == cases[i].want, "'%s'",
+                      cases[i].v ? cases[i].v : "(unset)");
+    }
+    if (keep)
+        setenv("DDPC_TEST_CUDA_PROBE_ERROR", keep, 1);
+    else
+        unsetenv("DDPC_TEST_CUDA_PROBE_ERROR");
+    free(keep);
+}
+END_TEST
+
+/* End to end through the real plugin (build/lib/libddprt_cuda.so): the
+ * launcher's probe child loads it, its probe forks and answers the error
+ * the test hook names, and the launcher decides. */
+static char plugin_path[4096];
+
+static int have_plugin(void)
+{
+    const char *b = getenv("DDPC_BUILD");
+    snprintf(plugin_path, sizeof plugin_path, "%s/lib/libddprt_cuda.so", b ? b : "build");
+    if (access(plugin_path, R_OK) == 0)
+        return 1;
+    printf("SKIP cuda probe end to end: %s not built (needs nvcc)\n", plugin_path);
+    return 0;
+}
+
+static int hooked_dry_run(struct ddpc_job *j, int accel, const char *err)
+{
+    j->accelerator = accel;
+    dry_run_plugin = plugin_path;
+    dry_run_probe_error = err;
+    dry_run_stdout = 1;
+    int rc = dry_run(j, NULL);
+    dry_run_plugin = NULL;
+    dry_run_probe_error = NULL;
+    dry_run_stdout = 0;
+    return rc;
+}
+
+START_TEST(launcher_probe_failure_is_not_no_gpu)
+{
+    if (!have_plugin())
+        return;
+    struct ddpc_job j;
+    two_gpu_job(&j);
+    /* a driver too old for CUDA 13, a busy or exclusive GPU: auto and gpu
+     * both stop, naming the error and the way out; never CPU workers */
+    static const struct { const char *code, *name, *hint; } fails[] = {
+        {"35", "cudaErrorInsufficientDriver", "driver is too old"},
+        {"46", "cudaErrorDevicesUnavailable", "exclusive-process"},
+        {"3", "cudaErrorInitializationError", "dmesg"},
+    };
+    for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
+        int rc = hooked_dry_run(&j, DDPC_ACCEL_AUTO, fails[i].code);
+        ck_assert_msg(rc == 1 && strstr(launcher_err, fails[i].name) &&
+                      strstr(launcher_err, fails[i].hint) &&
+                      strstr(launcher_err, "set accelerator: cpu") &&
+                      !strstr(launcher_err, "CPU worker process"),
+                      "auto, cudaError %s: rc %d\n%s", fails[i].code, rc, launcher_err);
+        rc = hooked_dry_run(&j, DDPC_ACCEL_GPU, fails[i].code);
+        ck_assert_msg(rc == 1 && strstr(launcher_err, fails[i].name) &&
+                      strstr(launcher_err, fails[i].hint),
+                      "gpu, cudaError %s: rc %d\n%s", fails[i].code, rc, launcher_err);
+    }
+    /* no device: auto runs CPU workers and says why; gpu names the device */
+    int rc = hooked_dry_run(&j, DDPC_ACCEL_AUTO, "100");
+    ck_assert_msg(rc == 0 && strstr(launcher_err, "no GPU found") &&
+                  strstr(launcher_err, "cudaErrorNoDevice"), "auto, no device: rc %d\n%s", rc,
+                  launcher_err);
+    rc = hooked_dry_run(&j, DDPC_ACCEL_GPU, "100");
+    ck_assert_msg(rc == 1 && strstr(launcher_err, "GPU 0 not found: no GPU is visible") &&
+                  strstr(launcher_err, "cudaErrorNoDevice"), "gpu, no device: rc %d\n%s", rc,
+                  launcher_err);
+    /* a plugin that will not load where a driver is (the hook stands for
+     * the driver) is a broken install, not "no GPU" */
+    j.accelerator = DDPC_ACCEL_AUTO;
+    dry_run_plugin = "/nonexistent/ddpc/lib/libddprt_cuda.so";
+    dry_run_probe_error = "100";
+    rc = dry_run(&j, NULL);
+    dry_run_plugin = NULL;
+    dry_run_probe_error = NULL;
+    ck_assert_msg(rc == 1 && strstr(launcher_err, "could not be loaded") &&
+                  strstr(launcher_err, "set accelerator: cpu"), "rc %d\n%s", rc, launcher_err);
+}
+END_TEST
+
 Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
@@ -236,6 +419,11 @@ Suite *cuda_suite(void)
     tcase_add_test(tl, launcher_warns_on_mixed_gpu_models);
     tcase_add_test(tl, launcher_gpu_without_gpus_fails_at_once);
     tcase_add_test(tl, launcher_missing_cuda_plugin);
+    tcase_add_test(tl, probe_classify_only_no_device_means_none);
+    tcase_add_test(tl, probe_decide_each_answer);
+    tcase_add_test(tl, probe_test_hook_parsing);
+    tcase_add_test(tl, launcher_probe_failure_is_not_no_gpu);
+    tcase_set_timeout(tl, 60);   /* ~12 probes that each load the CUDA libraries */
     suite_add_tcase(s, tl);
     int gpus = gpu_nodes();
     find_test_gpu();

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include "backend.h"
+#include "devprobe.h"
 
 int main(int argc, char **argv)
 {
@@ -37,6 +38,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "cuda-link-check: probe failed: %s (%s:%d)\n", e.msg,
                 e.file ? e.file : "?", e.line);
         return 1;
+    }
+    if (info.status == DDPC_PROBE_FAILED) {
+        printf("cuda-link-check: backend \"%s\" loaded; probe FAILED: %s; a job with "
+               "accelerator auto or gpu would stop with that reason\n", b->name, info.note);
+        return 0;
     }
     if (info.count == 0) {
         printf("cuda-link-check: backend \"%s\" loaded; probe: 0 CUDA devices (%s); "
