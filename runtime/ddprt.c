@@ -381,13 +381,18 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
     return 0;
 }
 
-/* The probe answered (r->info): go on, or stop with its reason
- * (devprobe_decide: only "no device" and "no driver" mean no GPU). */
-static int ddprt_probe_verdict(struct ddprt_run *r, int accelerator, struct ddpc_err *e)
+/* The probe answered (r->info): stop with its reason, or go on, *use_gpu
+ * (if not NULL) saying whether GPU workers are planned (devprobe_decide:
+ * only "no device" and "no driver" mean no GPU). */
+static int ddprt_probe_verdict(struct ddprt_run *r, int accelerator, int *use_gpu,
+                               struct ddpc_err *e)
 {
     char msg[sizeof e->msg];
-    if (devprobe_decide(accelerator, &r->info, msg, sizeof msg) == DDPC_CHOOSE_FAIL)
+    enum ddpc_accel_choice c = devprobe_decide(accelerator, &r->info, msg, sizeof msg);
+    if (c == DDPC_CHOOSE_FAIL)
         return DDPC_FAIL(e, DDPC_E_DEVICE, "%s", msg);
+    if (use_gpu)
+        *use_gpu = c == DDPC_CHOOSE_GPU;
     return 0;
 }
 
@@ -432,7 +437,7 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
         if (!r->cuda)
             DDPC_TRY(ddprt_plugin_open(r, e));   /* a GPU will be used: load it here */
         DDPC_TRY(r->cuda->probe(&r->info, e));
-        DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_GPU, e));
+        DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_GPU, NULL, e));
         (void)snprintf(r->accel_note, sizeof r->accel_note, "accelerator gpu: %d GPU%s visible",
                        r->info.count, r->info.count == 1 ? "" : "s");
         DDPC_TRY(ddprt_gpu_plan(r, e));
@@ -453,8 +458,9 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
                                  "could not be probed; accelerator auto falls back to CPU "
                                  "workers only where there is no GPU: to run on CPU workers "
                                  "anyway, set accelerator: cpu", pe.msg);
-            DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_AUTO, e));
-            why = r->info.status == DDPC_PROBE_FOUND ? NULL : r->info.note;
+            int gpu = 0;
+            DDPC_TRY(ddprt_probe_verdict(r, DDPC_ACCEL_AUTO, &gpu, e));
+            why = gpu ? NULL : r->info.note;
         }
         if (!why) {
             r->cuda = p->cuda;
