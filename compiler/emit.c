@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include "buf.h"
 #include "emit.h"
+#include "keytab.h"
 
 extern char **environ;
 
@@ -70,22 +71,21 @@ static void def(struct defs *df, const char *name, const char *body)
     buf_printf(&df->out, "m4_define(" QL "%s" QR ", " QL QL "%s" QR QR ")\n", name, body);
 }
 
+/* An integer as a C constant of its own type: INT64_C beyond int32. */
+static void c_i64(char *s, size_t n, int64_t v)
+{
+    if (v == INT64_MIN)
+        snprintf(s, n, "(-INT64_C(9223372036854775807) - 1)");
+    else if (v > INT32_MAX || v < INT32_MIN)
+        snprintf(s, n, "INT64_C(%lld)", (long long)v);
+    else
+        snprintf(s, n, "%lld", (long long)v);
+}
+
 static void def_i64(struct defs *df, const char *name, int64_t v)
 {
     char s[48];
-    if (v == INT64_MIN)
-        snprintf(s, sizeof s, "(-INT64_C(9223372036854775807) - 1)");
-    else if (v > INT32_MAX || v < INT32_MIN)
-        snprintf(s, sizeof s, "INT64_C(%lld)", (long long)v);
-    else
-        snprintf(s, sizeof s, "%lld", (long long)v);
-    def(df, name, s);
-}
-
-static void def_u64(struct defs *df, const char *name, uint64_t v)
-{
-    char s[48];
-    snprintf(s, sizeof s, "UINT64_C(%llu)", (unsigned long long)v);
+    c_i64(s, sizeof s, v);
     def(df, name, s);
 }
 
@@ -141,152 +141,93 @@ static void def_cbytes(struct defs *df, const char *name, const char *s, size_t 
     buf_free(&b);
 }
 
-static void def_enum(struct defs *df, const char *name, int v, const char *const *names,
-                     int n)
+/* ---- the job: one designated initializer per field, from the key table ---- */
+
+struct job_init {
+    struct defs *df;
+    struct ddpc_buf b;
+};
+
+/* "    .data.train.format = DDPC_DATA_SYNTHETIC,\n" for one field (keytab.h's
+ * walk; path is the field's C designator). */
+static void init_field(void *ctx, const struct ddpc_field *f, const char *path, const char *p,
+                       const char *blk)
 {
-    if (v < 0 || v >= n) {
-        if (!df->bad)
-            diag_add(df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
-                     "internal error: %s has no enumerator %d", name, v);
-        df->bad = 1;
+    struct job_init *ji = ctx;
+    struct ddpc_buf *b = &ji->b;
+    char num[48];
+    buf_printf(b, "    .%s = ", path);
+    switch (f->type) {
+    case DDPC_FT_I32:
+    case DDPC_FT_BOOL:
+    case DDPC_FT_I64:
+        c_i64(num, sizeof num, ddpc_field_i64(f, p));
+        buf_puts(b, num);
+        break;
+    case DDPC_FT_U64:
+        buf_printf(b, "UINT64_C(%llu)", (unsigned long long)ddpc_field_u64(p));
+        break;
+    case DDPC_FT_F64: {
+        double v = ddpc_field_f64(p);
+        if (!isfinite(v)) {
+            if (!ji->df->bad)
+                diag_add(ji->df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                         "%s is not a finite number", path);
+            ji->df->bad = 1;
+            return;
+        }
+        c_double(num, sizeof num, v);
+        buf_puts(b, num);
+        break;
+    }
+    case DDPC_FT_STR:
+        buf_c_str_or_null(b, ddpc_field_str(p));
+        break;
+    case DDPC_FT_ENUM: {
+        const struct ddpc_enum_value *v = ddpc_enum_find(f->e, (int)ddpc_field_i64(f, p));
+        if (!v) {
+            if (!ji->df->bad)
+                diag_add(ji->df->d, DDPC_SEV_ERROR, "ddpc", 0, 0, "",
+                         "internal error: %s has no enumerator %lld", path,
+                         (long long)ddpc_field_i64(f, p));
+            ji->df->bad = 1;
+            return;
+        }
+        buf_puts(b, v->cname);
+        break;
+    }
+    case DDPC_FT_I32_LIST: {
+        /* "{ a, b, c }" of the used elements; at least one, so never empty */
+        int n = ddpc_field_count(f, blk);
+        buf_puts(b, "{ ");
+        for (int i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, p + (size_t)i * sizeof v, sizeof v);
+            buf_printf(b, "%s%d", i ? ", " : "", v);
+        }
+        buf_puts(b, n ? " }" : "0 }");
+        break;
+    }
+    default:
         return;
     }
-    def(df, name, names[v]);
+    buf_puts(b, ",\n");
 }
 
-#define DEF_ENUM(df, name, v, names) \
-    def_enum((df), (name), (int)(v), (names), (int)(sizeof(names) / sizeof(names[0])))
-
-static const char *const accel_names[] = { "DDPC_ACCEL_AUTO", "DDPC_ACCEL_CPU", "DDPC_ACCEL_GPU" };
-static const char *const strategy_names[] = { "DDPC_STRATEGY_DDP", "DDPC_STRATEGY_NONE" };
-static const char *const scaling_names[] = { "DDPC_LR_SCALING_NONE", "DDPC_LR_SCALING_LINEAR",
-                                             "DDPC_LR_SCALING_SQRT" };
-static const char *const precision_names[] = { "DDPC_PRECISION_FP32", "DDPC_PRECISION_BF16",
-                                               "DDPC_PRECISION_FP16" };
-static const char *const model_names[] = { "DDPC_MODEL_MLP", "DDPC_MODEL_LINEAR" };
-static const char *const act_names[] = { "DDPC_ACT_RELU", "DDPC_ACT_GELU", "DDPC_ACT_TANH",
-                                         "DDPC_ACT_SIGMOID", "DDPC_ACT_IDENTITY" };
-static const char *const init_names[] = { "DDPC_INIT_PYTORCH", "DDPC_INIT_XAVIER_UNIFORM",
-                                          "DDPC_INIT_KAIMING_NORMAL" };
-static const char *const loss_names[] = { "DDPC_LOSS_CROSS_ENTROPY", "DDPC_LOSS_MSE" };
-static const char *const format_names[] = { "DDPC_DATA_IDX", "DDPC_DATA_NPY", "DDPC_DATA_CSV",
-                                            "DDPC_DATA_SYNTHETIC" };
-static const char *const optim_names[] = { "DDPC_OPTIM_ADAM", "DDPC_OPTIM_ADAMW",
-                                           "DDPC_OPTIM_SGD" };
-static const char *const decay_names[] = { "DDPC_DECAY_CONSTANT", "DDPC_DECAY_COSINE",
-                                           "DDPC_DECAY_STEP" };
-static const char *const resume_names[] = { "DDPC_RESUME_AUTO", "DDPC_RESUME_NEVER",
-                                            "DDPC_RESUME_PATH" };
-static const char *const progress_names[] = { "DDPC_PROGRESS_AUTO", "DDPC_PROGRESS_ON",
-                                              "DDPC_PROGRESS_OFF" };
-static const char *const launcher_names[] = { "DDPC_LAUNCHER_LOCAL", "DDPC_LAUNCHER_SLURM" };
-
-/* "{ a, b, c }" of the first n of v (at least one element, so the
- * initializer is never empty). */
-static void def_i32_list(struct defs *df, const char *name, const int32_t *v, int n, int max)
-{
-    struct ddpc_buf b;
-    buf_init(&b);
-    if (n < 0 || n > max)
-        n = 0;
-    buf_puts(&b, "{ ");
-    for (int i = 0; i < n; i++)
-        buf_printf(&b, "%s%d", i ? ", " : "", v[i]);
-    buf_puts(&b, n ? " }" : "0 }");
-    if (b.oom)
-        df->out.oom = 1;
-    else
-        def(df, name, b.s);
-    buf_free(&b);
-}
-
-static void def_source(struct defs *df, const char *pre, const struct ddpc_data_source *s)
-{
-    char name[64];
-#define SRC(field) (snprintf(name, sizeof name, "M_%s_%s", pre, field), name)
-    DEF_ENUM(df, SRC("FORMAT"), s->format, format_names);
-    def_cstr(df, SRC("INPUTS"), s->inputs);
-    def_cstr(df, SRC("LABELS"), s->labels);
-    def_cstr(df, SRC("PATH"), s->path);
-    def_i64(df, SRC("LABEL_COLUMN"), s->label_column);
-    def_i64(df, SRC("SAMPLES"), s->samples);
-    def_i64(df, SRC("FEATURES"), s->features);
-    def_i64(df, SRC("CLASSES"), s->classes);
-    def_u64(df, SRC("SEED"), s->seed);
-#undef SRC
-}
-
-/* Every field of struct ddpc_job, in declaration order; the template
- * job_config.h.m4 names each of these macros once. */
+/* M_JOB_FIELDS: the body of job_config.h's `static const struct ddpc_job`,
+ * every field the key table reaches (a test checks that it reaches every
+ * field of job.h). */
 static void def_job(struct defs *df, const struct ddpc_job *j)
 {
-    def_i64(df, "M_VERSION_FIELD", j->version);
+    struct job_init ji = { .df = df };
+    buf_init(&ji.b);
+    ddpc_job_walk(j, init_field, &ji);
+    if (ji.b.oom)
+        df->out.oom = 1;
+    else
+        def(df, "M_JOB_FIELDS", ji.b.s);
+    buf_free(&ji.b);
     def_cstr(df, "M_NAME", j->name);
-    def_i64(df, "M_N_DEVICES", j->n_devices);
-    def_i64(df, "M_DEVICES_ALL", j->devices_all);
-    def_i32_list(df, "M_DEVICES", j->devices, j->n_devices, DDPC_MAX_DEVICES);
-    DEF_ENUM(df, "M_STRATEGY", j->strategy, strategy_names);
-    DEF_ENUM(df, "M_ACCELERATOR", j->accelerator, accel_names);
-    def_u64(df, "M_SEED", j->seed);
-    def_i64(df, "M_DETERMINISTIC", j->deterministic);
-    def_i64(df, "M_EPOCHS", j->epochs);
-    def_f64(df, "M_LEARNING_RATE", j->learning_rate);
-    DEF_ENUM(df, "M_LR_SCALING", j->lr_scaling, scaling_names);
-    def_i64(df, "M_BATCH_SIZE", j->batch_size);
-    def_i64(df, "M_GRAD_ACCUMULATION", j->grad_accumulation);
-    def_i64(df, "M_LIMIT_TRAIN_BATCHES", j->limit_train_batches);
-    def_f64(df, "M_LIMIT_TRAIN_FRACTION", j->limit_train_fraction);
-    DEF_ENUM(df, "M_PRECISION", j->precision, precision_names);
-    def_f64(df, "M_GRAD_CLIP_NORM", j->grad_clip_norm);
-    def_f64(df, "M_BUCKET_CAP_MB", j->bucket_cap_mb);
-    def_cstr(df, "M_CHECKPOINT_DIR", j->checkpoint_dir);
-    def_f64(df, "M_NCCL_TIMEOUT_S", j->nccl_timeout_s);
-    def_f64(df, "M_RANK_SYNC_TIMEOUT_S", j->rank_sync_timeout_s);
-
-    DEF_ENUM(df, "M_MODEL_TYPE", j->model.type, model_names);
-    def_i64(df, "M_MODEL_N_LAYERS", j->model.n_layers);
-    def_i32_list(df, "M_MODEL_LAYERS", j->model.layers, j->model.n_layers, DDPC_MAX_LAYERS);
-    DEF_ENUM(df, "M_MODEL_ACTIVATION", j->model.activation, act_names);
-    DEF_ENUM(df, "M_MODEL_INIT", j->model.init, init_names);
-    DEF_ENUM(df, "M_LOSS", j->loss, loss_names);
-
-    def_source(df, "TRAIN", &j->data.train);
-    def_source(df, "TEST", &j->data.test);
-    def_i64(df, "M_DATA_HAS_TEST", j->data.has_test);
-    def_i64(df, "M_DATA_SHUFFLE", j->data.shuffle);
-    def_i64(df, "M_DATA_DROP_LAST", j->data.drop_last);
-
-    DEF_ENUM(df, "M_OPTIM_TYPE", j->optimizer.type, optim_names);
-    def_f64(df, "M_OPTIM_MOMENTUM", j->optimizer.momentum);
-    def_i64(df, "M_OPTIM_NESTEROV", j->optimizer.nesterov);
-    def_f64(df, "M_OPTIM_WEIGHT_DECAY", j->optimizer.weight_decay);
-    def_f64(df, "M_OPTIM_BETA1", j->optimizer.beta1);
-    def_f64(df, "M_OPTIM_BETA2", j->optimizer.beta2);
-    def_f64(df, "M_OPTIM_EPS", j->optimizer.eps);
-
-    def_i64(df, "M_SCHED_WARMUP_STEPS", j->schedule.warmup_steps);
-    def_f64(df, "M_SCHED_WARMUP_START_FACTOR", j->schedule.warmup_start_factor);
-    DEF_ENUM(df, "M_SCHED_DECAY", j->schedule.decay, decay_names);
-    def_f64(df, "M_SCHED_MIN_LR_FACTOR", j->schedule.min_lr_factor);
-    def_i64(df, "M_SCHED_STEP_SIZE", j->schedule.step_size);
-    def_f64(df, "M_SCHED_GAMMA", j->schedule.gamma);
-
-    def_i64(df, "M_CKPT_EVERY_N_EPOCHS", j->checkpoint.every_n_epochs);
-    def_i64(df, "M_CKPT_KEEP_LAST", j->checkpoint.keep_last);
-    DEF_ENUM(df, "M_CKPT_RESUME", j->checkpoint.resume, resume_names);
-    def_cstr(df, "M_CKPT_RESUME_PATH", j->checkpoint.resume_path);
-    def_cstr(df, "M_CKPT_EXPORT_PATH", j->checkpoint.export_path);
-
-    def_i64(df, "M_LOG_EVERY_N_STEPS", j->logging.every_n_steps);
-    def_cstr(df, "M_LOG_METRICS_CSV", j->logging.metrics_csv);
-    def_cstr(df, "M_LOG_TENSORBOARD", j->logging.tensorboard);
-    DEF_ENUM(df, "M_LOG_PROGRESS", j->logging.progress, progress_names);
-
-    def_i64(df, "M_LAUNCH_NUM_NODES", j->launch.num_nodes);
-    DEF_ENUM(df, "M_LAUNCH_LAUNCHER", j->launch.launcher, launcher_names);
-    def_cstr(df, "M_LAUNCH_MASTER_ADDR", j->launch.master_addr);
-    def_i64(df, "M_LAUNCH_MASTER_PORT", j->launch.master_port);
-    def_i64(df, "M_LAUNCH_MAX_RESTARTS", j->launch.max_restarts);
 }
 
 static void def_plan(struct defs *df, const struct ddpc_plan *p)
@@ -333,6 +274,7 @@ static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct d
     def_i64(df, "M_SH_MASTER_FROM_ALLOC", from_alloc);
     def_sh(df, "M_SH_MASTER", from_alloc ? "" : m);
     def_i64(df, "M_SH_PORT", j->launch.master_port);
+    def_i64(df, "M_LAUNCH_NUM_NODES", j->launch.num_nodes);
     def_i64(df, "M_SH_GPUS",
             j->accelerator == DDPC_ACCEL_CPU || !p->world_known ? 0 : p->devices_per_node);
     /* devices: all on GPUs: no count to ask for, so whole nodes; each node

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <zlib.h>
 #include "buf.h"
+#include "keytab.h"
 #include "plan.h"
 
 /* ======================= counting samples ======================= */
@@ -620,46 +621,6 @@ void plan_free(struct ddpc_plan *p)
 
 /* ======================= output ======================= */
 
-static const char *accel_name(enum ddpc_accelerator a)
-{
-    switch (a) {
-    case DDPC_ACCEL_AUTO: return "auto";
-    case DDPC_ACCEL_CPU:  return "cpu";
-    case DDPC_ACCEL_GPU:  return "gpu";
-    }
-    return "?";
-}
-
-static const char *scaling_name(enum ddpc_lr_scaling s)
-{
-    switch (s) {
-    case DDPC_LR_SCALING_NONE:   return "none";
-    case DDPC_LR_SCALING_LINEAR: return "linear";
-    case DDPC_LR_SCALING_SQRT:   return "sqrt";
-    }
-    return "?";
-}
-
-static const char *decay_name(enum ddpc_decay dc)
-{
-    switch (dc) {
-    case DDPC_DECAY_CONSTANT: return "constant";
-    case DDPC_DECAY_COSINE:   return "cosine";
-    case DDPC_DECAY_STEP:     return "step";
-    }
-    return "?";
-}
-
-static const char *optim_name(enum ddpc_optimizer_type t)
-{
-    switch (t) {
-    case DDPC_OPTIM_ADAM:  return "adam";
-    case DDPC_OPTIM_ADAMW: return "adamw";
-    case DDPC_OPTIM_SGD:   return "sgd";
-    }
-    return "?";
-}
-
 /* Bytes for people: exact count and a binary-prefixed approximation. */
 static void put_bytes(struct ddpc_buf *b, int64_t n)
 {
@@ -717,7 +678,7 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_printf(&b, "  world size      %d = %d node%s x %d device%s (accelerator %s)\n",
                    p->world_size, p->num_nodes, p->num_nodes == 1 ? "" : "s",
                    p->devices_per_node, p->devices_per_node == 1 ? "" : "s",
-                   accel_name(job->accelerator));
+                   ddpc_enum_spell(&ddpc_enum_accelerator, job->accelerator));
         /* DistributedSampler gives every rank the same count (padded, or
          * dropped with drop_last), so each row repeats the shard */
         buf_printf(&b, "  rank  node  local  %-10s  shard samples  batches/epoch  steps/epoch\n",
@@ -736,7 +697,8 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     } else {
         buf_printf(&b, "  world size      %d node%s x every device the machine has "
                    "(counted at run time; accelerator %s)\n", p->num_nodes,
-                   p->num_nodes == 1 ? "" : "s", accel_name(job->accelerator));
+                   p->num_nodes == 1 ? "" : "s",
+                   ddpc_enum_spell(&ddpc_enum_accelerator, job->accelerator));
     }
 
     buf_puts(&b, "\ndata (per rank, DistributedSampler)\n  train samples   ");
@@ -772,13 +734,15 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                    job->grad_accumulation);
 
     buf_puts(&b, "\nlearning rate\n");
-    buf_printf(&b, "  base %g, lr_scaling %s", p->lr_base, scaling_name(job->lr_scaling));
+    buf_printf(&b, "  base %g, lr_scaling %s", p->lr_base,
+               ddpc_enum_spell(&ddpc_enum_lr_scaling, job->lr_scaling));
     if (isfinite(p->lr_factor))
         buf_printf(&b, " (x %g) -> peak %g\n", p->lr_factor, p->lr_peak);
     else
         buf_puts(&b, " -> peak depends on the world size\n");
     buf_printf(&b, "  schedule: warmup %lld steps, decay %s\n",
-               (long long)job->schedule.warmup_steps, decay_name(job->schedule.decay));
+               (long long)job->schedule.warmup_steps,
+               ddpc_enum_spell(&ddpc_enum_decay, job->schedule.decay));
     for (int i = 0; i < p->n_lr_points; i++)
         buf_printf(&b, "    step %-8lld lr %-14g %s\n", (long long)p->lr_points[i].step,
                    p->lr_points[i].lr, p->lr_points[i].what);
@@ -812,7 +776,8 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     buf_printf(&b, "\n  gradients       %lld x 4 B = ", (long long)p->total_params);
     put_bytes(&b, p->mem_grads);
     buf_printf(&b, "\n  optimizer state %d x %lld x 4 B (%s%s) = ", p->optim_states,
-               (long long)p->total_params, optim_name(job->optimizer.type),
+               (long long)p->total_params,
+               ddpc_enum_spell(&ddpc_enum_optimizer_type, job->optimizer.type),
                job->optimizer.type == DDPC_OPTIM_SGD
                    ? (p->optim_states ? " with momentum" : " without momentum") : "");
     put_bytes(&b, p->mem_optim);
@@ -944,7 +909,8 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     json_count(&b, "size", p->world_known ? p->world_size : -1);
     buf_printf(&b, ", \"num_nodes\": %d, ", p->num_nodes);
     json_count(&b, "devices_per_node", p->world_known ? p->devices_per_node : -1);
-    buf_printf(&b, ", \"accelerator\": \"%s\"}", accel_name(job->accelerator));
+    buf_printf(&b, ", \"accelerator\": \"%s\"}",
+               ddpc_enum_spell(&ddpc_enum_accelerator, job->accelerator));
 
     buf_puts(&b, ",\n  \"ranks\": [");
     for (int r = 0; p->world_known && r < p->world_size; r++)
@@ -989,13 +955,15 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
 
     buf_puts(&b, ",\n  \"learning_rate\": {");
     json_double(&b, "base", p->lr_base);
-    buf_printf(&b, ", \"scaling\": \"%s\", ", scaling_name(job->lr_scaling));
+    buf_printf(&b, ", \"scaling\": \"%s\", ",
+               ddpc_enum_spell(&ddpc_enum_lr_scaling, job->lr_scaling));
     json_double(&b, "factor", p->lr_factor);
     buf_puts(&b, ", ");
     json_double(&b, "peak", p->lr_peak);
     buf_printf(&b, ",\n    \"warmup_steps\": %lld, ", (long long)job->schedule.warmup_steps);
     json_double(&b, "warmup_start_factor", job->schedule.warmup_start_factor);
-    buf_printf(&b, ", \"decay\": \"%s\",\n    \"points\": [", decay_name(job->schedule.decay));
+    buf_printf(&b, ", \"decay\": \"%s\",\n    \"points\": [",
+               ddpc_enum_spell(&ddpc_enum_decay, job->schedule.decay));
     for (int i = 0; i < p->n_lr_points; i++) {
         buf_printf(&b, "%s\n      {\"step\": %lld, ", i ? "," : "",
                    (long long)p->lr_points[i].step);
@@ -1077,7 +1045,7 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     buf_puts(&b, "}");
 
     buf_printf(&b, ",\n  \"launch\": {\"launcher\": \"%s\", ",
-               job->launch.launcher == DDPC_LAUNCHER_SLURM ? "slurm" : "local");
+               ddpc_enum_spell(&ddpc_enum_launcher, job->launch.launcher));
     json_string(&b, "program", p->program);
     buf_puts(&b, ", \"commands\": [");
     for (int i = 0; i < p->n_commands; i++) {

@@ -57,6 +57,7 @@
 #include "data.h"
 #include "ddprt.h"
 #include "devprobe.h"
+#include "keytab.h"
 #include "launch.h"
 #include "worker.h"
 
@@ -566,129 +567,52 @@ static void put_str(FILE *f, const char *key, const char *v)
     fputs("\"\n", f);
 }
 
-#define PUT_I(key, v)  fprintf(f, "  %-34s %lld\n", key, (long long)(v))
-#define PUT_U(key, v)  fprintf(f, "  %-34s %llu\n", key, (unsigned long long)(v))
-#define PUT_D(key, v)  put_double(f, key, (double)(v))
-#define PUT_E(key, v, names) do {                                                   \
-        int v_ = (int)(v);                                                          \
-        int n_ = (int)(sizeof names / sizeof names[0]);                             \
-        fprintf(f, "  %-34s %s\n", key, v_ >= 0 && v_ < n_ ? names[v_] : "?");      \
-    } while (0)
-
-/* "data.train" + "format" -> "data.train.format" in buf. */
-static const char *key_join(char *buf, size_t len, const char *pre, const char *name)
+/* One field of the job (keytab.h's walk, in keys.def's order): its C path
+ * and its value, enums by their spec spelling. */
+static void put_field(void *ctx, const struct ddpc_field *fd, const char *path, const char *p,
+                      const char *blk)
 {
-    (void)snprintf(buf, len, "%s.%s", pre, name);
-    return buf;
-}
-
-static void put_source(FILE *f, const char *pre, const struct ddpc_data_source *s)
-{
-    static const char *fmt[] = { "idx", "npy", "csv", "synthetic" };
-    char k[64];
-#define K(name) key_join(k, sizeof k, pre, name)
-    PUT_E(K("format"), s->format, fmt);
-    put_str(f, K("inputs"), s->inputs);
-    put_str(f, K("labels"), s->labels);
-    put_str(f, K("path"), s->path);
-    PUT_I(K("label_column"), s->label_column);
-    PUT_I(K("samples"), s->samples);
-    PUT_I(K("features"), s->features);
-    PUT_I(K("classes"), s->classes);
-    PUT_U(K("seed"), s->seed);
-#undef K
+    FILE *f = ctx;
+    switch (fd->type) {
+    case DDPC_FT_I32:
+    case DDPC_FT_BOOL:
+    case DDPC_FT_I64:
+        fprintf(f, "  %-34s %lld\n", path, (long long)ddpc_field_i64(fd, p));
+        break;
+    case DDPC_FT_U64:
+        fprintf(f, "  %-34s %llu\n", path, (unsigned long long)ddpc_field_u64(p));
+        break;
+    case DDPC_FT_F64:
+        put_double(f, path, ddpc_field_f64(p));
+        break;
+    case DDPC_FT_STR:
+        put_str(f, path, ddpc_field_str(p));
+        break;
+    case DDPC_FT_ENUM: {
+        const struct ddpc_enum_value *v = ddpc_enum_find(fd->e, (int)ddpc_field_i64(fd, p));
+        fprintf(f, "  %-34s %s\n", path, v ? v->spelling : "?");
+        break;
+    }
+    case DDPC_FT_I32_LIST: {
+        int n = ddpc_field_count(fd, blk);
+        fprintf(f, "  %-34s [", path);
+        for (int i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, p + (size_t)i * sizeof v, sizeof v);
+            fprintf(f, "%s%d", i ? ", " : "", v);
+        }
+        fprintf(f, "]\n");
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 static void ddprt_print_job(FILE *f, const struct ddpc_job *j)
 {
-    static const char *accel[] = { "auto", "cpu", "gpu" };
-    static const char *strategy[] = { "ddp", "none" };
-    static const char *scaling[] = { "none", "linear", "sqrt" };
-    static const char *precision[] = { "fp32", "bf16", "fp16" };
-    static const char *model[] = { "mlp", "linear" };
-    static const char *act[] = { "relu", "gelu", "tanh", "sigmoid", "identity" };
-    static const char *init[] = { "pytorch", "xavier_uniform", "kaiming_normal" };
-    static const char *loss[] = { "cross_entropy", "mse" };
-    static const char *optim[] = { "adam", "adamw", "sgd" };
-    static const char *decay[] = { "constant", "cosine", "step" };
-    static const char *resume[] = { "auto", "never", "path" };
-    static const char *progress[] = { "auto", "on", "off" };
-    static const char *launcher[] = { "local", "slurm" };
-
     fprintf(f, "job (as baked into this binary):\n");
-    PUT_I("version", j->version);
-    put_str(f, "name", j->name);
-    PUT_I("n_devices", j->n_devices);
-    PUT_I("devices_all", j->devices_all);
-    fprintf(f, "  %-34s [", "devices");
-    for (int i = 0; i < j->n_devices && i < DDPC_MAX_DEVICES; i++)
-        fprintf(f, "%s%d", i ? ", " : "", j->devices[i]);
-    fprintf(f, "]\n");
-    PUT_E("strategy", j->strategy, strategy);
-    PUT_E("accelerator", j->accelerator, accel);
-    PUT_U("seed", j->seed);
-    PUT_I("deterministic", j->deterministic);
-    PUT_I("epochs", j->epochs);
-    PUT_D("learning_rate", j->learning_rate);
-    PUT_E("lr_scaling", j->lr_scaling, scaling);
-    PUT_I("batch_size", j->batch_size);
-    PUT_I("grad_accumulation", j->grad_accumulation);
-    PUT_I("limit_train_batches", j->limit_train_batches);
-    PUT_D("limit_train_fraction", j->limit_train_fraction);
-    PUT_E("precision", j->precision, precision);
-    PUT_D("grad_clip_norm", j->grad_clip_norm);
-    PUT_D("bucket_cap_mb", j->bucket_cap_mb);
-    put_str(f, "checkpoint_dir", j->checkpoint_dir);
-    PUT_D("nccl_timeout_s", j->nccl_timeout_s);
-    PUT_D("rank_sync_timeout_s", j->rank_sync_timeout_s);
-
-    PUT_E("model.type", j->model.type, model);
-    PUT_I("model.n_layers", j->model.n_layers);
-    fprintf(f, "  %-34s [", "model.layers");
-    for (int i = 0; i < j->model.n_layers && i < DDPC_MAX_LAYERS; i++)
-        fprintf(f, "%s%d", i ? ", " : "", j->model.layers[i]);
-    fprintf(f, "]\n");
-    PUT_E("model.activation", j->model.activation, act);
-    PUT_E("model.init", j->model.init, init);
-    PUT_E("loss", j->loss, loss);
-
-    put_source(f, "data.train", &j->data.train);
-    put_source(f, "data.test", &j->data.test);
-    PUT_I("data.has_test", j->data.has_test);
-    PUT_I("data.shuffle", j->data.shuffle);
-    PUT_I("data.drop_last", j->data.drop_last);
-
-    PUT_E("optimizer.type", j->optimizer.type, optim);
-    PUT_D("optimizer.momentum", j->optimizer.momentum);
-    PUT_I("optimizer.nesterov", j->optimizer.nesterov);
-    PUT_D("optimizer.weight_decay", j->optimizer.weight_decay);
-    PUT_D("optimizer.beta1", j->optimizer.beta1);
-    PUT_D("optimizer.beta2", j->optimizer.beta2);
-    PUT_D("optimizer.eps", j->optimizer.eps);
-
-    PUT_I("schedule.warmup_steps", j->schedule.warmup_steps);
-    PUT_D("schedule.warmup_start_factor", j->schedule.warmup_start_factor);
-    PUT_E("schedule.decay", j->schedule.decay, decay);
-    PUT_D("schedule.min_lr_factor", j->schedule.min_lr_factor);
-    PUT_I("schedule.step_size", j->schedule.step_size);
-    PUT_D("schedule.gamma", j->schedule.gamma);
-
-    PUT_I("checkpoint.every_n_epochs", j->checkpoint.every_n_epochs);
-    PUT_I("checkpoint.keep_last", j->checkpoint.keep_last);
-    PUT_E("checkpoint.resume", j->checkpoint.resume, resume);
-    put_str(f, "checkpoint.resume_path", j->checkpoint.resume_path);
-    put_str(f, "checkpoint.export_path", j->checkpoint.export_path);
-
-    PUT_I("logging.every_n_steps", j->logging.every_n_steps);
-    put_str(f, "logging.metrics_csv", j->logging.metrics_csv);
-    put_str(f, "logging.tensorboard", j->logging.tensorboard);
-    PUT_E("logging.progress", j->logging.progress, progress);
-
-    PUT_I("launch.num_nodes", j->launch.num_nodes);
-    PUT_E("launch.launcher", j->launch.launcher, launcher);
-    put_str(f, "launch.master_addr", j->launch.master_addr);
-    PUT_I("launch.master_port", j->launch.master_port);
-    PUT_I("launch.max_restarts", j->launch.max_restarts);
+    ddpc_job_walk(j, put_field, f);
 }
 
 static void ddprt_rank_label(const struct ddprt_run *r, int local, char *buf, size_t len)

@@ -20,24 +20,78 @@
 #define DDPC_MAX_DEVICES   64
 #define DDPC_MAX_LAYERS    16   /* sizes, input and output included: 784-256-10 is 3 */
 
-enum ddpc_accelerator { DDPC_ACCEL_AUTO, DDPC_ACCEL_CPU, DDPC_ACCEL_GPU };
-enum ddpc_strategy    { DDPC_STRATEGY_DDP, DDPC_STRATEGY_NONE };
-enum ddpc_lr_scaling  { DDPC_LR_SCALING_NONE, DDPC_LR_SCALING_LINEAR, DDPC_LR_SCALING_SQRT };
-enum ddpc_precision   { DDPC_PRECISION_FP32, DDPC_PRECISION_BF16, DDPC_PRECISION_FP16 };
-
-enum ddpc_model_type  { DDPC_MODEL_MLP, DDPC_MODEL_LINEAR };
-enum ddpc_activation  { DDPC_ACT_RELU, DDPC_ACT_GELU, DDPC_ACT_TANH, DDPC_ACT_SIGMOID,
-                        DDPC_ACT_IDENTITY /* output layer; not a spec value */ };
+/* Every enum is one list, X-macro style, and that list alone makes the C
+ * enum (here), its enumerator names in generated headers (compiler/emit.c)
+ * and its spellings in a spec, a schema, a reference and a dry run
+ * (spec/keytab.h). Each list calls
+ *   V(enumerator, "spelling")   a value; the n-th V is n (the default first)
+ *   A(enumerator, "spelling")   another spelling of that value (an alias)
+ *   H(enumerator, "name")       a value no spec may spell (set by a rule)
+ * and keys.def's DDPC_ENUM rows name the list. */
+#define DDPC_ENUM_LIST_strategy(V, A, H) \
+    V(DDPC_STRATEGY_DDP, "ddp") V(DDPC_STRATEGY_NONE, "none")
+#define DDPC_ENUM_LIST_accelerator(V, A, H) \
+    V(DDPC_ACCEL_AUTO, "auto") V(DDPC_ACCEL_CPU, "cpu") V(DDPC_ACCEL_GPU, "gpu") \
+    A(DDPC_ACCEL_GPU, "cuda")
+#define DDPC_ENUM_LIST_lr_scaling(V, A, H) \
+    V(DDPC_LR_SCALING_NONE, "none") V(DDPC_LR_SCALING_LINEAR, "linear") \
+    V(DDPC_LR_SCALING_SQRT, "sqrt")
+#define DDPC_ENUM_LIST_precision(V, A, H) \
+    V(DDPC_PRECISION_FP32, "fp32") V(DDPC_PRECISION_BF16, "bf16") V(DDPC_PRECISION_FP16, "fp16") \
+    A(DDPC_PRECISION_FP32, "32-true") A(DDPC_PRECISION_FP32, "32") \
+    A(DDPC_PRECISION_BF16, "bf16-mixed") A(DDPC_PRECISION_FP16, "16-mixed")
+#define DDPC_ENUM_LIST_model_type(V, A, H) \
+    V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear")
+/* identity: the output layer's; not a spec value */
+#define DDPC_ENUM_LIST_activation(V, A, H) \
+    V(DDPC_ACT_RELU, "relu") V(DDPC_ACT_GELU, "gelu") V(DDPC_ACT_TANH, "tanh") \
+    V(DDPC_ACT_SIGMOID, "sigmoid") H(DDPC_ACT_IDENTITY, "identity")
 /* pytorch: nn.Linear's default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for W and b */
-enum ddpc_init        { DDPC_INIT_PYTORCH, DDPC_INIT_XAVIER_UNIFORM, DDPC_INIT_KAIMING_NORMAL };
-enum ddpc_loss        { DDPC_LOSS_CROSS_ENTROPY, DDPC_LOSS_MSE };
+#define DDPC_ENUM_LIST_init(V, A, H) \
+    V(DDPC_INIT_PYTORCH, "pytorch") V(DDPC_INIT_XAVIER_UNIFORM, "xavier_uniform") \
+    V(DDPC_INIT_KAIMING_NORMAL, "kaiming_normal")
+#define DDPC_ENUM_LIST_loss(V, A, H) \
+    V(DDPC_LOSS_CROSS_ENTROPY, "cross_entropy") V(DDPC_LOSS_MSE, "mse")
+#define DDPC_ENUM_LIST_data_format(V, A, H) \
+    V(DDPC_DATA_IDX, "idx") V(DDPC_DATA_NPY, "npy") V(DDPC_DATA_CSV, "csv") \
+    V(DDPC_DATA_SYNTHETIC, "synthetic")
+#define DDPC_ENUM_LIST_optimizer_type(V, A, H) \
+    V(DDPC_OPTIM_ADAM, "adam") V(DDPC_OPTIM_ADAMW, "adamw") V(DDPC_OPTIM_SGD, "sgd")
+#define DDPC_ENUM_LIST_decay(V, A, H) \
+    V(DDPC_DECAY_CONSTANT, "constant") V(DDPC_DECAY_COSINE, "cosine") V(DDPC_DECAY_STEP, "step")
+/* path: a checkpoint file was named (checkpoint.resume is a custom key) */
+#define DDPC_ENUM_LIST_resume(V, A, H) \
+    V(DDPC_RESUME_AUTO, "auto") V(DDPC_RESUME_NEVER, "never") H(DDPC_RESUME_PATH, "path")
+#define DDPC_ENUM_LIST_progress(V, A, H) \
+    V(DDPC_PROGRESS_AUTO, "auto") V(DDPC_PROGRESS_ON, "on") V(DDPC_PROGRESS_OFF, "off")
+#define DDPC_ENUM_LIST_launcher(V, A, H) \
+    V(DDPC_LAUNCHER_LOCAL, "local") V(DDPC_LAUNCHER_SLURM, "slurm")
 
-enum ddpc_data_format { DDPC_DATA_IDX, DDPC_DATA_NPY, DDPC_DATA_CSV, DDPC_DATA_SYNTHETIC };
-enum ddpc_optimizer_type { DDPC_OPTIM_ADAM, DDPC_OPTIM_ADAMW, DDPC_OPTIM_SGD };
-enum ddpc_decay       { DDPC_DECAY_CONSTANT, DDPC_DECAY_COSINE, DDPC_DECAY_STEP };
-enum ddpc_resume      { DDPC_RESUME_AUTO, DDPC_RESUME_NEVER, DDPC_RESUME_PATH };
-enum ddpc_progress    { DDPC_PROGRESS_AUTO, DDPC_PROGRESS_ON, DDPC_PROGRESS_OFF };
-enum ddpc_launcher    { DDPC_LAUNCHER_LOCAL, DDPC_LAUNCHER_SLURM };
+/* Every list, for code that instantiates them all (spec/keytab.h). */
+#define DDPC_ENUM_LISTS(X) \
+    X(strategy) X(accelerator) X(lr_scaling) X(precision) X(model_type) X(activation) \
+    X(init) X(loss) X(data_format) X(optimizer_type) X(decay) X(resume) X(progress) \
+    X(launcher)
+
+#define DDPC_ENUMERATOR_(id, s) id,
+#define DDPC_NO_ENUMERATOR_(id, s)
+#define DDPC_ENUM_BODY_(name) \
+    DDPC_ENUM_LIST_##name(DDPC_ENUMERATOR_, DDPC_NO_ENUMERATOR_, DDPC_ENUMERATOR_)
+
+enum ddpc_strategy       { DDPC_ENUM_BODY_(strategy) };
+enum ddpc_accelerator    { DDPC_ENUM_BODY_(accelerator) };
+enum ddpc_lr_scaling     { DDPC_ENUM_BODY_(lr_scaling) };
+enum ddpc_precision      { DDPC_ENUM_BODY_(precision) };
+enum ddpc_model_type     { DDPC_ENUM_BODY_(model_type) };
+enum ddpc_activation     { DDPC_ENUM_BODY_(activation) };
+enum ddpc_init           { DDPC_ENUM_BODY_(init) };
+enum ddpc_loss           { DDPC_ENUM_BODY_(loss) };
+enum ddpc_data_format    { DDPC_ENUM_BODY_(data_format) };
+enum ddpc_optimizer_type { DDPC_ENUM_BODY_(optimizer_type) };
+enum ddpc_decay          { DDPC_ENUM_BODY_(decay) };
+enum ddpc_resume         { DDPC_ENUM_BODY_(resume) };
+enum ddpc_progress       { DDPC_ENUM_BODY_(progress) };
+enum ddpc_launcher       { DDPC_ENUM_BODY_(launcher) };
 
 /* One data source (data.train or data.test). Which fields matter depends on
  * format:

@@ -107,14 +107,12 @@ static void key_json(FILE *out, const struct ddpc_key *k, int lvl)
         break;
     case DDPC_T_ENUM: {
         fputs(", \"enum\": [", out);
-        const char *p = k->values;
+        const struct ddpc_enum *e = k->values;
         int first = 1;
-        while (*p) {
-            char v[64];
-            size_t l = strcspn(p, "|");
-            const char *eq = memchr(p, '=', l);
-            size_t nl = eq ? (size_t)(eq - p) : l;
-            snprintf(v, sizeof v, "%.*s", (int)nl, p);
+        for (int j = 0; j < e->n; j++) {
+            const char *v = e->v[j].spelling;
+            if (e->v[j].kind == DDPC_EK_HIDDEN)
+                continue;
             fputs(first ? "" : ", ", out);
             json_str(out, v);
             /* YAML reads precision: 32 as a number; accept both */
@@ -124,9 +122,6 @@ static void key_json(FILE *out, const struct ddpc_key *k, int lvl)
             if (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)
                 fputs(v[1] == 'n' ? ", true" : ", false", out);
             first = 0;
-            p += l;
-            if (*p == '|')
-                p++;
         }
         /* `key:` with no value means the default */
         fputs(", null]", out);
@@ -354,6 +349,22 @@ static void md_default(FILE *out, const struct ddpc_key *k)
     fputs("`", out);
     md_cell(out, k->def);
     fputs("`", out);
+    /* and the defaults that depend on a sibling (DDPC_DEFAULT_WHEN) */
+    for (const struct ddpc_default_when *w = ddpc_default_whens; w->name; w++) {
+        if (w->block != k->block || strcmp(w->name, k->name) != 0)
+            continue;
+        const char *eq = strchr(w->when, '=');
+        fputs("; `", out);
+        md_cell(out, w->def);
+        fprintf(out, "` when `%.*s` is ", (int)(eq - w->when), w->when);
+        int first = 1;
+        for (const char *p = eq + 1; *p;) {
+            size_t l = strcspn(p, "|");
+            fprintf(out, "%s`%.*s`", first ? "" : " or ", (int)l, p);
+            first = 0;
+            p += l + (p[l] == '|');
+        }
+    }
 }
 
 static void md_block(FILE *out, enum ddpc_block b, const char *title, unsigned *done)

@@ -45,15 +45,6 @@ static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
 static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 
-#define DDPC_OFF_ROOT(f)       offsetof(struct ddpc_job, f)
-#define DDPC_OFF_MODEL(f)      offsetof(struct ddpc_job, model.f)
-#define DDPC_OFF_DATA(f)       offsetof(struct ddpc_job, data.f)
-#define DDPC_OFF_SOURCE(f)     offsetof(struct ddpc_data_source, f)
-#define DDPC_OFF_OPTIMIZER(f)  offsetof(struct ddpc_job, optimizer.f)
-#define DDPC_OFF_SCHEDULE(f)   offsetof(struct ddpc_job, schedule.f)
-#define DDPC_OFF_CHECKPOINT(f) offsetof(struct ddpc_job, checkpoint.f)
-#define DDPC_OFF_LOGGING(f)    offsetof(struct ddpc_job, logging.f)
-#define DDPC_OFF_LAUNCH(f)     offsetof(struct ddpc_job, launch.f)
 #define NOLO     DDPC_NOLO
 #define NOHI     DDPC_NOHI
 #define REQUIRED DDPC_F_REQUIRED
@@ -63,11 +54,11 @@ static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
 #define DDPC_KEY(b, n, t, f, lo, hi, fl, def, only, chk, doc) \
     { DDPC_B_##b, #n, DDPC_T_##t, DDPC_OFF_##b(f), lo, hi, fl, def, NULL, only, DDPC_B_ROOT, \
       chk, NULL, NULL, doc },
-#define DDPC_ENUM(b, n, f, vals, fl, def, only, doc) \
-    { DDPC_B_##b, #n, DDPC_T_ENUM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, vals, only, DDPC_B_ROOT, \
-      NULL, NULL, NULL, doc },
-#define DDPC_BLOCK(b, n, ch, base, fl, doc) \
-    { DDPC_B_##b, #n, DDPC_T_BLOCK, base, NOLO, NOHI, fl, NULL, NULL, NULL, DDPC_B_##ch, \
+#define DDPC_ENUM(b, n, f, list, fl, def, only, doc) \
+    { DDPC_B_##b, #n, DDPC_T_ENUM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, &ddpc_enum_##list, only, \
+      DDPC_B_ROOT, NULL, NULL, NULL, doc },
+#define DDPC_BLOCK(b, n, ch, m, fl, doc) \
+    { DDPC_B_##b, #n, DDPC_T_BLOCK, DDPC_OFF_##b(m), NOLO, NOHI, fl, NULL, NULL, NULL, DDPC_B_##ch, \
       NULL, NULL, NULL, doc },
 #define DDPC_CUSTOM(b, n, f, fn, fl, def, only, schema, tt, doc) \
     { DDPC_B_##b, #n, DDPC_T_CUSTOM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, NULL, only, DDPC_B_ROOT, \
@@ -77,6 +68,12 @@ const struct ddpc_key ddpc_keys[] = {
 #include "keys.def"
 };
 const int ddpc_n_keys = (int)(sizeof ddpc_keys / sizeof ddpc_keys[0]);
+
+#define DDPC_DEFAULT_WHEN(b, n, when, def) { DDPC_B_##b, #n, when, def },
+const struct ddpc_default_when ddpc_default_whens[] = {
+#include "keys.def"
+    { DDPC_B_COUNT, NULL, NULL, NULL }   /* the end (the table may have no rows) */
+};
 
 #define MAX_KEYS 128   /* per-walk arrays; a test asserts ddpc_n_keys fits */
 
@@ -192,54 +189,28 @@ static int close_enough(const char *typed, const char *known, int dist)
 
 int validate_enum_value(const struct ddpc_key *k, int i, char *out, size_t cap)
 {
-    const char *p = k->values;
-    int idx = 0;
-    while (p && *p) {
-        size_t l = strcspn(p, "|");
-        if (!memchr(p, '=', l)) {
-            if (idx == i) {
-                if (l >= cap)
-                    return -1;
-                memcpy(out, p, l);
-                out[l] = '\0';
-                return 0;
-            }
-            idx++;
+    const struct ddpc_enum *e = k->values;
+    for (int j = 0, idx = 0; e && j < e->n; j++) {
+        if (e->v[j].kind != DDPC_EK_VALUE)
+            continue;
+        if (idx++ == i) {
+            if (strlen(e->v[j].spelling) >= cap)
+                return -1;
+            snprintf(out, cap, "%s", e->v[j].spelling);
+            return 0;
         }
-        p += l;
-        if (*p == '|')
-            p++;
     }
     return -1;
 }
 
-/* Index of text among an enum row's values (aliases map to their target),
- * -1 if none. */
+/* The value an enum row's spelling stands for (aliases included), -1 if none. */
 static int enum_lookup(const struct ddpc_key *k, const char *text, size_t tl)
 {
-    const char *p = k->values;
-    int idx = 0;
-    while (*p) {
-        size_t l = strcspn(p, "|");
-        const char *eq = memchr(p, '=', l);
-        size_t nl = eq ? (size_t)(eq - p) : l;
-        if (nl == tl && memcmp(p, text, tl) == 0) {
-            if (!eq)
-                return idx;
-            char target[64];
-            size_t t = l - nl - 1;
-            if (t >= sizeof target)
-                return -1;
-            memcpy(target, eq + 1, t);
-            target[t] = '\0';
-            return enum_lookup(k, target, t);
-        }
-        if (!eq)
-            idx++;
-        p += l;
-        if (*p == '|')
-            p++;
-    }
+    const struct ddpc_enum *e = k->values;
+    for (int j = 0; j < e->n; j++)
+        if (e->v[j].kind != DDPC_EK_HIDDEN && strlen(e->v[j].spelling) == tl &&
+            memcmp(e->v[j].spelling, text, tl) == 0)
+            return e->v[j].value;
     return -1;
 }
 
@@ -247,17 +218,14 @@ static int enum_lookup(const struct ddpc_key *k, const char *text, size_t tl)
 static void enum_list(const struct ddpc_key *k, char *out, size_t cap)
 {
     char canon[512] = "", alias[256] = "";
-    const char *p = k->values;
-    while (*p) {
-        size_t l = strcspn(p, "|");
-        const char *eq = memchr(p, '=', l);
-        char *dst = eq ? alias : canon;
-        size_t dl = strlen(dst), dcap = eq ? sizeof alias : sizeof canon;
-        int w = (int)(eq ? (size_t)(eq - p) : l);
-        snprintf(dst + dl, dcap - dl, "%s%.*s", dl ? ", " : "", w, p);
-        p += l;
-        if (*p == '|')
-            p++;
+    const struct ddpc_enum *e = k->values;
+    for (int j = 0; j < e->n; j++) {
+        if (e->v[j].kind == DDPC_EK_HIDDEN)
+            continue;
+        int is_alias = e->v[j].kind == DDPC_EK_ALIAS;
+        char *dst = is_alias ? alias : canon;
+        size_t dl = strlen(dst), dcap = is_alias ? sizeof alias : sizeof canon;
+        snprintf(dst + dl, dcap - dl, "%s%s", dl ? ", " : "", e->v[j].spelling);
     }
     if (alias[0])
         snprintf(out, cap, "%s (or %s)", canon, alias);
@@ -518,6 +486,18 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
     return 0;
 }
 
+/* Parses def, a default written as spec text, into field. */
+static void apply_default_text(struct ddpc_vctx *c, const struct ddpc_key *k, const char *def,
+                               void *field, const char *path)
+{
+    struct ddpc_node n;
+    memset(&n, 0, sizeof n);
+    n.kind = DDPC_NODE_SCALAR;
+    n.str = def;
+    n.len = strlen(def);
+    parse_scalar(c, k, &n, field, path);
+}
+
 /* Writes row k's default into field. */
 static void apply_default(struct ddpc_vctx *c, const struct ddpc_key *k, void *field,
                           const char *path)
@@ -539,24 +519,20 @@ static void apply_default(struct ddpc_vctx *c, const struct ddpc_key *k, void *f
         }
         return;
     }
-    struct ddpc_node n;
-    memset(&n, 0, sizeof n);
-    n.kind = DDPC_NODE_SCALAR;
-    n.str = k->def;
-    n.len = strlen(k->def);
-    parse_scalar(c, k, &n, field, path);
+    apply_default_text(c, k, k->def, field, path);
 }
 
 /* ===================== the walk ===================== */
 
 /* Whether row k applies given its block's sibling enum ("type=sgd"). On
  * false, writes "when type is sgd (type here is adam)" into why. */
-static int only_holds(const struct ddpc_key *k, const char *base, char *why, size_t cap)
+static int cond_holds(enum ddpc_block b, const char *only, const char *base, char *why,
+                      size_t cap)
 {
-    if (!k->only)
+    if (!only)
         return 1;
-    const char *eq = strchr(k->only, '=');
-    int s = key_index(k->block, k->only, (size_t)(eq - k->only));
+    const char *eq = strchr(only, '=');
+    int s = key_index(b, only, (size_t)(eq - only));
     if (s < 0)
         return 1;
     int v;
@@ -584,6 +560,11 @@ static int only_holds(const struct ddpc_key *k, const char *base, char *why, siz
     snprintf(why, cap, "when %s is %s (%s here is %s)", ddpc_keys[s].name, list,
              ddpc_keys[s].name, cur);
     return 0;
+}
+
+static int only_holds(const struct ddpc_key *k, const char *base, char *why, size_t cap)
+{
+    return cond_holds(k->block, k->only, base, why, cap);
 }
 
 static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *key,
@@ -648,14 +629,30 @@ static void parse_row(struct ddpc_vctx *c, const struct ddpc_key *k, const struc
 /* Whether the sibling enum that row k depends on has a trustworthy value:
  * given and valid, or absent with a default. Otherwise "applies only" and
  * "required when" findings would be guesses, so they are skipped. */
-static int sibling_known(const struct ddpc_key *k, const struct ddpc_node *const *given_val,
-                         const int *failed)
+static int sibling_known(enum ddpc_block b, const char *only,
+                         const struct ddpc_node *const *given_val, const int *failed)
 {
-    const char *eq = strchr(k->only, '=');
-    int s = key_index(k->block, k->only, (size_t)(eq - k->only));
+    const char *eq = strchr(only, '=');
+    int s = key_index(b, only, (size_t)(eq - only));
     if (s < 0)
         return 0;
     return given_val[s] ? !failed[s] : ddpc_keys[s].def != NULL;
+}
+
+/* Defaults that depend on a sibling enum (DDPC_DEFAULT_WHEN rows), for the
+ * keys of block b that were not given, once the siblings are known. */
+static void defaults_when(struct ddpc_vctx *c, enum ddpc_block b, char *base, const char *bpath,
+                          const struct ddpc_node *const *given_val, const int *failed)
+{
+    char path[256], why[256];
+    for (const struct ddpc_default_when *w = ddpc_default_whens; w->name; w++) {
+        int i = w->block == b ? key_index(b, w->name, strlen(w->name)) : -1;
+        if (i < 0 || given_val[i] || !sibling_known(b, w->when, given_val, failed) ||
+            !cond_holds(b, w->when, base, why, sizeof why))
+            continue;
+        join_path(path, sizeof path, bpath, w->name);
+        apply_default_text(c, &ddpc_keys[i], w->def, base + ddpc_keys[i].off, path);
+    }
 }
 
 static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
@@ -676,8 +673,10 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
         else
             apply_default(c, k, base + k->off, path);
     }
-    if (!map)
+    if (!map) {
+        defaults_when(c, b, base, bpath, given_val, failed);
         return;
+    }
 
     for (int j = 0; j < map->n; j++) {
         const struct ddpc_node *key = map->items[2 * j], *val = map->items[2 * j + 1];
@@ -706,7 +705,7 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
     /* keys that depend on a sibling enum, now that every sibling is parsed */
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
-        if (k->block != b || !k->only || !given_val[i] || !sibling_known(k, given_val, failed))
+        if (k->block != b || !k->only || !given_val[i] || !sibling_known(b, k->only, given_val, failed))
             continue;
         char why[256];
         join_path(path, sizeof path, bpath, k->name);
@@ -716,10 +715,11 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
         }
         parse_row(c, k, given_val[i], base, path);
     }
+    defaults_when(c, b, base, bpath, given_val, failed);
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
         if (k->block != b || !(k->flags & REQUIRED) || given_val[i] ||
-            (k->only && !sibling_known(k, given_val, failed)))
+            (k->only && !sibling_known(b, k->only, given_val, failed)))
             continue;
         char why[256];
         if (!only_holds(k, base, why, sizeof why))
@@ -1421,9 +1421,6 @@ static void cross_rules(struct ddpc_vctx *c)
     int world = j->n_devices * nodes;
     int several = j->devices_all || world > 1;
 
-    /* weight decay's default depends on the optimizer, like PyTorch's */
-    if (!at(c, "optimizer.weight_decay"))
-        j->optimizer.weight_decay = j->optimizer.type == DDPC_OPTIM_ADAMW ? 0.01 : 0.0;
     j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
 
     if (j->strategy == DDPC_STRATEGY_NONE && several && (n = at(c, "strategy"))) {
@@ -1470,7 +1467,7 @@ static void cross_rules(struct ddpc_vctx *c)
         (n = at(c, "precision")))
         vdiag(c, DDPC_SEV_ERROR, n, "precision", "%s needs a GPU, but accelerator is cpu; "
               "the CPU backend computes in fp32",
-              j->precision == DDPC_PRECISION_BF16 ? "bf16" : "fp16");
+              ddpc_enum_spell(&ddpc_enum_precision, j->precision));
 
     if (nodes > 1 && (n = at(c, "launch.num_nodes"))) {
         if (j->accelerator == DDPC_ACCEL_CPU)

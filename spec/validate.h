@@ -7,7 +7,8 @@
  * batch vs dataset size, resume path, multi-node). Every finding is a
  * diagnostic at the offending node; nothing is printed.
  *
- * The key table itself is exported for schema.c (the only other reader).
+ * The key table itself is exported for schema.c (the only other reader of
+ * its parsing columns; spec/keytab.h has the columns every side shares).
  */
 #ifndef DDPC_VALIDATE_H
 #define DDPC_VALIDATE_H
@@ -15,13 +16,9 @@
 #include <stddef.h>
 #include "diag.h"
 #include "job.h"
+#include "keytab.h"
 #include "load.h"
 #include "spec.h"
-
-enum ddpc_block {
-    DDPC_B_ROOT, DDPC_B_MODEL, DDPC_B_DATA, DDPC_B_SOURCE, DDPC_B_OPTIMIZER,
-    DDPC_B_SCHEDULE, DDPC_B_CHECKPOINT, DDPC_B_LOGGING, DDPC_B_LAUNCH, DDPC_B_COUNT
-};
 
 enum ddpc_key_type {
     DDPC_T_BLOCK, DDPC_T_ENUM, DDPC_T_CUSTOM,
@@ -55,7 +52,7 @@ struct ddpc_key {
     double lo, hi;
     unsigned flags;
     const char *def;            /* default: spec text (generic), JSON (custom), NULL = none */
-    const char *values;         /* ENUM: "a|b|x=a" */
+    const struct ddpc_enum *values; /* ENUM: its list (job.h) */
     const char *only;           /* "sibling=v1|v2" or NULL */
     enum ddpc_block child;      /* BLOCK */
     /* CUSTOM: parses n (NULL: write the default) into field. Others: an
@@ -69,6 +66,14 @@ struct ddpc_key {
 
 extern const struct ddpc_key ddpc_keys[];
 extern const int ddpc_n_keys;
+
+/* A DDPC_DEFAULT_WHEN row: key `name` of `block` defaults to def when the
+ * condition `when` ("sibling=v1|v2") holds. The table ends with name NULL. */
+struct ddpc_default_when {
+    enum ddpc_block block;
+    const char *name, *when, *def;
+};
+extern const struct ddpc_default_when ddpc_default_whens[];
 
 /* The dotted path of a block ("data.train" for SOURCE, "" for ROOT). */
 const char *validate_block_path(enum ddpc_block b);

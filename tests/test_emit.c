@@ -514,7 +514,7 @@ START_TEST(bad_values_refused)
     diag_init(&d);
     ck_assert_ptr_null(emit_prologue(&in, "{}", &d));
     ck_assert_int_ge(d.n_errors, 1);
-    ck_assert_ptr_nonnull(strstr(d.v[0].message, "M_LEARNING_RATE"));
+    ck_assert_ptr_nonnull(strstr(d.v[0].message, "learning_rate"));
     diag_free(&d);
 
     fx.job.learning_rate = 0.1;

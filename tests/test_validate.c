@@ -11,6 +11,7 @@
 #include "load.h"
 #include "spec.h"
 #include "suites.h"
+#include "testutil.h"
 #include "validate.h"
 
 struct checked {
@@ -512,6 +513,172 @@ START_TEST(test_schema_generated)
 }
 END_TEST
 
+/* ---- the key table reaches every field of job.h, once ---- */
+
+#define MAX_FIELDS 256
+
+struct field_set {
+    char path[MAX_FIELDS][96];
+    int count[MAX_FIELDS];
+    int n;
+};
+
+static void set_add(struct field_set *fs, const char *path)
+{
+    for (int i = 0; i < fs->n; i++)
+        if (strcmp(fs->path[i], path) == 0) {
+            fs->count[i]++;
+            return;
+        }
+    ck_assert_int_lt(fs->n, MAX_FIELDS);
+    snprintf(fs->path[fs->n], sizeof fs->path[0], "%s", path);
+    fs->count[fs->n++] = 1;
+}
+
+/* The body of "struct NAME {" ... matching "}" in text (comments removed). */
+static char *struct_body(const char *text, const char *name)
+{
+    char open[96];
+    snprintf(open, sizeof open, "struct %s {", name);
+    const char *p = strstr(text, open);
+    ck_assert_msg(p != NULL, "job.h has no %s", open);
+    p += strlen(open);
+    int depth = 1;
+    const char *q = p;
+    for (; *q && depth; q++)
+        depth += *q == '{' ? 1 : *q == '}' ? -1 : 0;
+    return strndup(p, (size_t)(q - 1 - p));
+}
+
+static const char *skip_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\n' || *p == '\t')
+        p++;
+    return p;
+}
+
+/* The member names a struct body declares, as dotted paths under prefix:
+ * "struct { ... } name;" nests, "struct ddpc_data_source name;" expands
+ * source's members, "T a, b[N], *c;" declares a, b and c. */
+static void body_fields(struct field_set *fs, const char *body, const char *source,
+                        const char *prefix)
+{
+    const char *p = skip_ws(body);
+    char pre[256];
+    while (*p) {
+        if (strncmp(p, "struct {", 8) == 0 || strncmp(p, "struct{", 7) == 0) {
+            const char *b = strchr(p, '{') + 1, *q = b;
+            int depth = 1;
+            for (; *q && depth; q++)
+                depth += *q == '{' ? 1 : *q == '}' ? -1 : 0;
+            char *inner = strndup(b, (size_t)(q - 1 - b));
+            const char *semi = strchr(q, ';');
+            char name[64];
+            ck_assert_int_eq(sscanf(q, " %63[A-Za-z0-9_]", name), 1);
+            snprintf(pre, sizeof pre, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+            body_fields(fs, inner, source, pre);
+            free(inner);
+            p = skip_ws(semi + 1);
+            continue;
+        }
+        const char *semi = strchr(p, ';');
+        ck_assert_ptr_nonnull(semi);
+        char decl[256];
+        snprintf(decl, sizeof decl, "%.*s", (int)(semi - p), p);
+        if (strncmp(decl, "struct ddpc_data_source ", 24) == 0) {
+            snprintf(pre, sizeof pre, "%s%s%s", prefix, prefix[0] ? "." : "",
+                     (const char *)skip_ws(decl + 24));
+            body_fields(fs, source, source, pre);
+        } else {
+            /* each declarator of "T a, b[N]": the last identifier before '[' */
+            for (char *part = strtok(decl, ","); part; part = strtok(NULL, ",")) {
+                char *br = strchr(part, '[');
+                if (br)
+                    *br = '\0';
+                char *end = part + strlen(part);
+                while (end > part && !(end[-1] == '_' || (end[-1] >= '0' && end[-1] <= '9') ||
+                                       (end[-1] >= 'a' && end[-1] <= 'z') ||
+                                       (end[-1] >= 'A' && end[-1] <= 'Z')))
+                    *--end = '\0';
+                char *start = end;
+                while (start > part && (start[-1] == '_' || (start[-1] >= '0' && start[-1] <= '9') ||
+                                        (start[-1] >= 'a' && start[-1] <= 'z') ||
+                                        (start[-1] >= 'A' && start[-1] <= 'Z')))
+                    start--;
+                char path[128];
+                snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", start);
+                set_add(fs, path);
+            }
+        }
+        p = skip_ws(semi + 1);
+    }
+}
+
+static void walk_collect(void *ctx, const struct ddpc_field *f, const char *path, const char *p,
+                         const char *blk)
+{
+    (void)f;
+    (void)p;
+    (void)blk;
+    set_add(ctx, path);
+}
+
+START_TEST(test_key_table_reaches_every_field)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spec/job.h", test_top());
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    /* drop comments */
+    char *w = text;
+    for (const char *r = text; *r;) {
+        if (r[0] == '/' && r[1] == '*') {
+            const char *e = strstr(r + 2, "*/");
+            r = e ? e + 2 : r + strlen(r);
+            *w++ = ' ';
+        } else if (r[0] == '/' && r[1] == '/') {
+            r += strcspn(r, "\n");
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+
+    char *source = struct_body(text, "ddpc_data_source"), *job = struct_body(text, "ddpc_job");
+    static struct field_set declared, walked;
+    memset(&declared, 0, sizeof declared);
+    memset(&walked, 0, sizeof walked);
+    body_fields(&declared, job, source, "");
+    struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    ddpc_job_walk(&j, walk_collect, &walked);
+    ck_assert_int_gt(declared.n, 50);   /* the parser found the struct */
+    for (int i = 0; i < declared.n; i++) {
+        int found = 0;
+        for (int k = 0; k < walked.n; k++)
+            if (strcmp(walked.path[k], declared.path[i]) == 0) {
+                found = 1;
+                ck_assert_msg(walked.count[k] == 1, "keys.def outputs %s %d times",
+                              walked.path[k], walked.count[k]);
+            }
+        ck_assert_msg(found, "job.h field %s is not reached by keys.def: add its key row or "
+                      "a DDPC_OUT row after the custom key that fills it", declared.path[i]);
+    }
+    for (int k = 0; k < walked.n; k++) {
+        int found = 0;
+        for (int i = 0; i < declared.n; i++)
+            found |= strcmp(walked.path[k], declared.path[i]) == 0;
+        ck_assert_msg(found, "keys.def outputs %s, which job.h does not declare", walked.path[k]);
+    }
+    free(source);
+    free(job);
+}
+END_TEST
+
 Suite *validate_suite(void)
 {
     Suite *s = suite_create("validate");
@@ -526,6 +693,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_data_headers);
     tcase_add_test(tc, test_data_cache);
     tcase_add_test(tc, test_key_table_consistent);
+    tcase_add_test(tc, test_key_table_reaches_every_field);
     tcase_add_test(tc, test_output_formats);
     tcase_add_test(tc, test_schema_generated);
     suite_add_tcase(s, tc);
