@@ -834,19 +834,22 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         double global_seen = (double)seen * r->world;
         total_samples += global_seen;
 
+        /* test_every_n_epochs: 0 in a job made by hand means every epoch */
+        int every_test = j->data.test_every_n_epochs > 1 ? j->data.test_every_n_epochs : 1;
+        int eval = a->test && ((epoch + 1) % every_test == 0 || epoch + 1 == j->epochs);
         double m[5] = { loss_sum, (double)seen, 0, 0, 0 };
-        if (a->test)
+        if (eval)
             DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
         DDPC_TRY(metrics_reduce(r, m, 5, e));
         res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
-        if (a->test) {
+        if (eval) {
             res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
             res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0
                                      ? m[3] / m[4] : -1;
         }
         double epoch_s = ddpc_now() - t_epoch;
         if (r->metrics_on) {
-            if (a->test)
+            if (eval)
                 DDPC_TRY(metrics_eval(&r->metrics, r->optim.step, (int)epoch + 1, res->test_loss,
                                       res->test_accuracy, e));
             DDPC_TRY(metrics_clear_progress(&r->metrics, e));
@@ -854,7 +857,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         if (out) {
             fprintf(out, "epoch %d/%d  train_loss=%.4f", (int)epoch + 1, (int)j->epochs,
                     res->train_loss);
-            if (a->test) {
+            if (eval) {
                 fprintf(out, "  test_loss=%.4f", res->test_loss);
                 if (res->test_accuracy >= 0)
                     fprintf(out, "  test_accuracy=%.4f", res->test_accuracy);

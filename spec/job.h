@@ -154,6 +154,7 @@ struct ddpc_job {
         int32_t has_test;
         int32_t shuffle;                /* bool, default 1 */
         int32_t drop_last;              /* bool, default 0 */
+        int32_t test_every_n_epochs;    /* evaluate every N epochs and after the last */
     } data;
 
     /* ---- optimizer ---- */

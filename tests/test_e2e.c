@@ -195,6 +195,7 @@ static void small_job_make(struct small_job *s)
         "model: {type: mlp, layers: [16, 8, 3], activation: relu}\n"
         "optimizer: {type: adam}\n"
         "data:\n"
+        "  test_every_n_epochs: 2\n"
         "  train: {format: idx, inputs: %s, labels: %s}\n"
         "  test:  {format: idx, inputs: %s, labels: %s}\n",
         s->images, s->labels, s->images, s->labels), 0);
@@ -237,6 +238,17 @@ START_TEST(small_job_trains_then_bad_data_fails_cleanly)
     ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
     double acc = find_kv(r.out, "test_accuracy");
     ck_assert_msg(strstr(r.out, "\ndone ") && acc > 0.9, "accuracy %.3f:\n%s", acc, r.out);
+    /* test_every_n_epochs: 2 of 3 epochs: evaluated after epochs 2 and 3 only */
+    for (int ep = 1; ep <= 3; ep++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "epoch %d/3 ", ep);
+        const char *line = strstr(r.out, tag);
+        ck_assert_msg(line != NULL, "no '%s' line:\n%s", tag, r.out);
+        const char *tl = strstr(line, "test_loss="), *nl = strchr(line, '\n');
+        int evaluated = tl && (!nl || tl < nl);
+        ck_assert_msg(evaluated == (ep != 1), "epoch %d %s evaluated:\n%s", ep,
+                      evaluated ? "was" : "was not", r.out);
+    }
     ck_assert_int_eq(leftover_children(1.0), 0);
     char *first = strdup(r.out);
     run_result_free(&r);
