@@ -61,7 +61,7 @@ endif
 # ---- sources: one directory per stage; every .c in it belongs to it ----
 SPEC_SRC     := $(sort $(wildcard spec/*.c))
 COMPILER_SRC := $(sort $(wildcard compiler/*.c))
-RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c)))
+RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c
 CUDA_SRC     := $(sort $(wildcard runtime/*.cu))
 TEST_SRC     := $(sort $(wildcard tests/*.c))
 RT_HEADERS   := spec/job.h runtime/ddprt.h runtime/backend.h runtime/err.h runtime/ops.h \

@@ -25,8 +25,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 #include "ckpt.h"
+#include "ident.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "ckpt.c writes float32 data as raw bytes, which the format defines as little-endian");
@@ -136,6 +138,13 @@ void ckpt_set_fault(int64_t fail_after_bytes, int err)
 {
     ckpt_fault.fail_after = fail_after_bytes;
     ckpt_fault.err = err;
+}
+
+static double ckpt_slow_s;      /* tests only: sleep before each rename */
+
+void ckpt_set_slow(double seconds)
+{
+    ckpt_slow_s = seconds > 0 ? seconds : 0;
 }
 
 /* ===================================================================== */
@@ -289,6 +298,12 @@ static int afile_commit(struct ckpt_afile *f, struct ddpc_err *e)
      * the same message as write's. */
     if (fsync(f->fd) != 0)
         return afile_fail(f, errno, "fsync of the temp file for", e);
+    if (ckpt_slow_s > 0) {
+        struct timespec ts = { (time_t)ckpt_slow_s,
+                               (long)((ckpt_slow_s - (double)(time_t)ckpt_slow_s) * 1e9) };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0)
@@ -341,6 +356,12 @@ static int is_hex_hash(const char *h)
     return h[DDPC_CKPT_HASH_LEN] == '\0';
 }
 
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+           c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 /* Reads a run of decimal digits into *v; returns the end, or NULL. */
 static const char *parse_digits(const char *s, int64_t *v)
 {
@@ -376,17 +397,31 @@ static int writer_alive(long pid)
     return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
 }
 
-/* Is name exactly <job>-e<digits>-s<digits>.ckpt? */
-static int parse_ckpt_name(const char *name, const char *job, int64_t *epoch, int64_t *step)
+/* Is name exactly <job>-e<digits>-s<digits>-<tag>.ckpt, tag 8 lowercase
+ * hex digits (or, written before files carried their identity, no -<tag>)?
+ * Sets tag (9 bytes) to the tag, or "" for an untagged name. */
+static int parse_ckpt_name(const char *name, const char *job, int64_t *epoch, int64_t *step,
+                           char tag[DDPC_CKPT_TAG_LEN + 1])
 {
     size_t jl = strlen(job);
+    tag[0] = '\0';
     if (strncmp(name, job, jl) != 0 || strncmp(name + jl, "-e", 2) != 0)
         return 0;
     const char *p = parse_digits(name + jl + 2, epoch);
     if (!p || strncmp(p, "-s", 2) != 0)
         return 0;
     p = parse_digits(p + 2, step);
-    return p && strcmp(p, ".ckpt") == 0;
+    if (!p)
+        return 0;
+    if (*p == '-') {
+        for (int i = 1; i <= DDPC_CKPT_TAG_LEN; i++)
+            if (!isdigit((unsigned char)p[i]) && !(p[i] >= 'a' && p[i] <= 'f'))
+                return 0;
+        memcpy(tag, p + 1, DDPC_CKPT_TAG_LEN);
+        tag[DDPC_CKPT_TAG_LEN] = '\0';
+        p += 1 + DDPC_CKPT_TAG_LEN;
+    }
+    return strcmp(p, ".ckpt") == 0;
 }
 
 /* Is name .<job>-e<digits>-s<digits>.ckpt.tmp.<host>.<pid>? Sets host
@@ -405,7 +440,8 @@ static int parse_tmp_name(const char *name, const char *job, char *host, size_t 
     memcpy(base, name + 1, bl);
     base[bl] = '\0';
     int64_t ep, st, p;
-    if (!parse_ckpt_name(base, job, &ep, &st))
+    char tag[DDPC_CKPT_TAG_LEN + 1];
+    if (!parse_ckpt_name(base, job, &ep, &st, tag))
         return 0;
     const char *h = t + strlen(".ckpt.tmp.");
     const char *dot = strrchr(h, '.');
@@ -422,6 +458,7 @@ static int parse_tmp_name(const char *name, const char *job, char *host, size_t 
 
 struct ckpt_entry {
     char   *name;
+    char    tag[DDPC_CKPT_TAG_LEN + 1];   /* "" for an untagged (older) name */
     int64_t epoch, step;
     int64_t mtime_s, mtime_ns;   /* filled by ckpt_prune only */
 };
@@ -476,7 +513,8 @@ static int list_ckpts(const char *dir, const char *job, struct ckpt_entry **out,
             break;
         }
         int64_t ep, st;
-        if (!parse_ckpt_name(de->d_name, job, &ep, &st))
+        char tag[DDPC_CKPT_TAG_LEN + 1];
+        if (!parse_ckpt_name(de->d_name, job, &ep, &st, tag))
             continue;
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 16;
@@ -493,6 +531,7 @@ static int list_ckpts(const char *dir, const char *job, struct ckpt_entry **out,
             rc = DDPC_FAIL(e, DDPC_E_NOMEM, "checkpoint_dir %s: out of memory listing it", dir);
             break;
         }
+        memcpy(v[n].tag, tag, sizeof tag);
         v[n].epoch = ep;
         v[n].step = st;
         v[n].mtime_s = v[n].mtime_ns = 0;
@@ -526,9 +565,13 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     DDPC_TRY(check_job_name(job_name, e));
     if (!dir || !dir[0] || !c)
         return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_write: no checkpoint_dir or no checkpoint");
-    if (!is_hex_hash(c->spec_hash))
-        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_write: spec hash '%.70s' is not 64 hex digits",
-                         c->spec_hash);
+    if (!is_hex_hash(c->ident_hash))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_write: identity hash '%.70s' is not 64 hex "
+                         "digits", c->ident_hash);
+    size_t ident_len = c->ident ? strlen(c->ident) : 0;
+    if (ident_len > DDPC_CKPT_IDENT_MAX)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_write: description of %zu bytes (at most %d)",
+                         ident_len, DDPC_CKPT_IDENT_MAX);
     if (c->world < 1 || c->epoch < 0 || c->step < 0 || c->sampler_epoch < 0 ||
         c->sampler_batches < 0 || c->optim_step < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID,
@@ -541,15 +584,20 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
                          c->n_params, c->n_opt);
 
     char name[NAME_MAX + 1];
-    DDPC_TRY(path_join(name, sizeof name, e, "%s-e%04" PRId64 "-s%09" PRId64 ".ckpt",
-                       job_name, c->epoch, c->step));
+    char tag[DDPC_CKPT_TAG_LEN + 1];
+    for (int i = 0; i < DDPC_CKPT_TAG_LEN; i++)
+        tag[i] = (char)tolower((unsigned char)c->ident_hash[i]);
+    tag[DDPC_CKPT_TAG_LEN] = '\0';
+    DDPC_TRY(path_join(name, sizeof name, e, "%s-e%04" PRId64 "-s%09" PRId64 "-%s.ckpt",
+                       job_name, c->epoch, c->step, tag));
 
     unsigned char h[DDPC_CKPT_HEADER_SIZE];
     memset(h, 0, sizeof h);
     memcpy(h, ckpt_magic, 8);
     put_u32(h + 8, DDPC_CKPT_VERSION);
     put_u32(h + 12, DDPC_CKPT_HEADER_SIZE);
-    memcpy(h + 16, c->spec_hash, DDPC_CKPT_HASH_LEN);
+    for (int i = 0; i < DDPC_CKPT_HASH_LEN; i++)
+        h[16 + i] = (unsigned char)tolower((unsigned char)c->ident_hash[i]);
     put_u32(h + 80, (uint32_t)c->world);
     put_u64(h + 88, (uint64_t)c->epoch);
     put_u64(h + 96, (uint64_t)c->step);
@@ -566,10 +614,16 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     put_u32(h + 184, ls);
     put_u32(h + 188, (uint32_t)c->good_steps);
     put_u64(h + 192, (uint64_t)c->skipped_steps);
+    put_u32(h + 200, (uint32_t)ident_len);
+    if (is_hex_hash(c->spec_hash))
+        for (int i = 0; i < 32; i++)
+            h[204 + i] = (unsigned char)(hexval(c->spec_hash[2 * i]) << 4 |
+                                         hexval(c->spec_hash[2 * i + 1]));
     put_u32(h + HDR_CRC_OFF, ckpt_crc32c(0, h, HDR_CRC_OFF));
 
     size_t pbytes = 4 * c->n_params, obytes = 4 * c->n_opt;
     uint32_t crc = ckpt_crc32c(0, h, sizeof h);
+    crc = ckpt_crc32c(crc, c->ident, ident_len);
     crc = ckpt_crc32c(crc, c->params, pbytes);
     crc = ckpt_crc32c(crc, c->opt, obytes);
     unsigned char trailer[TRAILER];
@@ -578,11 +632,12 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     char what[PATH_MAX + 32];
     (void)snprintf(what, sizeof what, "checkpoint_dir %s", dir);   /* message only */
     struct ckpt_afile f;
-    int rc = afile_open(&f, dir, name, ckpt_file_size(c->n_params, c->n_opt), what,
+    int rc = afile_open(&f, dir, name, ckpt_file_size(c->n_params, c->n_opt) + ident_len, what,
                         "earlier checkpoints are intact", e);
     if (rc < 0)
         goto out;
     if ((rc = afile_write(&f, h, sizeof h, e)) < 0 ||
+        (rc = afile_write(&f, c->ident, ident_len, e)) < 0 ||
         (rc = afile_write(&f, c->params, pbytes, e)) < 0 ||
         (rc = afile_write(&f, c->opt, obytes, e)) < 0 ||
         (rc = afile_write(&f, trailer, sizeof trailer, e)) < 0 ||
@@ -626,8 +681,10 @@ void ckpt_free(struct ddpc_ckpt *c)
         return;
     free(c->params);
     free(c->opt);
+    free(c->ident);
     c->params = NULL;
     c->opt = NULL;
+    c->ident = NULL;
 }
 
 int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
@@ -635,6 +692,7 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     memset(out, 0, sizeof *out);
     int rc = 0;
     float *params = NULL, *opt = NULL;
+    char *ident = NULL;
     unsigned char h[DDPC_CKPT_HEADER_SIZE];
     size_t got = 0;
     struct stat st;
@@ -672,7 +730,7 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
         goto out;
     }
     uint32_t version = get_u32(h + 8), hsize = get_u32(h + 12);
-    if (version != DDPC_CKPT_VERSION) {
+    if (version != DDPC_CKPT_VERSION && version != 1) {
         rc = DDPC_FAIL(e, DDPC_E_DATA,
                        "checkpoint %s: format version %u, this ddpc reads version %d "
                        "(written by a different ddpc release?)", path, version, DDPC_CKPT_VERSION);
@@ -683,8 +741,19 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
                        path, hsize, DDPC_CKPT_HEADER_SIZE);
         goto out;
     }
-    memcpy(out->spec_hash, h + 16, DDPC_CKPT_HASH_LEN);
-    out->spec_hash[DDPC_CKPT_HASH_LEN] = '\0';
+    memcpy(out->ident_hash, h + 16, DDPC_CKPT_HASH_LEN);
+    out->ident_hash[DDPC_CKPT_HASH_LEN] = '\0';
+    uint32_t ident_len = 0;
+    if (version == 1) {
+        /* the field held the spec file's hash: keep it as that too */
+        memcpy(out->spec_hash, out->ident_hash, sizeof out->spec_hash);
+    } else {
+        ident_len = get_u32(h + 200);
+        static const unsigned char zero[32];
+        if (memcmp(h + 204, zero, 32) != 0)
+            for (int i = 0; i < 32; i++)
+                (void)snprintf(out->spec_hash + 2 * i, 3, "%02x", h[204 + i]);
+    }
     out->world = (int32_t)get_u32(h + 80);
     out->epoch = (int64_t)get_u64(h + 88);
     out->step = (int64_t)get_u64(h + 96);
@@ -702,12 +771,14 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     /* Checked before multiplying so a hostile size cannot wrap or ask for
      * an absurd allocation (the header checksum is not a defence). */
     uint64_t limit = ((uint64_t)SIZE_MAX / 4 - DDPC_CKPT_HEADER_SIZE) / 2;
-    if (np > limit || no > limit || !is_hex_hash(out->spec_hash)) {
+    if (np > limit || no > limit || !is_hex_hash(out->ident_hash) ||
+        ident_len > DDPC_CKPT_IDENT_MAX) {
         rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: impossible header (n_params %" PRIu64
-                       ", n_opt %" PRIu64 "): the file is corrupt", path, np, no);
+                       ", n_opt %" PRIu64 ", description %" PRIu32 " bytes): the file is "
+                       "corrupt", path, np, no, ident_len);
         goto out;
     }
-    uint64_t expect = ckpt_file_size((size_t)np, (size_t)no);
+    uint64_t expect = ckpt_file_size((size_t)np, (size_t)no) + ident_len;
     if (fsize < expect) {
         rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: truncated: expected %" PRIu64
                        " bytes, found %" PRIu64, path, expect, fsize);
@@ -719,25 +790,28 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
         goto out;
     }
     size_t pbytes = 4 * (size_t)np, obytes = 4 * (size_t)no;
-    if ((np && !(params = malloc(pbytes))) || (no && !(opt = malloc(obytes)))) {
+    if ((np && !(params = malloc(pbytes))) || (no && !(opt = malloc(obytes))) ||
+        (version != 1 && !(ident = malloc((size_t)ident_len + 1)))) {
         rc = DDPC_FAIL(e, DDPC_E_NOMEM, "checkpoint %s: out of memory for %" PRIu64
                        " floats", path, np + no);
         goto out;
     }
     unsigned char trailer[TRAILER];
-    size_t g1 = 0, g2 = 0, g3 = 0;
-    if (read_full(fd, params, pbytes, &g1) != 0 || read_full(fd, opt, obytes, &g2) != 0 ||
+    size_t g0 = 0, g1 = 0, g2 = 0, g3 = 0;
+    if ((ident && read_full(fd, ident, ident_len, &g0) != 0) ||
+        read_full(fd, params, pbytes, &g1) != 0 || read_full(fd, opt, obytes, &g2) != 0 ||
         read_full(fd, trailer, sizeof trailer, &g3) != 0) {
         rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint %s: read: %s", path, strerror(errno));
         goto out;
     }
-    if (g1 != pbytes || g2 != obytes || g3 != sizeof trailer) {
+    if ((ident && g0 != ident_len) || g1 != pbytes || g2 != obytes || g3 != sizeof trailer) {
         /* fstat said it was long enough: someone truncated it under us. */
         rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: truncated while reading: expected %"
                        PRIu64 " bytes", path, expect);
         goto out;
     }
     uint32_t crc = ckpt_crc32c(0, h, sizeof h);
+    crc = ckpt_crc32c(crc, ident, ident ? ident_len : 0);
     crc = ckpt_crc32c(crc, params, pbytes);
     crc = ckpt_crc32c(crc, opt, obytes);
     if (crc != get_u32(trailer)) {
@@ -750,9 +824,20 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     out->params = params;
     out->opt = opt;
     params = opt = NULL;
+    if (ident) {
+        ident[ident_len] = '\0';
+        if (memchr(ident, '\0', ident_len)) {     /* a checksummed file; still be strict */
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: a NUL byte in its description: the "
+                           "file is corrupt", path);
+            goto out;
+        }
+        out->ident = ident;
+        ident = NULL;
+    }
 out:
     free(params);
     free(opt);
+    free(ident);
     if (close(fd) != 0 && rc == 0)
         rc = DDPC_FAIL(e, DDPC_E_SYS, "checkpoint %s: close: %s", path, strerror(errno));
     if (rc < 0) {
@@ -766,8 +851,25 @@ out:
 /* resume selection and pruning                                            */
 /* ===================================================================== */
 
-int ckpt_find_resume(const char *dir, const char *job_name, const char *spec_hash,
-                     const char *explicit_path, struct ddpc_ckpt *out,
+/* "; learning_rate changed: 0.01 -> 0.02" for a message: what separates
+ * checkpoint c from the job described by ident. */
+static void what_changed(const struct ddpc_ckpt *c, const char *ident, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!ident)
+        return;
+    if (!c->ident) {
+        (void)snprintf(out, cap, "; it was written by an older ddpc (format 1), whose "
+                       "checkpoints do not record their configuration");
+        return;
+    }
+    char d[1024];
+    if (ident_diff(c->ident, ident, 'T', d, sizeof d) > 0)
+        (void)snprintf(out, cap, "; %s", d);
+}
+
+int ckpt_find_resume(const char *dir, const char *job_name, const char *ident_hash,
+                     const char *ident, const char *explicit_path, struct ddpc_ckpt *out,
                      char *path_out, size_t path_cap, FILE *report,
                      struct ddpc_err *e)
 {
@@ -777,15 +879,17 @@ int ckpt_find_resume(const char *dir, const char *job_name, const char *spec_has
     int rc = 0;
     struct ckpt_entry *v = NULL;
     size_t n = 0;
-    char path[PATH_MAX];
+    char path[PATH_MAX], changed[1200];
 
     if (explicit_path) {
         DDPC_TRY(path_join(path, sizeof path, e, "%s", explicit_path));
         DDPC_TRY(ckpt_read(explicit_path, out, e));
-        if (spec_hash && strcmp(out->spec_hash, spec_hash) != 0 && report)
-            fprintf(report, "ckpt: resuming from %s, written by a different spec "
-                    "(hash %.12s..., this spec %.12s...): used because it was named explicitly\n",
-                    explicit_path, out->spec_hash, spec_hash);
+        if (ident_hash && strcmp(out->ident_hash, ident_hash) != 0 && report) {
+            what_changed(out, ident, changed, sizeof changed);
+            fprintf(report, "ckpt: resuming from %s, written by a different configuration "
+                    "(identity %.12s..., this job %.12s...%s): used because it was named "
+                    "explicitly\n", explicit_path, out->ident_hash, ident_hash, changed);
+        }
         rc = 1;
         goto found;
     }
@@ -793,8 +897,15 @@ int ckpt_find_resume(const char *dir, const char *job_name, const char *spec_has
     DDPC_TRY(check_job_name(job_name, e));
     int missing = 0;
     DDPC_TRY(list_ckpts(dir, job_name, &v, &n, &missing, e));
-    size_t n_bad = 0;
+    size_t n_bad = 0, i_other = SIZE_MAX;
     for (size_t i = 0; i < n; i++) {
+        /* another configuration's file (by its tag) is read only when no
+         * file of ours turns up: its name says enough until then */
+        if (ident_hash && v[i].tag[0] && strncmp(v[i].tag, ident_hash, DDPC_CKPT_TAG_LEN) != 0) {
+            if (i_other == SIZE_MAX)
+                i_other = i;
+            continue;
+        }
         if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
             goto out;
         struct ddpc_err re;
@@ -807,25 +918,55 @@ int ckpt_find_resume(const char *dir, const char *job_name, const char *spec_has
                 fprintf(report, "ckpt: skipping %s; trying the previous checkpoint\n", re.msg);
             continue;
         }
-        if (spec_hash && strcmp(out->spec_hash, spec_hash) != 0) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA,
-                           "checkpoint %s was written by a different spec (spec hash %.16s..., "
-                           "this spec %.16s...): refusing to resume from it. To start fresh set "
-                           "checkpoint.resume: never or use another checkpoint_dir; to resume "
-                           "from it anyway, set checkpoint.resume: %s",
-                           path, out->spec_hash, spec_hash, path);
+        if (ident_hash && strcmp(out->ident_hash, ident_hash) != 0) {
+            if (i_other == SIZE_MAX || i < i_other)
+                i_other = i;
             ckpt_free(out);
             memset(out, 0, sizeof *out);
-            goto out;
+            continue;
         }
+        if (i_other != SIZE_MAX && report)
+            fprintf(report, "ckpt: %s also holds %s, of another configuration of job %s; "
+                    "resuming this configuration's own newest checkpoint (the other's files "
+                    "are left as they are)\n", dir, v[i_other].name, job_name);
         rc = 1;
         goto found;
+    }
+    /* Nothing of ours. The newest readable checkpoint of another
+     * configuration is refused, naming what changed: resuming over it, or
+     * silently starting afresh next to it, would both surprise. */
+    for (size_t i = i_other; i < n; i++) {
+        if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
+            goto out;
+        struct ddpc_err re;
+        ddpc_err_clear(&re);
+        if (ckpt_read(path, out, &re) < 0)
+            continue;
+        if (strcmp(out->ident_hash, ident_hash) == 0) {   /* unreachable: ours were above */
+            ckpt_free(out);
+            memset(out, 0, sizeof *out);
+            continue;
+        }
+        what_changed(out, ident, changed, sizeof changed);
+        rc = DDPC_FAIL(e, DDPC_E_DATA,
+                       "checkpoint %s was written by a different configuration of job %s "
+                       "(identity %.16s..., this job %.16s...%s): refusing to resume from it. "
+                       "To start fresh, set checkpoint.resume: never (this job's checkpoints "
+                       "are named and pruned apart from it: nothing of it is removed) or use "
+                       "another checkpoint_dir; to resume from it anyway, set "
+                       "checkpoint.resume: %s",
+                       path, job_name, out->ident_hash, ident_hash, changed, path);
+        ckpt_free(out);
+        memset(out, 0, sizeof *out);
+        goto out;
     }
     if (n_bad > 0)
         rc = DDPC_FAIL(e, DDPC_E_DATA,
                        "checkpoint_dir %s: %zu checkpoint%s of job %s found but none is readable "
-                       "(see above); move %s away to start fresh, or set checkpoint.resume: never",
-                       dir, n_bad, n_bad == 1 ? "" : "s", job_name, n_bad == 1 ? "it" : "them");
+                       "(see above); move %s away to start fresh, or set checkpoint.resume: never "
+                       "(which leaves %s in place)",
+                       dir, n_bad, n_bad == 1 ? "" : "s", job_name, n_bad == 1 ? "it" : "them",
+                       n_bad == 1 ? "it" : "them");
     goto out;   /* rc 0: nothing to resume from */
 
 found:
@@ -837,6 +978,30 @@ found:
 out:
     entries_free(v, n);
     return rc;
+}
+
+/* Does the header of dir/name hold identity ident_hash? Reads the header
+ * only (its own checksum included); anything unreadable is "no". */
+static int header_has_ident(const char *path, const char *ident_hash)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    unsigned char h[DDPC_CKPT_HEADER_SIZE];
+    size_t got = 0;
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+             read_full(fd, h, sizeof h, &got) == 0 && got == sizeof h &&
+             memcmp(h, ckpt_magic, 8) == 0 &&
+             get_u32(h + HDR_CRC_OFF) == ckpt_crc32c(0, h, HDR_CRC_OFF) &&
+             get_u32(h + 8) == DDPC_CKPT_VERSION;
+    (void)close(fd);            /* read-only */
+    if (!ok)
+        return 0;
+    for (int i = 0; i < DDPC_CKPT_HASH_LEN; i++)
+        if (h[16 + i] != (unsigned char)tolower((unsigned char)ident_hash[i]))
+            return 0;
+    return 1;
 }
 
 /* Most recently written first (modification time), then by step: what
@@ -853,7 +1018,8 @@ static int entry_written_cmp(const void *a, const void *b)
     return entry_cmp(a, b);
 }
 
-int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e)
+int ckpt_prune(const char *dir, const char *job_name, const char *ident_hash, int keep_last,
+               struct ddpc_err *e)
 {
     DDPC_TRY(check_job_name(job_name, e));
     struct ckpt_entry *v = NULL;
@@ -863,6 +1029,23 @@ int ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc
     DDPC_TRY(list_ckpts(dir, job_name, &v, &n, &missing, e));
     if (missing)
         return 0;
+    /* only this identity's files take part, by tag and (the tag is 32
+     * bits) the header's full hash: drop the others from the list */
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ours = ident_hash && keep_last > 0 && v[i].tag[0] &&
+                   strncmp(v[i].tag, ident_hash, DDPC_CKPT_TAG_LEN) == 0;
+        if (ours) {
+            /* a path too long to open cannot be checked: not ours */
+            int len = snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+            ours = len > 0 && (size_t)len < sizeof path && header_has_ident(path, ident_hash);
+        }
+        if (ours)
+            v[kept++] = v[i];
+        else
+            free(v[i].name);
+    }
+    n = kept;
     if (keep_last > 0 && (size_t)keep_last < n) {
         for (size_t i = 0; i < n; i++) {
             struct stat st;

@@ -4,19 +4,21 @@
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
  *          ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export, ckpt_file_size,
  *          ckpt_export_safetensors, ckpt_remove_stale_export_temps, ckpt_crc32c,
- *          ckpt_set_fault (tests only)
+ *          ckpt_set_fault, ckpt_set_slow (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
  * exits; every failure comes back as a negative code and a message in
  * struct ddpc_err that names the file and says what to do.
  *
- * File format (version 1), all integers little-endian:
+ * File format (version 2), all integers little-endian:
  *
  *   off  size  field
  *     0     8  magic "DDPCCKPT"
- *     8     4  u32 format version (1)
+ *     8     4  u32 format version (2; version 1 files are still read)
  *    12     4  u32 header size (256)
- *    16    64  spec hash, 64 lowercase hex chars (SHA-256 of the spec bytes)
+ *    16    64  identity hash, 64 lowercase hex chars: ident_hash() of the
+ *              run's description (ident.h: what decides the trajectory).
+ *              Version 1 held the SHA-256 of the spec bytes here.
  *    80     4  u32 world size
  *    84     4  u32 reserved (0)
  *    88     8  i64 epoch            completed epochs
@@ -32,17 +34,25 @@
  *                                   (fp32/bf16, or a file from before the field)
  *   188     4  u32 good_steps       the loss scaler's good steps in a row
  *   192     8  i64 skipped_steps    optimizer steps the loss scaler skipped
- *   200    52  reserved (0)
+ *   200     4  u32 ident_len        bytes of description after the header
+ *                                   (version 2; at most DDPC_CKPT_IDENT_MAX)
+ *   204    32  spec file SHA-256, raw (version 2; zeros: not recorded)
+ *   236    16  reserved (0)
  *              (184..199 were reserved and written as 0 before they had a
  *              meaning, so older files read as "not recorded": version 1)
  *   252     4  u32 CRC32C of bytes [0, 252): the header checks itself, so a
  *              flipped size field reads as corruption, not as truncation
- *   256        float32 params [n_params]
+ *   256        the run's description (ident.h), ident_len bytes, no NUL
+ *     .        float32 params [n_params]
  *     .        float32 opt    [n_opt]
  *     .     4  u32 CRC32C of every preceding byte
  *
- * Names: <job>-e<epoch:04>-s<step:09>.ckpt, so `ls` sorts them by time for
- * any run shorter than 10^9 steps; readers parse the numbers anyway.
+ * Names: <job>-e<epoch:04>-s<step:09>-<tag>.ckpt, tag the first 8 hex
+ * digits of the identity hash, so `ls` sorts them by time for any run
+ * shorter than 10^9 steps (readers parse the numbers anyway), and two runs
+ * of different configurations under one job name never write the same
+ * name. Names without -<tag> (written before version 2) are read, never
+ * pruned.
  * Temp files: .<final name>.tmp.<host>.<pid>, in the same directory (rename
  * is only atomic within one file system); no reader ever matches them.
  */
@@ -56,12 +66,19 @@
 #include "err.h"
 #include "job.h"
 
-#define DDPC_CKPT_VERSION     1
+#define DDPC_CKPT_VERSION     2
+#define DDPC_CKPT_TAG_LEN     8     /* hex digits of the identity hash in file names */
+#define DDPC_CKPT_IDENT_MAX   65536 /* bytes of description a reader accepts */
 #define DDPC_CKPT_HEADER_SIZE 256
 #define DDPC_CKPT_HASH_LEN    64    /* hex chars, without the NUL */
 
 struct ddpc_ckpt {
-    char     spec_hash[DDPC_CKPT_HASH_LEN + 1]; /* NUL-terminated hex */
+    char     ident_hash[DDPC_CKPT_HASH_LEN + 1]; /* NUL-terminated hex: the identity */
+    char     spec_hash[DDPC_CKPT_HASH_LEN + 1];  /* the spec file's SHA-256 in hex; ""
+                                                    when not recorded */
+    char    *ident;             /* description (ident.h), NUL-terminated; NULL when
+                                   none (version 1). The writer does not own it;
+                                   ckpt_read's result does (ckpt_free) */
     int32_t  world;
     int64_t  epoch;             /* completed epochs */
     int64_t  step;              /* optimizer steps taken */
@@ -79,10 +96,11 @@ struct ddpc_ckpt {
     float   *opt;               /* [n_opt]; NULL when n_opt is 0 */
 };
 
-/* Bytes of a checkpoint file holding n_params + n_opt floats. */
+/* Bytes of a checkpoint file holding n_params + n_opt floats, without its
+ * description (add at most DDPC_CKPT_IDENT_MAX for it). */
 size_t ckpt_file_size(size_t n_params, size_t n_opt);
 
-/* Writes c atomically as dir/<job>-e<epoch>-s<step>.ckpt: temp file in dir
+/* Writes c atomically as dir/<job>-e<epoch>-s<step>-<tag>.ckpt: temp file in dir
  * (O_CREAT|O_EXCL, 0644), full writes, fsync, rename, fsync(dir). On any
  * failure the temp file is removed and every earlier checkpoint is left as
  * it was. path_out (may be NULL) receives the final path. dir must exist
@@ -97,35 +115,42 @@ int  ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e);
 /* Frees what ckpt_read allocated; safe on a zeroed or already-freed struct. */
 void ckpt_free(struct ddpc_ckpt *c);
 
-/* Picks the checkpoint to resume from.
+/* Picks the checkpoint to resume from. ident_hash is the job's identity
+ * (ident.h), ident its description (for messages; may be NULL).
  *   explicit_path != NULL: exactly that file. Any read error is an error.
- *     A different spec hash is allowed (the user named it), with one line
- *     to report saying so.
- *   explicit_path == NULL (resume: auto): the newest valid
- *     <job>-*.ckpt in dir by (step, epoch). A corrupt or truncated one gets
- *     one line on report and the previous one is tried. The newest readable
- *     one written by a different spec hash is refused (an error that says
- *     how to proceed) rather than skipped: resuming an older run of the
- *     same spec over it would be a surprise. Temp files are ignored.
- * spec_hash NULL skips the hash check. World size, seed and shapes are the
+ *     A different identity is allowed (the user named it), with one line
+ *     to report saying so and what differs.
+ *   explicit_path == NULL (resume: auto): the newest valid <job>-*.ckpt in
+ *     dir with this identity, by (step, epoch). A corrupt or truncated one
+ *     gets one line on report and the previous one is tried. When only
+ *     checkpoints of other identities are readable, the newest is refused:
+ *     an error naming what changed ("learning_rate changed: 0.01 -> 0.02")
+ *     and how to proceed. When this identity has one too, it is used and
+ *     report gets one line about the others. Temp files are ignored.
+ * ident_hash NULL takes any identity. World size, seed and shapes are the
  * caller's to compare with the job (it knows which differences matter).
  * Returns 1 with *out filled (ckpt_free it) and path_out set; 0 when there
  * is no checkpoint (no directory, or no file of this job: start fresh);
  * negative on error, including "files exist but none is readable", so a
  * job never silently restarts from scratch over a broken history.
  * report may be NULL. */
-int  ckpt_find_resume(const char *dir, const char *job_name, const char *spec_hash,
-                      const char *explicit_path, struct ddpc_ckpt *out,
+int  ckpt_find_resume(const char *dir, const char *job_name, const char *ident_hash,
+                      const char *ident, const char *explicit_path, struct ddpc_ckpt *out,
                       char *path_out, size_t path_cap, FILE *report,
                       struct ddpc_err *e);
 
-/* Removes this job's checkpoints beyond the keep_last most recently written
- * (modification time, then step; keep_last <= 0 keeps all), and temp files
- * left by dead writers on this host (a crash mid-write; their host and pid
- * are in the temp name). Call only after ckpt_write returned 0, so the
- * newest one is durable. A run started over in a directory holding an
- * older run's higher-step checkpoints keeps its own, not those. */
-int  ckpt_prune(const char *dir, const char *job_name, int keep_last, struct ddpc_err *e);
+/* Removes this job's checkpoints of identity ident_hash beyond the
+ * keep_last most recently written (modification time, then step;
+ * keep_last <= 0 or ident_hash NULL keeps all), and temp files left by dead
+ * writers on this host (a crash mid-write; their host and pid are in the
+ * temp name). Only files whose name carries this identity's tag AND whose
+ * header holds the full identity hash are ever removed: another
+ * configuration's checkpoints under the same job name, older untagged ones
+ * and unreadable ones are left alone. Call only after ckpt_write returned
+ * 0, so the newest one is durable. A run started over in a directory
+ * holding an older run's higher-step checkpoints keeps its own. */
+int  ckpt_prune(const char *dir, const char *job_name, const char *ident_hash, int keep_last,
+                struct ddpc_err *e);
 
 /* Before training: mkdir -p dir, prove it writable (create and unlink a
  * probe file), and require free space >= 2 * ckpt_bytes (the new file is
@@ -158,6 +183,10 @@ int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
 /* CRC32C (Castagnoli), slicing-by-8. crc is the previous value (0 to
  * start); chain calls to checksum a stream. */
 uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t n);
+
+/* TEST ONLY: every checkpoint write sleeps this many seconds before its
+ * rename (a slow file system). 0: off. */
+void ckpt_set_slow(double seconds);
 
 /* TEST ONLY: fault injection for the writers in this file. After this call,
  * every temp file written allows exactly fail_after_bytes bytes (writes are

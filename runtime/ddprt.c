@@ -35,6 +35,8 @@
  *   so a test can kill the job in the middle of a checkpoint write.
  *   DDPC_TEST_CUDA_PROBE_ERROR=N   the CUDA probe answers cudaError_t N
  *   without asking the driver (devprobe_test_error).
+ *   DDPC_TEST_CKPT_SLOW_S=S   every checkpoint write sleeps S seconds before
+ *   its rename (ckpt_set_slow): a slow file system, for rank_sync_timeout.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -820,7 +822,7 @@ static void ddprt_remove_stale_temps(const struct ddprt_run *r)
     ddpc_err_clear(&pe);
     if (!j->checkpoint_dir || !*j->checkpoint_dir || !j->name)
         return;
-    if (ckpt_prune(j->checkpoint_dir, j->name, 0, &pe) < 0)
+    if (ckpt_prune(j->checkpoint_dir, j->name, NULL, 0, &pe) < 0)
         fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
 }
 
@@ -987,6 +989,9 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     const char *hook = getenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES");   /* see the header */
     if (hook && *hook)
         ckpt_set_fault(strtoll(hook, NULL, 10), DDPC_CKPT_FAULT_STOP);
+    hook = getenv("DDPC_TEST_CKPT_SLOW_S");   /* tests: every checkpoint write takes this long */
+    if (hook && *hook)
+        ckpt_set_slow(strtod(hook, NULL));
 
     int max_restarts = r->job.launch.max_restarts > 0 ? r->job.launch.max_restarts : 0;
     /* what ended each attempt, for the history printed when giving up */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ident.h"
 #include "metrics.h"
 #include "model.h"
 #include "ops_kernels.h"
@@ -111,6 +112,14 @@ struct ddpc_run {
     int64_t  start_epoch;   /* where a resumed run continues */
     int64_t  start_batch;
     int      resumed;
+    /* checkpoint identity and cadence (ident.h; every_n_steps/minutes) */
+    char    *ident;         /* rank 0: this run's description; NULL elsewhere */
+    char     ident_hash[DDPC_IDENT_HASH_LEN + 1];
+    double   ckpt_last_t;   /* rank 0: start, or the last checkpoint written */
+    double   ckpt_check_t;  /* rank 0: time of the last every_n_minutes look */
+    int64_t  ckpt_check_step; /* all ranks: step of that look */
+    int64_t  ckpt_check_at; /* all ranks: step of the next look */
+    int      ckpt_written;  /* all ranks: rank 0 wrote one since the last rank-sync barrier */
 };
 
 /* ===== errors ===== */
@@ -379,7 +388,19 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     }
     if (r->rank == 0 && r->ckpt_on)
         DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
-                                ckpt_file_size(r->model.n_params, r->n_opt), e));
+                                ckpt_file_size(r->model.n_params, r->n_opt) +
+                                DDPC_CKPT_IDENT_MAX, e));
+    if (r->rank == 0) {
+        size_t cap = 16384;
+        r->ident = malloc(cap);
+        if (!r->ident)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the run's description");
+        if (ident_format(j, r->world, r->ops->name, r->ident, cap) < 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "worker: the run's description exceeds %zu "
+                             "bytes (paths that long?)", cap);
+        ident_hash(r->ident, r->ident_hash);
+        r->ckpt_last_t = r->ckpt_check_t = ddpc_now();
+    }
     return 0;
 }
 
@@ -402,6 +423,7 @@ static void run_free(struct ddpc_run *r)
         (void)metrics_close(&r->metrics, &ignored);
     }
     free(r->host_state);
+    free(r->ident);
     free(r->eidx);
     if (r->shared_state)
         r->optim.m = r->optim.v = NULL;   /* borrowed from the communicator */
@@ -507,24 +529,26 @@ static int state_to_host(struct ddpc_run *r, int with_opt, struct ddpc_err *e)
     return 0;
 }
 
-/* Rank 0, after epoch `done_epochs` completed. */
-static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, struct ddpc_err *e)
+/* Rank 0, after `done_epochs` completed epochs and `batches` batches of
+ * epoch `in_epoch` (0 at an epoch's end, when in_epoch == done_epochs). */
+static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
+                     int64_t batches, struct ddpc_err *e)
 {
     const struct ddpc_job *j = r->job;
     DDPC_TRY(state_to_host(r, 1, e));
     struct ddpc_ckpt c;
     memset(&c, 0, sizeof c);
+    memcpy(c.ident_hash, r->ident_hash, sizeof c.ident_hash);
+    c.ident = r->ident;
     const char *h = r->a->spec_hash;
     if (h && strlen(h) == DDPC_CKPT_HASH_LEN)
         memcpy(c.spec_hash, h, DDPC_CKPT_HASH_LEN);
-    else
-        memset(c.spec_hash, '0', DDPC_CKPT_HASH_LEN);
     c.world = r->world;
     c.epoch = done_epochs;
     c.step = r->optim.step;
     c.seed = j->seed;
-    c.sampler_epoch = done_epochs;
-    c.sampler_batches = 0;
+    c.sampler_epoch = in_epoch;
+    c.sampler_batches = batches;
     c.optim_step = r->optim.step;
     c.n_params = r->model.n_params;
     c.n_opt = r->n_opt;
@@ -537,7 +561,39 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, struct ddpc_err *e
     c.opt = r->n_opt ? r->host_state + r->model.n_params : NULL;
     char path[4096];
     DDPC_TRY(ckpt_write(j->checkpoint_dir, j->name, &c, path, sizeof path, e));
-    return ckpt_prune(j->checkpoint_dir, j->name, j->checkpoint.keep_last, e);
+    r->ckpt_last_t = ddpc_now();
+    return ckpt_prune(j->checkpoint_dir, j->name, r->ident_hash, j->checkpoint.keep_last, e);
+}
+
+static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *e);
+
+/* All ranks, after each optimizer step: is a step- or time-cadence
+ * checkpoint due? Every rank must answer alike (the save is preceded by a
+ * collective), so every_n_minutes is rank 0's clock, broadcast together
+ * with when to look next: about once a second of training, never per step.
+ * Returns 1, 0, or a negative error. */
+static int ckpt_due(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    int64_t step = r->optim.step;
+    int due = j->checkpoint.every_n_steps > 0 && step % j->checkpoint.every_n_steps == 0;
+    if (j->checkpoint.every_n_minutes > 0 && step >= r->ckpt_check_at) {
+        double v[2] = { 0, 1 };   /* due, steps to the next look */
+        if (r->rank == 0) {
+            double now = ddpc_now();
+            v[0] = now - r->ckpt_last_t >= j->checkpoint.every_n_minutes * 60.0;
+            int64_t done = step - r->ckpt_check_step;
+            double per = done > 0 ? (now - r->ckpt_check_t) / (double)done : 0;
+            double next = per > 0 ? 1.0 / per : 1;
+            v[1] = next < 1 ? 1 : next > 4096 ? 4096 : (double)(int64_t)next;
+            r->ckpt_check_t = now;
+        }
+        DDPC_TRY(bcast_doubles(r, v, 2, e));
+        r->ckpt_check_step = step;
+        r->ckpt_check_at = step + (int64_t)v[1];
+        due = due || v[0] != 0;
+    }
+    return due;
 }
 
 /* Doubles through the small metric buffer, from rank 0 to all (hi/lo floats). */
@@ -561,6 +617,23 @@ static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *
     return 0;
 }
 
+/* Rank 0, after resuming from c with this run's identity: one "note:"
+ * line on the report stream (stdout, next to "resumed from", never inside
+ * an epoch or done line) naming the compatible changes since c was
+ * written, or saying the spec's text changed and no field did. */
+static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, FILE *out)
+{
+    if (strcmp(c->ident_hash, r->ident_hash) != 0 || !c->ident)
+        return;     /* named explicitly: ckpt_find_resume said what differs */
+    char d[1024];
+    if (ident_diff(c->ident, r->ident, 'C', d, sizeof d) > 0)
+        fprintf(out, "note: the spec changed since that checkpoint in ways that keep the "
+                "training trajectory: %s\n", d);
+    else if (c->spec_hash[0] && r->a->spec_hash && strcmp(c->spec_hash, r->a->spec_hash) != 0)
+        fprintf(out, "note: the spec's text changed since that checkpoint (comments or "
+                "formatting); no setting did\n");
+}
+
 /* Rank 0 picks and reads the checkpoint (ckpt_find_resume), then broadcasts
  * the position and the state, so all ranks resume identically. Every rank
  * decides from the job alone whether to look, so the collectives match. */
@@ -579,7 +652,8 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
         char path[4096] = "";
         memset(&c, 0, sizeof c);
         int found = ckpt_find_resume(r->ckpt_on ? j->checkpoint_dir : ".", j->name,
-                                     r->a->spec_hash, by_path ? j->checkpoint.resume_path : NULL,
+                                     r->ident_hash, r->ident,
+                                     by_path ? j->checkpoint.resume_path : NULL,
                                      &c, path, sizeof path, r->a->out, e);
         if (found < 0)
             return found;
@@ -611,14 +685,16 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             amp[0] = (double)c.loss_scale;
             amp[1] = (double)c.good_steps;
             amp[2] = (double)c.skipped_steps;
+            if (rc == 0 && r->a->out) {
+                fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld%s)\n", path,
+                        (long long)pos[1], (long long)pos[3],
+                        c.sampler_batches ? ", mid-epoch" : "");
+                resume_notice(r, &c, r->a->out);
+                fflush(r->a->out);
+            }
             ckpt_free(&c);
             if (rc < 0)
                 return rc;
-            if (r->a->out) {
-                fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld)\n", path,
-                        (long long)pos[1], (long long)pos[3]);
-                fflush(r->a->out);
-            }
         }
     }
     DDPC_TRY(bcast_doubles(r, pos, 4, e));
@@ -713,6 +789,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         sampler_set_epoch(&r->sampler, epoch);
         double loss_sum = 0, win_sum = 0, win_cnt = 0;
         int64_t seen = 0;
+        int due_at_end = 0;
         int64_t b0 = epoch == r->start_epoch ? r->start_batch : 0;
         for (int64_t b = b0; b < r->sampler.n_batches; b++) {
             int micro = (int)(b % accum);
@@ -721,9 +798,21 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 r->step_no = r->optim.step + 1;
                 if (sync) {
                     double ts = ddpc_now();
-                    int rc = a->sync_comm->barrier(a->sync_comm,
-                                                   ddpc_deadline_after(j->rank_sync_timeout_s),
-                                                   e);
+                    /* rank 0 may still be writing a checkpoint: that write
+                     * is not data-loading skew, so it does not count
+                     * against rank_sync_timeout (nccl_timeout, or 30 min
+                     * when unset, bounds it instead) */
+                    double tmo = j->rank_sync_timeout_s;
+                    if (r->ckpt_written)
+                        tmo += j->nccl_timeout_s > 0 ? j->nccl_timeout_s : 1800.0;
+                    int rc = a->sync_comm->barrier(a->sync_comm, ddpc_deadline_after(tmo), e);
+                    if (rc < 0 && r->ckpt_written && r->rank != 0) {
+                        size_t l = strlen(e->msg);
+                        (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing "
+                                       "a checkpoint to %s before this step: a slow or hung "
+                                       "file system?)", j->checkpoint_dir);
+                    }
+                    r->ckpt_written = 0;
                     if (rc < 0)
                         return step_fail(r, e, rc);
                     r->prof.sync += ddpc_now() - ts;
@@ -825,6 +914,20 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             }
             if (r->optim.step % every == 0)
                 win_sum = win_cnt = 0;
+            if (r->ckpt_on) {
+                int due = ckpt_due(r, e);
+                if (due < 0)
+                    return step_fail(r, e, due);
+                if (due && b + 1 < r->sampler.n_batches) {
+                    /* mid-epoch: the position (epoch, b + 1) is saved */
+                    DDPC_TRY(params_ready(r, e));
+                    if (r->rank == 0)
+                        DDPC_TRY(ckpt_save(r, epoch, epoch, b + 1, e));
+                    r->ckpt_written = 1;
+                } else if (due) {
+                    due_at_end = 1;     /* the epoch's end saves it, after evaluation */
+                }
+            }
             r->prof.other += ddpc_now() - t5;
         }
         DDPC_TRY(o->synchronize(o, e));
@@ -868,9 +971,12 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         }
         int64_t done_epochs = epoch + 1;
         int every_ep = j->checkpoint.every_n_epochs;
-        if (r->rank == 0 && r->ckpt_on &&
-            ((every_ep > 0 && done_epochs % every_ep == 0) || done_epochs == j->epochs))
-            DDPC_TRY(ckpt_save(r, done_epochs, e));
+        if (r->ckpt_on && ((every_ep > 0 && done_epochs % every_ep == 0) ||
+                           done_epochs == j->epochs || due_at_end)) {
+            if (r->rank == 0)
+                DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, e));
+            r->ckpt_written = 1;
+        }
     }
     res->steps = r->optim.step;
     res->skipped_steps = r->skipped_steps;

@@ -179,6 +179,8 @@ struct ddpc_job {
     /* ---- checkpoint ---- */
     struct {
         int32_t every_n_epochs;         /* 0 = only at the end */
+        int64_t every_n_steps;          /* 0 = off; mid-epoch, sampler position saved */
+        double  every_n_minutes;        /* 0 = off; rank 0's clock, decided at step ends */
         int32_t keep_last;              /* 0 = keep all */
         enum ddpc_resume resume;
         const char *resume_path;        /* resume == DDPC_RESUME_PATH */

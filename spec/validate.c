@@ -1488,8 +1488,10 @@ static void cross_rules(struct ddpc_vctx *c)
         vdiag(c, DDPC_SEV_ERROR, n, "optimizer.nesterov", "nesterov needs momentum > 0");
 
     if (!at(c, "checkpoint_dir")) {
-        static const char *const keys[2] = { "checkpoint.every_n_epochs", "checkpoint.keep_last" };
-        for (int i = 0; i < 2; i++)
+        static const char *const keys[4] = { "checkpoint.every_n_epochs", "checkpoint.keep_last",
+                                             "checkpoint.every_n_steps",
+                                             "checkpoint.every_n_minutes" };
+        for (int i = 0; i < 4; i++)
             if ((n = at(c, keys[i])) && !load_is_null(n))
                 vdiag(c, DDPC_SEV_WARNING, n, keys[i], "has no effect without checkpoint_dir");
     }

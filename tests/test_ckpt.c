@@ -24,6 +24,7 @@
 #include "suites.h"
 #include "testutil.h"
 #include "ckpt.h"
+#include "ident.h"
 
 /* ===== helpers ===== */
 
@@ -55,7 +56,7 @@ static void make_ckpt(struct ddpc_ckpt *c, size_t np, size_t no, int64_t epoch,
                       int64_t step, const char *hash)
 {
     memset(c, 0, sizeof *c);
-    memcpy(c->spec_hash, hash, DDPC_CKPT_HASH_LEN + 1);
+    memcpy(c->ident_hash, hash, DDPC_CKPT_HASH_LEN + 1);
     c->world = 3;
     c->epoch = epoch;
     c->step = step;
@@ -77,6 +78,7 @@ static void make_ckpt(struct ddpc_ckpt *c, size_t np, size_t no, int64_t epoch,
 
 static void assert_same(const struct ddpc_ckpt *a, const struct ddpc_ckpt *b)
 {
+    ck_assert_str_eq(a->ident_hash, b->ident_hash);
     ck_assert_str_eq(a->spec_hash, b->spec_hash);
     ck_assert_int_eq(a->world, b->world);
     ck_assert_int_eq(a->epoch, b->epoch);
@@ -214,7 +216,7 @@ START_TEST(round_trip_bit_exact)
         make_ckpt(&c, shapes[k][0], shapes[k][1], 2, 100 + k, HASH_A);
         ck_assert_msg(ckpt_write(dir, "mnist", &c, path, sizeof path, &e) == 0, "%s", e.msg);
         char want[4096];
-        snprintf(want, sizeof want, "%s/mnist-e0002-s%09d.ckpt", dir, 100 + k);
+        snprintf(want, sizeof want, "%s/mnist-e0002-s%09d-01234567.ckpt", dir, 100 + k);
         ck_assert_str_eq(path, want);
         ck_assert_int_eq(file_size(path), (long long)ckpt_file_size(shapes[k][0], shapes[k][1]));
         struct stat st;
@@ -229,8 +231,8 @@ START_TEST(round_trip_bit_exact)
     /* No temp file left behind by successful writes. */
     char ls[4096];
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "mnist-e0002-s000000100.ckpt mnist-e0002-s000000101.ckpt "
-                         "mnist-e0002-s000000102.ckpt mnist-e0002-s000000103.ckpt");
+    ck_assert_str_eq(ls, "mnist-e0002-s000000100-01234567.ckpt mnist-e0002-s000000101-01234567.ckpt "
+                         "mnist-e0002-s000000102-01234567.ckpt mnist-e0002-s000000103-01234567.ckpt");
     ck_assert_int_eq(rm_tree(dir), 0);
     free(dir);
 }
@@ -247,7 +249,7 @@ START_TEST(header_is_little_endian_at_documented_offsets)
     ck_assert_uint_eq(fread(h, 1, 256, f), 256);
     ck_assert_int_eq(fclose(f), 0);
     ck_assert(memcmp(h, "DDPCCKPT", 8) == 0);
-    ck_assert_int_eq(h[8], 1);                       /* version */
+    ck_assert_int_eq(h[8], 2);                       /* version */
     ck_assert_int_eq(h[12] | h[13] << 8, 256);       /* header size */
     ck_assert(memcmp(h + 16, HASH_A, 64) == 0);
     ck_assert_int_eq(h[80], 3);                      /* world */
@@ -345,7 +347,7 @@ START_TEST(truncation_and_trailing_data_are_detected)
     /* A FIFO under a checkpoint's name is refused at once, not read
      * (a blocking open would hang resume forever). */
     char fifo[4200];
-    snprintf(fifo, sizeof fifo, "%s/j-e0000-s000000009.ckpt", dir);
+    snprintf(fifo, sizeof fifo, "%s/j-e0000-s000000009-01234567.ckpt", dir);
     ck_assert_int_eq(mkfifo(fifo, 0644), 0);
     ddpc_err_clear(&e);
     ck_assert_int_eq(ckpt_read(fifo, &r, &e), DDPC_E_DATA);
@@ -366,7 +368,7 @@ START_TEST(write_rejects_bad_input)
         ddpc_err_clear(&e);
         ck_assert_int_eq(ckpt_write(dir, bad_names[i], &c, NULL, 0, &e), DDPC_E_INVALID);
     }
-    c.spec_hash[10] = 'g';
+    c.ident_hash[10] = 'g';
     ddpc_err_clear(&e);
     ck_assert_int_eq(ckpt_write(dir, "j", &c, NULL, 0, &e), DDPC_E_INVALID);
     ck_assert_msg(strstr(e.msg, "64 hex digits"), "%s", e.msg);
@@ -392,8 +394,8 @@ START_TEST(resume_picks_newest_valid)
     /* No directory, then an empty one: nothing to resume, not an error. */
     char missing[4200];
     snprintf(missing, sizeof missing, "%s/not-there", dir);
-    ck_assert_int_eq(ckpt_find_resume(missing, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e), 0);
-    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e), 0);
+    ck_assert_int_eq(ckpt_find_resume(missing, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e), 0);
+    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e), 0);
     ck_assert_int_eq(e.code, 0);
 
     write_one(dir, "job", 100, 200, 0, 10, HASH_A, p10, sizeof p10);
@@ -405,12 +407,12 @@ START_TEST(resume_picks_newest_valid)
     write_one(dir, "job-e1", 100, 200, 9, 99, HASH_A, other, sizeof other);
     write_one(dir, "jobx", 100, 200, 9, 99, HASH_A, other, sizeof other);
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s/.job-e0009-s000000099.ckpt.tmp.somehost.999999", dir);
+    snprintf(tmp, sizeof tmp, "%s/.job-e0009-s000000099-01234567.ckpt.tmp.somehost.999999", dir);
     ck_assert_int_eq(write_file(tmp, "partial", 7), 0);
-    snprintf(tmp, sizeof tmp, "%s/job-e0009-s000000099.ckpt.bak", dir);
+    snprintf(tmp, sizeof tmp, "%s/job-e0009-s000000099-01234567.ckpt.bak", dir);
     ck_assert_int_eq(write_file(tmp, "junk", 4), 0);
 
-    ck_assert_msg(ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e) == 1,
+    ck_assert_msg(ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e) == 1,
                   "%s", e.msg);
     ck_assert_str_eq(got, p30);
     ck_assert_int_eq(r.step, 30);
@@ -423,7 +425,7 @@ START_TEST(resume_picks_newest_valid)
     char rep[4096] = "";
     FILE *mf = fmemopen(rep, sizeof rep, "w");
     ck_assert_ptr_nonnull(mf);
-    int rc = ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, mf, &e);
+    int rc = ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, mf, &e);
     ck_assert_int_eq(fclose(mf), 0);
     ck_assert_msg(rc == 1, "%s", e.msg);
     ck_assert_str_eq(got, p20);
@@ -435,13 +437,13 @@ START_TEST(resume_picks_newest_valid)
 
     /* Truncated too: falls back to the oldest. */
     ck_assert_int_eq(truncate(p20, 300), 0);
-    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e), 1);
+    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e), 1);
     ck_assert_str_eq(got, p10);
     ckpt_free(&r);
 
     /* All broken: an error, never a silent fresh start. */
     flip_byte(p10, 300);
-    rc = ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e);
+    rc = ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e);
     ck_assert_int_eq(rc, DDPC_E_DATA);
     ck_assert_msg(strstr(e.msg, "3 checkpoints of job job found but none is readable"), "%s", e.msg);
     ck_assert_ptr_null(r.params);
@@ -456,36 +458,60 @@ START_TEST(resume_refuses_other_spec_unless_named)
     char pa[4096], pb[4096], got[4096];
     struct ddpc_ckpt r;
     struct ddpc_err e;
-    write_one(dir, "job", 10, 0, 0, 10, HASH_A, pa, sizeof pa);
-    write_one(dir, "job", 10, 0, 1, 20, HASH_B, pb, sizeof pb);
+    /* only another configuration's checkpoint: refused, naming what changed */
+    struct ddpc_ckpt c;
+    make_ckpt(&c, 10, 0, 1, 20, HASH_B);
+    c.ident = strdup("T world=2\nT learning_rate=0.01\nC epochs=3\n");
+    ck_assert_ptr_nonnull(c.ident);
+    ddpc_err_clear(&e);
+    ck_assert_msg(ckpt_write(dir, "job", &c, pb, sizeof pb, &e) == 0, "%s", e.msg);
+    ckpt_free(&c);
 
     ddpc_err_clear(&e);
-    int rc = ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e);
+    int rc = ckpt_find_resume(dir, "job", HASH_A, "T world=2\nT learning_rate=0.02\nC epochs=3\n",
+                              NULL, &r, got, sizeof got, NULL, &e);
     ck_assert_int_eq(rc, DDPC_E_DATA);
-    ck_assert_msg(strstr(e.msg, pb) && strstr(e.msg, "different spec") &&
-                  strstr(e.msg, "spec hash fedcba9876543210...") &&
-                  strstr(e.msg, "this spec 0123456789abcdef...") &&
-                  strstr(e.msg, "set checkpoint.resume: never"), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, pb) && strstr(e.msg, "different configuration") &&
+                  strstr(e.msg, "identity fedcba9876543210...") &&
+                  strstr(e.msg, "this job 0123456789abcdef...") &&
+                  strstr(e.msg, "learning_rate changed: 0.01 -> 0.02") &&
+                  !strstr(e.msg, "epochs") &&
+                  strstr(e.msg, "set checkpoint.resume: never") &&
+                  strstr(e.msg, "nothing of it is removed"), "%s", e.msg);
     ck_assert_ptr_null(r.params);
     printf("ckpt: refusal was: %s\n", e.msg);
+
+    /* with an older checkpoint of its own too: that one, and a note */
+    write_one(dir, "job", 10, 0, 0, 10, HASH_A, pa, sizeof pa);
+    char rep0[1024] = "";
+    FILE *m0 = fmemopen(rep0, sizeof rep0, "w");
+    ck_assert_ptr_nonnull(m0);
+    ddpc_err_clear(&e);
+    rc = ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, m0, &e);
+    ck_assert_int_eq(fclose(m0), 0);
+    ck_assert_msg(rc == 1, "%s", e.msg);
+    ck_assert_str_eq(got, pa);
+    ck_assert_msg(strstr(rep0, "another configuration") && strstr(rep0, "-fedcba98.ckpt"),
+                  "%s", rep0);
+    ckpt_free(&r);
 
     /* Named explicitly: used, with a note. */
     char rep[1024] = "";
     FILE *mf = fmemopen(rep, sizeof rep, "w");
     ck_assert_ptr_nonnull(mf);
     ddpc_err_clear(&e);
-    rc = ckpt_find_resume(dir, "job", HASH_A, pb, &r, got, sizeof got, mf, &e);
+    rc = ckpt_find_resume(dir, "job", HASH_A, NULL, pb, &r, got, sizeof got, mf, &e);
     ck_assert_int_eq(fclose(mf), 0);
     ck_assert_msg(rc == 1, "%s", e.msg);
     ck_assert_str_eq(got, pb);
-    ck_assert_str_eq(r.spec_hash, HASH_B);
-    ck_assert_msg(strstr(rep, "different spec"), "%s", rep);
+    ck_assert_str_eq(r.ident_hash, HASH_B);
+    ck_assert_msg(strstr(rep, "different configuration") && strstr(rep, "named explicitly"), "%s", rep);
     ckpt_free(&r);
 
     /* Named explicitly but corrupt: an error, no fallback. */
     flip_byte(pb, 280);
     ddpc_err_clear(&e);
-    rc = ckpt_find_resume(dir, "job", HASH_A, pb, &r, got, sizeof got, NULL, &e);
+    rc = ckpt_find_resume(dir, "job", HASH_A, NULL, pb, &r, got, sizeof got, NULL, &e);
     ck_assert_int_eq(rc, DDPC_E_DATA);
     ck_assert_msg(strstr(e.msg, "checksum mismatch"), "%s", e.msg);
     ck_assert_int_eq(rm_tree(dir), 0);
@@ -502,22 +528,22 @@ START_TEST(prune_keeps_newest)
     for (int i = 1; i <= 5; i++)
         write_one(dir, "job", 5, 5, i, 100 * i, HASH_A, p, sizeof p);
     write_one(dir, "other", 5, 5, 1, 1, HASH_A, p, sizeof p);
-    ck_assert_int_eq(ckpt_prune(dir, "job", 0, &e), 0);          /* 0: keep all */
+    ck_assert_int_eq(ckpt_prune(dir, "job", HASH_A, 0, &e), 0);          /* 0: keep all */
     char ls[4096];
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0001-s000000100.ckpt job-e0002-s000000200.ckpt "
-                         "job-e0003-s000000300.ckpt job-e0004-s000000400.ckpt "
-                         "job-e0005-s000000500.ckpt other-e0001-s000000001.ckpt");
-    ck_assert_msg(ckpt_prune(dir, "job", 2, &e) == 0, "%s", e.msg);
+    ck_assert_str_eq(ls, "job-e0001-s000000100-01234567.ckpt job-e0002-s000000200-01234567.ckpt "
+                         "job-e0003-s000000300-01234567.ckpt job-e0004-s000000400-01234567.ckpt "
+                         "job-e0005-s000000500-01234567.ckpt other-e0001-s000000001-01234567.ckpt");
+    ck_assert_msg(ckpt_prune(dir, "job", HASH_A, 2, &e) == 0, "%s", e.msg);
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0004-s000000400.ckpt job-e0005-s000000500.ckpt "
-                         "other-e0001-s000000001.ckpt");
-    ck_assert_int_eq(ckpt_prune(dir, "job", 1, &e), 0);
+    ck_assert_str_eq(ls, "job-e0004-s000000400-01234567.ckpt job-e0005-s000000500-01234567.ckpt "
+                         "other-e0001-s000000001-01234567.ckpt");
+    ck_assert_int_eq(ckpt_prune(dir, "job", HASH_A, 1, &e), 0);
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0005-s000000500.ckpt other-e0001-s000000001.ckpt");
-    ck_assert_int_eq(ckpt_prune(dir, "job", 5, &e), 0);
+    ck_assert_str_eq(ls, "job-e0005-s000000500-01234567.ckpt other-e0001-s000000001-01234567.ckpt");
+    ck_assert_int_eq(ckpt_prune(dir, "job", HASH_A, 5, &e), 0);
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0005-s000000500.ckpt other-e0001-s000000001.ckpt");
+    ck_assert_str_eq(ls, "job-e0005-s000000500-01234567.ckpt other-e0001-s000000001-01234567.ckpt");
     ck_assert_int_eq(e.code, 0);
 
     /* Past the padded widths, order is numeric, not by name: s1000000000
@@ -526,16 +552,184 @@ START_TEST(prune_keeps_newest)
     write_one(dir, "job", 5, 5, 12346, 1000000000LL, HASH_A, p, sizeof p);
     char got[4096];
     struct ddpc_ckpt r;
-    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, NULL, &e), 1);
+    ck_assert_int_eq(ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, NULL, &e), 1);
     ck_assert_int_eq(r.step, 1000000000LL);
     ck_assert_int_eq(r.epoch, 12346);
     ck_assert_str_eq(got, p);
     ckpt_free(&r);
-    ck_assert_int_eq(ckpt_prune(dir, "job", 1, &e), 0);
+    ck_assert_int_eq(ckpt_prune(dir, "job", HASH_A, 1, &e), 0);
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e12346-s1000000000.ckpt other-e0001-s000000001.ckpt");
+    ck_assert_str_eq(ls, "job-e12346-s1000000000-01234567.ckpt other-e0001-s000000001-01234567.ckpt");
     ck_assert_int_eq(rm_tree(dir), 0);
     free(dir);
+}
+END_TEST
+
+/* Two configurations under one job name in one checkpoint_dir (issue 12:
+ * the second, started with resume: never as the refusal advised, pruned
+ * the first's checkpoints and overwrote its same-step files): names carry
+ * the identity, so nothing is overwritten, and pruning removes only files
+ * whose tag AND header hash are this identity's. */
+START_TEST(prune_and_names_keep_identities_apart)
+{
+    static const char *HASH_C =     /* A's tag, another identity */
+        "01234567ffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
+    char *dir = make_temp_dir("ckpt");
+    char p[4096], legacy[4200], ls[4096];
+    struct ddpc_err e;
+    ddpc_err_clear(&e);
+    for (int i = 1; i <= 3; i++) {
+        write_one(dir, "job", 5, 5, i, 100 * i, HASH_A, p, sizeof p);
+        write_one(dir, "job", 5, 5, i, 100 * i, HASH_B, p, sizeof p);
+    }
+    /* a file from before names carried the identity, and a tag collision */
+    write_one(dir, "job", 5, 5, 0, 5, HASH_A, p, sizeof p);
+    snprintf(legacy, sizeof legacy, "%s/job-e0000-s000000005.ckpt", dir);
+    ck_assert_int_eq(rename(p, legacy), 0);
+    write_one(dir, "job", 5, 5, 0, 1, HASH_C, p, sizeof p);
+    list_dir(dir, ls, sizeof ls);
+    ck_assert_str_eq(ls, "job-e0000-s000000001-01234567.ckpt job-e0000-s000000005.ckpt "
+                         "job-e0001-s000000100-01234567.ckpt job-e0001-s000000100-fedcba98.ckpt "
+                         "job-e0002-s000000200-01234567.ckpt job-e0002-s000000200-fedcba98.ckpt "
+                         "job-e0003-s000000300-01234567.ckpt job-e0003-s000000300-fedcba98.ckpt");
+
+    ck_assert_msg(ckpt_prune(dir, "job", HASH_B, 1, &e) == 0, "%s", e.msg);
+    list_dir(dir, ls, sizeof ls);
+    ck_assert_str_eq(ls, "job-e0000-s000000001-01234567.ckpt job-e0000-s000000005.ckpt "
+                         "job-e0001-s000000100-01234567.ckpt "
+                         "job-e0002-s000000200-01234567.ckpt "
+                         "job-e0003-s000000300-01234567.ckpt job-e0003-s000000300-fedcba98.ckpt");
+    /* A keeps its newest written (mtime order: s300 was written before
+     * C's s1, but C's file is not A's, whatever its tag) */
+    ck_assert_msg(ckpt_prune(dir, "job", HASH_A, 1, &e) == 0, "%s", e.msg);
+    list_dir(dir, ls, sizeof ls);
+    ck_assert_str_eq(ls, "job-e0000-s000000001-01234567.ckpt job-e0000-s000000005.ckpt "
+                         "job-e0003-s000000300-01234567.ckpt job-e0003-s000000300-fedcba98.ckpt");
+    /* NULL identity: temp files only */
+    ck_assert_int_eq(ckpt_prune(dir, "job", NULL, 1, &e), 0);
+    list_dir(dir, ls, sizeof ls);
+    ck_assert_str_eq(ls, "job-e0000-s000000001-01234567.ckpt job-e0000-s000000005.ckpt "
+                         "job-e0003-s000000300-01234567.ckpt job-e0003-s000000300-fedcba98.ckpt");
+    ck_assert_int_eq(rm_tree(dir), 0);
+    free(dir);
+}
+END_TEST
+
+/* ===== identity: what changes the trajectory ===== */
+
+static void base_job(struct ddpc_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->version = 1;
+    j->name = "id";
+    j->n_devices = 2;
+    j->devices[1] = 1;
+    j->seed = 7;
+    j->epochs = 2;
+    j->learning_rate = 0.001;
+    j->batch_size = 16;
+    j->grad_accumulation = 1;
+    j->limit_train_fraction = 1.0;
+    j->bucket_cap_mb = 25;
+    j->checkpoint_dir = "ckpt";
+    j->model.n_layers = 3;
+    j->model.layers[0] = 32;
+    j->model.layers[1] = 64;
+    j->model.layers[2] = 4;
+    j->data.train.format = DDPC_DATA_SYNTHETIC;
+    j->data.train.samples = 1024;
+    j->data.train.features = 32;
+    j->data.train.classes = 4;
+    j->data.shuffle = 1;
+    j->optimizer.beta1 = 0.9;
+    j->optimizer.beta2 = 0.999;
+    j->optimizer.eps = 1e-8;
+    j->schedule.warmup_start_factor = 0.1;
+    j->schedule.gamma = 0.1;
+    j->checkpoint.every_n_epochs = 1;
+    j->logging.every_n_steps = 50;
+    j->launch.num_nodes = 1;
+    j->launch.master_port = 29500;
+}
+
+/* One edit of each kind: the identity changes exactly for the trajectory's
+ * fields, and the diff names the field with both values. */
+START_TEST(identity_splits_trajectory_from_the_rest)
+{
+    struct ddpc_job j0, j;
+    base_job(&j0);
+    char *t0 = malloc(16384), *t1 = malloc(16384), d[2048];
+    char h0[DDPC_IDENT_HASH_LEN + 1], h1[DDPC_IDENT_HASH_LEN + 1];
+    ck_assert(t0 && t1);
+    ck_assert_int_gt(ident_format(&j0, 2, "cpu", t0, 16384), 0);
+    ident_hash(t0, h0);
+    ck_assert_int_gt(ident_format(&j0, 2, "cpu", t1, 16384), 0);
+    ck_assert_str_eq(t0, t1);                     /* same job: same bytes */
+    ck_assert_int_eq(ident_format(&j0, 2, "cpu", t1, 64), -1);   /* too small: said */
+
+    for (int k = 0; k < 27; k++) {
+        j = j0;
+        int world = 2, traj = 1;
+        const char *backend = "cpu", *want = NULL;
+        switch (k) {
+        /* the trajectory */
+        case 0: j.learning_rate = 0.002; want = "learning_rate changed: 0.001 -> 0.002"; break;
+        case 1: j.seed = 8; want = "seed changed: 7 -> 8"; break;
+        case 2: world = 4; want = "world changed: 2 -> 4"; break;
+        case 3: j.batch_size = 32; want = "batch_size changed: 16 -> 32"; break;
+        case 4: j.grad_accumulation = 2; want = "grad_accumulation changed: 1 -> 2"; break;
+        case 5: j.precision = DDPC_PRECISION_BF16; want = "precision changed: fp32 -> bf16"; break;
+        case 6: j.model.layers[1] = 128; want = "model.layers changed: [32,64,4] -> [32,128,4]"; break;
+        case 7: j.optimizer.type = DDPC_OPTIM_SGD; want = "optimizer.type changed: adam -> sgd"; break;
+        case 8: j.schedule.warmup_steps = 10; want = "schedule.warmup_steps changed: 0 -> 10"; break;
+        case 9: j.data.train.samples = 2048; want = "data.train.samples changed: 1024 -> 2048"; break;
+        case 10: backend = "cuda"; want = "backend changed: cpu -> cuda"; break;
+        case 11: j.lr_scaling = DDPC_LR_SCALING_LINEAR; want = "lr_scaling changed: none -> linear"; break;
+        case 12: j.schedule.decay = DDPC_DECAY_COSINE; want = "schedule.decay changed: constant -> cosine"; break;
+        case 13: j.data.drop_last = 1; want = "data.drop_last changed: 0 -> 1"; break;
+        /* cosine decays over the run's length: epochs is the trajectory's */
+        case 14: j0.schedule.decay = j.schedule.decay = DDPC_DECAY_COSINE; j.epochs = 3;
+                 want = "epochs changed: 2 -> 3"; break;
+        /* not the trajectory */
+        case 15: j.epochs = 3; traj = 0; want = "epochs changed: 2 -> 3"; break;
+        case 16: j.logging.every_n_steps = 10; traj = 0; want = "logging.every_n_steps changed: 50 -> 10"; break;
+        case 17: j.nccl_timeout_s = 60; traj = 0; want = "nccl_timeout changed: 0 -> 60"; break;
+        case 18: j.rank_sync_timeout_s = 1.5; traj = 0; want = "rank_sync_timeout changed: 0 -> 1.5"; break;
+        case 19: j.checkpoint.every_n_steps = 100; traj = 0; want = "checkpoint.every_n_steps changed: 0 -> 100"; break;
+        case 20: j.checkpoint.every_n_minutes = 30; traj = 0; want = "checkpoint.every_n_minutes changed: 0 -> 30"; break;
+        case 21: j.checkpoint.keep_last = 2; traj = 0; want = "checkpoint.keep_last changed: 0 -> 2"; break;
+        case 22: j.logging.metrics_csv = "m.csv"; traj = 0; want = "logging.metrics_csv changed: (none) -> m.csv"; break;
+        case 23: j.checkpoint.export_path = "out/model.safetensors"; traj = 0; want = "checkpoint.export changed: (none) -> out/model.safetensors"; break;
+        case 24: j.bucket_cap_mb = 1; traj = 0; want = "bucket_cap_mb changed: 25 -> 1"; break;
+        case 25: j.data.has_test = 1; traj = 0; want = "data.has_test changed: 0 -> 1"; break;
+        case 26: j.launch.max_restarts = 3; traj = 0; want = "launch.max_restarts changed: 0 -> 3"; break;
+        }
+        ck_assert_int_gt(ident_format(&j0, 2, "cpu", t0, 16384), 0);
+        ident_hash(t0, h0);
+        ck_assert_int_gt(ident_format(&j, world, backend, t1, 16384), 0);
+        ident_hash(t1, h1);
+        ck_assert_msg((strcmp(h0, h1) != 0) == traj, "edit %d (%s): identity %s", k, want,
+                      traj ? "unchanged" : "changed");
+        int nt = ident_diff(t0, t1, 'T', d, sizeof d);
+        if (traj) {
+            ck_assert_msg(nt >= 1 && strstr(d, want), "edit %d: T diff '%s', want '%s'", k, d, want);
+        } else {
+            ck_assert_msg(nt == 0, "edit %d: T diff '%s'", k, d);
+            ck_assert_msg(ident_diff(t0, t1, 'C', d, sizeof d) >= 1 && strstr(d, want),
+                          "edit %d: C diff '%s', want '%s'", k, d, want);
+        }
+        j0.schedule.decay = DDPC_DECAY_CONSTANT;
+    }
+    /* a description missing from an old checkpoint: every line differs */
+    ck_assert_int_gt(ident_diff("", t0, 'T', d, sizeof d), 10);
+    ck_assert_msg(strstr(d, "learning_rate changed: (absent) -> 0.001"), "%s", d);
+    /* a long diff is cut with "..." inside the buffer */
+    char small[40];
+    ck_assert_int_gt(ident_diff("", t0, 'T', small, sizeof small), 10);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+    ck_assert_str_eq(small + sizeof small - 4, "...");
+    free(t0);
+    free(t1);
 }
 END_TEST
 
@@ -562,13 +756,13 @@ START_TEST(enospc_via_fault_hook_leaves_earlier_intact)
         ck_assert_int_lt(rc, 0);
         char want[8192];
         snprintf(want, sizeof want, "checkpoint_dir %s: no space left on device writing "
-                 "%s/job-e0001-s000000020.ckpt (%zu bytes needed); earlier checkpoints are intact",
+                 "%s/job-e0001-s000000020-01234567.ckpt (%zu bytes needed); earlier checkpoints are intact",
                  dir, dir, need);
         ck_assert_msg(strcmp(e.msg, want) == 0, "at %lld:\n got  %s\n want %s",
                       (long long)at[i], e.msg, want);
         char ls[4096];
         list_dir(dir, ls, sizeof ls);
-        ck_assert_str_eq(ls, "job-e0000-s000000010.ckpt");   /* no temp, no new file */
+        ck_assert_str_eq(ls, "job-e0000-s000000010-01234567.ckpt");   /* no temp, no new file */
         struct ddpc_ckpt r;
         ddpc_err_clear(&e);
         ck_assert_msg(ckpt_read(p1, &r, &e) == 0, "%s", e.msg);
@@ -619,7 +813,7 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
      * .<final>.tmp.<host>.<pid>, frozen exactly at the cut. */
     char ls[4096], tmpname[512], host[128], suffix[32];
     list_dir(dir, ls, sizeof ls);
-    const char *pre = ".job-e0001-s000000020.ckpt.tmp.";
+    const char *pre = ".job-e0001-s000000020-01234567.ckpt.tmp.";
     ck_assert_msg(strncmp(ls, pre, strlen(pre)) == 0, "%s", ls);
     ck_assert_int_eq(sscanf(ls, "%511s", tmpname), 1);
     snprintf(suffix, sizeof suffix, ".%ld", (long)pid);
@@ -627,7 +821,7 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
     ck_assert(tl > pl + sl && strcmp(tmpname + tl - sl, suffix) == 0);
     snprintf(host, sizeof host, "%.*s", (int)(tl - pl - sl), tmpname + pl);
     char want[4096];
-    snprintf(want, sizeof want, "%s job-e0000-s000000010.ckpt", tmpname);
+    snprintf(want, sizeof want, "%s job-e0000-s000000010-01234567.ckpt", tmpname);
     ck_assert_str_eq(ls, want);
     char tmp[4800];
     snprintf(tmp, sizeof tmp, "%s/%s", dir, tmpname);
@@ -645,7 +839,7 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
     char rep[1024] = "";
     FILE *mf = fmemopen(rep, sizeof rep, "w");
     ck_assert_ptr_nonnull(mf);
-    int rc = ckpt_find_resume(dir, "job", HASH_A, NULL, &r, got, sizeof got, mf, &e);
+    int rc = ckpt_find_resume(dir, "job", HASH_A, NULL, NULL, &r, got, sizeof got, mf, &e);
     ck_assert_int_eq(fclose(mf), 0);
     ck_assert_msg(rc == 1, "%s", e.msg);
     ck_assert_str_eq(got, p1);
@@ -656,15 +850,15 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
      * a live process (pid 1) nor one written from another host, where the
      * pid means nothing here. */
     char live[4800], remote[4800];
-    snprintf(live, sizeof live, "%s/.job-e0002-s000000030.ckpt.tmp.%s.1", dir, host);
-    snprintf(remote, sizeof remote, "%s/.job-e0002-s000000031.ckpt.tmp.otherhost.%ld",
+    snprintf(live, sizeof live, "%s/.job-e0002-s000000030-01234567.ckpt.tmp.%s.1", dir, host);
+    snprintf(remote, sizeof remote, "%s/.job-e0002-s000000031-01234567.ckpt.tmp.otherhost.%ld",
              dir, (long)pid);
     ck_assert_int_eq(write_file(live, "x", 1), 0);
     ck_assert_int_eq(write_file(remote, "x", 1), 0);
-    ck_assert_msg(ckpt_prune(dir, "job", 3, &e) == 0, "%s", e.msg);
+    ck_assert_msg(ckpt_prune(dir, "job", HASH_A, 3, &e) == 0, "%s", e.msg);
     list_dir(dir, ls, sizeof ls);
-    snprintf(want, sizeof want, ".job-e0002-s000000030.ckpt.tmp.%s.1 "
-             ".job-e0002-s000000031.ckpt.tmp.otherhost.%ld job-e0000-s000000010.ckpt",
+    snprintf(want, sizeof want, ".job-e0002-s000000030-01234567.ckpt.tmp.%s.1 "
+             ".job-e0002-s000000031-01234567.ckpt.tmp.otherhost.%ld job-e0000-s000000010-01234567.ckpt",
              host, (long)pid);
     ck_assert_str_eq(ls, want);
     ck_assert_int_eq(rm_tree(dir), 0);
@@ -701,12 +895,12 @@ START_TEST(enospc_on_real_tmpfs)
     ck_assert_int_eq(rc, DDPC_E_SYS);
     char want[8192];
     snprintf(want, sizeof want, "checkpoint_dir %s: no space left on device writing "
-             "%s/job-e0000-s000000002.ckpt (%zu bytes needed); earlier checkpoints are intact",
+             "%s/job-e0000-s000000002-01234567.ckpt (%zu bytes needed); earlier checkpoints are intact",
              dir, dir, bytes);
     ck_assert_str_eq(e.msg, want);
     char ls[4096];
     list_dir(dir, ls, sizeof ls);
-    ck_assert_str_eq(ls, "job-e0000-s000000001.ckpt");
+    ck_assert_str_eq(ls, "job-e0000-s000000001-01234567.ckpt");
     struct ddpc_ckpt r;
     ddpc_err_clear(&e);
     ck_assert_msg(ckpt_read(p1, &r, &e) == 0, "%s", e.msg);
@@ -930,6 +1124,8 @@ Suite *ckpt_suite(void)
     tcase_add_test(t, resume_picks_newest_valid);
     tcase_add_test(t, resume_refuses_other_spec_unless_named);
     tcase_add_test(t, prune_keeps_newest);
+    tcase_add_test(t, prune_and_names_keep_identities_apart);
+    tcase_add_test(t, identity_splits_trajectory_from_the_rest);
     suite_add_tcase(s, t);
 
     t = tcase_create("faults");

@@ -68,6 +68,8 @@ struct fopts {
     const char *extra;         /* more top-level lines; NULL: none */
     const char *export_path;   /* checkpoint.export; NULL: model.safetensors */
     int         every;         /* checkpoint.every_n_epochs; 0: 1 */
+    int         epochs;        /* 0: EPOCHS */
+    const char  *ckextra;      /* more checkpoint keys (", k: v"); NULL: none */
 };
 
 /* Writes dir/<bin>.yaml and builds dir/<bin>; returns the binary's path.
@@ -85,10 +87,10 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         ck_assert_int_ge(asprintf(&ckpt, "checkpoint: {export: %s}\n", exp), 0);
     else
         ck_assert_int_ge(asprintf(&ckpt, "checkpoint_dir: %s\n"
-                                  "checkpoint: {every_n_epochs: %d, keep_last: %d, export: %s%s}\n",
+                                  "checkpoint: {every_n_epochs: %d, keep_last: %d, export: %s%s%s}\n",
                                   o->ckdir ? o->ckdir : "ckpt", o->every > 0 ? o->every : 1,
                                   o->keep_last, exp,
-                                  resume ? resume : ""), 0);
+                                  resume ? resume : "", o->ckextra ? o->ckextra : ""), 0);
     ck_assert_int_ge(asprintf(&text,
         "version: 1\n"
         "name: " JOB_NAME "\n"
@@ -107,7 +109,8 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         "  train: {format: synthetic, samples: 8192, features: 32, classes: 4}\n"
         "  test: {format: synthetic, samples: 512, features: 32, classes: 4, seed: 1}\n"
         "%s",
-        EPOCHS, o->lr ? o->lr : "0.01", ckpt, o->extra ? o->extra : ""), 0);
+        o->epochs > 0 ? o->epochs : EPOCHS, o->lr ? o->lr : "0.01", ckpt,
+        o->extra ? o->extra : ""), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
     char *ddpc = NULL;
     ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
@@ -172,7 +175,21 @@ static void run_ok(const char *job, const char *cwd, struct run_result *r)
 
 /* ===== files ===== */
 
-/* Names in dir containing `part`, sorted, joined by spaces. */
+/* "fj-e0001-s000000256-1a2b3c4d.ckpt" -> "fj-e0001-s000000256.ckpt": the
+ * identity tag (ckpt.h) depends on the whole configuration, so tests name
+ * checkpoints by job, epoch and step. Other names are left as they are. */
+static void untag(char *name)
+{
+    size_t n = strlen(name);
+    if (n < 14 || strcmp(name + n - 5, ".ckpt") != 0 || name[n - 14] != '-')
+        return;
+    for (size_t i = n - 13; i < n - 5; i++)
+        if (!strchr("0123456789abcdef", name[i]))
+            return;
+    memmove(name + n - 14, name + n - 5, 6);
+}
+
+/* Names in dir containing `part`, untagged, sorted, joined by spaces. */
 static void names_with(const char *dir, const char *part, char *buf, size_t cap)
 {
     char names[64][256];
@@ -183,8 +200,10 @@ static void names_with(const char *dir, const char *part, char *buf, size_t cap)
         return;
     struct dirent *de;
     while ((de = readdir(d)) != NULL && n < 64)
-        if (strstr(de->d_name, part))
-            snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+        if (strstr(de->d_name, part)) {
+            snprintf(names[n], sizeof names[0], "%s", de->d_name);
+            untag(names[n++]);
+        }
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
     for (int i = 0; i < n; i++) {
@@ -205,12 +224,38 @@ static int n_names_with(const char *dir, const char *part)
     return n;
 }
 
+/* The path of the checkpoint that untag() names `name` in dir, or NULL. */
+static char *find_ckpt(const char *dir, const char *name)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char *found = NULL, buf[256];
+    struct dirent *de;
+    while (!found && (de = readdir(d)) != NULL) {
+        snprintf(buf, sizeof buf, "%s", de->d_name);
+        untag(buf);
+        if (strcmp(buf, name) == 0)
+            found = path_in(dir, de->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* The same, which must exist. */
+static char *ckpt_in(const char *dir, const char *name)
+{
+    char *p = find_ckpt(dir, name);
+    ck_assert_msg(p, "no checkpoint %s in %s", name, dir);
+    return p;
+}
+
 /* dir/name exists under its final name (a checkpoint is renamed there only
  * once complete and fsynced). */
 static int exists_in(const char *dir, const char *name)
 {
-    char *p = path_in(dir, name);
-    int ok = access(p, F_OK) == 0;
+    char *p = find_ckpt(dir, name);
+    int ok = p && access(p, F_OK) == 0;
     free(p);
     return ok;
 }
@@ -526,8 +571,8 @@ START_TEST(kill9_then_resume_is_byte_identical)
     const char *res = strstr(r.out, "resumed from");
     printf("faults: second start: %.*s\n", (int)(strchr(res, '\n') - res), res);
     assert_same_model(ref, cwd);
-    char *a = path_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
-    char *b = path_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *a = ckpt_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *b = ckpt_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
     assert_same_file(a, b);
     free(a);
     free(b);
@@ -578,7 +623,7 @@ START_TEST(kill9_then_resume_is_byte_identical)
 
     /* 3. the export, loaded the way a PyTorch user would */
     char *model = path_in(ref, "model.safetensors"), *expect = path_in(dir, "expect.f32");
-    char *last = path_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *last = ckpt_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
     struct ddpc_ckpt c;
     struct ddpc_err e = { 0 };
     ck_assert_msg(ckpt_read(last, &c, &e) == 0, "%s", e.msg);
@@ -641,7 +686,7 @@ START_TEST(checkpoint_schedule_and_header)
     const char *files[3] = { JOB_NAME "-e0003-s000000768.ckpt", JOB_NAME "-e0006-s000001536.ckpt",
                              JOB_NAME "-e0008-s000002048.ckpt" };
     for (int i = 0; i < 3; i++) {
-        char *f = path_in(ck, files[i]);
+        char *f = ckpt_in(ck, files[i]);
         struct ddpc_ckpt c;
         struct ddpc_err e = { 0 };
         ck_assert_msg(ckpt_read(f, &c, &e) == 0, "%s", e.msg);
@@ -752,8 +797,11 @@ START_TEST(killed_at_random_moments_still_byte_identical)
            kills, resumes);
     ck_assert_int_ge(kills, 1);
     assert_same_model(ref, cwd);
-    char *a = path_in(ref, "ckpt/" JOB_NAME "-e0008-s000002048.ckpt");
-    char *b = path_in(cwd, "ckpt/" JOB_NAME "-e0008-s000002048.ckpt");
+    char *refck = path_in(ref, "ckpt"), *ck = path_in(cwd, "ckpt");
+    char *a = ckpt_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *b = ckpt_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
+    free(refck);
+    free(ck);
     assert_same_file(a, b);
     assert_no_partial_files(cwd);
     free(a);
@@ -794,7 +842,7 @@ START_TEST(flipped_byte_falls_back_to_the_previous_checkpoint)
     assert_nothing_left(w, 2);
     run_result_free(&r);
 
-    char *newest = path_in(ck, JOB_NAME "-e0003-s000000768.ckpt");
+    char *newest = ckpt_in(ck, JOB_NAME "-e0003-s000000768.ckpt");
     FILE *f = fopen(newest, "r+b");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fseek(f, 5000, SEEK_SET), 0);
@@ -807,9 +855,9 @@ START_TEST(flipped_byte_falls_back_to_the_previous_checkpoint)
     run_ok(job, cwd, &r);
     char *all = NULL;
     ck_assert_int_ge(asprintf(&all, "%s%s", r.out, r.err), 0);
-    ck_assert_msg(strstr(all, JOB_NAME "-e0003-s000000768.ckpt") && strstr(all, "checksum"),
+    ck_assert_msg(strstr(all, JOB_NAME "-e0003-s000000768-") && strstr(all, "checksum"),
                   "the corrupt checkpoint is not reported:\n%s", all);
-    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0002-s000000512.ckpt"),
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0002-s000000512-"),
                   "not resumed from the previous checkpoint:\n%s", all);
     printf("faults: flipped byte: %.*s", (int)(strstr(all, "\n") - all) + 1, all);
     assert_same_model(ref, cwd);
@@ -843,21 +891,56 @@ START_TEST(other_spec_refused_unless_named)
     finish(&p, &r);
     ck_assert_msg(r.exited && r.code != 0, "a checkpoint of another spec was used:\n%s%s",
                   r.out, r.err);
-    ck_assert_msg(strstr(r.err, "different spec") && strstr(r.err, "checkpoint.resume"),
-                  "the refusal does not say why and what to do:\n%s", r.err);
+    ck_assert_msg(strstr(r.err, "different configuration") &&
+                  strstr(r.err, "learning_rate changed: 0.01 -> 0.02") &&
+                  strstr(r.err, "checkpoint.resume"),
+                  "the refusal does not say what changed and what to do:\n%s", r.err);
     ck_assert_ptr_null(strstr(r.out, "epoch "));
     printf("faults: other spec: %s", r.err);
     run_result_free(&r);
     ck_assert_int_eq(leftover_children(1.0), 0);
 
-    struct fopts o3 = { .lr = "0.02", .resume = "ckpt/" JOB_NAME "-e0006-s000001536.ckpt" };
+    /* Following the advice (resume: never) with keep_last 2 in the same
+     * checkpoint_dir: the first configuration's 8 checkpoints all stay. */
+    char *ck = path_in(dir, "ckpt"), names[16384];
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_int_eq(n_names_with(ck, ".ckpt"), 8);
+    char *first8 = ckpt_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
+    size_t n8;
+    unsigned char *bytes8 = slurp(first8, &n8);
+    struct fopts o2n = { .lr = "0.02", .resume = "never", .keep_last = 2 };
+    char *job2n = build_job(dir, "job2n", &o2n);
+    run_ok(job2n, dir, &r);
+    run_result_free(&r);
+    names_with(ck, ".ckpt", names, sizeof names);
+    ck_assert_msg(n_names_with(ck, ".ckpt") == 10, "after the second configuration's run: %s",
+                  names);
+    size_t n8b;
+    unsigned char *bytes8b = slurp(first8, &n8b);     /* not overwritten */
+    ck_assert(n8 == n8b && memcmp(bytes8, bytes8b, n8) == 0);
+    free(bytes8);
+    free(bytes8b);
+    free(first8);
+    free(job2n);
+    free(ck);
+
+    char *ck6 = NULL, *ckd = path_in(dir, "ckpt");
+    {
+        char *full = ckpt_in(ckd, JOB_NAME "-e0006-s000001536.ckpt");
+        ck_assert_int_ge(asprintf(&ck6, "ckpt/%s", strrchr(full, '/') + 1), 0);
+        free(full);
+    }
+    free(ckd);
+    struct fopts o3 = { .lr = "0.02", .resume = ck6 };
     char *job3 = build_job(dir, "job3", &o3);
+    free(ck6);
     run_ok(job3, dir, &r);
     char *all = NULL;
     ck_assert_int_ge(asprintf(&all, "%s%s", r.out, r.err), 0);
-    ck_assert_msg(strstr(all, "different spec") && strstr(all, "named explicitly"),
+    ck_assert_msg(strstr(all, "different configuration") && strstr(all, "named explicitly") &&
+                  strstr(all, "learning_rate changed: 0.01 -> 0.02"),
                   "no note that the named checkpoint is of another spec:\n%s", all);
-    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0006-s000001536.ckpt"),
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0006-s000001536-"),
                   "not resumed from the named checkpoint:\n%s", all);
     ck_assert_msg(strstr(r.out, "epoch 7/") && !strstr(r.out, "epoch 6/"), "%s", r.out);
     free(all);
@@ -866,6 +949,167 @@ START_TEST(other_spec_refused_unless_named)
     free(job1);
     free(job2);
     free(job3);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* Compatible edits resume (issue 12): a 2-epoch run, then the spec with
+ * epochs 3, a comment and another logging cadence continues it with a
+ * note naming the changes, and ends with the bytes of a straight 3-epoch
+ * run (constant schedule). An incompatible edit is refused naming it. */
+START_TEST(compatible_edit_resumes_and_matches_a_straight_run)
+{
+    char *dir = make_temp_dir("faults-compat");
+    struct fopts o2 = { .epochs = 2 };
+    struct fopts o3 = { .epochs = 3, .extra = "# a comment added later\n" };
+    struct fopts o3ref = { .epochs = 3 };
+    char *job2 = build_job(dir, "job2", &o2), *job3 = build_job(dir, "job3", &o3);
+    char *job3ref = build_job(dir, "job3ref", &o3ref);
+    char *ref = reference_run(dir, job3ref);
+    char *cwd = subdir(dir, "run");
+    struct run_result r;
+    run_ok(job2, cwd, &r);
+    ck_assert_ptr_nonnull(strstr(r.out, "epoch 2/2"));
+    run_result_free(&r);
+    run_ok(job3, cwd, &r);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0002-s000000512-") &&
+                  strstr(r.out, "note: the spec changed since that checkpoint in ways that keep "
+                         "the training trajectory: epochs changed: 2 -> 3") &&
+                  strstr(r.out, "epoch 3/3") && !strstr(r.out, "epoch 2/3"),
+                  "no compatible resume:\n%s%s", r.out, r.err);
+    printf("faults: compatible edit: %s", strstr(r.out, "note:"));
+    run_result_free(&r);
+    assert_same_model(ref, cwd);
+    char *rck = path_in(ref, "ckpt"), *ck = path_in(cwd, "ckpt");
+    char *a = ckpt_in(rck, JOB_NAME "-e0003-s000000768.ckpt");
+    char *b = ckpt_in(ck, JOB_NAME "-e0003-s000000768.ckpt");
+    struct ddpc_ckpt ca, cb;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(ckpt_read(a, &ca, &e) == 0 && ckpt_read(b, &cb, &e) == 0, "%s", e.msg);
+    ck_assert_str_eq(ca.ident_hash, cb.ident_hash);
+    ck_assert(ca.n_params == cb.n_params && ca.n_opt == cb.n_opt &&
+              memcmp(ca.params, cb.params, 4 * ca.n_params) == 0 &&
+              memcmp(ca.opt, cb.opt, 4 * ca.n_opt) == 0);
+    ckpt_free(&ca);
+    ckpt_free(&cb);
+    free(a);
+    free(b);
+
+    /* only the comment changed: a note that no setting did */
+    run_ok(job3ref, cwd, &r);
+    ck_assert_msg(strstr(r.out, "note: the spec's text changed since that checkpoint") &&
+                  strstr(r.out, "nothing to train"), "%s", r.out);
+    run_result_free(&r);
+
+    /* an incompatible edit (the batch size) is refused, naming it */
+    struct fopts ob = { .epochs = 4, .extra = "grad_accumulation: 2\n" };
+    char *jobb = build_job(dir, "jobb", &ob);
+    struct run_proc p;
+    start(&p, jobb, cwd, NULL);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "grad_accumulation changed: 1 -> 2") &&
+                  !strstr(r.err, "epochs changed"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    free(jobb);
+    free(rck);
+    free(ck);
+    free(cwd);
+    free(ref);
+    free(job2);
+    free(job3);
+    free(job3ref);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* checkpoint.every_n_steps writes mid-epoch with the sampler's position: a
+ * run killed -9 after step 300 (epoch 2 of 8, 256 steps each) resumes at
+ * batch 44 of epoch 2 and ends with the uninterrupted run's bytes. */
+START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
+{
+    char *dir = make_temp_dir("faults-steps");
+    struct fopts o = { .keep_last = 3, .every = 100, .ckextra = ", every_n_steps: 100" };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    char *refck = path_in(ref, "ckpt"), names[16384];
+    names_with(refck, ".ckpt", names, sizeof names);
+    ck_assert_str_eq(names, JOB_NAME "-e0007-s000001900.ckpt " JOB_NAME "-e0007-s000002000.ckpt "
+                     JOB_NAME "-e0008-s000002048.ckpt");
+    char *cwd = subdir(dir, "killed"), *ck = path_in(cwd, "ckpt");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 1/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0001-s000000300.ckpt")) {
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no step-300 checkpoint");
+    }
+    kill(-p.pid, SIGKILL);
+    struct run_result r;
+    finish(&p, &r);
+    assert_nothing_left(w, 2);
+    ck_assert_ptr_null(strstr(r.out, "epoch 2/"));
+    run_result_free(&r);
+    char *c300 = ckpt_in(ck, JOB_NAME "-e0001-s000000300.ckpt");
+    struct ddpc_ckpt c;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(ckpt_read(c300, &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(c.epoch, 1);
+    ck_assert_int_eq(c.sampler_epoch, 1);
+    ck_assert_int_eq(c.sampler_batches, 300 - 256);
+    ckpt_free(&c);
+    free(c300);
+    /* the newest may be step 400 if the kill came late: either resumes mid-epoch */
+    run_ok(job, cwd, &r);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0001-s0000") &&
+                  strstr(r.out, "mid-epoch)") && strstr(r.out, "epoch 2/") &&
+                  !strstr(r.out, "epoch 1/"), "no mid-epoch resume:\n%s%s", r.out, r.err);
+    run_result_free(&r);
+    assert_same_model(ref, cwd);
+    char *a = ckpt_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
+    char *b = ckpt_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
+    assert_same_file(a, b);
+    assert_no_partial_files(cwd);
+    free(a);
+    free(b);
+    free(ck);
+    free(cwd);
+    free(refck);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A checkpoint write slower than rank_sync_timeout (test hook: 2.5 s per
+ * write, timeout 1 s) is not data-loading skew: the run completes. */
+START_TEST(slow_checkpoint_write_does_not_trip_rank_sync_timeout)
+{
+    char *dir = make_temp_dir("faults-slowck");
+    struct fopts o = { .epochs = 3, .every = 1, .extra = "rank_sync_timeout: 1s\n" };
+    char *job = build_job(dir, "job", &o);
+    struct run_proc p;
+    char *env[] = { "DDPC_TEST_CKPT_SLOW_S=2.5", NULL };
+    start(&p, job, dir, env);
+    struct run_result r;
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code == 0, "a slow checkpoint write failed the run (%d):\n%s%s",
+                  r.code, r.out, r.err);
+    ck_assert_msg(r.seconds > 3 * 2.5, "the hook did not slow the writes: %.2f s", r.seconds);
+    char *ck = path_in(dir, "ckpt");
+    ck_assert_int_eq(n_names_with(ck, ".ckpt"), 3);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(ck);
+    free(job);
     rm_tree(dir);
     free(dir);
 }
@@ -989,7 +1233,7 @@ START_TEST(checkpoint_dir_full_or_unwritable)
     char names[4096];
     names_with(ck, "", names, sizeof names);
     ck_assert_str_eq(names, ". .. " JOB_NAME "-e0001-s000000256.ckpt");
-    char *first = path_in(ck, JOB_NAME "-e0001-s000000256.ckpt");
+    char *first = ckpt_in(ck, JOB_NAME "-e0001-s000000256.ckpt");
     struct ddpc_ckpt c;
     struct ddpc_err e = { 0 };
     ck_assert_msg(ckpt_read(first, &c, &e) == 0, "%s", e.msg);
@@ -1340,6 +1584,9 @@ Suite *faults_suite(void)
     tcase_add_test(t, killed_at_random_moments_still_byte_identical);
     tcase_add_test(t, flipped_byte_falls_back_to_the_previous_checkpoint);
     tcase_add_test(t, other_spec_refused_unless_named);
+    tcase_add_test(t, compatible_edit_resumes_and_matches_a_straight_run);
+    tcase_add_test(t, step_checkpoint_resumes_mid_epoch_byte_identical);
+    tcase_add_test(t, slow_checkpoint_write_does_not_trip_rank_sync_timeout);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
     tcase_add_test(t, export_gives_the_reported_test_accuracy_in_torch);
