@@ -515,12 +515,9 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     if (plan_data(job, p) != 0)
         goto done;
     p->lr_base = job->learning_rate;
-    double scale = p->world_known ? (double)p->world_size * (double)acc : NAN;
-    switch (job->lr_scaling) {
-    case DDPC_LR_SCALING_NONE:   p->lr_factor = 1.0; break;
-    case DDPC_LR_SCALING_LINEAR: p->lr_factor = scale; break;
-    case DDPC_LR_SCALING_SQRT:   p->lr_factor = sqrt(scale); break;
-    }
+    p->lr_factor = job->lr_scaling == DDPC_LR_SCALING_NONE ? 1.0
+                   : p->world_known ? ddpc_job_lr_factor(job, job->lr_scaling, p->world_size)
+                   : NAN;
     p->lr_peak = p->lr_base * p->lr_factor;
     plan_schedule(job, p);
 

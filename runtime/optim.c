@@ -18,12 +18,7 @@ int optim_init(struct ddpc_optim *o, struct ddpc_ops *ops, const struct ddpc_job
     o->job = job;
     o->n = n;
     o->total_steps = total_steps;
-    double k = (double)world * (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
-    switch (job->lr_scaling) {
-    case DDPC_LR_SCALING_LINEAR: o->base_lr = job->learning_rate * k; break;
-    case DDPC_LR_SCALING_SQRT:   o->base_lr = job->learning_rate * sqrt(k); break;
-    default:                     o->base_lr = job->learning_rate; break;
-    }
+    o->base_lr = job->learning_rate * ddpc_job_lr_factor(job, job->lr_scaling, world);
     int type = (int)job->optimizer.type;
     if (type == DDPC_OPTIM_SGD) {
         if (job->optimizer.momentum != 0.0)

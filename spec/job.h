@@ -14,6 +14,7 @@
 #ifndef DDPC_JOB_H
 #define DDPC_JOB_H
 
+#include <math.h>
 #include <stdint.h>
 
 #define DDPC_JOB_VERSION   1    /* spec language version this build understands */
@@ -29,7 +30,8 @@
  *   H(enumerator, "name")       a value no spec may spell (set by a rule)
  * and keys.def's DDPC_ENUM rows name the list. */
 #define DDPC_ENUM_LIST_strategy(V, A, H) \
-    V(DDPC_STRATEGY_DDP, "ddp") V(DDPC_STRATEGY_NONE, "none")
+    V(DDPC_STRATEGY_DDP, "ddp") V(DDPC_STRATEGY_NONE, "none") \
+    A(DDPC_STRATEGY_DDP, "auto") /* validate.c: none when the world is one device */
 #define DDPC_ENUM_LIST_accelerator(V, A, H) \
     V(DDPC_ACCEL_AUTO, "auto") V(DDPC_ACCEL_CPU, "cpu") V(DDPC_ACCEL_GPU, "gpu") \
     A(DDPC_ACCEL_GPU, "cuda")
@@ -39,7 +41,8 @@
 #define DDPC_ENUM_LIST_precision(V, A, H) \
     V(DDPC_PRECISION_FP32, "fp32") V(DDPC_PRECISION_BF16, "bf16") V(DDPC_PRECISION_FP16, "fp16") \
     A(DDPC_PRECISION_FP32, "32-true") A(DDPC_PRECISION_FP32, "32") \
-    A(DDPC_PRECISION_BF16, "bf16-mixed") A(DDPC_PRECISION_FP16, "16-mixed")
+    A(DDPC_PRECISION_BF16, "bf16-mixed") A(DDPC_PRECISION_FP16, "16-mixed") \
+    A(DDPC_PRECISION_FP16, "16")
 #define DDPC_ENUM_LIST_model_type(V, A, H) \
     V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear")
 /* identity: the output layer's; not a spec value */
@@ -204,5 +207,20 @@ struct ddpc_job {
         int32_t max_restarts;
     } launch;
 };
+
+/* The factor lr_scaling `how` multiplies learning_rate by in a world of
+ * `world` ranks: world × grad_accumulation (linear), its square root (sqrt),
+ * 1 (none). The one rule: the plan, the optimizer and `ddpc check`'s
+ * "linear would use" warning all call it. */
+static inline double ddpc_job_lr_factor(const struct ddpc_job *job, enum ddpc_lr_scaling how,
+                                        int world)
+{
+    double k = (double)world * (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+    switch (how) {
+    case DDPC_LR_SCALING_LINEAR: return k;
+    case DDPC_LR_SCALING_SQRT:   return sqrt(k);
+    default:                     return 1.0;
+    }
+}
 
 #endif /* DDPC_JOB_H */

@@ -239,14 +239,15 @@ int units_devices(const char *s, int32_t *idx, int *n, int *all, int max, char *
     int64_t v;
     *n = 0;
     *all = 0;
-    if (strcmp(s, "all") == 0 || strcmp(s, "-1") == 0) {
+    /* "auto" as Lightning writes it: every device of the accelerator */
+    if (strcmp(s, "all") == 0 || strcmp(s, "-1") == 0 || strcmp(s, "auto") == 0) {
         *all = 1;
         return 0;
     }
     if (!strchr(s, ',')) {
         /* a count, as Lightning reads devices="2" */
         if (units_int64(s, &v) < 0) {
-            snprintf(why, whycap, "expected a device count, a list like \"0,1\", -1 or \"all\"; "
+            snprintf(why, whycap, "expected a device count, a list like \"0,1\", -1, \"all\" or \"auto\"; "
                      "found '%s'", s);
             return -1;
         }

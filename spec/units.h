@@ -25,7 +25,7 @@ int units_bool(const char *s, int *out);
 int units_duration(const char *s, double *seconds, const char **why);
 
 /* Device list as written in a string: "0,1" (indices; "1," is index 1),
- * "2" (a count, as in Lightning: indices 0..1), "-1" or "all" (every
+ * "2" (a count, as in Lightning: indices 0..1), "-1", "all" or "auto" (every
  * device). Fills idx[0..*n) (at most max) or sets *all. Checks indices are
  * in [0, max) and unique; on failure writes the reason into why. */
 int units_devices(const char *s, int32_t *idx, int *n, int *all, int max, char *why,

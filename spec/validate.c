@@ -77,6 +77,60 @@ const struct ddpc_default_when ddpc_default_whens[] = {
 
 #define MAX_KEYS 128   /* per-walk arrays; a test asserts ddpc_n_keys fits */
 
+/* ===================== other tools' names (aliases.def) ===================== */
+
+#define DDPC_ALIAS(tool, name, shown, target, note) { DDPC_TOOL_##tool, #name, shown, target, note },
+#define DDPC_VALUE(key, value, note)
+const struct ddpc_alias ddpc_aliases[] = {
+#include "aliases.def"
+};
+#undef DDPC_ALIAS
+#undef DDPC_VALUE
+const int ddpc_n_aliases = (int)(sizeof ddpc_aliases / sizeof ddpc_aliases[0]);
+
+#define DDPC_ALIAS(tool, name, shown, target, note)
+#define DDPC_VALUE(key, value, note) { #key, value, note },
+const struct ddpc_refused_value ddpc_refused_values[] = {
+#include "aliases.def"
+};
+#undef DDPC_ALIAS
+#undef DDPC_VALUE
+const int ddpc_n_refused_values =
+    (int)(sizeof ddpc_refused_values / sizeof ddpc_refused_values[0]);
+
+const char *validate_tool_name(enum ddpc_tool t)
+{
+    static const char *const names[DDPC_TOOL_COUNT] = {
+        [DDPC_TOOL_LIGHTNING] = "Lightning Trainer", [DDPC_TOOL_MODELCKPT] = "Lightning ModelCheckpoint",
+        [DDPC_TOOL_TORCHRUN] = "torchrun", [DDPC_TOOL_PYTORCH] = "PyTorch",
+        [DDPC_TOOL_TRAININGPARAMS] = "TrainingParams", [DDPC_TOOL_HF] = "Hugging Face TrainingArguments",
+    };
+    return t < DDPC_TOOL_COUNT ? names[t] : "";
+}
+
+const struct ddpc_alias *validate_alias_find(const char *name, size_t len)
+{
+    char key[64];
+    while (len && *name == '-')
+        name++, len--;
+    if (len == 0 || len >= sizeof key)
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        key[i] = name[i] == '-' ? '_' : name[i];
+    key[len] = '\0';
+    for (int i = 0; i < ddpc_n_aliases; i++) {
+        const struct ddpc_alias *a = &ddpc_aliases[i];
+        if (strcmp(a->name, key) != 0)
+            continue;
+        const char *last = a->target ? strrchr(a->target, '.') : NULL;
+        last = last ? last + 1 : a->target;
+        if (last && strcmp(last, a->name) == 0)
+            continue;   /* ddpc's own key: the caller's "wrong block" message fits */
+        return a;
+    }
+    return NULL;
+}
+
 static const char *const block_paths[DDPC_B_COUNT] = {
     [DDPC_B_ROOT] = "", [DDPC_B_MODEL] = "model", [DDPC_B_DATA] = "data",
     [DDPC_B_SOURCE] = "data.train", [DDPC_B_OPTIMIZER] = "optimizer",
@@ -240,6 +294,35 @@ static int key_index(enum ddpc_block b, const char *name, size_t len)
             memcmp(ddpc_keys[i].name, name, len) == 0)
             return i;
     return -1;
+}
+
+int validate_key_exists(const char *dotted)
+{
+    enum ddpc_block b = DDPC_B_ROOT;
+    const char *p = dotted;
+    for (;;) {
+        size_t l = strcspn(p, ".");
+        int i = key_index(b, p, l);
+        if (i < 0)
+            return 0;
+        if (!p[l])
+            return 1;
+        if (ddpc_keys[i].type != DDPC_T_BLOCK)
+            return 0;
+        b = ddpc_keys[i].child;
+        p += l + 1;
+    }
+}
+
+/* A note from aliases.def for a message: Markdown's backticks dropped. */
+static const char *plain_note(const char *note, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (; *note && o + 1 < cap; note++)
+        if (*note != '`')
+            buf[o++] = *note;
+    buf[o] = '\0';
+    return buf;
 }
 
 /* ===================== generic scalar conversion ===================== */
@@ -409,6 +492,16 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         break;
     case DDPC_T_ENUM: {
         int e = enum_lookup(k, n->str, n->len);
+        for (int i = 0; e < 0 && i < ddpc_n_refused_values; i++) {
+            const struct ddpc_refused_value *r = &ddpc_refused_values[i];
+            char note[256];
+            if (strcmp(r->key, path) == 0 && strlen(r->value) == n->len &&
+                memcmp(r->value, n->str, n->len) == 0) {
+                vdiag(c, DDPC_SEV_ERROR, n, path, "%s is not available: %s",
+                      describe(n, found, sizeof found), plain_note(r->note, note, sizeof note));
+                return -1;
+            }
+        }
         if (e < 0) {
             char list[512], best[96] = "";
             int bestd = 99;
@@ -573,6 +666,29 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
     char found[96];
     if (key->kind != DDPC_NODE_SCALAR)
         return;   /* the loader reported it */
+    /* another tool's name: say which key ddpc spells it with, or why none */
+    const struct ddpc_alias *al = validate_alias_find(key->str, key->len);
+    if (al) {
+        char note[256], shown[96];
+        struct ddpc_node plain = *key;
+        plain.quoted = 0;
+        describe(&plain, found, sizeof found);
+        plain_note(al->note, note, sizeof note);
+        /* "(torchrun's --nnodes)", or "(Lightning Trainer)" when spelled alike */
+        if (strcmp(al->shown, al->name) == 0)
+            snprintf(shown, sizeof shown, "%s", validate_tool_name(al->tool));
+        else
+            snprintf(shown, sizeof shown, "%s's %s", validate_tool_name(al->tool), al->shown);
+        if (!al->target)
+            vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc has no such "
+                  "setting: %s", found, shown, note);
+        else
+            vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc's key is '%s'%s%s%s",
+                  found, shown, al->target,
+                  b != DDPC_B_ROOT && !strchr(al->target, '.') ? " (top level)" : "",
+                  note[0] ? ": " : "", note);
+        return;
+    }
     const char *best = NULL;
     int bestd = 99;
     for (int i = 0; i < ddpc_n_keys; i++) {
@@ -1423,6 +1539,11 @@ static void cross_rules(struct ddpc_vctx *c)
 
     j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
 
+    /* strategy: auto, as in Lightning: ddp with several devices, none with one */
+    if ((n = at(c, "strategy")) && n->kind == DDPC_NODE_SCALAR && strcmp(n->str, "auto") == 0 &&
+        !several)
+        j->strategy = DDPC_STRATEGY_NONE;
+
     if (j->strategy == DDPC_STRATEGY_NONE && several && (n = at(c, "strategy"))) {
         char what[64];
         if (j->devices_all)
@@ -1442,13 +1563,20 @@ static void cross_rules(struct ddpc_vctx *c)
             if ((n = at(c, where[i])))
                 p = where[i];
         fmt_num(j->learning_rate, num, sizeof num);
+        char acc[64] = "";
+        if (j->grad_accumulation > 1)
+            snprintf(acc, sizeof acc, " × grad_accumulation %d", j->grad_accumulation);
+        char how[128] = "";
+        if (acc[0])
+            snprintf(how, sizeof how, " (%s × %d devices%s)", num, world, acc);
         if (j->devices_all) {
             vdiag(c, DDPC_SEV_WARNING, n, p, "all devices and no lr_scaling: learning_rate stays "
-                  "%s; lr_scaling: linear would multiply it by the device count", num);
+                  "%s; lr_scaling: linear would multiply it by the device count%s", num, acc);
         } else {
-            snprintf(num2, sizeof num2, "%g", j->learning_rate * world);
+            snprintf(num2, sizeof num2, "%g",
+                     j->learning_rate * ddpc_job_lr_factor(j, DDPC_LR_SCALING_LINEAR, world));
             vdiag(c, DDPC_SEV_WARNING, n, p, "%d devices and no lr_scaling: learning_rate stays %s; "
-                  "lr_scaling: linear would use %s", world, num, num2);
+                  "lr_scaling: linear would use %s%s", world, num, num2, how);
         }
     }
 

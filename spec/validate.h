@@ -75,6 +75,43 @@ struct ddpc_default_when {
 };
 extern const struct ddpc_default_when ddpc_default_whens[];
 
+/* Another tool's name for a setting (spec/aliases.def), for the unknown-key
+ * message and docs/coming-from.md. */
+enum ddpc_tool {
+    DDPC_TOOL_LIGHTNING, DDPC_TOOL_MODELCKPT, DDPC_TOOL_TORCHRUN, DDPC_TOOL_PYTORCH,
+    DDPC_TOOL_TRAININGPARAMS, DDPC_TOOL_HF, DDPC_TOOL_COUNT
+};
+
+struct ddpc_alias {
+    enum ddpc_tool tool;
+    const char *name;           /* as written in YAML, underscores */
+    const char *shown;          /* as the tool spells it */
+    const char *target;         /* ddpc's dotted key path; NULL: none */
+    const char *note;           /* what differs, or why there is none ("" allowed) */
+};
+
+/* A value ddpc refuses with a reason (`strategy: fsdp`). */
+struct ddpc_refused_value {
+    const char *key;            /* dotted key path */
+    const char *value;
+    const char *note;           /* what ddpc does instead */
+};
+
+extern const struct ddpc_alias ddpc_aliases[];
+extern const int ddpc_n_aliases;
+extern const struct ddpc_refused_value ddpc_refused_values[];
+extern const int ddpc_n_refused_values;
+
+/* "Lightning Trainer", "torchrun", ... */
+const char *validate_tool_name(enum ddpc_tool t);
+/* The row for a key another tool's user may write: name with '-' read as
+ * '_' and leading dashes dropped (`--nproc-per-node`), matched exactly.
+ * Rows that are ddpc's own key (name == the target's last part) are not
+ * returned: those names are not unknown. NULL when there is none. */
+const struct ddpc_alias *validate_alias_find(const char *name, size_t len);
+/* Whether the dotted path names a key (or block) of keys.def. */
+int validate_key_exists(const char *dotted);
+
 /* The dotted path of a block ("data.train" for SOURCE, "" for ROOT). */
 const char *validate_block_path(enum ddpc_block b);
 /* The canonical values of an enum row, i.e. without aliases: writes the i-th

@@ -383,6 +383,182 @@ START_TEST(test_data_cache)
 }
 END_TEST
 
+/* Values as Lightning writes them are accepted and mean what Lightning
+ * means; strategies ddpc lacks are refused with what ddpc does instead. */
+START_TEST(test_lightning_values)
+{
+    struct checked c;
+    /* precision: a YAML integer and a string spell the same value */
+    static const struct { const char *text; int want; } prec[] = {
+        { "16", DDPC_PRECISION_FP16 }, { "\"16\"", DDPC_PRECISION_FP16 },
+        { "32", DDPC_PRECISION_FP32 }, { "\"32\"", DDPC_PRECISION_FP32 },
+        { "bf16", DDPC_PRECISION_BF16 }, { "16-mixed", DDPC_PRECISION_FP16 },
+        { "bf16-mixed", DDPC_PRECISION_BF16 }, { "32-true", DDPC_PRECISION_FP32 },
+    };
+    for (size_t i = 0; i < sizeof prec / sizeof prec[0]; i++) {
+        char y[512];
+        snprintf(y, sizeof y, MINIMAL "accelerator: cuda\nprecision: %s\n", prec[i].text);
+        check(&c, y);
+        ck_assert_msg(c.rc == 0, "precision %s: %s", prec[i].text, c.text);
+        ck_assert_int_eq(c.job.precision, prec[i].want);
+        ck_assert_int_eq(c.job.accelerator, DDPC_ACCEL_GPU);
+        checked_free(&c);
+    }
+    /* devices: auto is every device of the accelerator */
+    check(&c, MINIMAL "devices: auto\nlr_scaling: linear\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.devices_all, 1);
+    ck_assert_int_eq(c.job.strategy, DDPC_STRATEGY_DDP);
+    checked_free(&c);
+    /* strategy: auto is ddp with several devices, none with one */
+    check(&c, MINIMAL "devices: 2\nstrategy: auto\nlr_scaling: linear\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.strategy, DDPC_STRATEGY_DDP);
+    checked_free(&c);
+    check(&c, MINIMAL "devices: 1\nstrategy: auto\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.strategy, DDPC_STRATEGY_NONE);
+    checked_free(&c);
+    check(&c, MINIMAL "devices: auto\nstrategy: auto\nlr_scaling: linear\n");
+    ck_assert_int_eq(c.job.strategy, DDPC_STRATEGY_DDP);
+    checked_free(&c);
+    /* strategies ddpc lacks: an error at the value that says what to write */
+    static const char *const refused[] = {
+        "ddp_spawn", "ddp_find_unused_parameters_true", "ddp_notebook", "fsdp", "deepspeed",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char y[512], want[256];
+        snprintf(y, sizeof y, "strategy: %s\n" MINIMAL, refused[i]);
+        check(&c, y);
+        ck_assert_int_eq(c.rc, -1);
+        snprintf(want, sizeof want, "dir/t.yaml:1:11: error: strategy: '%s' is not available: ",
+                 refused[i]);
+        ck_assert_msg(strncmp(c.text, want, strlen(want)) == 0, "%s", c.text);
+        ck_assert_msg(strstr(c.text, "strategy: ddp\n") != NULL, "%s", c.text);
+        ck_assert_int_eq(c.d.n, 1);
+        checked_free(&c);
+    }
+    check(&c, "strategy: fsdp\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:11: error: strategy: 'fsdp' is not available: ddpc "
+                             "replicates the model on every device (DDP) and does not shard it; "
+                             "use strategy: ddp\n");
+    checked_free(&c);
+    check(&c, MINIMAL "precision: 16-true\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:12: error: precision: '16-true' is not available: "
+                             "ddpc keeps fp32 master weights and computes in fp16 (16-mixed); "
+                             "write 16-mixed or fp16\n");
+    checked_free(&c);
+}
+END_TEST
+
+/* Another tool's key name: an error at the key that names ddpc's key. */
+START_TEST(test_other_tools_keys)
+{
+    static const struct { const char *key, *target; } cases[] = {
+        { "accumulate_grad_batches", "grad_accumulation" }, { "gradient_clip_val", "grad_clip_norm" },
+        { "max_epochs", "epochs" }, { "log_every_n_steps", "logging.every_n_steps" },
+        { "num_nodes", "launch.num_nodes" }, { "lr", "learning_rate" },
+        { "default_root_dir", "checkpoint_dir" }, { "dirpath", "checkpoint_dir" },
+        { "nnodes", "launch.num_nodes" }, { "--nproc-per-node", "devices" },
+        { "nproc_per_node", "devices" }, { "master_port", "launch.master_port" },
+        { "gradient_accumulation_steps", "grad_accumulation" },
+    };
+    struct checked c;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char y[512], want[256];
+        snprintf(y, sizeof y, MINIMAL "%s: 2\n", cases[i].key);
+        check(&c, y);
+        ck_assert_int_eq(c.rc, -1);
+        ck_assert_int_eq(c.d.n, 1);
+        snprintf(want, sizeof want, "dir/t.yaml:5:1: error: %s: unknown key '%s' ", cases[i].key,
+                 cases[i].key);
+        ck_assert_msg(strncmp(c.text, want, strlen(want)) == 0, "%s", c.text);
+        /* "ddpc's key is 'x'", or for ddpc's own name in the wrong block
+         * (num_nodes) "did you mean 'launch.num_nodes'?" */
+        snprintf(want, sizeof want, "'%s'", cases[i].target);
+        ck_assert_msg(strstr(c.text, want) != NULL, "%s: %s", cases[i].key, c.text);
+        checked_free(&c);
+    }
+    check(&c, MINIMAL "max_epochs: 3\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:1: error: max_epochs: unknown key 'max_epochs' "
+                             "(Lightning Trainer); ddpc's key is 'epochs': ddpc runs exactly this "
+                             "many epochs (there is no early stopping)\n");
+    checked_free(&c);
+    /* PyTorch's lr inside the optimizer block: the key is top level */
+    check(&c, MINIMAL "optimizer: {type: sgd, lr: 0.1}\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:24: error: optimizer.lr: unknown key 'lr' (PyTorch's "
+                             "optim.*(lr=)); ddpc's key is 'learning_rate' (top level): the "
+                             "single-device rate; lr_scaling scales it by the world size\n");
+    checked_free(&c);
+    /* a setting ddpc does not have says why */
+    check(&c, MINIMAL "profiler: simple\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:1: error: profiler: unknown key 'profiler' (Lightning "
+                             "Trainer); ddpc has no such setting: no profiler hook; ddpc plan shows "
+                             "the memory, the run prints throughput\n");
+    checked_free(&c);
+    /* ddpc's own key in the wrong block keeps its own message */
+    check(&c, MINIMAL "momentum: 0.9\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:1: error: momentum: unknown key 'momentum' here; did "
+                             "you mean 'optimizer.momentum'?\n");
+    checked_free(&c);
+}
+END_TEST
+
+/* aliases.def is consistent: every target is a key of keys.def, no name is
+ * one of ddpc's keys in the same place, every refused value belongs to an
+ * enum key and is not one of its accepted spellings. */
+START_TEST(test_alias_table_consistent)
+{
+    for (int i = 0; i < ddpc_n_aliases; i++) {
+        const struct ddpc_alias *a = &ddpc_aliases[i];
+        ck_assert_msg(!a->target || validate_key_exists(a->target), "aliases.def: %s -> %s: no "
+                      "such key", a->name, a->target);
+        ck_assert_msg(a->target || a->note[0], "aliases.def: %s has neither a key nor a reason",
+                      a->name);
+        ck_assert_msg(a->tool < DDPC_TOOL_COUNT && validate_tool_name(a->tool)[0], "%s", a->name);
+        /* a top-level key under another tool's name would shadow ddpc's own */
+        const struct ddpc_alias *f = validate_alias_find(a->name, strlen(a->name));
+        ck_assert_msg(!f || !validate_key_exists(a->name), "aliases.def: %s is a ddpc key",
+                      a->name);
+        /* the first row for a name decides the message: same target for all */
+        if (f && a->target != f->target)
+            ck_assert_msg(a->target && f->target && strcmp(a->target, f->target) == 0,
+                          "aliases.def: %s has two targets", a->name);
+    }
+    for (int i = 0; i < ddpc_n_refused_values; i++) {
+        const struct ddpc_refused_value *r = &ddpc_refused_values[i];
+        int found = 0;
+        for (int k = 0; k < ddpc_n_keys; k++)
+            if (ddpc_keys[k].block == DDPC_B_ROOT && strcmp(ddpc_keys[k].name, r->key) == 0) {
+                found = 1;
+                ck_assert_int_eq(ddpc_keys[k].type, DDPC_T_ENUM);
+                char y[256];
+                snprintf(y, sizeof y, MINIMAL "%s: %s\n", r->key, r->value);
+                struct checked c;
+                check(&c, y);
+                ck_assert_msg(strstr(c.text, "is not available: ") != NULL, "%s", c.text);
+                checked_free(&c);
+            }
+        ck_assert_msg(found, "aliases.def: refused value of unknown key %s", r->key);
+    }
+}
+END_TEST
+
+/* The lr_scaling warning uses the plan's rule: world × grad_accumulation. */
+START_TEST(test_lr_scaling_rule)
+{
+    struct checked c;
+    check(&c, MINIMAL "devices: 2\ngrad_accumulation: 4\nlearning_rate: 0.001\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:7:16: warning: learning_rate: 2 devices and no "
+                             "lr_scaling: learning_rate stays 0.001; lr_scaling: linear would use "
+                             "0.008 (0.001 × 2 devices × grad_accumulation 4)\n");
+    ck_assert(ddpc_job_lr_factor(&c.job, DDPC_LR_SCALING_LINEAR, 2) == 8.0);
+    ck_assert(ddpc_job_lr_factor(&c.job, DDPC_LR_SCALING_SQRT, 2) == sqrt(8.0));
+    ck_assert(ddpc_job_lr_factor(&c.job, DDPC_LR_SCALING_NONE, 2) == 1.0);
+    checked_free(&c);
+}
+END_TEST
+
 START_TEST(test_key_table_consistent)
 {
     ck_assert_int_lt(ddpc_n_keys, 128);
@@ -692,6 +868,10 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_type_specific_keys);
     tcase_add_test(tc, test_data_headers);
     tcase_add_test(tc, test_data_cache);
+    tcase_add_test(tc, test_lightning_values);
+    tcase_add_test(tc, test_other_tools_keys);
+    tcase_add_test(tc, test_alias_table_consistent);
+    tcase_add_test(tc, test_lr_scaling_rule);
     tcase_add_test(tc, test_key_table_consistent);
     tcase_add_test(tc, test_key_table_reaches_every_field);
     tcase_add_test(tc, test_output_formats);
