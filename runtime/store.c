@@ -1,0 +1,878 @@
+/* store.c - the rendezvous store (store.h): a TCP key-value server and its client.
+ *
+ * Owns the wire protocol, the serving loop (one poll() over the listening
+ * socket, the stop pipe and every connection; no threads) and the blocking
+ * client. Never trains, never knows about ranks beyond the `who` string a
+ * caller passes for messages, never calls exit() except in the serving
+ * child it forks.
+ *
+ * Wire format (integers big-endian):
+ *   request  u32 len | u8 op | u16 klen | key | body
+ *            SET: value bytes   GET: u32 timeout_ms (~0: none)
+ *            CHECK: -           ADD: i64 delta
+ *   reply    u32 len | u8 status | body
+ *            status 0 ok (GET: value; ADD: i64 new value; CHECK: u8 found)
+ *            status 1 timed out (GET only)
+ * A GET for a key that is absent is parked on the server until a SET makes
+ * the key appear or its timeout passes, so waiting costs no polling.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include "comm.h"
+#include "store.h"
+
+enum { OP_SET = 1, OP_GET = 2, OP_CHECK = 3, OP_ADD = 4 };
+enum { ST_OK = 0, ST_TIMEOUT = 1 };
+
+#define STORE_FRAME_MAX  (1 + 2 + STORE_KEY_MAX + STORE_VALUE_MAX)
+#define STORE_IO_S       60.0   /* a reply to set/check/add: the server answers at once */
+#define STORE_SLACK_S    5.0    /* a parked get: the server's own timeout fires first */
+#define STORE_NO_TIMEOUT 0xffffffffu
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_i64(uint8_t *p, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    put_u32(p, (uint32_t)(u >> 32));
+    put_u32(p + 4, (uint32_t)u);
+}
+
+static int64_t get_i64(const uint8_t *p)
+{
+    return (int64_t)((uint64_t)get_u32(p) << 32 | get_u32(p + 4));
+}
+
+/* ===== addresses ===== */
+
+void store_format_addr(char *buf, size_t len, const char *host, int port)
+{
+    int v6 = host && strchr(host, ':') != NULL;
+    (void)snprintf(buf, len, "%s%s%s:%d", v6 ? "[" : "", host ? host : "?", v6 ? "]" : "", port);
+}
+
+int store_split_addr(const char *s, char *host, size_t len, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -1;
+    const char *h = s, *he = colon;
+    if (*h == '[') {
+        if (he < h + 2 || he[-1] != ']')
+            return -1;
+        h++;
+        he--;
+    } else if (memchr(s, ':', (size_t)(colon - s))) {
+        return -1;   /* a bare IPv6 address: the port is ambiguous without brackets */
+    }
+    if ((size_t)(he - h) >= len || he == h)
+        return -1;
+    memcpy(host, h, (size_t)(he - h));
+    host[he - h] = '\0';
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+/* A host written as a loopback literal is bound exactly (nobody else can
+ * reach it anyway); anything else binds its family's wildcard, because a
+ * name may resolve to a loopback alias on node 0 itself (Debian maps the
+ * host name to 127.0.1.1) while other hosts reach it by its real address. */
+static int host_is_loopback_literal(const char *host, int *family)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) {
+        *family = AF_INET;
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    }
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        *family = AF_INET6;
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    }
+    return 0;
+}
+
+int store_listen(const char *host, int port, int *fd_out, int *port_out, struct ddpc_err *e)
+{
+    *fd_out = -1;
+    if (!host || !*host)
+        host = "0.0.0.0";
+    int family = AF_INET;
+    int exact = host_is_loopback_literal(host, &family);
+    if (!exact && family != AF_INET6 && !strchr(host, ':')) {
+        /* a name: bind the wildcard of the family it resolves to */
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(host, NULL, &hints, &res) == 0 && res) {
+            family = res->ai_family == AF_INET6 ? AF_INET6 : AF_INET;
+            freeaddrinfo(res);
+        }
+    } else if (strchr(host, ':')) {
+        family = AF_INET6;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    memset(&ss, 0, sizeof ss);
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        a->sin6_addr = in6addr_any;
+        if (exact)
+            (void)inet_pton(AF_INET6, host, &a->sin6_addr);
+        sl = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+        if (exact)
+            (void)inet_pton(AF_INET, host, &a->sin_addr);
+        sl = sizeof *a;
+    }
+    char where[300];
+    store_format_addr(where, sizeof where, host, port);
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store %s: socket: %s", where, strerror(errno));
+    int one = 1, zero = 0;
+    /* SO_REUSEADDR only lets a restarted job bind over its old connections
+     * in TIME_WAIT; without SO_REUSEPORT a second live listener is refused. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == -1 ||
+        (family == AF_INET6 && !exact &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == -1)) {
+        int err = errno;
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store %s: setsockopt: %s", where,
+                         strerror(err));
+    }
+    if (bind(fd, (struct sockaddr *)&ss, sl) == -1) {
+        int err = errno;
+        (void)close(fd);
+        if (err == EADDRINUSE)
+            return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store: port %d on node 0 is already in "
+                             "use (another job, or a previous run of this one still "
+                             "exiting?): %s.\n---> HINT: give each concurrent job its own "
+                             "launch.master_port, or pass --master HOST:PORT", port,
+                             strerror(err));
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store: bind %s (for master %s): %s",
+                         family == AF_INET6 ? "[::]" : "0.0.0.0", where, strerror(err));
+    }
+    if (listen(fd, 1024) == -1) {
+        int err = errno;
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store %s: listen: %s", where, strerror(err));
+    }
+    memset(&ss, 0, sizeof ss);
+    sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1) {
+        int err = errno;
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store %s: getsockname: %s", where,
+                         strerror(err));
+    }
+    *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                              : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return 0;
+}
+
+/* ===== server ===== */
+
+struct srv_kv {
+    char    *key;
+    uint8_t *val;
+    size_t   len;
+};
+
+struct srv_conn {
+    int      fd;
+    uint8_t *in;            /* bytes read, not yet a whole frame */
+    size_t   in_len, in_cap;
+    char    *wait_key;      /* a parked GET, or NULL */
+    double   wait_until;    /* 0: no timeout */
+};
+
+struct srv {
+    struct srv_kv   *kv;
+    size_t           n_kv, cap_kv;
+    struct srv_conn *conn;
+    size_t           n_conn, cap_conn;
+};
+
+static struct srv_kv *srv_find(struct srv *s, const char *key)
+{
+    for (size_t i = 0; i < s->n_kv; i++)
+        if (strcmp(s->kv[i].key, key) == 0)
+            return &s->kv[i];
+    return NULL;
+}
+
+/* Writes all of buf to a non-blocking socket, waiting for room at most
+ * STORE_IO_S in all. -1: the connection is to be dropped. */
+static int srv_write(int fd, const uint8_t *buf, size_t n)
+{
+    double deadline = ddpc_now() + STORE_IO_S;
+    while (n > 0) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            double left = deadline - ddpc_now();
+            struct pollfd p = { fd, POLLOUT, 0 };
+            if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) < 0)
+                return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static int srv_reply(int fd, int status, const void *body, size_t n)
+{
+    uint8_t hdr[5];
+    put_u32(hdr, (uint32_t)(1 + n));
+    hdr[4] = (uint8_t)status;
+    if (srv_write(fd, hdr, sizeof hdr) < 0)
+        return -1;
+    return n ? srv_write(fd, body, n) : 0;
+}
+
+static void srv_drop(struct srv *s, size_t i)
+{
+    struct srv_conn *c = &s->conn[i];
+    (void)close(c->fd);
+    free(c->in);
+    free(c->wait_key);
+    s->conn[i] = s->conn[--s->n_conn];
+}
+
+/* Sets key to a copy of (val, n) and answers the GETs parked on it. -1:
+ * out of memory. */
+static int srv_store(struct srv *s, const char *key, const uint8_t *val, size_t n)
+{
+    struct srv_kv *kv = srv_find(s, key);
+    uint8_t *v = malloc(n ? n : 1);
+    if (!v)
+        return -1;
+    memcpy(v, val, n);
+    if (!kv) {
+        if (s->n_kv == s->cap_kv) {
+            size_t cap = s->cap_kv ? 2 * s->cap_kv : 64;
+            struct srv_kv *nk = realloc(s->kv, cap * sizeof *nk);
+            if (!nk) {
+                free(v);
+                return -1;
+            }
+            s->kv = nk;
+            s->cap_kv = cap;
+        }
+        char *k = strdup(key);
+        if (!k) {
+            free(v);
+            return -1;
+        }
+        kv = &s->kv[s->n_kv++];
+        kv->key = k;
+        kv->val = NULL;
+    }
+    free(kv->val);
+    kv->val = v;
+    kv->len = n;
+    for (size_t i = 0; i < s->n_conn; i++) {
+        struct srv_conn *w = &s->conn[i];
+        if (w->wait_key && strcmp(w->wait_key, key) == 0) {
+            free(w->wait_key);
+            w->wait_key = NULL;
+            /* a waiter that cannot take its answer is dropped on its next
+             * poll: shutdown makes it readable with EOF */
+            if (srv_reply(w->fd, ST_OK, kv->val, kv->len) < 0)
+                (void)shutdown(w->fd, SHUT_RDWR);
+        }
+    }
+    return 0;
+}
+
+/* Handles one whole frame (p, n) of connection i. -1: drop it. */
+static int srv_handle(struct srv *s, struct srv_conn *c, const uint8_t *p, size_t n)
+{
+    if (n < 3)
+        return -1;
+    int op = p[0];
+    size_t klen = (size_t)p[1] << 8 | p[2];
+    if (klen == 0 || klen > STORE_KEY_MAX || 3 + klen > n)
+        return -1;
+    char key[STORE_KEY_MAX + 1];
+    memcpy(key, p + 3, klen);
+    key[klen] = '\0';
+    if (memchr(key, '\0', klen))
+        return -1;
+    const uint8_t *body = p + 3 + klen;
+    size_t blen = n - 3 - klen;
+    struct srv_kv *kv = srv_find(s, key);
+
+    switch (op) {
+    case OP_SET:
+        if (blen > STORE_VALUE_MAX || srv_store(s, key, body, blen) < 0)
+            return -1;
+        return srv_reply(c->fd, ST_OK, NULL, 0);
+    case OP_GET: {
+        if (blen != 4)
+            return -1;
+        if (kv)
+            return srv_reply(c->fd, ST_OK, kv->val, kv->len);
+        uint32_t ms = get_u32(body);
+        if (ms == 0)
+            return srv_reply(c->fd, ST_TIMEOUT, NULL, 0);
+        if (!(c->wait_key = strdup(key)))
+            return -1;
+        c->wait_until = ms == STORE_NO_TIMEOUT ? 0 : ddpc_now() + ms / 1000.0;
+        return 0;
+    }
+    case OP_CHECK: {
+        uint8_t found = kv != NULL;
+        return srv_reply(c->fd, ST_OK, &found, 1);
+    }
+    case OP_ADD: {
+        if (blen != 8)
+            return -1;
+        int64_t v = 0;
+        if (kv && kv->len == 8)
+            v = get_i64(kv->val);
+        v += get_i64(body);
+        uint8_t enc[8];
+        put_i64(enc, v);
+        if (srv_store(s, key, enc, 8) < 0)
+            return -1;
+        return srv_reply(c->fd, ST_OK, enc, 8);
+    }
+    default:
+        return -1;
+    }
+}
+
+/* Reads what is there and handles every whole frame, unless a GET is
+ * parked (the client waits for its answer before sending more). -1: drop. */
+static int srv_read(struct srv *s, size_t i)
+{
+    struct srv_conn *c = &s->conn[i];
+    for (;;) {
+        if (c->in_cap - c->in_len < 65536) {
+            size_t cap = c->in_cap ? 2 * c->in_cap : 65536;
+            if (cap > 4 + STORE_FRAME_MAX + 65536)
+                cap = 4 + STORE_FRAME_MAX + 65536;
+            if (cap <= c->in_len)
+                return -1;
+            uint8_t *nb = realloc(c->in, cap);
+            if (!nb)
+                return -1;
+            c->in = nb;
+            c->in_cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (r == 0)
+            return -1;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            return -1;
+        }
+        c->in_len += (size_t)r;
+    }
+    size_t off = 0;
+    while (!c->wait_key && c->in_len - off >= 4) {
+        uint32_t n = get_u32(c->in + off);
+        if (n > STORE_FRAME_MAX)
+            return -1;
+        if (c->in_len - off - 4 < n)
+            break;
+        if (srv_handle(s, c, c->in + off + 4, n) < 0)
+            return -1;
+        c = &s->conn[i];   /* srv_handle never reorders conn[], but be plain about it */
+        off += 4 + n;
+    }
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+    return 0;
+}
+
+static void srv_free(struct srv *s)
+{
+    while (s->n_conn)
+        srv_drop(s, s->n_conn - 1);
+    for (size_t i = 0; i < s->n_kv; i++) {
+        free(s->kv[i].key);
+        free(s->kv[i].val);
+    }
+    free(s->kv);
+    free(s->conn);
+}
+
+int store_serve(int listen_fd, int stop_fd)
+{
+    struct srv s;
+    memset(&s, 0, sizeof s);
+    struct pollfd *pfd = NULL;
+    size_t pcap = 0;
+    int rc = 0;
+    for (;;) {
+        if (pcap < s.n_conn + 2) {
+            size_t cap = (s.n_conn + 2) * 2;
+            struct pollfd *np = realloc(pfd, cap * sizeof *np);
+            if (!np) {
+                rc = -1;
+                break;
+            }
+            pfd = np;
+            pcap = cap;
+        }
+        pfd[0] = (struct pollfd){ stop_fd, POLLIN, 0 };
+        pfd[1] = (struct pollfd){ listen_fd, POLLIN, 0 };
+        double now = ddpc_now(), next = 0;
+        for (size_t i = 0; i < s.n_conn; i++) {
+            pfd[2 + i] = (struct pollfd){ s.conn[i].fd, POLLIN, 0 };
+            double u = s.conn[i].wait_key ? s.conn[i].wait_until : 0;
+            if (u > 0 && (next == 0 || u < next))
+                next = u;
+        }
+        int timeout = next == 0 ? -1 : next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        int n = poll(pfd, 2 + s.n_conn, timeout);
+        if (n < 0 && errno != EINTR) {
+            rc = -1;
+            break;
+        }
+        if (pfd[0].revents)
+            break;   /* stop: readable or hung up */
+        /* parked GETs whose time ran out */
+        now = ddpc_now();
+        for (size_t i = 0; i < s.n_conn; i++) {
+            struct srv_conn *c = &s.conn[i];
+            if (c->wait_key && c->wait_until > 0 && now >= c->wait_until) {
+                free(c->wait_key);
+                c->wait_key = NULL;
+                if (srv_reply(c->fd, ST_TIMEOUT, NULL, 0) < 0)
+                    (void)shutdown(c->fd, SHUT_RDWR);
+            }
+        }
+        if (n <= 0)
+            continue;
+        /* connections first, from the end, so a drop does not skip one */
+        size_t nc = s.n_conn;
+        for (size_t k = nc; k-- > 0;) {
+            if (!pfd[2 + k].revents)
+                continue;
+            /* pfd[2 + k] is conn k as it was when polled; drops only move
+             * higher indices, which are done */
+            if (srv_read(&s, k) < 0)
+                srv_drop(&s, k);
+        }
+        if (pfd[1].revents & POLLIN) {
+            int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0) {
+                int one = 1;
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                if (s.n_conn == s.cap_conn) {
+                    size_t cap = s.cap_conn ? 2 * s.cap_conn : 16;
+                    struct srv_conn *nc2 = realloc(s.conn, cap * sizeof *nc2);
+                    if (!nc2) {
+                        (void)close(fd);
+                        continue;
+                    }
+                    s.conn = nc2;
+                    s.cap_conn = cap;
+                }
+                s.conn[s.n_conn++] = (struct srv_conn){ .fd = fd };
+            }
+        }
+    }
+    free(pfd);
+    srv_free(&s);
+    return rc;
+}
+
+int store_host_start(struct store_host *h, const char *host, int port, struct ddpc_err *e)
+{
+    h->pid = 0;
+    h->stop_fd = -1;
+    h->port = 0;
+    int lfd, bound;
+    DDPC_TRY(store_listen(host, port, &lfd, &bound, e));
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) == -1) {
+        int err = errno;
+        (void)close(lfd);
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store: pipe: %s", strerror(err));
+    }
+    (void)fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == -1) {
+        int err = errno;
+        (void)close(lfd);
+        (void)close(p[0]);
+        (void)close(p[1]);
+        return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store: fork: %s", strerror(err));
+    }
+    if (pid == 0) {
+        /* the store lives exactly as long as node 0's launcher */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != parent)
+            _exit(1);
+        (void)signal(SIGINT, SIG_IGN);   /* the launcher stops it (stop pipe) */
+        (void)signal(SIGPIPE, SIG_IGN);
+        (void)close(p[1]);
+        _exit(store_serve(lfd, p[0]) < 0 ? 1 : 0);
+    }
+    (void)close(lfd);
+    (void)close(p[0]);
+    h->pid = pid;
+    h->stop_fd = p[1];
+    h->port = bound;
+    return 0;
+}
+
+void store_host_stop(struct store_host *h)
+{
+    if (!h)
+        return;
+    if (h->stop_fd >= 0)
+        (void)close(h->stop_fd);
+    h->stop_fd = -1;
+    if (h->pid <= 0)
+        return;
+    for (int i = 0; i < 100; i++) {
+        pid_t r = waitpid(h->pid, NULL, WNOHANG);
+        if (r == h->pid || (r == -1 && errno != EINTR)) {
+            h->pid = 0;
+            return;
+        }
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        (void)nanosleep(&ts, NULL);
+    }
+    (void)kill(h->pid, SIGKILL);
+    while (waitpid(h->pid, NULL, 0) == -1 && errno == EINTR)
+        ;
+    h->pid = 0;
+}
+
+/* ===== client ===== */
+
+static int set_nonblock(int fd, int on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1)
+        return -1;
+    return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+}
+
+/* One attempt at each resolved address, each bounded by `until`. */
+static int client_try(const char *host, int port, double until, int *fd_out, int *err_out)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    char ps[16];
+    (void)snprintf(ps, sizeof ps, "%d", port);
+    int g = getaddrinfo(host, ps, &hints, &res);
+    if (g != 0) {
+        *err_out = -g;   /* negative: a getaddrinfo code */
+        return -1;
+    }
+    int ok = -1;
+    for (struct addrinfo *a = res; a && ok < 0; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            *err_out = errno;
+            continue;
+        }
+        if (set_nonblock(fd, 1) == -1) {
+            *err_out = errno;
+            (void)close(fd);
+            continue;
+        }
+        int r = connect(fd, a->ai_addr, a->ai_addrlen);
+        if (r == -1 && errno == EINPROGRESS) {
+            double left = until - ddpc_now();
+            struct pollfd p = { fd, POLLOUT, 0 };
+            int pr = poll(&p, 1, left > 0 ? (int)(left * 1000) + 1 : 0);
+            if (pr == 1) {
+                int soerr = 0;
+                socklen_t sl = sizeof soerr;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+                    r = 0;
+                else
+                    errno = soerr ? soerr : errno;
+            } else {
+                errno = pr == 0 ? ETIMEDOUT : errno;
+            }
+        }
+        if (r == 0 && set_nonblock(fd, 0) == 0) {
+            int one = 1;
+            (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            *fd_out = fd;
+            ok = 0;
+        } else {
+            *err_out = errno;
+            (void)close(fd);
+        }
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+int store_client_connect(struct store_client *c, const char *host, int port, double deadline,
+                         struct ddpc_err *e)
+{
+    c->fd = -1;
+    store_format_addr(c->addr, sizeof c->addr, host, port);
+    double t0 = ddpc_now();
+    int err = 0;
+    for (int attempt = 0;; attempt++) {
+        double now = ddpc_now();
+        double until = now + 2.0;
+        if (deadline > 0 && until > deadline)
+            until = deadline;
+        int fd;
+        if (client_try(host, port, until, &fd, &err) == 0) {
+            c->fd = fd;
+            return 0;
+        }
+        now = ddpc_now();
+        if (deadline > 0 && now >= deadline)
+            break;
+        /* refused: node 0 is not listening yet; back off up to 100 ms */
+        double pause = attempt < 10 ? 0.01 : 0.1;
+        if (deadline > 0 && now + pause > deadline)
+            pause = deadline - now;
+        struct timespec ts = { 0, (long)(pause * 1e9) };
+        (void)nanosleep(&ts, NULL);
+    }
+    return DDPC_FAIL(e, DDPC_E_TIMEOUT, "could not reach the rendezvous store at %s (node 0) "
+                     "within %.1f s: %s.\n---> HINT: node 0 must be running (it hosts the "
+                     "store); check launch.master_addr / --master and that this host can "
+                     "reach it", c->addr, ddpc_now() - t0,
+                     err < 0 ? gai_strerror(-err) : strerror(err));
+}
+
+void store_client_close(struct store_client *c)
+{
+    if (c && c->fd >= 0) {
+        (void)close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static int client_send(struct store_client *c, int op, const char *key, const void *body,
+                       size_t blen, struct ddpc_err *e)
+{
+    size_t klen = strlen(key);
+    if (klen == 0 || klen > STORE_KEY_MAX)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "rendezvous store: key of %zu bytes (1..%d)", klen,
+                         STORE_KEY_MAX);
+    if (blen > STORE_VALUE_MAX)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "rendezvous store: value of %zu bytes for %s "
+                         "(at most %u)", blen, key, STORE_VALUE_MAX);
+    if (c->fd < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "rendezvous store: not connected");
+    uint8_t hdr[7];
+    put_u32(hdr, (uint32_t)(3 + klen + blen));
+    hdr[4] = (uint8_t)op;
+    hdr[5] = (uint8_t)(klen >> 8);
+    hdr[6] = (uint8_t)klen;
+    struct { const void *p; size_t n; } parts[3] = { { hdr, 7 }, { key, klen }, { body, blen } };
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *p = parts[i].p;
+        size_t n = parts[i].n;
+        while (n > 0) {
+            ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: send: %s (did node 0 "
+                                 "end?)", c->addr, strerror(errno));
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes by `until` (0: no limit). */
+static int client_read(struct store_client *c, void *buf, size_t n, double until,
+                       struct ddpc_err *e)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        int ms = -1;
+        if (until > 0) {
+            double left = until - ddpc_now();
+            if (left <= 0)
+                return DDPC_FAIL(e, DDPC_E_TIMEOUT, "rendezvous store %s did not answer in "
+                                 "time (node 0 unreachable?)", c->addr);
+            ms = (int)(left * 1000) + 1;
+        }
+        struct pollfd pf = { c->fd, POLLIN, 0 };
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store %s: poll: %s", c->addr,
+                             strerror(errno));
+        if (pr == 0)
+            continue;   /* the deadline check above ends it */
+        ssize_t r = recv(c->fd, p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s closed the connection (node "
+                             "0's launcher ended?)", c->addr);
+        if (r < 0)
+            return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: %s (node 0's launcher "
+                             "ended?)", c->addr, strerror(errno));
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads one reply: status and a malloc'ed body (NUL-terminated). */
+static int client_reply(struct store_client *c, double until, int *status, uint8_t **body,
+                        size_t *blen, struct ddpc_err *e)
+{
+    uint8_t hdr[5];
+    DDPC_TRY(client_read(c, hdr, 5, until, e));
+    uint32_t n = get_u32(hdr);
+    if (n < 1 || n > 1 + STORE_VALUE_MAX) {
+        store_client_close(c);
+        return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: malformed reply (%u bytes); "
+                         "is something else listening on that port?", c->addr, n);
+    }
+    *status = hdr[4];
+    *blen = n - 1;
+    *body = malloc(*blen + 1);
+    if (!*body)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "rendezvous store: out of memory");
+    if (client_read(c, *body, *blen, until, e) < 0) {
+        free(*body);
+        *body = NULL;
+        return e->code ? e->code : DDPC_E_PEER;
+    }
+    (*body)[*blen] = '\0';
+    return 0;
+}
+
+int store_set(struct store_client *c, const char *key, const void *val, size_t len,
+              struct ddpc_err *e)
+{
+    DDPC_TRY(client_send(c, OP_SET, key, val, len, e));
+    int st;
+    uint8_t *b;
+    size_t n;
+    DDPC_TRY(client_reply(c, ddpc_now() + STORE_IO_S, &st, &b, &n, e));
+    free(b);
+    if (st != ST_OK)
+        return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s refused set %s", c->addr, key);
+    return 0;
+}
+
+int store_get(struct store_client *c, const char *key, void **val, size_t *len,
+              double deadline, const char *who, struct ddpc_err *e)
+{
+    *val = NULL;
+    *len = 0;
+    double t0 = ddpc_now();
+    uint32_t ms = STORE_NO_TIMEOUT;
+    if (deadline > 0) {
+        double left = deadline - t0;
+        ms = left <= 0 ? 0 : left * 1000 >= (double)(STORE_NO_TIMEOUT - 1) ? STORE_NO_TIMEOUT - 1
+                                                                           : (uint32_t)(left * 1000) + 1;
+    }
+    uint8_t body[4];
+    put_u32(body, ms);
+    DDPC_TRY(client_send(c, OP_GET, key, body, 4, e));
+    int st;
+    uint8_t *b;
+    size_t n;
+    DDPC_TRY(client_reply(c, deadline > 0 ? deadline + STORE_SLACK_S : 0, &st, &b, &n, e));
+    if (st == ST_TIMEOUT) {
+        free(b);
+        return DDPC_FAIL(e, DDPC_E_TIMEOUT, "rendezvous store %s: waited %.1f s for %s%s%s, "
+                         "which never arrived", c->addr, ddpc_now() - t0,
+                         who ? who : "key '", who ? "" : key, who ? "" : "'");
+    }
+    if (st != ST_OK) {
+        free(b);
+        return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: get %s: status %d", c->addr,
+                         key, st);
+    }
+    *val = b;
+    *len = n;
+    return 0;
+}
+
+int store_check(struct store_client *c, const char *key, struct ddpc_err *e)
+{
+    DDPC_TRY(client_send(c, OP_CHECK, key, NULL, 0, e));
+    int st;
+    uint8_t *b;
+    size_t n;
+    DDPC_TRY(client_reply(c, ddpc_now() + STORE_IO_S, &st, &b, &n, e));
+    int found = st == ST_OK && n == 1 && b[0] == 1;
+    free(b);
+    return found;
+}
+
+int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *out,
+              struct ddpc_err *e)
+{
+    uint8_t body[8];
+    put_i64(body, delta);
+    DDPC_TRY(client_send(c, OP_ADD, key, body, 8, e));
+    int st;
+    uint8_t *b;
+    size_t n;
+    DDPC_TRY(client_reply(c, ddpc_now() + STORE_IO_S, &st, &b, &n, e));
+    if (st != ST_OK || n != 8) {
+        free(b);
+        return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: add %s: bad reply", c->addr, key);
+    }
+    if (out)
+        *out = get_i64(b);
+    free(b);
+    return 0;
+}

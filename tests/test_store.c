@@ -1,0 +1,336 @@
+/* test_store.c - the rendezvous store (runtime/store.c) on loopback.
+ *
+ * Every case hosts its own store on an ephemeral port (store_host_start
+ * with port 0) and talks to it with real clients, some in forked
+ * processes; nothing binds a fixed port.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <check.h>
+#include "suites.h"
+#include "comm.h"
+#include "store.h"
+
+static struct store_host start_host(const char *host)
+{
+    struct store_host h;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(store_host_start(&h, host, 0, &e) == 0, "%s", e.msg);
+    ck_assert_int_gt(h.port, 0);
+    return h;
+}
+
+static void connect_to(struct store_client *c, const char *host, int port)
+{
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(store_client_connect(c, host, port, ddpc_deadline_after(5), &e) == 0, "%s",
+                  e.msg);
+}
+
+START_TEST(set_get_check_add)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(store_check(&c, "a", &e), 0);
+    ck_assert_int_eq(store_set(&c, "a", "hello", 5, &e), 0);
+    ck_assert_int_eq(store_check(&c, "a", &e), 1);
+    void *v;
+    size_t n;
+    ck_assert_int_eq(store_get(&c, "a", &v, &n, ddpc_deadline_after(5), NULL, &e), 0);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_str_eq((char *)v, "hello");   /* NUL-terminated past len */
+    free(v);
+    /* overwrite, empty value, binary value */
+    ck_assert_int_eq(store_set(&c, "a", "", 0, &e), 0);
+    ck_assert_int_eq(store_get(&c, "a", &v, &n, ddpc_deadline_after(5), NULL, &e), 0);
+    ck_assert_uint_eq(n, 0);
+    free(v);
+    unsigned char bin[256];
+    for (int i = 0; i < 256; i++)
+        bin[i] = (unsigned char)i;
+    ck_assert_int_eq(store_set(&c, "bin", bin, sizeof bin, &e), 0);
+    ck_assert_int_eq(store_get(&c, "bin", &v, &n, ddpc_deadline_after(5), NULL, &e), 0);
+    ck_assert_uint_eq(n, 256);
+    ck_assert_int_eq(memcmp(v, bin, 256), 0);
+    free(v);
+    int64_t x = 0;
+    ck_assert_int_eq(store_add(&c, "ctr", 5, &x, &e), 0);
+    ck_assert_int_eq(x, 5);
+    ck_assert_int_eq(store_add(&c, "ctr", -7, &x, &e), 0);
+    ck_assert_int_eq(x, -2);
+    /* a value too large is refused before anything is sent */
+    ck_assert_int_lt(store_set(&c, "big", bin, STORE_VALUE_MAX + 1, &e), 0);
+    ck_assert_int_eq(e.code, DDPC_E_INVALID);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+/* A get parked before the set is answered when the set comes, from
+ * another process, without polling. */
+START_TEST(get_waits_for_a_later_set)
+{
+    struct store_host h = start_host("127.0.0.1");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct store_client c;
+        struct ddpc_err e = { 0 };
+        usleep(200 * 1000);
+        if (store_client_connect(&c, "127.0.0.1", h.port, ddpc_deadline_after(5), &e) < 0 ||
+            store_set(&c, "late", "v1", 2, &e) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    void *v;
+    size_t n;
+    double t0 = ddpc_now();
+    ck_assert_msg(store_get(&c, "late", &v, &n, ddpc_deadline_after(5), "the late key", &e) == 0,
+                  "%s", e.msg);
+    double dt = ddpc_now() - t0;
+    ck_assert_str_eq((char *)v, "v1");
+    free(v);
+    ck_assert_msg(dt > 0.15 && dt < 2.0, "waited %.3f s", dt);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+START_TEST(get_timeout_names_who)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    void *v;
+    size_t n;
+    double t0 = ddpc_now();
+    ck_assert_int_eq(store_get(&c, "rank/3", &v, &n, t0 + 0.3, "rank 3 (node 1)", &e),
+                     DDPC_E_TIMEOUT);
+    double dt = ddpc_now() - t0;
+    ck_assert_msg(dt >= 0.29 && dt < 1.5, "timed out after %.3f s", dt);
+    ck_assert_msg(strstr(e.msg, "rank 3 (node 1)") && strstr(e.msg, "never arrived"), "%s",
+                  e.msg);
+    /* the connection stays usable after a timeout */
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(store_set(&c, "rank/3", "x", 1, &e), 0);
+    ck_assert_int_eq(store_get(&c, "rank/3", &v, &n, ddpc_deadline_after(1), NULL, &e), 0);
+    free(v);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+/* Many clients at once (as a world of ranks does), each setting its key
+ * and waiting for everyone else's. */
+START_TEST(many_clients_all_gather)
+{
+    struct store_host h = start_host("127.0.0.1");
+    enum { N = 24 };
+    pid_t pids[N];
+    for (int r = 0; r < N; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            struct store_client c;
+            struct ddpc_err e = { 0 };
+            char key[32], val[32];
+            if (store_client_connect(&c, "127.0.0.1", h.port, ddpc_deadline_after(10), &e) < 0)
+                _exit(2);
+            snprintf(key, sizeof key, "r/%d", r);
+            snprintf(val, sizeof val, "v%d", r * 7);
+            if (store_set(&c, key, val, strlen(val), &e) < 0)
+                _exit(3);
+            for (int k = 0; k < N; k++) {
+                void *v;
+                size_t n;
+                snprintf(key, sizeof key, "r/%d", k);
+                snprintf(val, sizeof val, "v%d", k * 7);
+                if (store_get(&c, key, &v, &n, ddpc_deadline_after(10), NULL, &e) < 0)
+                    _exit(4);
+                int ok = n == strlen(val) && memcmp(v, val, n) == 0;
+                free(v);
+                if (!ok)
+                    _exit(5);
+            }
+            if (store_add(&c, "done", 1, NULL, &e) < 0)
+                _exit(6);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < N; r++) {
+        int st;
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d: status 0x%x", r, st);
+    }
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    int64_t done = 0;
+    ck_assert_int_eq(store_add(&c, "done", 0, &done, &e), 0);
+    ck_assert_int_eq(done, N);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+/* Two jobs on one port: the second is refused with a message, not
+ * handed a shared listener. */
+START_TEST(second_job_on_the_port_is_refused)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_host h2;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_lt(store_host_start(&h2, "127.0.0.1", h.port, &e), 0);
+    ck_assert_msg(strstr(e.msg, "already in use") && strstr(e.msg, "master_port"), "%s", e.msg);
+    char num[16];
+    snprintf(num, sizeof num, "%d", h.port);
+    ck_assert_msg(strstr(e.msg, num), "%s", e.msg);
+    store_host_stop(&h);
+}
+END_TEST
+
+START_TEST(ipv6_in_brackets)
+{
+    char host[64];
+    int port = 0;
+    ck_assert_int_eq(store_split_addr("[::1]:29500", host, sizeof host, &port), 0);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(port, 29500);
+    ck_assert_int_eq(store_split_addr("10.1.2.3:80", host, sizeof host, &port), 0);
+    ck_assert_str_eq(host, "10.1.2.3");
+    ck_assert_int_eq(store_split_addr("node-0.cluster:1", host, sizeof host, &port), 0);
+    ck_assert_str_eq(host, "node-0.cluster");
+    ck_assert_int_eq(store_split_addr("::1:29500", host, sizeof host, &port), -1);
+    ck_assert_int_eq(store_split_addr("[::1]", host, sizeof host, &port), -1);
+    ck_assert_int_eq(store_split_addr("h:0", host, sizeof host, &port), -1);
+    ck_assert_int_eq(store_split_addr("h:65536", host, sizeof host, &port), -1);
+    ck_assert_int_eq(store_split_addr(":5", host, sizeof host, &port), -1);
+    char buf[80];
+    store_format_addr(buf, sizeof buf, "::1", 7);
+    ck_assert_str_eq(buf, "[::1]:7");
+    store_format_addr(buf, sizeof buf, "10.0.0.1", 7);
+    ck_assert_str_eq(buf, "10.0.0.1:7");
+
+    /* a real IPv6 store, where the machine has ::1 */
+    int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+    if (s6 < 0) {
+        printf("SKIP ipv6 store: no IPv6 sockets here (%s)\n", strerror(errno));
+        return;
+    }
+    close(s6);
+    struct store_host h;
+    struct ddpc_err e = { 0 };
+    if (store_host_start(&h, "::1", 0, &e) < 0) {
+        printf("SKIP ipv6 store: cannot bind [::1]: %s\n", e.msg);
+        return;
+    }
+    struct store_client c;
+    connect_to(&c, "::1", h.port);
+    ck_assert_ptr_nonnull(strstr(c.addr, "[::1]:"));
+    ck_assert_int_eq(store_set(&c, "k", "v6", 2, &e), 0);
+    void *v;
+    size_t n;
+    ck_assert_int_eq(store_get(&c, "k", &v, &n, ddpc_deadline_after(2), NULL, &e), 0);
+    ck_assert_str_eq((char *)v, "v6");
+    free(v);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+/* No store: connect gives up at its deadline and names the address. A
+ * store that goes away under a waiting client: the client is told at once. */
+START_TEST(unreachable_and_vanishing_store)
+{
+    /* an ephemeral port nobody listens on any more */
+    struct store_host h = start_host("127.0.0.1");
+    int port = h.port;
+    store_host_stop(&h);
+    struct store_client c;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    ck_assert_int_eq(store_client_connect(&c, "127.0.0.1", port, t0 + 0.4, &e), DDPC_E_TIMEOUT);
+    double dt = ddpc_now() - t0;
+    ck_assert_msg(dt >= 0.35 && dt < 2.0, "gave up after %.3f s", dt);
+    ck_assert_msg(strstr(e.msg, "127.0.0.1:") && strstr(e.msg, "node 0"), "%s", e.msg);
+
+    h = start_host("127.0.0.1");
+    connect_to(&c, "127.0.0.1", h.port);
+    pid_t pid = h.pid;
+    pid_t k = fork();
+    ck_assert_int_ge(k, 0);
+    if (k == 0) {
+        usleep(200 * 1000);
+        kill(pid, SIGKILL);
+        _exit(0);
+    }
+    ddpc_err_clear(&e);
+    void *v;
+    size_t n;
+    t0 = ddpc_now();
+    ck_assert_int_eq(store_get(&c, "never", &v, &n, ddpc_deadline_after(20), NULL, &e),
+                     DDPC_E_PEER);
+    ck_assert_msg(ddpc_now() - t0 < 2.0, "noticed after %.3f s", ddpc_now() - t0);
+    ck_assert_msg(strstr(e.msg, "closed the connection") || strstr(e.msg, "ended"), "%s", e.msg);
+    waitpid(k, NULL, 0);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
+/* Garbage on the port (a client that is not ddpc's) costs that
+ * connection, not the store. */
+START_TEST(garbage_drops_only_that_connection)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_client bad, good;
+    connect_to(&bad, "127.0.0.1", h.port);
+    connect_to(&good, "127.0.0.1", h.port);
+    const char junk[] = "\xff\xff\xff\xff GET / HTTP/1.0\r\n\r\n";
+    ck_assert_int_eq(send(bad.fd, junk, sizeof junk, MSG_NOSIGNAL), (ssize_t)sizeof junk);
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(store_set(&good, "k", "v", 1, &e), 0);
+    void *v;
+    size_t n;
+    ck_assert_int_eq(store_get(&good, "k", &v, &n, ddpc_deadline_after(2), NULL, &e), 0);
+    free(v);
+    char b;
+    ck_assert_int_eq(recv(bad.fd, &b, 1, 0), 0);   /* dropped: EOF */
+    store_client_close(&bad);
+    store_client_close(&good);
+    store_host_stop(&h);
+}
+END_TEST
+
+Suite *store_suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *t = tcase_create("store");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, set_get_check_add);
+    tcase_add_test(t, get_waits_for_a_later_set);
+    tcase_add_test(t, get_timeout_names_who);
+    tcase_add_test(t, many_clients_all_gather);
+    tcase_add_test(t, second_job_on_the_port_is_refused);
+    tcase_add_test(t, ipv6_in_brackets);
+    tcase_add_test(t, unreachable_and_vanishing_store);
+    tcase_add_test(t, garbage_drops_only_that_connection);
+    suite_add_tcase(s, t);
+    return s;
+}
