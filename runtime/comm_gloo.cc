@@ -1,0 +1,662 @@
+/* comm_gloo.cc - struct ddpc_comm over gloo's TCP transport (see comm_gloo.h).
+ *
+ * Owns: the communicator's thread and its queue, the gloo context and
+ * device, the adapter that lets gloo rendezvous through the job's store,
+ * and turning gloo's exceptions into struct ddpc_err messages that name the
+ * rank and node at the other end.
+ *
+ * Rules this file keeps:
+ *   - no exception crosses into C: every gloo call is inside try/catch;
+ *   - one thread talks to gloo (the comm thread), in the order operations
+ *     were started, which is the same on every rank; the caller's thread
+ *     only queues and waits on a condition variable with its deadline;
+ *   - never waits without a deadline: an operation started with deadline 0
+ *     gets default_timeout_s, and the caller gives up 1 s after gloo
+ *     should have, so a gloo that never returns cannot hang the worker;
+ *   - a broken communicator is never used again, and destroy never joins a
+ *     thread that is still inside gloo (it is left to the process's exit).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "comm_gloo.h"
+#include "store.h"
+
+namespace {
+
+constexpr double kCallerSlackS = 1.0;   /* after gloo's own timeout should have fired */
+
+/* ===== gloo's Store over the job's store ===== */
+
+/* gloo asks for keys under a PrefixStore; the ones connectFullMesh waits
+ * for are rank numbers, so a timeout can say "rank 3 (node 1)". Errors
+ * are thrown as gloo::IoException (gloo catches nothing; comm_init does). */
+class StoreAdapter : public gloo::rendezvous::Store {
+  public:
+    StoreAdapter(struct store_client *c, double deadline, int ranks_per_node)
+        : c_(c), deadline_(deadline), rpn_(ranks_per_node) {}
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        struct ddpc_err e = {};
+        if (store_set(c_, key.c_str(), data.data(), data.size(), &e) < 0)
+            throw gloo::IoException(e.msg);
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        struct ddpc_err e = {};
+        void *v = nullptr;
+        size_t n = 0;
+        std::string who = describe(key);
+        if (store_get(c_, key.c_str(), &v, &n, deadline_, who.c_str(), &e) < 0)
+            throw gloo::IoException(e.msg);
+        std::vector<char> out((char *)v, (char *)v + n);
+        free(v);
+        return out;
+    }
+
+    void wait(const std::vector<std::string> &keys) override
+    {
+        wait(keys, std::chrono::milliseconds(0));
+    }
+
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override
+    {
+        /* the job's deadline, not gloo's default, bounds the rendezvous */
+        for (const auto &k : keys) {
+            struct ddpc_err e = {};
+            void *v = nullptr;
+            size_t n = 0;
+            std::string who = describe(k);
+            if (store_get(c_, k.c_str(), &v, &n, deadline_, who.c_str(), &e) < 0)
+                throw gloo::IoException(e.msg);
+            free(v);
+        }
+    }
+
+  private:
+    /* "<prefix>/<digits>" is a rank's address list in connectFullMesh */
+    std::string describe(const std::string &key) const
+    {
+        size_t slash = key.rfind('/');
+        std::string tail = slash == std::string::npos ? key : key.substr(slash + 1);
+        if (!tail.empty() && tail.size() < 9 &&
+            tail.find_first_not_of("0123456789") == std::string::npos) {
+            int r = std::stoi(tail);
+            return "rank " + tail + " (node " + std::to_string(r / (rpn_ > 0 ? rpn_ : 1)) +
+                   ") in gloo's connection exchange";
+        }
+        return "key '" + key + "'";
+    }
+
+    struct store_client *c_;
+    double deadline_;
+    int rpn_;
+};
+
+/* ===== the communicator ===== */
+
+enum class Kind { AllReduce, Broadcast, Barrier };
+
+struct Op {
+    Kind        kind;
+    int         tag;            /* all_reduce: the caller's tag; else -1 */
+    float      *buf;
+    size_t      n;
+    bool        avg;
+    int         root;
+    double      deadline;       /* absolute; never 0 here */
+    bool        done = false;
+    int         rc = 0;
+    struct ddpc_err err = {};
+};
+
+const char *kind_name(Kind k)
+{
+    return k == Kind::AllReduce ? "all_reduce" : k == Kind::Broadcast ? "broadcast" : "barrier";
+}
+
+struct Gloo {
+    std::string purpose;
+    const char *timeout_key;                 /* the spec key that sets this comm's deadlines */
+    int rank = 0, world = 1, rpn = 1;
+    double default_timeout_s = 1800;
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<std::string> peer_host;      /* rank -> its host address */
+
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<Op>> queue;   /* started, not yet taken by the thread */
+    std::map<int, std::shared_ptr<Op>> by_tag;
+    bool stop = false;
+    bool in_gloo = false;                    /* the thread is inside a gloo call */
+    bool broken = false;
+    std::string why;                         /* first cause of broken */
+    std::thread th;
+    bool have_thread = false;
+};
+
+Gloo *impl_of(const struct ddpc_comm *c)
+{
+    return static_cast<Gloo *>(c->impl);
+}
+
+/* "rank 2 (node 1, 10.0.0.2)" style names for a peer address in a gloo
+ * message: every rank registered the host it listens on. */
+std::string peers_at(const Gloo &g, const std::string &msg)
+{
+    /* gloo names the peer's address and port, and the port may be the
+     * ephemeral one of an accepted connection: the host names the node.
+     * Nodes sharing one address (a test on one machine) are all named. */
+    std::string out;
+    std::vector<int> nodes;
+    for (int r = 0; r < (int)g.peer_host.size(); r++) {
+        if (r == g.rank || g.peer_host[r].empty())
+            continue;
+        const std::string &h = g.peer_host[r];
+        size_t at = msg.find(h);
+        /* the host must stand alone: 10.0.0.2 is not 10.0.0.21 */
+        bool hit = false;
+        while (at != std::string::npos) {
+            size_t end = at + h.size();
+            char before = at ? msg[at - 1] : ' ';
+            char after = end < msg.size() ? msg[end] : ' ';
+            if (!isdigit((unsigned char)before) && before != '.' &&
+                !isdigit((unsigned char)after) &&
+                !(after == '.' && end + 1 < msg.size() && isdigit((unsigned char)msg[end + 1]))) {
+                hit = true;
+                break;
+            }
+            at = msg.find(h, at + 1);
+        }
+        if (!hit)
+            continue;
+        int node = r / g.rpn;
+        bool seen = false;
+        for (int n : nodes)
+            seen |= n == node;
+        if (seen)
+            continue;
+        nodes.push_back(node);
+        if (!out.empty())
+            out += " or ";
+        out += "node " + std::to_string(node) + " (" + h + ")";
+    }
+    return out;
+}
+
+/* Fills op->err from a gloo exception. */
+void classify(Gloo &g, Op &op, const char *what)
+{
+    std::string msg = what ? what : "unknown gloo error";
+    bool timeout = msg.find("Timed out") != std::string::npos ||
+                   msg.find("timed out") != std::string::npos ||
+                   msg.find("Timeout") != std::string::npos;
+    std::string peers = peers_at(g, msg);
+    if (timeout) {
+        op.rc = DDPC_FAIL(&op.err, DDPC_E_TIMEOUT,
+                          "gloo %s %s (%zu floats, rank %d of %d) passed its deadline: %s. A "
+                          "peer is hung, far behind, or its host unreachable (a cut link shows "
+                          "only as this timeout).\n---> HINT: if another node's log names a "
+                          "rank that died, that is the cause; if steps are legitimately this "
+                          "slow, raise %s",
+                          g.purpose.c_str(), kind_name(op.kind), op.n, g.rank, g.world,
+                          msg.c_str(), g.timeout_key);
+    } else {
+        op.rc = DDPC_FAIL(&op.err, DDPC_E_PEER,
+                          "gloo %s %s on rank %d of %d: the connection to %s broke: %s; that "
+                          "node's job ended or its host went away",
+                          g.purpose.c_str(), kind_name(op.kind), g.rank, g.world,
+                          peers.empty() ? "a peer" : peers.c_str(), msg.c_str());
+    }
+}
+
+void run_op(Gloo &g, Op &op)
+{
+    double left = op.deadline - ddpc_now();
+    auto ms = std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1);
+    try {
+        switch (op.kind) {
+        case Kind::AllReduce: {
+            gloo::AllreduceOptions o(g.ctx);
+            o.setOutput(op.buf, op.n);
+            o.setReduceFunction(
+                static_cast<void (*)(void *, const void *, const void *, size_t)>(
+                    &gloo::sum<float>));
+            o.setTag((uint32_t)(op.tag & 0x7fffffff));
+            o.setTimeout(ms);
+            gloo::allreduce(o);
+            if (op.avg) {
+                const float inv = 1.0f / (float)g.world;
+                for (size_t i = 0; i < op.n; i++)
+                    op.buf[i] *= inv;
+            }
+            break;
+        }
+        case Kind::Broadcast: {
+            gloo::BroadcastOptions o(g.ctx);
+            o.setOutput(op.buf, op.n);
+            o.setRoot(op.root);
+            o.setTimeout(ms);
+            gloo::broadcast(o);
+            break;
+        }
+        case Kind::Barrier: {
+            gloo::BarrierOptions o(g.ctx);
+            o.setTimeout(ms);
+            gloo::barrier(o);
+            break;
+        }
+        }
+    } catch (const std::exception &ex) {
+        classify(g, op, ex.what());
+    } catch (...) {
+        classify(g, op, "a non-standard exception");
+    }
+}
+
+void thread_main(Gloo *g)
+{
+    std::unique_lock<std::mutex> lk(g->mu);
+    for (;;) {
+        g->cv.wait(lk, [g] { return g->stop || !g->queue.empty(); });
+        if (g->stop)
+            return;
+        std::shared_ptr<Op> op = g->queue.front();
+        g->queue.pop_front();
+        if (g->broken) {
+            op->rc = DDPC_FAIL(&op->err, DDPC_E_ABORTED, "gloo %s communicator is broken (%s)",
+                               g->purpose.c_str(), g->why.c_str());
+        } else if (g->world > 1) {   /* one rank: sum and average are the value */
+            g->in_gloo = true;
+            lk.unlock();
+            run_op(*g, *op);
+            lk.lock();
+            g->in_gloo = false;
+            if (op->rc < 0 && !g->broken) {
+                g->broken = true;
+                g->why = op->err.msg;
+            }
+        }
+        op->done = true;
+        g->cv.notify_all();
+    }
+}
+
+int check_usable(struct ddpc_comm *c, Gloo &g, struct ddpc_err *e)
+{
+    if (g.broken)
+        return DDPC_FAIL(e, DDPC_E_ABORTED, "gloo %s communicator was broken earlier (%s); no "
+                         "further collectives can run on it", c->purpose, g.why.c_str());
+    return 0;
+}
+
+double effective(const Gloo &g, double deadline)
+{
+    return deadline > 0 ? deadline : ddpc_now() + g.default_timeout_s;
+}
+
+int enqueue(struct ddpc_comm *c, std::shared_ptr<Op> op, struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    std::lock_guard<std::mutex> lk(g.mu);
+    DDPC_TRY(check_usable(c, g, e));
+    g.queue.push_back(op);
+    g.cv.notify_all();
+    return 0;
+}
+
+/* Waits for op until its own deadline plus the slack (gloo times out
+ * first; this is the backstop). */
+int finish(struct ddpc_comm *c, const std::shared_ptr<Op> &op, double deadline,
+           struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    std::unique_lock<std::mutex> lk(g.mu);
+    double until = (deadline > 0 ? deadline : op->deadline) + kCallerSlackS;
+    for (;;) {
+        if (op->done)
+            break;
+        if (g.broken && !g.in_gloo && g.queue.empty())
+            break;   /* aborted while queued: the thread will never take it */
+        if (g.broken && g.why.rfind("aborted:", 0) == 0)
+            return DDPC_FAIL(e, DDPC_E_ABORTED, "gloo %s %s: %s", c->purpose,
+                             kind_name(op->kind), g.why.c_str() + 9);
+        double left = until - ddpc_now();
+        if (left <= 0) {
+            if (!g.broken) {
+                g.broken = true;
+                g.why = "an operation passed its deadline and gloo did not return";
+            }
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                             "gloo %s %s (%zu floats, rank %d of %d) did not complete by its "
+                             "deadline; a peer is hung, far behind, or unreachable.\n---> "
+                             "HINT: raise %s if steps are legitimately this slow",
+                             c->purpose, kind_name(op->kind), op->n, c->rank, c->world,
+                             g.timeout_key);
+        }
+        g.cv.wait_for(lk, std::chrono::duration<double>(left));
+    }
+    if (!op->done)
+        return DDPC_FAIL(e, DDPC_E_ABORTED, "gloo %s communicator is broken (%s)", c->purpose,
+                         g.why.c_str());
+    if (op->rc < 0) {
+        if (e && e->code == DDPC_OK)
+            *e = op->err;
+        return op->rc;
+    }
+    return 0;
+}
+
+int g_all_reduce_start(struct ddpc_comm *c, int tag, const float *send, float *recv, size_t n,
+                       enum ddpc_reduce op, double deadline, struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    if (tag < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s: negative tag %d", c->purpose, tag);
+    {
+        std::lock_guard<std::mutex> lk(g.mu);
+        DDPC_TRY(check_usable(c, g, e));
+        auto it = g.by_tag.find(tag);
+        if (it != g.by_tag.end())
+            return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s all_reduce: tag %d still has one "
+                             "outstanding; wait for it first", c->purpose, tag);
+    }
+    if (send != recv && n)
+        memcpy(recv, send, n * sizeof *recv);
+    auto o = std::make_shared<Op>();
+    o->kind = Kind::AllReduce;
+    o->tag = tag;
+    o->buf = recv;
+    o->n = n;
+    o->avg = op == DDPC_REDUCE_AVG;
+    o->root = 0;
+    o->deadline = effective(g, deadline);
+    DDPC_TRY(enqueue(c, o, e));
+    std::lock_guard<std::mutex> lk(g.mu);
+    g.by_tag[tag] = o;
+    return 0;
+}
+
+int g_all_reduce_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    std::shared_ptr<Op> o;
+    {
+        std::lock_guard<std::mutex> lk(g.mu);
+        auto it = g.by_tag.find(tag);
+        if (it == g.by_tag.end())
+            return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s: wait on tag %d, which has nothing "
+                             "outstanding", c->purpose, tag);
+        o = it->second;
+        g.by_tag.erase(it);
+    }
+    return finish(c, o, deadline, e);
+}
+
+int g_broadcast(struct ddpc_comm *c, float *buf, size_t n, int root, double deadline,
+                struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    if (root < 0 || root >= c->world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s broadcast: root %d outside world %d",
+                         c->purpose, root, c->world);
+    auto o = std::make_shared<Op>();
+    o->kind = Kind::Broadcast;
+    o->tag = -1;
+    o->buf = buf;
+    o->n = n;
+    o->avg = false;
+    o->root = root;
+    o->deadline = effective(g, deadline);
+    DDPC_TRY(enqueue(c, o, e));
+    return finish(c, o, deadline, e);
+}
+
+int g_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
+{
+    Gloo &g = *impl_of(c);
+    auto o = std::make_shared<Op>();
+    o->kind = Kind::Barrier;
+    o->tag = -1;
+    o->buf = nullptr;
+    o->n = 0;
+    o->avg = false;
+    o->root = 0;
+    o->deadline = effective(g, deadline);
+    DDPC_TRY(enqueue(c, o, e));
+    return finish(c, o, deadline, e);
+}
+
+void g_abort(struct ddpc_comm *c, const char *why)
+{
+    Gloo *g = impl_of(c);
+    if (!g)
+        return;
+    std::lock_guard<std::mutex> lk(g->mu);
+    if (!g->broken) {
+        g->broken = true;
+        g->why = std::string("aborted: ") + (why ? why : "by the caller");
+    }
+    g->cv.notify_all();
+}
+
+void g_destroy(struct ddpc_comm *c)
+{
+    Gloo *g = impl_of(c);
+    if (!g)
+        return;
+    bool stuck;
+    {
+        std::lock_guard<std::mutex> lk(g->mu);
+        g->stop = true;
+        stuck = g->in_gloo;
+        g->cv.notify_all();
+    }
+    if (g->have_thread) {
+        if (stuck) {
+            /* inside gloo, waiting on a peer that will not answer: leave it
+             * (and the context it uses) to the process's exit */
+            g->th.detach();
+            c->impl = nullptr;
+            return;
+        }
+        g->th.join();
+    }
+    try {
+        g->ctx.reset();
+        g->dev.reset();
+    } catch (...) {
+    }
+    delete g;
+    c->impl = nullptr;
+}
+
+/* The local address this host uses to reach the store: the interface that
+ * routes to node 0, which the other nodes can reach too. */
+int local_host_of(int fd, std::string &out, int *family, struct ddpc_err *e)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1)
+        return DDPC_FAIL(e, DDPC_E_SYS, "getsockname on the store connection: %s",
+                         strerror(errno));
+    char buf[INET6_ADDRSTRLEN];
+    const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                             : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if (!inet_ntop(ss.ss_family, a, buf, sizeof buf))
+        return DDPC_FAIL(e, DDPC_E_SYS, "inet_ntop: %s", strerror(errno));
+    out = buf;
+    *family = ss.ss_family;
+    return 0;
+}
+
+int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->name = "gloo";
+    c->purpose = in->purpose;
+    c->rank = in->rank;
+    c->world = in->world;
+    c->destroy = g_destroy;
+    c->abort = g_abort;
+    Gloo *g = new (std::nothrow) Gloo();
+    if (!g)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "gloo %s: out of memory", in->purpose);
+    c->impl = g;
+    g->purpose = in->purpose;
+    g->timeout_key = strcmp(in->purpose, "rank-sync") == 0 ? "rank_sync_timeout" : "nccl_timeout";
+    g->rank = in->rank;
+    g->world = in->world;
+    g->rpn = in->ranks_per_node > 0 ? in->ranks_per_node : 1;
+    g->default_timeout_s = in->default_timeout_s > 0 ? in->default_timeout_s : 1800;
+    if (in->rank < 0 || in->rank >= in->world)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s: rank %d outside world %d", in->purpose,
+                         in->rank, in->world);
+    /* a write to a peer that died must fail with EPIPE, not kill the rank */
+    (void)signal(SIGPIPE, SIG_IGN);
+
+    struct store_client sc;
+    DDPC_TRY(store_client_connect(&sc, in->store_host, in->store_port, in->deadline, e));
+    int rc = 0;
+    try {
+        std::string host;
+        int family = AF_UNSPEC;
+        if ((rc = local_host_of(sc.fd, host, &family, e)) < 0)
+            throw 0;
+        gloo::transport::tcp::attr attr;
+        attr.hostname = host;
+        attr.ai_family = family;
+        g->dev = gloo::transport::tcp::CreateDevice(attr);
+        /* everyone's listening address (for naming a peer in gloo's
+         * messages) and world size; a rank that never arrives is named
+         * here, before gloo's own exchange */
+        std::string base = std::string(in->prefix) + "/" + in->purpose;
+        std::string mine = base + "/rank/" + std::to_string(in->rank);
+        std::string val = host + "\n" + std::to_string(in->world);
+        if ((rc = store_set(&sc, mine.c_str(), val.data(), val.size(), e)) < 0)
+            throw 0;
+        g->peer_host.assign((size_t)in->world, std::string());
+        for (int r = 0; r < in->world; r++) {
+            std::string k = base + "/rank/" + std::to_string(r);
+            std::string who = "rank " + std::to_string(r) + " (node " +
+                              std::to_string(r / g->rpn) + ")";
+            void *v = nullptr;
+            size_t n = 0;
+            if ((rc = store_get(&sc, k.c_str(), &v, &n, in->deadline, who.c_str(), e)) < 0) {
+                /* name every rank still missing, not only the first */
+                std::string missing;
+                int count = 0;
+                for (int q = r; q < in->world; q++) {
+                    std::string kq = base + "/rank/" + std::to_string(q);
+                    struct ddpc_err ce = {};
+                    if (store_check(&sc, kq.c_str(), &ce) == 0) {
+                        if (count++ < 16)
+                            missing += (missing.empty() ? "" : ", ") + std::string("rank ") +
+                                       std::to_string(q) + " (node " +
+                                       std::to_string(q / g->rpn) + ")";
+                    }
+                }
+                if (e->code == DDPC_E_TIMEOUT && count > 0) {
+                    char prev[sizeof e->msg];
+                    snprintf(prev, sizeof prev, "%s", e->msg);
+                    ddpc_err_clear(e);
+                    rc = DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                                   "rank %d: %d rank%s never arrived at the rendezvous: %s%s "
+                                   "(%s).\n---> HINT: start ./job on every node (--node-rank "
+                                   "K) or check that those nodes reach node 0",
+                                   in->rank, count, count == 1 ? "" : "s", missing.c_str(),
+                                   count > 16 ? ", ..." : "", prev);
+                }
+                throw 0;
+            }
+            std::string got((const char *)v, n);
+            free(v);
+            size_t b = got.find('\n');
+            if (b == std::string::npos) {
+                rc = DDPC_FAIL(e, DDPC_E_PEER, "gloo %s: rank %d registered a malformed "
+                               "address; is another program using this store?", in->purpose, r);
+                throw 0;
+            }
+            g->peer_host[(size_t)r] = got.substr(0, b);
+            int their_world = atoi(got.c_str() + b + 1);
+            if (their_world != in->world) {
+                rc = DDPC_FAIL(e, DDPC_E_INVALID,
+                               "rank %d (node %d) counts a world of %d ranks, this rank %d "
+                               "counts %d: every node must run the same job with the same "
+                               "number of workers (devices: all counts each node's own CPUs "
+                               "or GPUs; list devices explicitly)",
+                               r, r / g->rpn, their_world, in->rank, in->world);
+                throw 0;
+            }
+        }
+
+        g->ctx = std::make_shared<gloo::rendezvous::Context>(in->rank, in->world);
+        double left = in->deadline > 0 ? in->deadline - ddpc_now() : g->default_timeout_s;
+        g->ctx->setTimeout(std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1));
+        StoreAdapter adapter(&sc, in->deadline > 0 ? in->deadline : ddpc_now() + left,
+                             g->rpn);
+        gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);
+        g->ctx->connectFullMesh(ps, g->dev);
+        g->ctx->setTimeout(std::chrono::milliseconds((long long)(g->default_timeout_s * 1000)));
+    } catch (const std::exception &ex) {
+        std::string peers = peers_at(*g, ex.what());
+        rc = DDPC_FAIL(e, strstr(ex.what(), "never arrived") || strstr(ex.what(), "Timed out")
+                              ? DDPC_E_TIMEOUT : DDPC_E_PEER,
+                       "gloo %s communicator (rank %d of %d) could not connect%s%s: %s",
+                       in->purpose, in->rank, in->world, peers.empty() ? "" : " to ",
+                       peers.c_str(), ex.what());
+    } catch (int) {
+        /* e is filled */
+        if (rc == 0)
+            rc = DDPC_E_INVALID;
+    }
+    store_client_close(&sc);
+    if (rc < 0)
+        return rc;
+
+    try {
+        g->th = std::thread(thread_main, g);
+        g->have_thread = true;
+    } catch (const std::exception &ex) {
+        return DDPC_FAIL(e, DDPC_E_SYS, "gloo %s: cannot start the comm thread: %s",
+                         in->purpose, ex.what());
+    }
+    c->all_reduce_start = g_all_reduce_start;
+    c->all_reduce_wait = g_all_reduce_wait;
+    c->broadcast = g_broadcast;
+    c->barrier = g_barrier;
+    return 0;
+}
+
+} // namespace
+
+extern "C" const struct ddpc_gloo_backend ddpc_gloo_backend = { "gloo", g_init };
