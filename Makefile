@@ -82,7 +82,7 @@ RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec
 CUDA_SRC     := $(sort $(wildcard runtime/*.cu))
 TEST_SRC     := $(sort $(wildcard tests/*.c))
 RT_HEADERS   := spec/job.h runtime/ddprt.h runtime/backend.h runtime/err.h runtime/ops.h \
-                runtime/comm.h
+                runtime/comm.h runtime/comm_gloo.h
 TEMPLATES    := $(wildcard templates/*.m4)
 
 SPEC_OBJ     := $(SPEC_SRC:%.c=$(B)/obj/%.o)

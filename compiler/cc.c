@@ -92,6 +92,37 @@ int cc_wants_cuda(const struct ddpc_job *job, int cpu_only)
     return DDPC_HAVE_CUDA_LIB && !cpu_only && job->accelerator != DDPC_ACCEL_CPU;
 }
 
+#ifndef DDPC_HAVE_GLOO_LIB
+#define DDPC_HAVE_GLOO_LIB 0
+#endif
+
+int cc_wants_gloo(const struct ddpc_job *job, int cpu_only)
+{
+    return DDPC_HAVE_GLOO_LIB && job->launch.num_nodes > 1 &&
+           (cpu_only || job->accelerator != DDPC_ACCEL_GPU);
+}
+
+/* -DNAME="PREFIX/lib/FILE" as one argv word (no shell; buf_c_str escapes
+ * every byte that could matter). */
+static int add_path_define(struct argv_list *a, const char *name, const char *prefix,
+                           const char *file)
+{
+    struct ddpc_buf lit;
+    char *so;
+    if (asprintf(&so, "%s/lib/%s", prefix, file) < 0)
+        return -1;
+    buf_init(&lit);
+    buf_printf(&lit, "-D%s=", name);
+    buf_c_str(&lit, so, strlen(so));
+    free(so);
+    char *def = buf_take(&lit);
+    if (!def)
+        return -1;
+    argv_add(a, def);
+    free(def);
+    return 0;
+}
+
 /* A file the build needs; the hint says how to get it. */
 static int need(const char *prefix, const char *rel, const char *what, struct ddpc_diag *d)
 {
@@ -150,6 +181,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     FILE *log = o->log ? o->log : stderr;
     *output = NULL;
     int cuda = cc_wants_cuda(o->job, o->cpu_only);
+    int gloo = cc_wants_gloo(o->job, o->cpu_only);
 
     if (o->job->accelerator == DDPC_ACCEL_GPU && !DDPC_HAVE_CUDA_LIB && !o->cpu_only) {
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "accelerator",
@@ -160,7 +192,8 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     if (need(o->prefix, "lib/libddprt.a", "the runtime library libddprt.a", d) != 0 ||
         need(o->prefix, "share/ddpc/job.c", "the job main (job.c)", d) != 0 ||
         need(o->prefix, "include/ddpc/ddprt.h", "the runtime headers", d) != 0 ||
-        (cuda && need(o->prefix, "lib/libddprt_cuda.so", "the CUDA backend libddprt_cuda.so", d) != 0))
+        (cuda && need(o->prefix, "lib/libddprt_cuda.so", "the CUDA backend libddprt_cuda.so", d) != 0) ||
+        (gloo && need(o->prefix, "lib/libddprt_gloo.so", "the multi-node CPU communicator libddprt_gloo.so", d) != 0))
         goto done;
 
     if (asprintf(&tmp, "%s.tmp.%ld", o->out, (long)getpid()) < 0) {
@@ -192,6 +225,8 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         argv_add(&a, def);
         free(def);
     }
+    if (gloo && add_path_define(&a, "DDPC_GLOO_PLUGIN", o->prefix, "libddprt_gloo.so") < 0)
+        goto oom;
     argv_addf(&a, "%s/%s", o->prefix, "share/ddpc/job.c");
     argv_addf(&a, "%s/%s", o->prefix, "lib/libddprt.a");
     argv_add_words(&a, DDPC_RT_LIBS);

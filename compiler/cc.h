@@ -1,6 +1,6 @@
 /* cc.h - compile the job: runtime/job.c + job_config.h + libddprt -> ./job.
  *
- * defines: cc_build, cc_wants_cuda, cc_failure_hint
+ * defines: cc_build, cc_wants_cuda, cc_wants_gloo, cc_failure_hint
  *
  * Never: starts a shell (compiler and linker get argv arrays), leaves a
  * partial output file (it links to OUT.tmp.PID and renames), or hides the
@@ -33,6 +33,9 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d);
 /* 1 when a job with this accelerator would be linked with CUDA by this ddpc
  * (built with CUDA, accelerator auto or gpu, not cpu_only). */
 int cc_wants_cuda(const struct ddpc_job *job, int cpu_only);
+/* 1 when the job may run as CPU workers on several nodes and this ddpc has
+ * the gloo plugin: its path is baked in (DDPC_GLOO_PLUGIN). */
+int cc_wants_gloo(const struct ddpc_job *job, int cpu_only);
 
 /* What to do first about a failed compile or link, read from the compiler's
  * output (a library the linker cannot find, a runtime that does not match

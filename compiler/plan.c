@@ -570,8 +570,14 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
      * master; one node uses shared memory (CPU workers) or a free loopback
      * port pair picked at launch (GPUs), unless --master overrides it */
     p->ports_fixed = p->num_nodes > 1;
-    if (p->num_nodes > 1)
+    if (p->num_nodes > 1 && job->accelerator == DDPC_ACCEL_CPU)
+        p->rendezvous = "gloo, through the store node 0 hosts at launch.master_addr:"
+                        "master_port (or --master HOST:PORT)";
+    else if (p->num_nodes > 1 && job->accelerator == DDPC_ACCEL_GPU)
         p->rendezvous = "NCCL_COMM_ID at launch.master_addr:port (or --master HOST:PORT)";
+    else if (p->num_nodes > 1)
+        p->rendezvous = "GPUs: NCCL_COMM_ID at launch.master_addr:port; CPU workers: gloo, "
+                        "through the store node 0 hosts there (or --master HOST:PORT)";
     else if (job->accelerator == DDPC_ACCEL_CPU)
         p->rendezvous = "shared memory between the CPU workers (no port)";
     else if (job->accelerator == DDPC_ACCEL_GPU)

@@ -61,11 +61,16 @@
 #include "devprobe.h"
 #include "keytab.h"
 #include "launch.h"
+#include "store.h"
 #include "worker.h"
 
 #define DDPRT_EXIT_USAGE   2
 #define DDPRT_EXIT_FAIL    1
 #define DDPRT_DEFAULT_PORT 29500
+/* With no nccl_timeout, the rendezvous and every collective of a multi-node
+ * job still get a deadline: a missing node ends the job, it is not waited
+ * for forever. */
+#define DDPRT_DEFAULT_TIMEOUT_S 1800.0
 /* Collective pieces: 4 MiB per rank for gradients (a bucket of 25 MB goes
  * through in a few pieces); the rank-sync communicator only runs barriers. */
 #define DDPRT_GRAD_SLOT    ((size_t)1 << 20)
@@ -77,6 +82,8 @@ struct ddprt_run {
     const struct ddpc_backend *cuda;   /* p->cuda, or the loaded plugin's; NULL: none */
     struct ddpc_job job;               /* the baked job with run-time overrides */
     int   use_cuda;
+    const struct ddpc_gloo_backend *gloo;  /* CPU workers on several nodes; else NULL */
+    int   attempt;                     /* 0, 1, ...: keys of this attempt in the store */
     int   world;                       /* global */
     int   local_world;
     int   node_rank, num_nodes;
@@ -109,9 +116,11 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "\n"
             "  --dry-run          print the baked configuration and the launch plan; train nothing\n"
             "  --resume PATH      start from this checkpoint (overrides checkpoint.resume)\n"
-            "  --node-rank K      this node's index in a multi-node job (default: $SLURM_NODEID or 0)\n"
-            "  --master HOST:PORT NCCL rendezvous (default: launch.master_addr and master_port\n"
-            "                     from the spec; one-node GPU jobs pick a free local port)\n"
+            "  --node-rank K      this node's index in a multi-node job (default: $SLURM_NODEID,\n"
+            "                     else $SLURM_PROCID, else 0)\n"
+            "  --master HOST:PORT the rendezvous, hosted by node 0 (default: launch.master_addr\n"
+            "                     and master_port from the spec; IPv6 as [ADDR]:PORT; one-node\n"
+            "                     GPU jobs pick a free local port)\n"
             "  --version          print the ddpc version and the spec's hash\n"
             "  --help             this text\n"
             "\n"
@@ -221,11 +230,12 @@ static int ddprt_cpu_plan(struct ddprt_run *r, struct ddpc_err *e)
         n = 1;
     if (n < 1)
         return DDPC_FAIL(e, DDPC_E_INVALID, "devices: no device listed");
-    if (r->num_nodes > 1)
+    if (r->num_nodes > 1 && !r->p->gloo && !r->p->gloo_plugin)
         return DDPC_FAIL(e, DDPC_E_INVALID,
-                         "launch.num_nodes is %d but the job runs as CPU workers, which "
-                         "share memory on one host; multi-node needs GPUs (NCCL): set "
-                         "accelerator: gpu on GPU nodes, or num_nodes: 1", r->num_nodes);
+                         "launch.num_nodes is %d and the job runs as CPU workers, but it was "
+                         "built without the multi-node CPU communicator (libddprt_gloo.so: "
+                         "install libgloo-dev, rebuild ddpc and the job), or set num_nodes: 1",
+                         r->num_nodes);
     r->use_cuda = 0;
     r->local_world = n;
     for (int i = 0; i < n; i++)
@@ -399,6 +409,57 @@ static int ddprt_probe_verdict(struct ddprt_run *r, int accelerator, int *use_gp
     return 0;
 }
 
+/* The gloo plugin, for CPU workers on several nodes: dlopen()ed here, in
+ * the launcher, so a missing or broken plugin stops the job before any
+ * worker starts; never unloaded (the workers run its code). */
+static int ddprt_gloo_open(struct ddprt_run *r, struct ddpc_err *e)
+{
+    if (r->p->gloo) {
+        r->gloo = r->p->gloo;
+        return 0;
+    }
+    const char *path = r->p->gloo_plugin;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const struct ddpc_gloo_backend *b = h ? dlsym(h, "ddpc_gloo_backend") : NULL;
+    if (!b) {
+        const char *why = dlerror();
+        return DDPC_FAIL(e, DDPC_E_INVALID, "the multi-node CPU communicator %s could not be "
+                         "loaded: %s; install libgloo-dev and rebuild ddpc and the job",
+                         path, why ? why : "ddpc_gloo_backend not found");
+    }
+    r->gloo = b;
+    return 0;
+}
+
+/* Inside a SLURM allocation, the node count SLURM gave must be the one the
+ * job was built for: more nodes would each start a ./job whose node rank
+ * is out of range, fewer would leave the others waiting at the rendezvous
+ * until its deadline. Says which variable holds what. */
+static int ddprt_check_slurm_nodes(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    static const char *const vars[] = { "SLURM_NNODES", "SLURM_JOB_NUM_NODES" };
+    for (int k = 0; k < 2; k++) {
+        const char *v = getenv(vars[k]);
+        int n;
+        if (!v || !*v || ddprt_parse_int(v, 1, 1 << 20, &n) < 0)
+            continue;
+        if (n == r->num_nodes)
+            return 0;
+        if (r->num_nodes == 1) {
+            /* a one-node job run by hand inside a larger allocation */
+            fprintf(stderr, "ddpc: warning: %s=%d but this job runs on one node "
+                    "(launch.num_nodes 1)\n", vars[k], n);
+            return 0;
+        }
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "SLURM gave this job %d node%s (%s=%d) but it was built for "
+                         "launch.num_nodes %d: submit the generated sbatch script unchanged "
+                         "(it asks for --nodes=%d), or change num_nodes and rebuild",
+                         n, n == 1 ? "" : "s", vars[k], n, r->num_nodes, r->num_nodes);
+    }
+    return 0;
+}
+
 static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct ddpc_err *e)
 {
     const struct ddprt_program *p = r->p;
@@ -408,11 +469,19 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     r->node_rank = 0;
     if (f->node_rank >= 0) {
         r->node_rank = f->node_rank;
-    } else if (r->num_nodes > 1 && getenv("SLURM_NODEID")) {
-        if (ddprt_parse_int(getenv("SLURM_NODEID"), 0, 65535, &r->node_rank) < 0)
-            return DDPC_FAIL(e, DDPC_E_INVALID, "SLURM_NODEID '%s' is not a node index",
-                             getenv("SLURM_NODEID"));
+    } else if (r->num_nodes > 1) {
+        /* one task per node (the generated sbatch): node id = task id */
+        static const char *const vars[] = { "SLURM_NODEID", "SLURM_PROCID" };
+        for (int k = 0; k < 2; k++) {
+            const char *v = getenv(vars[k]);
+            if (!v || !*v)
+                continue;
+            if (ddprt_parse_int(v, 0, 65535, &r->node_rank) < 0)
+                return DDPC_FAIL(e, DDPC_E_INVALID, "%s '%s' is not a node index", vars[k], v);
+            break;
+        }
     }
+    DDPC_TRY(ddprt_check_slurm_nodes(r, e));
     if (r->node_rank >= r->num_nodes)
         return DDPC_FAIL(e, DDPC_E_INVALID, "--node-rank %d: the job has %d node%s (0..%d)",
                          r->node_rank, r->num_nodes, r->num_nodes == 1 ? "" : "s",
@@ -486,6 +555,8 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
         return DDPC_FAIL(e, DDPC_E_INVALID, "accelerator %d unknown", (int)j->accelerator);
     }
     r->world = r->local_world * r->num_nodes;
+    if (!r->use_cuda && r->num_nodes > 1)
+        DDPC_TRY(ddprt_gloo_open(r, e));
     return 0;
 }
 
@@ -629,12 +700,17 @@ static void ddprt_rank_label(const struct ddprt_run *r, int local, char *buf, si
 static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct ddprt_flags *fl)
 {
     fprintf(f, "launch plan:\n");
-    fprintf(f, "  %-34s %s\n", "backend", r->use_cuda ? "cuda (NCCL)" : "cpu (shared memory)");
+    fprintf(f, "  %-34s %s\n", "backend", r->use_cuda ? "cuda (NCCL)"
+                                          : r->gloo ? "cpu (gloo between nodes)"
+                                                    : "cpu (shared memory)");
     fprintf(f, "  %-34s %s\n", "device choice", r->accel_note);
     fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
             r->num_nodes == 1 ? "" : "s", r->local_world);
     fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
-    if (r->num_nodes > 1 || (r->use_cuda && fl->master))
+    if (r->gloo)
+        fprintf(f, "  %-34s %s:%d (the store node 0 hosts)\n", "rendezvous", r->master_addr,
+                r->master_port);
+    else if (r->num_nodes > 1 || (r->use_cuda && fl->master))
         fprintf(f, "  %-34s %s:%d (rank-sync on port %d)\n", "master", r->master_addr,
                 r->master_port, r->master_port + 1);
     else if (r->use_cuda)
@@ -642,6 +718,9 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
     if (r->job.nccl_timeout_s > 0)
         fprintf(f, "  %-34s %.17g s per gradient all-reduce\n", "nccl_timeout",
                 r->job.nccl_timeout_s);
+    else if (r->gloo)
+        fprintf(f, "  %-34s none: %.17g s per rendezvous and collective\n", "nccl_timeout",
+                DDPRT_DEFAULT_TIMEOUT_S);
     else
         fprintf(f, "  %-34s none\n", "nccl_timeout");
     if (r->job.rank_sync_timeout_s > 0 && r->world > 1)
@@ -710,6 +789,29 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         if (want_sync) {
             rc = r->cuda->comm_init(&sync, "rank-sync", w->rank, w->world, r->master_addr,
                                     r->master_port + 1, dl, e);
+            have_sync = 1;
+            if (rc < 0)
+                goto out;
+        }
+    } else if (r->gloo) {
+        /* CPU workers on several nodes: gloo, through node 0's store */
+        char prefix[32];
+        (void)snprintf(prefix, sizeof prefix, "a%d", r->attempt);
+        double t = j->nccl_timeout_s > 0 ? j->nccl_timeout_s : DDPRT_DEFAULT_TIMEOUT_S;
+        struct ddpc_gloo_init in = {
+            .purpose = "gradient", .rank = w->rank, .world = w->world,
+            .ranks_per_node = r->local_world, .store_host = r->master_addr,
+            .store_port = r->master_port, .prefix = prefix,
+            .deadline = ddpc_deadline_after(t), .default_timeout_s = t,
+        };
+        rc = r->gloo->comm_init(&grad, &in, e);
+        have_grad = 1;   /* destroy is safe after a failed init */
+        if (rc < 0)
+            goto out;
+        if (want_sync) {
+            in.purpose = "rank-sync";
+            in.default_timeout_s = j->rank_sync_timeout_s;
+            rc = r->gloo->comm_init(&sync, &in, e);
             have_sync = 1;
             if (rc < 0)
                 goto out;
@@ -917,6 +1019,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     }
     struct ddpc_err e = { 0 };
     int status = DDPRT_EXIT_FAIL;
+    struct store_host store = { 0, -1, 0 };   /* node 0 of a multi-node CPU job */
 
     if (fl.dry_run) {
         printf("# %s --dry-run: the configuration baked into this binary and the launch "
@@ -972,6 +1075,15 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         }
     }
 
+    /* Node 0 hosts the rendezvous of a multi-node CPU job for its whole
+     * life (every attempt); a port in use is reported here, before any
+     * worker starts. */
+    if (r->gloo && r->node_rank == 0 &&
+        store_host_start(&store, r->master_addr, r->master_port, &e) < 0) {
+        ddprt_report(&e);
+        goto done;
+    }
+
     struct launch_opts o;
     memset(&o, 0, sizeof o);
     o.world = r->local_world;
@@ -980,7 +1092,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     for (int i = 0; i < r->local_world; i++)
         o.devices[i] = r->devices[i];
     o.device_kind = r->use_cuda ? "cuda:" : "cpu worker";
-    o.use_shm = !r->use_cuda;
+    o.use_shm = !r->use_cuda && !r->gloo;
     o.grad_slot_floats = DDPRT_GRAD_SLOT;
     o.sync_slot_floats = DDPRT_SYNC_SLOT;
     o.grace_s = 1.0;
@@ -1003,6 +1115,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     int attempt;
     for (attempt = 0;; attempt++) {
         ddpc_err_clear(&e);
+        r->attempt = attempt;
         status = launch_run(&o, ddprt_worker, r, &e);
         ddprt_remove_stale_temps(r);
         if (status == 0)
@@ -1039,6 +1152,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     free(hist);
 
 done:
+    store_host_stop(&store);
     data_free(&r->train);
     data_free(&r->test);
     free(r);

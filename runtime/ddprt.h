@@ -9,6 +9,7 @@
 
 #include "job.h"
 #include "backend.h"
+#include "comm_gloo.h"
 
 struct ddprt_program {
     const struct ddpc_job     *job;
@@ -24,6 +25,12 @@ struct ddprt_program {
      * wins when both are set. */
     const struct ddpc_backend *cuda;
     const char                *cuda_plugin;
+    /* The gloo communicator for CPU jobs on several nodes, the same two
+     * ways (both NULL: multi-node CPU jobs are refused at launch): gloo,
+     * linked in (tests); or gloo_plugin, the path of libddprt_gloo.so,
+     * dlopen()ed by the launcher only when a CPU job runs on several nodes. */
+    const struct ddpc_gloo_backend *gloo;
+    const char                *gloo_plugin;
 };
 
 /* Parses the run-time flags (--dry-run, --help, --version, --resume, ...),

@@ -27,6 +27,12 @@
 #define DDPC_JOB_CUDA_PLUGIN NULL
 #endif
 
+/* ddpc build defines DDPC_GLOO_PLUGIN, the absolute path of the installed
+ * libddprt_gloo.so, for a job that may run as CPU workers on several nodes */
+#ifndef DDPC_GLOO_PLUGIN
+#define DDPC_GLOO_PLUGIN NULL
+#endif
+
 int main(int argc, char **argv)
 {
     const struct ddprt_program program = {
@@ -38,6 +44,8 @@ int main(int argc, char **argv)
         .ddpc_version = DDPC_COMPILER_VERSION,
         .cuda         = NULL,
         .cuda_plugin  = DDPC_JOB_CUDA_PLUGIN,
+        .gloo         = NULL,
+        .gloo_plugin  = DDPC_GLOO_PLUGIN,
     };
     return ddprt_main(&program, argc, argv);
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -90,6 +91,16 @@ const char *launch_exit_name(int status)
 
 /* ===== the worker side ===== */
 
+/* What a failed worker leaves for the launcher, in memory mapped before
+ * fork: when it noticed the failure and why. Among workers that failed
+ * only because another did (a dead peer), the first to notice is nearest
+ * the cause: on a multi-node job that is the one whose message names the
+ * node that went away, while its local peers only saw it exit. */
+struct launch_note {
+    double t;            /* ddpc_now() at failure; 0: none */
+    char   msg[400];
+};
+
 struct launch_child {
     pid_t pid;
     int   alive;
@@ -102,7 +113,7 @@ struct launch_child {
 /* Runs in the child right after fork; never returns. */
 static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
                               struct launch_worker *w, pid_t launcher,
-                              const sigset_t *orig_mask)
+                              const sigset_t *orig_mask, struct launch_note *note)
 {
     /* A killed launcher must not leave workers behind. The getppid check
      * closes the race where it died before prctl took effect. */
@@ -123,6 +134,10 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
     if (rc < 0) {
         if (e.code == DDPC_OK)
             (void)DDPC_FAIL(&e, rc, "worker failed without a message");
+        if (note) {
+            note->t = ddpc_now();
+            (void)snprintf(note->msg, sizeof note->msg, "%.399s", e.msg);
+        }
         char why[640];
         (void)snprintf(why, sizeof why, "rank %d (%s) failed: %s", w->rank, w->label, e.msg);
         /* Peers blocked in a collective learn the cause at once. */
@@ -207,6 +222,7 @@ struct launch_state {
     const struct launch_opts *o;
     struct launch_child ch[DDPC_MAX_DEVICES];
     struct comm_shm_region *grad, *sync;
+    struct launch_note *notes;        /* [world], shared with the workers; may be NULL */
     int    n_alive;
     int    reaped;
     int    tearing_down;     /* communicators aborted */
@@ -290,7 +306,7 @@ static int launch_reap(struct launch_state *s, struct ddpc_err *e)
 }
 
 /* The rank that caused the failure: the first that failed on its own, else
- * the first that failed at all. */
+ * the first to notice a failure (launch_note), else the first reaped. */
 static int launch_primary(const struct launch_state *s)
 {
     int best = -1, best_sec = -1;
@@ -300,7 +316,12 @@ static int launch_primary(const struct launch_state *s)
             continue;
         if (!c->secondary && (best < 0 || c->reaped_order < s->ch[best].reaped_order))
             best = i;
-        if (best_sec < 0 || c->reaped_order < s->ch[best_sec].reaped_order)
+        double t = s->notes ? s->notes[i].t : 0;
+        double tb = best_sec >= 0 && s->notes ? s->notes[best_sec].t : 0;
+        int earlier = best_sec < 0 ||
+                      (t > 0 && (tb == 0 || t < tb)) ||
+                      (t == tb && c->reaped_order < s->ch[best_sec].reaped_order);
+        if (earlier)
             best_sec = i;
     }
     return best >= 0 ? best : best_sec;
@@ -377,6 +398,11 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     int installed = 0, masked = 0;
     sigset_t block, orig;
 
+    {
+        void *m = mmap(NULL, (size_t)o->world * sizeof *s->notes, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        s->notes = m == MAP_FAILED ? NULL : m;   /* without it, messages are only shorter */
+    }
     if (o->use_shm) {
         if (comm_shm_create(&s->grad, o->world, o->grad_slot_floats, e) < 0 ||
             comm_shm_create(&s->sync, o->world, o->sync_slot_floats, e) < 0)
@@ -425,7 +451,7 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                 .sync_region = s->sync,
                 .user = user,
             };
-            launch_child_main(o, fn, &w, self, &orig);
+            launch_child_main(o, fn, &w, self, &orig, s->notes ? &s->notes[i] : NULL);
         }
         c->pid = pid;
         c->alive = 1;
@@ -451,12 +477,16 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     if (p >= 0) {
         char why[200];
         launch_describe(&s->ch[p], o->rank_offset + p, why, sizeof why);
+        /* on several nodes the cause may be another node: say what this
+         * rank saw (its own line names it too, among the others') */
+        const char *seen = o->global_world > o->world && s->notes && s->notes[p].t > 0
+                         ? s->notes[p].msg : NULL;
         /* The worker's own code when it exited with one (so the caller can
          * tell a data error, which would recur, from a crash); else PEER. */
         int ws = s->ch[p].status;
         int code = WIFEXITED(ws) && launch_exit_name(WEXITSTATUS(ws))
                  ? 10 - WEXITSTATUS(ws) : DDPC_E_PEER;
-        (void)DDPC_FAIL(e, code, "%s", why);
+        (void)DDPC_FAIL(e, code, "%s%s%s", why, seen ? ": " : "", seen ? seen : "");
         status = LAUNCH_STATUS_FAILED;
     } else if (fork_failed || sup < 0) {
         status = LAUNCH_STATUS_FAILED;
@@ -470,6 +500,8 @@ out:
         launch_uninstall(old);
     comm_shm_region_free(s->grad);
     comm_shm_region_free(s->sync);
+    if (s->notes)
+        (void)munmap(s->notes, (size_t)o->world * sizeof *s->notes);
     free(s);
     return status;
 }

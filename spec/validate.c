@@ -1597,11 +1597,11 @@ static void cross_rules(struct ddpc_vctx *c)
               "the CPU backend computes in fp32",
               ddpc_enum_spell(&ddpc_enum_precision, j->precision));
 
+    /* several nodes: GPUs talk over NCCL, CPU workers over gloo, both
+     * meeting at node 0's store; accelerator auto decides per node at
+     * launch, so every node must find the same kind of device */
     if (nodes > 1 && (n = at(c, "launch.num_nodes"))) {
-        if (j->accelerator == DDPC_ACCEL_CPU)
-            vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with accelerator cpu: "
-                  "not supported until a CPU multi-node path exists", nodes);
-        else if (j->launch.launcher == DDPC_LAUNCHER_LOCAL && !at(c, "launch.master_addr"))
+        if (j->launch.launcher == DDPC_LAUNCHER_LOCAL && !at(c, "launch.master_addr"))
             vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with launcher local need "
                   "launch.master_addr, the address of node 0", nodes);
     }

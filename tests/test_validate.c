@@ -286,8 +286,8 @@ START_TEST(test_cross_rules)
     check(&c, MINIMAL "accelerator: cpu\nlaunch: {num_nodes: 2}\n");
     ck_assert_str_eq(c.text, "dir/t.yaml:6:21: warning: launch.num_nodes: 2 devices and no lr_scaling: "
                              "learning_rate stays 0.001; lr_scaling: linear would use 0.002\n"
-                             "dir/t.yaml:6:21: error: launch.num_nodes: 2 nodes with accelerator cpu: "
-                             "not supported until a CPU multi-node path exists\n");
+                             "dir/t.yaml:6:21: error: launch.num_nodes: 2 nodes with launcher local "
+                             "need launch.master_addr, the address of node 0\n");
     checked_free(&c);
 }
 END_TEST

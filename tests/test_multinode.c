@@ -1,0 +1,373 @@
+/* test_multinode.c - real multi-node CPU jobs, two network namespaces as hosts.
+ *
+ * Each test case gets two network namespaces joined by a veth pair (names
+ * carry the pid, addresses 10.<x>.<y>.1 and .2 derived from it; everything
+ * lives inside the namespaces, so no traffic reaches the machine's own
+ * network). Node 0 runs in the first, node 1 in the second, through
+ * `nsenter --net` (the job's file system is the test's own). The fixture is
+ * unchecked (it runs in the test runner, not in the forked case): the
+ * namespaces and everything still running in them are removed after every
+ * case, passed or failed.
+ *
+ * Cases: a 2-node job ends within 1e-3 of the same world size on one host
+ * (1 and 2 workers per node); killing node 1 ends node 0 non-zero within
+ * 5 s naming node 1; node 0 alone ends at its timeout naming the ranks it
+ * waited for; a link cut mid-run ends both nodes within their timeout.
+ * Without root, `ip` or `nsenter`, or where namespaces cannot be made, each
+ * case prints SKIP with the reason.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <check.h>
+#include "suites.h"
+#include "testutil.h"
+#include "comm.h"   /* ddpc_now */
+
+#define TIMEOUT_S 2   /* nccl_timeout of the jobs that must fail */
+
+static struct {
+    int  ok;
+    char skip[200];
+    char ns[2][32], veth[2][16], ip[2][24];
+} net;
+
+static int run_quiet(char *const argv[], char *err, size_t len)
+{
+    struct run_result r;
+    if (run_capture(argv, NULL, NULL, 20, &r) != 0) {
+        snprintf(err, len, "%s could not be run", argv[0]);
+        return -1;
+    }
+    int ok = r.exited && r.code == 0;
+    if (!ok)
+        snprintf(err, len, "%s %s %s: %s", argv[0], argv[1], argv[2] ? argv[2] : "",
+                 r.err && *r.err ? r.err : "failed");
+    run_result_free(&r);
+    return ok ? 0 : -1;
+}
+
+static int ip_cmd(char *err, size_t len, const char *a0, const char *a1, const char *a2,
+                  const char *a3, const char *a4, const char *a5, const char *a6,
+                  const char *a7, const char *a8)
+{
+    char *argv[] = { "ip", (char *)a0, (char *)a1, (char *)a2, (char *)a3, (char *)a4,
+                     (char *)a5, (char *)a6, (char *)a7, (char *)a8, NULL };
+    return run_quiet(argv, err, len);
+}
+
+/* Kills whatever runs in namespace ns (ip netns pids). */
+static void ns_kill_all(const char *ns)
+{
+    char *argv[] = { "ip", "netns", "pids", (char *)ns, NULL };
+    struct run_result r;
+    if (run_capture(argv, NULL, NULL, 10, &r) != 0)
+        return;
+    char *p = r.out;
+    while (p && *p) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 1)
+            (void)kill((pid_t)pid, SIGKILL);
+        p = end;
+    }
+    run_result_free(&r);
+}
+
+/* Kills what runs in ns, then deletes it (its end of the veth goes too). */
+static void ns_delete(const char *ns)
+{
+    ns_kill_all(ns);
+    char err[256];
+    char *del[] = { "ip", "netns", "del", (char *)ns, NULL };
+    (void)run_quiet(del, err, sizeof err);
+}
+
+static void net_up(void)
+{
+    memset(&net, 0, sizeof net);
+    if (geteuid() != 0) {
+        snprintf(net.skip, sizeof net.skip, "network namespaces need root (euid %d)",
+                 (int)geteuid());
+        return;
+    }
+    if (access("/usr/bin/nsenter", X_OK) != 0 && access("/bin/nsenter", X_OK) != 0) {
+        snprintf(net.skip, sizeof net.skip, "nsenter not found (util-linux)");
+        return;
+    }
+    int pid = (int)getpid();
+    for (int k = 0; k < 2; k++) {
+        snprintf(net.ns[k], sizeof net.ns[k], "ddpc%d%c", pid, 'a' + k);
+        snprintf(net.veth[k], sizeof net.veth[k], "dv%d%c", pid % 1000000, 'a' + k);
+        snprintf(net.ip[k], sizeof net.ip[k], "10.%d.%d.%d", 100 + pid % 100, (pid / 100) % 250,
+                 k + 1);
+    }
+    char err[512], cidr[32];
+    if (ip_cmd(err, sizeof err, "netns", "add", net.ns[0], 0, 0, 0, 0, 0, 0) < 0) {
+        snprintf(net.skip, sizeof net.skip, "cannot make a network namespace: %.150s", err);
+        return;
+    }
+    net.ok = 1;   /* from here net_down removes what exists */
+    if (ip_cmd(err, sizeof err, "netns", "add", net.ns[1], 0, 0, 0, 0, 0, 0) < 0 ||
+        ip_cmd(err, sizeof err, "link", "add", net.veth[0], "netns", net.ns[0], "type", "veth",
+               "peer", net.veth[1]) < 0 ||
+        ip_cmd(err, sizeof err, "link", "set", net.veth[1], "netns", net.ns[1], 0, 0, 0, 0) < 0)
+        goto fail;
+    for (int k = 0; k < 2; k++) {
+        snprintf(cidr, sizeof cidr, "%s/24", net.ip[k]);
+        if (ip_cmd(err, sizeof err, "-n", net.ns[k], "addr", "add", cidr, "dev", net.veth[k], 0,
+                   0) < 0 ||
+            ip_cmd(err, sizeof err, "-n", net.ns[k], "link", "set", net.veth[k], "up", 0, 0,
+                   0) < 0 ||
+            ip_cmd(err, sizeof err, "-n", net.ns[k], "link", "set", "lo", "up", 0, 0, 0) < 0)
+            goto fail;
+    }
+    return;
+fail:
+    snprintf(net.skip, sizeof net.skip, "cannot wire two namespaces: %.150s", err);
+    for (int k = 0; k < 2; k++)
+        ns_delete(net.ns[k]);
+    net.ok = 0;
+}
+
+static void net_down(void)
+{
+    if (!net.ok)
+        return;
+    for (int k = 0; k < 2; k++)
+        ns_delete(net.ns[k]);   /* the veth pair goes with them */
+    net.ok = 0;
+}
+
+/* Before each case (in its forked process): nothing left from the last. */
+static void net_clean(void)
+{
+    if (!net.ok)
+        return;
+    for (int k = 0; k < 2; k++)
+        ns_kill_all(net.ns[k]);
+}
+
+static int skipped(void)
+{
+    if (net.ok)
+        return 0;
+    printf("SKIP multinode: %s\n", net.skip);
+    return 1;
+}
+
+/* ===== jobs ===== */
+
+struct built {
+    char *dir, *job, *one;   /* the 2-node job and its 1-host twin */
+};
+
+/* Builds a 2-node job with `per_node` workers per node (and, if twin, the
+ * same world on one host). epochs: how long it runs. */
+static void build(struct built *b, int per_node, int epochs, int twin)
+{
+    memset(b, 0, sizeof *b);
+    b->dir = make_temp_dir("multinode");
+    ck_assert_ptr_nonnull(b->dir);
+    const char *fmt =
+        "name: %s\n"
+        "devices: %d\n"
+        "accelerator: cpu\n"
+        "epochs: %d\n"
+        "batch_size: 16\n"
+        "learning_rate: 0.01\n"
+        "lr_scaling: none\n"
+        "seed: 11\n"
+        "nccl_timeout: %ds\n"
+        "model: {layers: [16, 32, 4]}\n"
+        "logging: {every_n_steps: 8}\n"
+        "data:\n"
+        "  train: {format: synthetic, samples: 1024, features: 16, classes: 4}\n"
+        "launch: {num_nodes: %d, master_addr: %s, master_port: 29555}\n";
+    for (int k = 0; k < 1 + twin; k++) {
+        char *spec, *text, *out, *ddpc;
+        ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", b->dir, k ? "one" : "two"), 0);
+        ck_assert_int_ge(asprintf(&out, "%s/%s", b->dir, k ? "one" : "two"), 0);
+        ck_assert_int_ge(asprintf(&text, fmt, k ? "one" : "two", k ? 2 * per_node : per_node,
+                                  epochs, TIMEOUT_S, k ? 1 : 2, net.ip[0]), 0);
+        ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+        ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+        char *argv[] = { ddpc, "build", spec, "-o", out, NULL };
+        struct run_result r;
+        ck_assert_int_eq(run_capture(argv, b->dir, NULL, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "ddpc build: %s%s", r.out, r.err);
+        run_result_free(&r);
+        if (k)
+            b->one = out;
+        else
+            b->job = out;
+        free(spec);
+        free(text);
+        free(ddpc);
+    }
+}
+
+static void built_free(struct built *b)
+{
+    rm_tree(b->dir);
+    free(b->dir);
+    free(b->job);
+    free(b->one);
+}
+
+/* Starts node k of b->job in namespace k. */
+static void start_node(struct run_proc *p, const struct built *b, int k)
+{
+    char nsarg[64], rank[8];
+    snprintf(nsarg, sizeof nsarg, "--net=/run/netns/%s", net.ns[k]);
+    snprintf(rank, sizeof rank, "%d", k);
+    char *argv[] = { "nsenter", nsarg, "--", b->job, "--node-rank", rank, NULL };
+    ck_assert_int_eq(run_start(argv, b->dir, NULL, p), 0);
+}
+
+static double final_loss(const char *out)
+{
+    const char *d = strstr(out, "done ");
+    return d ? find_kv(d, "train_loss") : NAN;
+}
+
+/* ===== cases ===== */
+
+static void same_as_one_host(int per_node)
+{
+    struct built b;
+    build(&b, per_node, 2, 1);
+    struct run_proc p[2];
+    struct run_result r[2], one;
+    start_node(&p[1], &b, 1);
+    start_node(&p[0], &b, 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 60, &r[k]), 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(r[k].exited && r[k].code == 0, "node %d (%d per node) status %d:\n%s%s", k,
+                      per_node, r[k].code, r[k].out, r[k].err);
+    char *argv[] = { b.one, NULL };
+    ck_assert_int_eq(run_capture(argv, b.dir, NULL, 60, &one), 0);
+    ck_assert_msg(one.exited && one.code == 0, "one host: %s%s", one.out, one.err);
+    double l2 = final_loss(r[0].out), l1 = final_loss(one.out);
+    ck_assert_msg(isfinite(l2) && isfinite(l1), "no final loss:\n%s\n---\n%s", r[0].out,
+                  one.out);
+    ck_assert_msg(fabs(l2 - l1) <= 1e-3, "%d per node: 2 nodes loss %.6f, one host %.6f",
+                  per_node, l2, l1);
+    /* only rank 0 (node 0) reports */
+    ck_assert_ptr_null(strstr(r[1].out, "done "));
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    run_result_free(&one);
+    built_free(&b);
+}
+
+START_TEST(two_nodes_match_one_host)
+{
+    if (skipped())
+        return;
+    same_as_one_host(1);
+    same_as_one_host(2);
+}
+END_TEST
+
+START_TEST(killed_node_ends_node_0)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build(&b, 1, 1000, 0);
+    struct run_proc p[2];
+    struct run_result r[2];
+    start_node(&p[1], &b, 1);
+    start_node(&p[0], &b, 0);
+    ck_assert_msg(run_wait_output(&p[0], "epoch 2/", 30), "node 0 never trained:\n%s%s",
+                  p[0].out, p[0].err);
+    pid_t pg1 = p[1].pid;
+    ck_assert_int_eq(kill(-pg1, SIGKILL), 0);   /* node 1's launcher and workers */
+    double t0 = ddpc_now();
+    ck_assert_int_eq(run_finish(&p[0], 30, &r[0]), 0);
+    double dt = ddpc_now() - t0;
+    ck_assert_int_eq(run_finish(&p[1], 5, &r[1]), 0);
+    ck_assert_msg(r[0].exited && r[0].code != 0, "node 0 status %d", r[0].code);
+    ck_assert_msg(dt < 5.0, "node 0 took %.2f s to end", dt);
+    ck_assert_msg(strstr(r[0].err, "node 1"), "node 0 does not name node 1:\n%s", r[0].err);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    built_free(&b);
+}
+END_TEST
+
+START_TEST(node_0_alone_names_what_it_waited_for)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build(&b, 2, 1, 0);
+    struct run_proc p;
+    struct run_result r;
+    start_node(&p, &b, 0);
+    double t0 = ddpc_now();
+    ck_assert_int_eq(run_finish(&p, 30, &r), 0);
+    double dt = ddpc_now() - t0;
+    ck_assert_msg(r.exited && r.code == 1, "status %d:\n%s", r.code, r.err);
+    ck_assert_msg(dt >= TIMEOUT_S - 0.1 && dt < TIMEOUT_S + 3, "ended after %.2f s", dt);
+    ck_assert_msg(strstr(r.err, "rank 2 (node 1), rank 3 (node 1)") &&
+                  strstr(r.err, "never arrived"), "%s", r.err);
+    run_result_free(&r);
+    built_free(&b);
+}
+END_TEST
+
+START_TEST(cut_link_ends_both_nodes)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build(&b, 1, 1000, 0);
+    struct run_proc p[2];
+    struct run_result r[2];
+    start_node(&p[1], &b, 1);
+    start_node(&p[0], &b, 0);
+    ck_assert_msg(run_wait_output(&p[0], "epoch 2/", 30), "node 0 never trained:\n%s%s",
+                  p[0].out, p[0].err);
+    char err[256];
+    ck_assert_msg(ip_cmd(err, sizeof err, "-n", net.ns[1], "link", "set", net.veth[1], "down",
+                         0, 0, 0) == 0, "%s", err);
+    double t0 = ddpc_now();
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 30, &r[k]), 0);
+    double dt = ddpc_now() - t0;
+    ck_assert_msg(dt < TIMEOUT_S + 3, "the nodes took %.2f s to end", dt);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(r[k].exited && r[k].code == 1, "node %d status %d", k, r[k].code);
+        ck_assert_msg(strstr(r[k].err, "deadline") || strstr(r[k].err, "timeout"),
+                      "node %d:\n%s", k, r[k].err);
+    }
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    built_free(&b);
+}
+END_TEST
+
+Suite *multinode_suite(void)
+{
+    Suite *s = suite_create("multinode");
+    TCase *t = tcase_create("namespaces");
+    tcase_add_unchecked_fixture(t, net_up, net_down);
+    tcase_add_checked_fixture(t, net_clean, NULL);
+    tcase_set_timeout(t, 90);
+    tcase_add_test(t, two_nodes_match_one_host);
+    tcase_add_test(t, killed_node_ends_node_0);
+    tcase_add_test(t, node_0_alone_names_what_it_waited_for);
+    tcase_add_test(t, cut_link_ends_both_nodes);
+    suite_add_tcase(s, t);
+    return s;
+}
