@@ -7,18 +7,26 @@
  */
 #include "check.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "spec.h"
 
 static void check_usage(FILE *out)
 {
-    fputs("usage: ddpc check [--format text|json|github] [--strict] [--quiet] [--no-data] FILE...\n"
+    fputs("usage: ddpc check [--format text|json|github] [--strict] [--quiet] [--no-data]\n"
+          "                  [--set KEY.PATH=VALUE]... FILE|DIR...\n"
+          "  DIR         every *.yaml and *.yml file below it, in sorted order\n"
           "  --format F  text (file:line:col: error: key: message), json, or github annotations\n"
           "  --strict    warnings fail the check (exit 1)\n"
           "  --quiet     print only what fails the check; nothing on success\n"
           "  --no-data   do not read data headers or check the resume path\n"
+          "  --set K=V   override key K (dotted: data.train.path) with V (YAML) in every\n"
+          "              spec; repeatable; a finding about V names the --set\n"
           "exit: 0 valid (warnings allowed), 1 invalid, 2 usage or I/O error\n", out);
 }
 
@@ -55,20 +63,164 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
     return argv[++*i];
 }
 
+int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets *sets)
+{
+    int missing;
+    const char *v = opt_value(argc, argv, i, "--set", &missing);
+    if (!v && !missing)
+        return 0;
+    const char *eq = v ? strchr(v, '=') : NULL;
+    if (!v || !eq || eq == v) {
+        fprintf(stderr, "ddpc %s: --set takes KEY.PATH=VALUE (a YAML value), e.g. "
+                "--set epochs=3%s%s\n", cmd, v ? "; got " : "", v ? v : "");
+        return -1;
+    }
+    const char **nv = realloc(sets->v, (size_t)(sets->n + 1) * sizeof *nv);
+    if (!nv) {
+        fprintf(stderr, "ddpc %s: out of memory\n", cmd);
+        return -1;
+    }
+    sets->v = nv;
+    sets->v[sets->n++] = v;
+    return 1;
+}
+
+/* ---- inputs: files, and directories expanded to their specs ---- */
+
+struct inputs {
+    char **v;
+    int n, cap;
+};
+
+static int inputs_add(struct inputs *in, const char *path)
+{
+    if (in->n == in->cap) {
+        int cap = in->cap ? 2 * in->cap : 64;
+        char **nv = realloc(in->v, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return -1;
+        in->v = nv;
+        in->cap = cap;
+    }
+    if (!(in->v[in->n] = strdup(path)))
+        return -1;
+    in->n++;
+    return 0;
+}
+
+static void inputs_free(struct inputs *in)
+{
+    for (int i = 0; i < in->n; i++)
+        free(in->v[i]);
+    free(in->v);
+}
+
+static int is_spec_name(const char *name)
+{
+    size_t l = strlen(name);
+    return (l > 5 && strcmp(name + l - 5, ".yaml") == 0) ||
+           (l > 4 && strcmp(name + l - 4, ".yml") == 0);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The directories being walked, to stop at a symlink back up the tree. */
+struct walk_stack {
+    dev_t dev[64];
+    ino_t ino[64];
+    int n;
+};
+
+/* Adds every *.yaml / *.yml below dir (sorted by name at each level,
+ * symlinks followed) to in. What cannot be read is a diagnostic in d, never
+ * skipped in silence. Returns -1 only when out of memory. */
+static int walk_dir(const char *dir, struct walk_stack *ws, struct inputs *in, struct ddpc_diag *d)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read: %s", strerror(errno));
+        d->io_error = 1;
+        return 0;
+    }
+    for (int i = 0; i < ws->n; i++)
+        if (ws->dev[i] == st.st_dev && ws->ino[i] == st.st_ino)
+            return 0;   /* a symlink loop: this directory is being walked already */
+    if (ws->n == (int)(sizeof ws->dev / sizeof ws->dev[0])) {
+        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "directories nested more than 64 deep; "
+                 "name a deeper directory on the command line");
+        d->io_error = 1;
+        return 0;
+    }
+    DIR *dp = opendir(dir);
+    if (!dp) {
+        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read directory: %s", strerror(errno));
+        d->io_error = 1;
+        return 0;
+    }
+    ws->dev[ws->n] = st.st_dev;
+    ws->ino[ws->n] = st.st_ino;
+    ws->n++;
+    struct inputs names = { 0 };
+    int rc = 0;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(dp))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (inputs_add(&names, e->d_name) < 0) {
+            rc = -1;
+            break;
+        }
+        errno = 0;
+    }
+    if (rc == 0 && errno) {
+        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read directory: %s", strerror(errno));
+        d->io_error = 1;
+    }
+    closedir(dp);
+    if (names.n)
+        qsort(names.v, (size_t)names.n, sizeof *names.v, name_cmp);
+    size_t dl = strlen(dir);
+    int slash = dl && dir[dl - 1] == '/';
+    for (int i = 0; rc == 0 && i < names.n; i++) {
+        char *p;
+        if (asprintf(&p, "%s%s%s", dir, slash ? "" : "/", names.v[i]) < 0) {
+            rc = -1;
+            break;
+        }
+        struct stat cs;
+        if (stat(p, &cs) == 0 && S_ISDIR(cs.st_mode))
+            rc = walk_dir(p, ws, in, d);
+        else if (is_spec_name(names.v[i]))
+            rc = inputs_add(in, p);   /* unreadable or dangling: spec_load_job says so */
+        free(p);
+    }
+    inputs_free(&names);
+    ws->n--;
+    return rc;
+}
+
 int cmd_check(int argc, char **argv)
 {
     enum ddpc_diag_format fmt = DDPC_FMT_TEXT;
     struct spec_options opt = { .read_data_headers = 1 };
-    int strict = 0, quiet = 0, nfiles = 0, opts_done = 0;
-    int rc = 0;
+    struct cli_sets sets = { 0 };
+    struct inputs in = { 0 };
+    struct ddpc_diag d;
+    int strict = 0, quiet = 0, opts_done = 0, nargs = 0;
+    int rc = 2;
+    diag_init(&d);
 
-    /* options anywhere before "--", files anywhere */
+    /* options anywhere before "--", files and directories anywhere */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int missing;
+        int missing, r;
         const char *v;
         if (opts_done || a[0] != '-' || strcmp(a, "-") == 0) {
-            nfiles++;
+            nargs++;
             continue;
         }
         if (strcmp(a, "--") == 0) {
@@ -76,8 +228,11 @@ int cmd_check(int argc, char **argv)
         } else if ((v = opt_value(argc, argv, &i, "--format", &missing)) || missing) {
             if (missing || parse_format(v, &fmt) < 0) {
                 fprintf(stderr, "ddpc check: --format takes text, json or github\n");
-                return 2;
+                goto out;
             }
+        } else if ((r = cli_take_set(argc, argv, &i, "check", &sets)) != 0) {
+            if (r < 0)
+                goto out;
         } else if (strcmp(a, "--strict") == 0) {
             strict = 1;
         } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
@@ -86,38 +241,65 @@ int cmd_check(int argc, char **argv)
             opt.read_data_headers = 0;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             check_usage(stdout);
-            return 0;
+            rc = 0;
+            goto out;
         } else {
             fprintf(stderr, "ddpc check: unknown option '%s'\n", a);
             check_usage(stderr);
-            return 2;
+            goto out;
         }
     }
-    if (nfiles == 0) {
+    if (nargs == 0) {
         fprintf(stderr, "ddpc check: no spec files given\n");
         check_usage(stderr);
-        return 2;
+        goto out;
     }
+    opt.overrides = sets.v;
+    opt.n_overrides = sets.n;
 
-    struct ddpc_diag d;
-    diag_init(&d);
-    /* many specs usually share a few data files: read each once */
-    opt.cache = spec_cache_new();
-    int errors = 0, warnings = 0, io = 0, invalid = 0;
+    /* the files, directories expanded in place; a directory without specs
+     * is an error (a CI job pointed at the wrong place must not pass) */
     opts_done = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!opts_done && a[0] == '-' && strcmp(a, "-") != 0) {
             if (strcmp(a, "--") == 0)
                 opts_done = 1;
-            else if (strcmp(a, "--format") == 0)
+            else if (strcmp(a, "--format") == 0 || strcmp(a, "--set") == 0)
                 i++;
             continue;
         }
+        struct stat st;
+        if (stat(a, &st) == 0 && S_ISDIR(st.st_mode)) {
+            struct walk_stack ws = { .n = 0 };
+            int before = in.n, io0 = d.io_error;
+            d.io_error = 0;
+            if (walk_dir(a, &ws, &in, &d) < 0)
+                goto oom;
+            if (in.n == before && !d.io_error) {
+                diag_add(&d, DDPC_SEV_ERROR, a, 0, 0, "", "no *.yaml or *.yml file in this "
+                         "directory or below");
+                d.io_error = 1;
+            }
+            d.io_error |= io0;
+        } else if (inputs_add(&in, a) < 0) {
+            goto oom;
+        }
+    }
+
+    /* many specs usually share a few data files: read each once */
+    opt.cache = spec_cache_new();
+    int errors = d.n_errors, warnings = 0, io = d.io_error, invalid = 0;
+    if (fmt != DDPC_FMT_JSON) {
+        for (int k = 0; k < d.n; k++)
+            diag_print_entry(&d.v[k], fmt, stdout);
+        diag_free(&d);
+    }
+    for (int i = 0; i < in.n; i++) {
         struct ddpc_job job;
         struct spec_doc *doc = NULL;
         int from = d.n, e0 = d.n_errors, w0 = d.n_warnings;
-        int r = spec_load_job(a, &opt, &job, &doc, &d);
+        int r = spec_load_job(in.v[i], &opt, &job, &doc, &d);
         spec_doc_free(doc);
         errors += d.n_errors - e0;
         warnings += d.n_warnings - w0;
@@ -149,17 +331,25 @@ int cmd_check(int argc, char **argv)
         }
         fputs(first ? "]\n" : "\n]\n", stdout);
     }
-    diag_free(&d);
     spec_cache_free(opt.cache);
     if (!quiet && fmt == DDPC_FMT_TEXT)
-        fprintf(stderr, "%d file%s checked, %d error%s, %d warning%s\n", nfiles,
-                nfiles == 1 ? "" : "s", errors, errors == 1 ? "" : "s", warnings,
+        fprintf(stderr, "%d file%s checked, %d error%s, %d warning%s\n", in.n,
+                in.n == 1 ? "" : "s", errors, errors == 1 ? "" : "s", warnings,
                 warnings == 1 ? "" : "s");
     if (fflush(stdout) != 0) {
         perror("ddpc check: stdout");
-        return 2;
+        rc = 2;
+        goto out;
     }
     rc = io ? 2 : invalid ? 1 : 0;
+    goto out;
+oom:
+    fprintf(stderr, "ddpc check: out of memory\n");
+    rc = 2;
+out:
+    diag_free(&d);
+    inputs_free(&in);
+    free(sets.v);
     return rc;
 }
 

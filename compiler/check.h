@@ -11,6 +11,17 @@
 #define DDPC_CHECK_H
 
 int cmd_check(int argc, char **argv);
+
+/* The --set KEY.PATH=VALUE options of check, plan and build. */
+struct cli_sets {
+    const char **v;     /* "key.path=value", pointing into argv; malloc'd array */
+    int n;
+};
+/* If argv[*i] is "--set K=V" or "--set=K=V": appends K=V to sets, advances
+ * *i past it and returns 1; returns 0 when it is another argument, and -1
+ * (after saying why on stderr) when the value is missing or has no '='.
+ * cmd names the subcommand in the message. free(sets->v) when done. */
+int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets *sets);
 int cmd_schema(int argc, char **argv);
 
 #endif /* DDPC_CHECK_H */

@@ -1,10 +1,12 @@
 /* main.c - the ddpc command: check, plan, build, schema.
  *
- *   ddpc check FILE...                 validate specs (compiler/check.c)
+ *   ddpc check FILE|DIR...             validate specs (compiler/check.c)
  *   ddpc plan FILE [--json] [--no-data]   the static launch plan
  *   ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]
  *   ddpc schema                        JSON Schema of the language (compiler/check.c)
- *   ddpc --version | --help
+ *   ddpc --version | --help | help [COMMAND]
+ * check, plan and build take --set KEY.PATH=VALUE (repeatable); every
+ * command answers --help on stdout with exit 0.
  *
  * Exit status: 0 ok; 1 the spec is invalid; 2 usage or I/O error (bad
  * arguments, a spec that cannot be read, an emit dir that cannot be made);
@@ -34,13 +36,15 @@
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
 
 static const char usage_text[] =
-    "usage: ddpc check FILE... [--format text|json|github]\n"
-    "       ddpc plan FILE [--json] [--no-data]\n"
+    "usage: ddpc check FILE|DIR... [--format text|json|github] [--set KEY=VALUE]...\n"
+    "       ddpc plan FILE [--json] [--no-data] [--set KEY=VALUE]...\n"
     "       ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
-    "       ddpc schema\n"
-    "       ddpc --version | --help\n"
+    "                  [--set KEY=VALUE]...\n"
+    "       ddpc schema [--format json|markdown|coming-from]\n"
+    "       ddpc --version | --help | help COMMAND | COMMAND --help\n"
     "\n"
-    "  check   validate specs; every problem as file:line:col\n"
+    "  check   validate specs (a directory: every *.yaml/*.yml below it);\n"
+    "          every problem as file:line:col\n"
     "  plan    print the launch plan: ranks, shards, batches, learning rate,\n"
     "          gradient buckets, memory per device, timeouts, checkpoints\n"
     "  build   check, plan, generate job_config.h from the m4 templates and\n"
@@ -51,8 +55,34 @@ static const char usage_text[] =
     "          --no-data       do not read data files (plan and build); counts\n"
     "                          that need them are left unknown\n"
     "  schema  print the JSON Schema of the spec language\n"
+    "  --set KEY.PATH=VALUE  (check, plan, build) override a key of the spec with a\n"
+    "          YAML value, e.g. --set epochs=1 --set data.train.path=small.csv;\n"
+    "          repeatable; the built job carries the overrides (and their hash)\n"
     "\n"
     "exit status: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
+
+static const char plan_usage[] =
+    "usage: ddpc plan FILE [--json] [--no-data] [--set KEY.PATH=VALUE]...\n"
+    "  print the launch plan: ranks, shards, batches, learning rate, gradient\n"
+    "  buckets, memory per device, timeouts, checkpoints, launch commands\n"
+    "  --json       the same plan as JSON (build's job.plan.json)\n"
+    "  --no-data    do not read data files; counts that need them are unknown\n"
+    "  --set K=V    override key K (dotted) with the YAML value V; repeatable\n"
+    "exit: 0 ok, 1 invalid spec, 2 usage or I/O error\n";
+
+static const char build_usage[] =
+    "usage: ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
+    "                  [--set KEY.PATH=VALUE]...\n"
+    "  check, plan, generate job_config.h from the m4 templates and compile the\n"
+    "  job program OUT (default ./NAME from the spec)\n"
+    "  -o OUT          the program to write\n"
+    "  --emit-dir DIR  keep the generated files in DIR\n"
+    "  --verbose       print the m4 and compiler command lines\n"
+    "  --cpu-only      never load the CUDA backend\n"
+    "  --no-data       do not read data files (for building where the data is not)\n"
+    "  --set K=V       override key K (dotted) with the YAML value V; repeatable;\n"
+    "                  the program carries the overrides and their hash\n"
+    "exit: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -75,13 +105,14 @@ static void print_diags(struct ddpc_diag *d, int from)
 
 /* Loads and validates path. Returns EXIT_OK with *job and *doc filled (free
  * the doc), or the exit status after printing why. */
-static int load(const char *path, int no_data, struct ddpc_job *job, struct spec_doc **doc,
-                struct ddpc_diag *d)
+static int load(const char *path, int no_data, const struct cli_sets *sets,
+                struct ddpc_job *job, struct spec_doc **doc, struct ddpc_diag *d)
 {
     /* read data headers unless told not to (as `ddpc check` does): a layer
      * size that does not match the data is caught before anything is
      * compiled; --no-data is for building where the data is not */
-    struct spec_options opt = { .read_data_headers = !no_data };
+    struct spec_options opt = { .read_data_headers = !no_data, .overrides = sets->v,
+                                .n_overrides = sets->n };
     memset(job, 0, sizeof *job);
     int rc = spec_load_job(path, &opt, job, doc, d);
     print_diags(d, 0);
@@ -95,21 +126,36 @@ static int load(const char *path, int no_data, struct ddpc_job *job, struct spec
 static int cmd_plan(int argc, char **argv)
 {
     const char *file = NULL;
-    int json = 0, no_data = 0;
+    int json = 0, no_data = 0, r;
+    struct cli_sets sets = { 0 };
     for (int i = 1; i < argc; i++) {
+        if ((r = cli_take_set(argc, argv, &i, "plan", &sets)) != 0) {
+            if (r < 0) {
+                free(sets.v);
+                return EXIT_USAGE;
+            }
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            free(sets.v);
+            fputs(plan_usage, stdout);
+            return EXIT_OK;
+        }
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else if (strcmp(argv[i], "--no-data") == 0)
             no_data = 1;
         else if (argv[i][0] == '-' && argv[i][1])
-            return usage_error("plan: unknown option %s", argv[i]);
+            return free(sets.v), usage_error("plan: unknown option %s", argv[i]);
         else if (file)
-            return usage_error("plan: one spec at a time (%s is extra)", argv[i]);
+            return free(sets.v), usage_error("plan: one spec at a time (%s is extra)", argv[i]);
         else
             file = argv[i];
     }
-    if (!file)
+    if (!file) {
+        free(sets.v);
         return usage_error("plan: no spec file given%s", "");
+    }
 
     struct ddpc_diag d;
     struct ddpc_job job;
@@ -117,7 +163,7 @@ static int cmd_plan(int argc, char **argv)
     struct spec_doc *doc = NULL;
     char *text = NULL;
     diag_init(&d);
-    int rc = load(file, no_data, &job, &doc, &d);
+    int rc = load(file, no_data, &sets, &job, &doc, &d);
     if (rc != EXIT_OK)
         goto done;
     int from = d.n;
@@ -140,6 +186,7 @@ static int cmd_plan(int argc, char **argv)
         rc = EXIT_USAGE;
 done:
     free(text);
+    free(sets.v);
     plan_free(&plan);
     spec_doc_free(doc);
     diag_free(&d);
@@ -179,11 +226,24 @@ static char *program_name(const char *out)
 static int cmd_build(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *emit_dir = NULL;
-    int verbose = 0, cpu_only = 0, no_data = 0;
+    int verbose = 0, cpu_only = 0, no_data = 0, r;
+    struct cli_sets sets = { 0 };
     for (int i = 1; i < argc; i++) {
+        if ((r = cli_take_set(argc, argv, &i, "build", &sets)) != 0) {
+            if (r < 0) {
+                free(sets.v);
+                return EXIT_USAGE;
+            }
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            free(sets.v);
+            fputs(build_usage, stdout);
+            return EXIT_OK;
+        }
         if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--emit-dir") == 0) {
             if (i + 1 >= argc)
-                return usage_error("build: %s needs a value", argv[i]);
+                return free(sets.v), usage_error("build: %s needs a value", argv[i]);
             if (argv[i][1] == 'o')
                 out = argv[++i];
             else
@@ -195,17 +255,17 @@ static int cmd_build(int argc, char **argv)
         } else if (strcmp(argv[i], "--no-data") == 0) {
             no_data = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return usage_error("build: unknown option %s", argv[i]);
+            return free(sets.v), usage_error("build: unknown option %s", argv[i]);
         } else if (file) {
-            return usage_error("build: one spec at a time (%s is extra)", argv[i]);
+            return free(sets.v), usage_error("build: one spec at a time (%s is extra)", argv[i]);
         } else {
             file = argv[i];
         }
     }
     if (!file)
-        return usage_error("build: no spec file given%s", "");
+        return free(sets.v), usage_error("build: no spec file given%s", "");
     if (out && (!out[0] || out[strlen(out) - 1] == '/'))
-        return usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
+        return free(sets.v), usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
 
     struct ddpc_diag d;
     struct ddpc_job job;
@@ -216,7 +276,7 @@ static int cmd_build(int argc, char **argv)
     char *sbatch = NULL, *cc_output = NULL;
     diag_init(&d);
 
-    int rc = load(file, no_data, &job, &doc, &d);
+    int rc = load(file, no_data, &sets, &job, &doc, &d);
     if (rc != EXIT_OK)
         goto done;
     int from = d.n;
@@ -304,6 +364,7 @@ done:
     free(program);
     free(out_default);
     free(cc_output);
+    free(sets.v);
     plan_free(&plan);
     spec_doc_free(doc);
     diag_free(&d);
@@ -320,7 +381,22 @@ int main(int argc, char **argv)
                DDPC_JOB_VERSION, DDPC_HAVE_CUDA_LIB ? "built" : "not built");
         return EXIT_OK;
     }
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    static char help_opt[] = "--help";
+    static char *help_argv[4];
+    if (strcmp(cmd, "help") == 0 && argc > 2) {
+        /* `ddpc help plan` is `ddpc plan --help` */
+        if (strcmp(argv[2], "check") == 0 || strcmp(argv[2], "schema") == 0 ||
+            strcmp(argv[2], "plan") == 0 || strcmp(argv[2], "build") == 0) {
+            help_argv[0] = argv[0];
+            help_argv[1] = argv[2];
+            help_argv[2] = help_opt;
+            cmd = argv[2];
+            argc = 3;
+            argv = help_argv;
+        } else {
+            return usage_error("help: unknown command %s", argv[2]);
+        }
+    } else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         return EXIT_OK;
     }

@@ -454,9 +454,31 @@ static int progress_draw(struct ddpc_metrics *m, int64_t step, int epoch, double
     return write_flush(m->out, line, (size_t)len, "progress line", e);
 }
 
+/* Without a terminal (CI, SLURM output, a pipe): one plain line per
+ * every_n_steps steps, no escape codes, nothing rewritten. It starts with
+ * "step" so a log's progress and its "epoch N/M" summaries grep apart. */
+static int progress_line(struct ddpc_metrics *m, int64_t step, int epoch, double loss,
+                         double sps, double eta_s, struct ddpc_err *e)
+{
+    char eta[16], total[32] = "", line[256];
+    if (m->total_steps > 0)
+        (void)snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
+    int len = snprintf(line, sizeof line,
+                       "step %lld%s  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s\n",
+                       (long long)step, total, epoch, m->job->epochs, loss, sps,
+                       metrics_format_eta(eta_s, eta, sizeof eta));
+    if (len < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "formatting the progress line failed");
+    if ((size_t)len >= sizeof line) {
+        len = (int)sizeof line - 1;        /* absurd numbers: show what fits */
+        line[len - 1] = '\n';
+    }
+    return write_flush(m->out, line, (size_t)len, "progress line", e);
+}
+
 int metrics_clear_progress(struct ddpc_metrics *m, struct ddpc_err *e)
 {
-    if (!m->progress || !m->line_shown)
+    if (m->progress != DDPC_METRICS_REDRAW || !m->line_shown)
         return 0;
     m->line_shown = 0;
     /* The next step redraws at once instead of waiting out the throttle. */
@@ -476,13 +498,15 @@ int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t tot
     m->total_steps = total_steps > 0 ? total_steps : 0;
     m->min_redraw_s = DDPC_METRICS_REDRAW_S;
     m->last_draw_s = -1.0;
+    /* on and auto: redrawn in place on a terminal, plain lines elsewhere
+     * (escape codes in a log file are noise) */
     switch (job->logging.progress) {
-    case DDPC_PROGRESS_ON:   m->progress = 1; break;
-    case DDPC_PROGRESS_OFF:  m->progress = 0; break;
-    case DDPC_PROGRESS_AUTO: m->progress = is_tty != 0; break;
+    case DDPC_PROGRESS_ON:
+    case DDPC_PROGRESS_AUTO: m->progress = is_tty ? DDPC_METRICS_REDRAW : DDPC_METRICS_LINES; break;
+    case DDPC_PROGRESS_OFF:  m->progress = DDPC_METRICS_QUIET; break;
     }
     if (!out)
-        m->progress = 0;
+        m->progress = DDPC_METRICS_QUIET;
 
     int rc = 0;
     const char *csv = job->logging.metrics_csv, *tb = job->logging.tensorboard;
@@ -512,7 +536,11 @@ int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, dou
             DDPC_TRY(tb_event(m, step, NULL, v, 3, e));
         }
     }
-    if (m->progress) {
+    if (m->progress == DDPC_METRICS_LINES) {
+        int final = m->total_steps > 0 && step == m->total_steps;
+        if (step % m->every_n_steps == 0 || final)
+            DDPC_TRY(progress_line(m, step, epoch, loss, samples_per_s, eta_s, e));
+    } else if (m->progress == DDPC_METRICS_REDRAW) {
         /* One clock read per step when nothing is drawn: the throttle makes
          * the display free even at thousands of steps per second. The final
          * step always shows, so the line ends at step total/total. */
@@ -548,7 +576,7 @@ int metrics_close(struct ddpc_metrics *m, struct ddpc_err *e)
     int rc = 0, r;
     if (m->progress && m->out && (r = metrics_clear_progress(m, e)) < 0)
         rc = r;
-    m->progress = 0;
+    m->progress = DDPC_METRICS_QUIET;
     if ((r = close_file(&m->csv, "metrics CSV", e)) < 0 && rc == 0)
         rc = r;
     if ((r = close_file(&m->tb, "TensorBoard events", e)) < 0 && rc == 0)

@@ -22,9 +22,12 @@
  *                        events.out.tfevents.<unix-time>.<hostname>.<pid>.ddpc
  *                        with scalars train/loss, train/lr, train/samples_per_s,
  *                        eval/loss, eval/accuracy; readable by TensorBoard.
- *   logging.progress     a one-line display on `out`, rewritten in place:
- *                        auto = on when is_tty; on; off. When off nothing at all
- *                        is written to `out` (the caller prints plain lines).
+ *   logging.progress     on `out`: on a terminal (is_tty) one line rewritten in
+ *                        place; elsewhere (CI, SLURM output, a pipe) a plain
+ *                        line every logging.every_n_steps steps and at the last
+ *                        step, with no escape codes. auto and on behave alike;
+ *                        off writes nothing at all to `out` (the caller prints
+ *                        its per-epoch lines either way).
  * CSV rows and TensorBoard scalars are written at steps that are multiples of
  * logging.every_n_steps; each row/record is flushed, so a killed job loses at
  * most the record being written. Evaluations are always written.
@@ -40,13 +43,16 @@
 
 #define DDPC_METRICS_REDRAW_S 0.1   /* progress line: at most ~10 redraws per second */
 
+/* struct ddpc_metrics.progress */
+enum { DDPC_METRICS_QUIET, DDPC_METRICS_REDRAW, DDPC_METRICS_LINES };
+
 struct ddpc_metrics {
     const struct ddpc_job *job;     /* not owned; outlives the metrics */
     FILE    *out;                   /* progress stream (stdout); not owned, never closed */
     FILE    *csv;                   /* owned; NULL: no CSV */
     FILE    *tb;                    /* owned; NULL: no TensorBoard */
     char     tb_path[4096];         /* the event file, for messages and tests */
-    int      progress;              /* 1: draw the progress line on out */
+    int      progress;              /* DDPC_METRICS_QUIET, _REDRAW (terminal), _LINES (logs) */
     int      line_shown;            /* a progress line is on screen and needs clearing */
     int      every_n_steps;         /* >= 1 */
     int64_t  total_steps;           /* optimizer steps in the whole run; 0: unknown */

@@ -678,3 +678,117 @@ out:
         yaml_parser_delete(&p);
     return rc;
 }
+
+/* ===================== overrides (--set key.path=value) ===================== */
+
+static void mark_origin(struct ddpc_node *n, const char *origin, int depth)
+{
+    if (!n || depth > DDPC_LOAD_MAX_DEPTH + 1)
+        return;
+    n->origin = origin;
+    int items = n->kind == DDPC_NODE_MAP ? 2 * n->n : n->kind == DDPC_NODE_SEQ ? n->n : 0;
+    for (int i = 0; i < items; i++)
+        mark_origin(n->items[i], origin, depth + 1);
+}
+
+static struct ddpc_node *node_new(struct ddpc_arena *a, enum ddpc_node_kind kind,
+                                  const char *origin)
+{
+    struct ddpc_node *n = arena_alloc(a, sizeof *n);
+    if (n) {
+        n->kind = kind;
+        n->origin = origin;
+        n->str = "";
+    }
+    return n;
+}
+
+/* A copy of map with room for one more entry (items shared, array new). */
+static struct ddpc_node *map_copy(struct ddpc_arena *a, const struct ddpc_node *map)
+{
+    struct ddpc_node *m = arena_alloc(a, sizeof *m);
+    struct ddpc_node **items = arena_alloc(a, (size_t)(2 * map->n + 2) * sizeof *items);
+    if (!m || !items)
+        return NULL;
+    *m = *map;
+    if (map->n)
+        memcpy(items, map->items, (size_t)(2 * map->n) * sizeof *items);
+    m->items = items;
+    return m;
+}
+
+/* The index of key k[0..kl) in map, or -1. */
+static int map_find(const struct ddpc_node *map, const char *k, size_t kl)
+{
+    for (int i = 0; i < map->n; i++) {
+        const struct ddpc_node *key = map->items[2 * i];
+        if (key->kind == DDPC_NODE_SCALAR && key->len == kl && memcmp(key->str, k, kl) == 0)
+            return i;
+    }
+    return -1;
+}
+
+int load_override(struct ddpc_arena *a, struct ddpc_node **root, const char *origin,
+                  const char *path, size_t path_len, const char *value, struct ddpc_diag *d)
+{
+    struct ddpc_node *v = NULL;
+    if (path_len == 0 || path[0] == '.' || path[path_len - 1] == '.' ||
+        memmem(path, path_len, "..", 2) || memchr(path, '[', path_len)) {
+        diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "expected key.path=value, with the key "
+                 "path as dotted names (data.train.path); a list is set whole (model.layers=[784, 10])");
+        return -1;
+    }
+    if (load_yaml(origin, value, strlen(value), a, &v, d) != 0)
+        return -1;
+    if (!v && !(v = node_new(a, DDPC_NODE_SCALAR, origin)))
+        goto oom;   /* an empty value: null, the key's default */
+    mark_origin(v, origin, 0);
+
+    if (!*root || (*root)->kind != DDPC_NODE_MAP) {
+        if (*root) {
+            diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "the spec is not a mapping of keys; "
+                     "nothing to override");
+            return -1;
+        }
+        if (!(*root = node_new(a, DDPC_NODE_MAP, origin)))
+            goto oom;
+    }
+    struct ddpc_node *map = *root;
+    const char *p = path, *end = path + path_len;
+    for (;;) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        size_t kl = (size_t)((dot ? dot : end) - p);
+        int i = map_find(map, p, kl);
+        if (i < 0) {
+            /* a new entry: the map gets a new items array with room for it */
+            struct ddpc_node *key = node_new(a, DDPC_NODE_SCALAR, origin);
+            struct ddpc_node **items = arena_alloc(a, (size_t)(2 * map->n + 2) * sizeof *items);
+            if (!key || !items || !(key->str = arena_strndup(a, p, kl)))
+                goto oom;
+            key->len = kl;
+            if (map->n)
+                memcpy(items, map->items, (size_t)(2 * map->n) * sizeof *items);
+            items[2 * map->n] = key;
+            items[2 * map->n + 1] = NULL;
+            map->items = items;
+            i = map->n++;
+        }
+        if (!dot) {
+            map->items[2 * i + 1] = v;
+            return 0;
+        }
+        /* descend: copy the child map (it may be shared through an alias),
+         * or make one where there is none or a scalar stood */
+        struct ddpc_node *child = map->items[2 * i + 1];
+        child = child && child->kind == DDPC_NODE_MAP ? map_copy(a, child)
+                                                      : node_new(a, DDPC_NODE_MAP, origin);
+        if (!child)
+            goto oom;
+        map->items[2 * i + 1] = child;
+        map = child;
+        p = dot + 1;
+    }
+oom:
+    diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "out of memory");
+    return -1;
+}

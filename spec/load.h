@@ -56,6 +56,8 @@ struct ddpc_node {
     /* seq: items[0..n); map: items[2i] is the key, items[2i+1] its value */
     int n;
     struct ddpc_node **items;
+    const char *origin;          /* NULL: the spec file; else the override that made this
+                                    node ("--set epochs=2"): diagnostics name it, not a line */
 };
 
 /* Parses buf[0..len) (file names the diagnostics). On success returns 0 and
@@ -63,6 +65,16 @@ struct ddpc_node {
  * returns -1. Nodes live in a. */
 int load_yaml(const char *file, const char *buf, size_t len, struct ddpc_arena *a,
               struct ddpc_node **root, struct ddpc_diag *d);
+
+/* Applies one override `key.path=value` to *root (NULL: an empty
+ * document, replaced by a mapping). The value is YAML text, parsed like a
+ * spec (an empty value is null: the key's default). Maps on the path are
+ * copied before they change, so a node shared through an alias elsewhere
+ * keeps its value; missing maps on the path are created. Every node the
+ * override makes has origin = `origin` (which must outlive the tree).
+ * Returns 0, or -1 with an error in d named by origin. Nodes live in a. */
+int load_override(struct ddpc_arena *a, struct ddpc_node **root, const char *origin,
+                  const char *path, size_t path_len, const char *value, struct ddpc_diag *d);
 
 /* Scalar helpers shared by the validator. */
 int load_is_null(const struct ddpc_node *n);   /* plain "", "~", "null" */

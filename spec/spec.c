@@ -77,6 +77,55 @@ out:
     return rc;
 }
 
+/* Applies opt's overrides to the tree and appends one comment line per
+ * override to the doc's text (see spec_doc_text). */
+static int apply_overrides(struct spec_doc *sd, const struct spec_options *opt,
+                           struct ddpc_diag *d)
+{
+    int rc = 0;
+    if (opt->n_overrides <= 0)
+        return 0;
+    size_t cap = sd->len + 2;
+    for (int i = 0; i < opt->n_overrides; i++)
+        cap += 16 + 4 * strlen(opt->overrides[i]);
+    char *text = malloc(cap);
+    if (!text) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+        return -1;
+    }
+    memcpy(text, sd->text, sd->len);
+    size_t o = sd->len;
+    if (o && text[o - 1] != '\n')
+        text[o++] = '\n';
+    for (int i = 0; i < opt->n_overrides; i++) {
+        const char *ov = opt->overrides[i];
+        const char *eq = strchr(ov, '=');
+        const char *origin = arena_printf(&sd->arena, "--set %s", ov);
+        if (!origin) {
+            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+            rc = -1;
+            break;
+        }
+        if (!eq) {
+            diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "expected key.path=value");
+            rc = -1;
+            continue;
+        }
+        if (load_override(&sd->arena, &sd->root, origin, ov, (size_t)(eq - ov), eq + 1, d) < 0)
+            rc = -1;
+        o += (size_t)sprintf(text + o, "# ddpc --set ");
+        for (const unsigned char *q = (const unsigned char *)ov; *q; q++)
+            o += (size_t)(*q < 0x20 || *q == 0x7f ? sprintf(text + o, "\\x%02x", *q)
+                                                 : sprintf(text + o, "%c", *q));
+        text[o++] = '\n';
+    }
+    text[o] = '\0';
+    free(sd->text);
+    sd->text = text;
+    sd->len = o;
+    return rc;
+}
+
 int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_job *job,
                   struct spec_doc **doc, struct ddpc_diag *d)
 {
@@ -106,8 +155,11 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
         sd->text = calloc(1, 1);
         goto done;
     }
-    if (load_yaml(path, sd->text, sd->len, &sd->arena, &sd->root, d) == 0)
-        validate_job(path, sd->root, opt ? opt : &defaults, &sd->arena, job, d);
+    if (!opt)
+        opt = &defaults;
+    if (load_yaml(path, sd->text, sd->len, &sd->arena, &sd->root, d) == 0 &&
+        apply_overrides(sd, opt, d) == 0)
+        validate_job(path, sd->root, opt, &sd->arena, job, d);
 done:
     diag_sort_from(d, from);
     return d->n_errors == errors ? 0 : 1;

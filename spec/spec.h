@@ -25,6 +25,12 @@ struct spec_options {
      * keyed by path, device, inode, size and mtime, so checking many specs
      * that share data reads each file once. Not thread-safe. */
     struct spec_cache *cache;
+    /* Overrides, "key.path=value" each (value: YAML text), applied in order
+     * to the file's tree before validation (`ddpc check|plan|build --set`).
+     * A diagnostic about an overridden value names "--set key.path=value"
+     * instead of a line of the file. */
+    const char *const *overrides;
+    int n_overrides;
 };
 
 struct spec_cache *spec_cache_new(void);   /* NULL when out of memory (then run without) */
@@ -36,7 +42,11 @@ void spec_cache_free(struct spec_cache *cache);   /* NULL is fine */
  * cache. The file's diagnostics are appended to d in source order. */
 int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_job *job,
                   struct spec_doc **doc, struct ddpc_diag *d);
-/* The file's bytes exactly as read (NUL-terminated copy) and their length. */
+/* The spec as it is built: the file's bytes exactly as read, then, when
+ * there are overrides, one comment line per override
+ * ("# ddpc --set epochs=2", control characters escaped), so the text baked
+ * into a job, and the hash taken of it, differ from the file's whenever an
+ * override makes a different job. NUL-terminated; len without the NUL. */
 const char *spec_doc_text(const struct spec_doc *doc, size_t *len);
 void spec_doc_free(struct spec_doc *doc);
 

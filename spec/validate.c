@@ -161,6 +161,10 @@ static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc
         line = c->root->line;
         col = c->root->col;
     }
+    if (n && n->origin) {   /* a value from --set: name it, it has no line */
+        diag_add(c->d, sev, n->origin, 0, 0, path, "%s", msg);
+        return;
+    }
     diag_add(c->d, sev, c->file, line, col, path, "%s", msg);
 }
 

@@ -241,7 +241,7 @@ START_TEST(small_job_trains_then_bad_data_fails_cleanly)
     /* test_every_n_epochs: 2 of 3 epochs: evaluated after epochs 2 and 3 only */
     for (int ep = 1; ep <= 3; ep++) {
         char tag[32];
-        snprintf(tag, sizeof tag, "epoch %d/3 ", ep);
+        snprintf(tag, sizeof tag, "epoch %d/3  train_loss=", ep);
         const char *line = strstr(r.out, tag);
         ck_assert_msg(line != NULL, "no '%s' line:\n%s", tag, r.out);
         const char *tl = strstr(line, "test_loss="), *nl = strchr(line, '\n');
@@ -282,6 +282,69 @@ START_TEST(small_job_trains_then_bad_data_fails_cleanly)
 }
 END_TEST
 
+/* `ddpc build --set` bakes the overrides (the dry run shows them), and a
+ * job whose output is not a terminal (CI, SLURM) prints a plain progress
+ * line every logging.every_n_steps steps with no escape codes, even with
+ * progress: on. */
+START_TEST(build_with_set_logs_plain_progress)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-set"), *spec = NULL, *job = NULL, *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/s.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/s", dir), 0);
+    const char *text = "version: 1\nname: s\naccelerator: cpu\nepochs: 5\nbatch_size: 8\n"
+                       "model: {layers: [16, 8, 2]}\n"
+                       "data: {train: {format: synthetic, samples: 256, features: 16, classes: 2}}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    char *argv[] = { ddpc, "build", spec, "-o", job, "--set", "epochs=2", "--set",
+                     "logging={every_n_steps: 8, progress: on}", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+
+    char *dry[] = { job, "--dry-run", NULL };
+    ck_assert_int_eq(run_capture(dry, dir, NULL, 30, &r), 0);
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_msg(strstr(r.out, "# ddpc --set epochs=2\n") &&
+                  strstr(r.out, "# ddpc --set logging={every_n_steps: 8, progress: on}\n"),
+                  "dry run does not show the overrides:\n%s", r.out);
+    run_result_free(&r);
+
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(!strchr(r.out, '\033') && !strchr(r.out, '\r'), "escape codes in a log:\n%s",
+                  r.out);
+    /* 256 samples / 8 = 32 steps per epoch, 64 in all: a line every 8,
+     * each a line of its own */
+    char *out = NULL;
+    ck_assert_int_ge(asprintf(&out, "\n%s", r.out), 0);
+    int lines = 0;
+    for (int step = 8; step <= 64; step += 8) {
+        char want[64];
+        snprintf(want, sizeof want, "\nstep %d/64  epoch %d/2  loss ", step, step <= 32 ? 1 : 2);
+        const char *l = strstr(out, want);
+        ck_assert_msg(l != NULL, "no '%s' line:\n%s", want, r.out);
+        const char *nl = strchr(l + 1, '\n');
+        ck_assert_msg(nl && strstr(l, " samples/s  ETA ") && strstr(l, " samples/s  ETA ") < nl,
+                      "progress line without throughput and ETA:\n%s", r.out);
+        lines++;
+    }
+    ck_assert_int_eq(lines, 8);
+    ck_assert_ptr_null(strstr(r.out, "step 4/64"));
+    free(out);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 Suite *e2e_suite(void)
 {
     Suite *s = suite_create("e2e");
@@ -294,6 +357,7 @@ Suite *e2e_suite(void)
     TCase *run = tcase_create("run");
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
+    tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     suite_add_tcase(s, run);
     return s;

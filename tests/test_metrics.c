@@ -5,7 +5,8 @@
  * small TFRecord + protobuf reader here (lengths and CRCs verified), and by
  * TensorBoard's own EventAccumulator through tests/tb_read.py when the
  * python package is installed (SKIP otherwise, never the network); the
- * progress line captured in a memstream when on, and nothing when off.
+ * progress line captured in a memstream: redrawn on a terminal, plain lines
+ * without one, and nothing when off.
  */
 #include <check.h>
 #include <dirent.h>
@@ -516,7 +517,7 @@ START_TEST(progress_on_exact)
     struct ddpc_job j = job_for(NULL, NULL, DDPC_PROGRESS_ON, 50);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 100, 0, out, 0, &e), 0);   /* on: even no tty */
+    ck_assert_int_eq(metrics_open(&m, &j, 100, 0, out, 1, &e), 0);   /* on, a terminal */
     m.min_redraw_s = 0;                                              /* see every redraw */
     ck_assert_int_eq(metrics_step(&m, 1, 1, 0.1, 2.5, 1234.4, 65, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 2, 1, 0.1, 2.25, 1500, 3725, &e), 0);
@@ -580,7 +581,7 @@ END_TEST
 START_TEST(progress_off_writes_nothing)
 {
     const struct { enum ddpc_progress p; int tty; } cases[] = {
-        { DDPC_PROGRESS_OFF, 1 }, { DDPC_PROGRESS_OFF, 0 }, { DDPC_PROGRESS_AUTO, 0 },
+        { DDPC_PROGRESS_OFF, 1 }, { DDPC_PROGRESS_OFF, 0 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *buf = NULL;
@@ -599,6 +600,38 @@ START_TEST(progress_off_writes_nothing)
         ck_assert_int_eq(metrics_close(&m, &e), 0);
         ck_assert_int_eq(fclose(out), 0);
         ck_assert_uint_eq(len, 0);
+        free(buf);
+    }
+}
+END_TEST
+
+/* Without a terminal (CI, SLURM output): auto and on print a plain line
+ * every every_n_steps steps and at the last one, never an escape code. */
+START_TEST(progress_lines_without_terminal)
+{
+    const enum ddpc_progress modes[] = { DDPC_PROGRESS_AUTO, DDPC_PROGRESS_ON };
+    for (size_t c = 0; c < sizeof modes / sizeof modes[0]; c++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&buf, &len);
+        ck_assert_ptr_nonnull(out);
+        struct ddpc_job j = job_for(NULL, NULL, modes[c], 4);
+        struct ddpc_metrics m;
+        struct ddpc_err e = { 0 };
+        ck_assert_int_eq(metrics_open(&m, &j, 10, 0, out, 0, &e), 0);
+        for (int s = 1; s <= 10; s++)
+            ck_assert_int_eq(metrics_step(&m, s, 1 + (s > 5), 0.1, 1.0 / s, 1000.0 * s,
+                                          10 - s, &e), 0);
+        ck_assert_int_eq(metrics_eval(&m, 10, 2, 1.0, 0.5, &e), 0);
+        ck_assert_int_eq(metrics_clear_progress(&m, &e), 0);
+        ck_assert_int_eq(metrics_close(&m, &e), 0);
+        ck_assert_int_eq(fclose(out), 0);
+        ck_assert_str_eq(buf,
+            "step 4/10  epoch 1/3  loss 0.2500  4000 samples/s  ETA 0:00:06\n"
+            "step 8/10  epoch 2/3  loss 0.1250  8000 samples/s  ETA 0:00:02\n"
+            "step 10/10  epoch 2/3  loss 0.1000  10000 samples/s  ETA 0:00:00\n");
+        ck_assert_ptr_null(strchr(buf, '\033'));
+        ck_assert_ptr_null(strchr(buf, '\r'));
         free(buf);
     }
 }
@@ -702,6 +735,7 @@ Suite *metrics_suite(void)
     tcase_add_test(tc, progress_on_exact);
     tcase_add_test(tc, progress_throttled);
     tcase_add_test(tc, progress_off_writes_nothing);
+    tcase_add_test(tc, progress_lines_without_terminal);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -435,6 +435,216 @@ START_TEST(test_cli_throughput)
 }
 END_TEST
 
+/* Every subcommand answers --help: usage on stdout, exit 0. */
+START_TEST(test_cli_help)
+{
+    int fd = enter_top();
+    static const char *const cmds[] = { "check", "plan", "build", "schema" };
+    struct run_result r;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: ddpc %s", cmds[i]);
+        char *a[] = { (char *)cmds[i], "--help", NULL };
+        NEED_DDPC(run_ddpc(a, &r));
+        ck_assert_msg(r.status == 0, "ddpc %s --help: exit %d", cmds[i], r.status);
+        ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "ddpc %s --help:\n%s", cmds[i],
+                      r.out);
+        ck_assert_str_eq(r.err, "");
+        char *out = strdup(r.out);
+        run_free(&r);
+        char *h[] = { "help", (char *)cmds[i], NULL };   /* `ddpc help X` says the same */
+        ck_assert_int_eq(run_ddpc(h, &r), 0);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_str_eq(r.out, out);
+        free(out);
+        run_free(&r);
+    }
+    char *top_help[] = { "--help", NULL };
+    ck_assert_int_eq(run_ddpc(top_help, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert(strncmp(r.out, "usage: ddpc ", 12) == 0);
+    run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* `ddpc check DIR` checks every *.yaml and *.yml below DIR, sorted, and a
+ * directory without specs is an error, not a silent pass. */
+START_TEST(test_cli_check_dir)
+{
+    int fd = enter_top();
+    char dir[] = "/tmp/ddpc-checkdir-XXXXXX", p[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *ok = "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 2]}\n"
+                     "data: {train: {format: synthetic}}\n";
+    snprintf(p, sizeof p, "%s/b.yaml", dir);
+    put(p, ok);
+    snprintf(p, sizeof p, "%s/a", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/a/z.yml", dir);
+    put(p, ok);
+    snprintf(p, sizeof p, "%s/a/notes.txt", dir);
+    put(p, "not a spec\n");
+    snprintf(p, sizeof p, "%s/a/deep", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/a/deep/bad.yaml", dir);
+    put(p, "epochs: 0\nbatch_size: 8\nmodel: {layers: [16, 2]}\ndata: {train: {format: synthetic}}\n");
+    snprintf(p, sizeof p, "%s/empty", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    /* a symlink back up the tree is not walked twice */
+    snprintf(p, sizeof p, "%s/a/deep/loop", dir);
+    ck_assert_int_eq(symlink(dir, p), 0);
+
+    struct run_result r;
+    char *argv[] = { "check", dir, NULL };
+    NEED_DDPC(run_ddpc(argv, &r));
+    char want[1024];
+    snprintf(want, sizeof want, "%s/a/deep/bad.yaml:1:9: error: epochs: must be between 1 and "
+             "1000000, found 0\n", dir);
+    ck_assert_str_eq(r.out, want);
+    /* empty/ has no spec, but the tree does: only a named directory must have one */
+    ck_assert_str_eq(r.err, "3 files checked, 1 error, 0 warnings\n");
+    ck_assert_int_eq(r.status, 1);
+    run_free(&r);
+
+    char *json[] = { "check", "--format", "json", "--quiet", dir, NULL };
+    ck_assert_int_eq(run_ddpc(json, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert(strstr(r.out, "bad.yaml") != NULL);
+    run_free(&r);
+
+    snprintf(p, sizeof p, "%s/empty", dir);
+    char *empty[] = { "check", p, NULL };
+    ck_assert_int_eq(run_ddpc(empty, &r), 0);
+    ck_assert_int_eq(r.status, 2);
+    snprintf(want, sizeof want, "%s: error: no *.yaml or *.yml file in this directory or below\n", p);
+    ck_assert_str_eq(r.out, want);
+    run_free(&r);
+
+    snprintf(p, sizeof p, "%s/a/deep/loop", dir);
+    ck_assert_int_eq(unlink(p), 0);
+    static const char *const files[] = { "a/deep/bad.yaml", "a/z.yml", "a/notes.txt", "b.yaml" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        ck_assert_int_eq(unlink(p), 0);
+    }
+    static const char *const dirs[] = { "a/deep", "a", "empty", "" };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, dirs[i]);
+        ck_assert_int_eq(rmdir(p), 0);
+    }
+    leave_top(fd);
+}
+END_TEST
+
+/* --set KEY=VALUE overrides the spec on check and plan; a finding about the
+ * overridden value names the --set, not a line of the file. */
+START_TEST(test_cli_set)
+{
+    int fd = enter_top();
+    struct run_result r;
+    char *bad[] = { "check", "--set", "epochs=0", "--set=model.layers=[16, x]",
+                    "tests/specs/valid/minimal.yaml", NULL };
+    NEED_DDPC(run_ddpc(bad, &r));
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out,
+        "--set epochs=0: error: epochs: must be between 1 and 1000000, found 0\n"
+        "--set model.layers=[16, x]: error: model.layers[1]: expected an integer, found 'x'\n");
+    run_free(&r);
+
+    /* an override repairs a spec, and applies to every file checked */
+    char *fix[] = { "check", "--set", "model.layers=[16, 2]", "--set", "epochs=2",
+                    "tests/specs/invalid/linear-layers.yaml", "tests/specs/valid/minimal.yaml",
+                    NULL };
+    ck_assert_int_eq(run_ddpc(fix, &r), 0);
+    ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+    run_free(&r);
+
+    /* another tool's name through --set gets the same help */
+    char *lr[] = { "check", "--set", "lr=0.1", "tests/specs/valid/minimal.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(lr, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert(strncmp(r.out, "--set lr=0.1: error: lr: unknown key 'lr' (PyTorch's", 52) == 0);
+    run_free(&r);
+
+    /* plan sees the overridden job */
+    char *plan[] = { "plan", "tests/specs/valid/minimal.yaml", "--set", "devices=2", "--set",
+                     "lr_scaling=linear", "--set", "data.train.samples=100", "--json", NULL };
+    ck_assert_int_eq(run_ddpc(plan, &r), 0);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "\"known\": true, \"size\": 2,") != NULL, "%s", r.out);
+    ck_assert_str_eq(r.err, "");
+    run_free(&r);
+
+    /* usage errors: exit 2, nothing checked */
+    static const char *const usage[][3] = { { "--set", NULL }, { "--set", "epochs" },
+                                            { "--set", "=1" } };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        char *u[] = { "check", "tests/specs/valid/minimal.yaml", (char *)usage[i][0],
+                      (char *)usage[i][1], NULL };
+        ck_assert_int_eq(run_ddpc(u, &r), 0);
+        ck_assert_int_eq(r.status, 2);
+        ck_assert(strstr(r.err, "--set takes KEY.PATH=VALUE") != NULL);
+        run_free(&r);
+    }
+    leave_top(fd);
+}
+END_TEST
+
+/* The text a build bakes (and hashes) carries the overrides; an override of
+ * a key shared through an alias changes only the path it names. */
+START_TEST(test_set_overrides_spec)
+{
+    int fd = enter_top();
+    char dir[] = "/tmp/ddpc-set-XXXXXX", p[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(p, sizeof p, "%s/s.yaml", dir);
+    put(p, "x-src: &src {format: synthetic, samples: 64}\nepochs: 1\nbatch_size: 8\n"
+           "model: {layers: [16, 2]}\ndata: {train: *src, test: *src}");
+    const char *sets[] = { "data.test.samples=32", "epochs=3", "name=a\tb" };
+    struct spec_options opt = { .read_data_headers = 1, .overrides = sets, .n_overrides = 2 };
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    struct spec_doc *doc = NULL;
+    diag_init(&d);
+    ck_assert_int_eq(spec_load_job(p, &opt, &job, &doc, &d), 0);
+    ck_assert_int_eq(job.data.train.samples, 64);
+    ck_assert_int_eq(job.data.test.samples, 32);
+    ck_assert_int_eq(job.epochs, 3);
+    size_t len;
+    const char *text = spec_doc_text(doc, &len);
+    ck_assert_uint_eq(strlen(text), len);
+    const char *tail = "data: {train: *src, test: *src}\n"
+                       "# ddpc --set data.test.samples=32\n# ddpc --set epochs=3\n";
+    ck_assert(len > strlen(tail));
+    ck_assert_str_eq(text + len - strlen(tail), tail);
+    spec_doc_free(doc);
+    diag_free(&d);
+
+    /* control characters cannot end the comment line */
+    opt.overrides = sets + 2;
+    opt.n_overrides = 1;
+    diag_init(&d);
+    ck_assert_int_eq(spec_load_job(p, &opt, &job, &doc, &d), 1);
+    text = spec_doc_text(doc, &len);
+    ck_assert(strstr(text, "\n# ddpc --set name=a\\x09b\n") != NULL);
+    ck_assert_str_eq(d.v[0].file, "--set name=a\tb");
+    spec_doc_free(doc);
+    diag_free(&d);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    leave_top(fd);
+}
+END_TEST
+
 static int collect(const char *pattern, char **dst)
 {
     char full[4096];
@@ -467,6 +677,10 @@ Suite *speccorpus_suite(void)
     tcase_add_test(cli, test_cli_exit_codes);
     tcase_add_test(cli, test_cli_formats);
     tcase_add_test(cli, test_cli_throughput);
+    tcase_add_test(cli, test_cli_help);
+    tcase_add_test(cli, test_cli_check_dir);
+    tcase_add_test(cli, test_cli_set);
+    tcase_add_test(tc, test_set_overrides_spec);
     suite_add_tcase(s, cli);
     return s;
 }
