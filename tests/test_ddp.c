@@ -5,6 +5,8 @@
  *   - W=2 at batch b ends with the same parameters as W=1 at batch 2b
  *     (within float32 rounding), gradients going through several buckets;
  *   - grad_accumulation 2 at batch b equals batch 2b;
+ *   - a bucket per tensor (all-reduce overlapping backward) ends bit for bit
+ *     where one big bucket does, W = 2 and 4;
  *   - the same seed twice gives byte-identical parameters (W=1 and W=2);
  *   - comm failures come back as errors naming the step ("step 2: ...");
  *   - a run stopped after epoch 1 and resumed from its checkpoint ends
@@ -125,7 +127,8 @@ static struct shared_out *train(const struct ddpc_job *j, int world)
     struct comm_shm_region *gr = NULL, *sr = NULL;
     ck_assert_msg(comm_shm_create(&gr, world, 0, &e) == 0, "%s", e.msg);
     ck_assert_msg(comm_shm_create(&sr, world, 0, &e) == 0, "%s", e.msg);
-    pid_t pids[2];
+    pid_t pids[4];
+    ck_assert_int_le(world, 4);
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
@@ -226,6 +229,43 @@ START_TEST(grad_accumulation_equals_big_batch)
     munmap(a, sizeof *a);
     munmap(b, sizeof *b);
     munmap(c, sizeof *c);
+}
+END_TEST
+
+/* The overlap property on CPU (tests/gpu/test_gpu.c checks it over NCCL):
+ * a bucket per tensor, each all-reduce started as soon as backward has
+ * written that tensor, ends bit for bit where one bucket started after
+ * backward ends: 3 linear layers, grad_accumulation 2, the rank-sync
+ * barrier on, W = 2 and 4. */
+START_TEST(bucket_per_tensor_equals_one_bucket)
+{
+    for (int world = 2; world <= 4; world += 2) {
+        struct ddpc_job tiny, one;
+        job_small(&tiny, 8, DDPC_OPTIM_ADAMW);
+        tiny.model.n_layers = 4;
+        tiny.model.layers[2] = 16;
+        tiny.model.layers[3] = 4;
+        tiny.grad_accumulation = 2;
+        one = tiny;
+        tiny.bucket_cap_mb = 1.0 / 1048576.0;   /* 1 byte: every tensor closes a bucket */
+        one.bucket_cap_mb = 0;                  /* one bucket, started after backward */
+        struct shared_out *a = train(&tiny, world);
+        struct shared_out *b = train(&one, world);
+        ck_assert_uint_eq(a->n, 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4);
+        ck_assert_uint_eq(a->n, b->n);
+        ck_assert_int_eq(a->res.steps, b->res.steps);
+        ck_assert_int_eq(a->res.steps, 2 * (256 / world / 8 / 2));
+        size_t differ = 0;
+        for (size_t i = 0; i < a->n; i++)
+            differ += memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0;
+        ck_assert_msg(differ == 0, "W=%d: %zu of %zu parameters differ in their bits", world,
+                      differ, a->n);
+        ck_assert_msg(memcmp(&a->res.train_loss, &b->res.train_loss, sizeof(double)) == 0,
+                      "W=%d: train_loss %.17g vs %.17g", world, a->res.train_loss,
+                      b->res.train_loss);
+        munmap(a, sizeof *a);
+        munmap(b, sizeof *b);
+    }
 }
 END_TEST
 
@@ -663,6 +703,7 @@ Suite *ddp_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, w2_batch_b_equals_w1_batch_2b);
     tcase_add_test(tc, grad_accumulation_equals_big_batch);
+    tcase_add_test(tc, bucket_per_tensor_equals_one_bucket);
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
