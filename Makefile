@@ -208,8 +208,9 @@ test check: deps all $(TESTS)
 # a job's launcher does (linked without CUDA), runs its device probe (0
 # devices here is fine, and it says so), and builds test_gpu (linked with
 # libddprt_cuda.a) so that cannot rot. gpu-test compares every
-# CUDA op with the CPU backend and all-reduces over every visible GPU; it
-# prints SKIP without one.
+# CUDA op with the CPU backend, all-reduces at world 2 and 4 (ranks share
+# GPUs where there are fewer: NCCL >= 2.30), trains with overlapped buckets
+# and runs built jobs (tests/gpu/README.md).
 CUDA_LINK_CHECK := $(B)/tests/cuda_link_check
 GPU_TEST        := $(B)/tests/test_gpu
 .PHONY: cuda-link-check gpu-test
@@ -219,6 +220,7 @@ ifneq ($(NVCC),)
 # arithmetic they compile in.
 $(CUDA_OBJ): $(wildcard runtime/*.h) spec/job.h
 
+$(B)/obj/tests/gpu/test_gpu.o: CPPFLAGS += -I$(CUDA_HOME)/include
 $(GPU_TEST): $(B)/tests/%: $(B)/obj/tests/gpu/%.o $(CUDA_LIB) $(RT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(CUDA_LIB) $(RT_LIB) $(CUDA_LINK) $(RT_LIBS)
@@ -242,11 +244,18 @@ cuda-link-check: $(CUDA_LINK_CHECK) $(GPU_TEST)
 	  echo "cuda-link-check: $$o: sm_80 + sm_90 machine code, compute_90 PTX"; \
 	done; fi
 
-gpu-test: $(GPU_TEST)
-	$(GPU_TEST)
+# gpu-test: test_gpu forks every part (the probe, the NCCL ranks, the ops
+# and training checks, the jobs it builds with build/bin/ddpc), so no parent
+# holds a CUDA context while a part runs. No GPU: SKIP with the probe's
+# reason, exit 0; a GPU it could not test (a /dev/nvidia node, or
+# DDPC_REQUIRE_GPU=1, and no device found; a failed probe): exit 1.
+gpu-test: all $(GPU_TEST)
+	DDPC_BUILD=$(CURDIR)/$(B) $(GPU_TEST)
 else
-cuda-link-check gpu-test:
+cuda-link-check:
 	@echo "SKIP $@: nvcc not found, the CUDA backend is not built"
+gpu-test:
+	@echo "gpu-test: nvcc not found, so the CUDA backend and test_gpu cannot be built and nothing on the GPU can be tested (install the CUDA toolkit, or NVCC=/path/to/nvcc)"; exit 1
 endif
 
 # The same suite with ASan + UBSan, in its own build tree.

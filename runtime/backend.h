@@ -42,11 +42,16 @@ struct ddpc_backend {
     /* Worker, after fork: select `device` and fill ops. */
     int (*ops_init)(struct ddpc_ops *ops, int device, struct ddpc_err *e);
     /* Worker: a communicator over all ranks, bootstrapped from master:port
-     * (NCCL_COMM_ID). Two are made, purpose "gradient" and "rank-sync"; port
-     * differs per purpose. Init itself is bounded by deadline. */
+     * (NCCL_COMM_ID): the "gradient" one. Only for world > 1: a one-GPU job
+     * makes none. Init itself is bounded by deadline. */
     int (*comm_init)(struct ddpc_comm *c, const char *purpose, int rank, int world,
                      const char *master_addr, int master_port, double deadline,
                      struct ddpc_err *e);
+    /* Worker: another communicator over parent's ranks, split from it
+     * (ncclCommSplit: no second bootstrap): the "rank-sync" one. Every rank
+     * calls it; bounded by deadline. Destroy c before parent. */
+    int (*comm_split)(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
+                      double deadline, struct ddpc_err *e);
 };
 
 /* backend_cuda.cu: exported by libddprt_cuda.so (the name dlsym looks up). */

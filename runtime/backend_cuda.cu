@@ -12,8 +12,9 @@
  *     (devprobe.h: found, no device, no driver, failed), the CUDA error and
  *     its name; the launcher decides (devprobe_decide) that only "no
  *     device" and "no driver" mean no GPU;
- *   - ops_init and comm_init run in the worker, in that order (comm_init
- *     needs the device selected and the compute stream made by ops_init).
+ *   - ops_init, comm_init and comm_split run in the worker, in that order
+ *     (comm_init needs the device selected and the compute stream made by
+ *     ops_init; the split needs the communicator it splits).
  *
  * The one piece of file state: the compute stream that ops_init made, kept
  * for comm_init, whose signature (backend.h) carries no ops pointer. A
@@ -188,9 +189,16 @@ static int cuda_comm_init(struct ddpc_comm *c, const char *purpose, int rank, in
                           g_compute_stream, deadline, e);
 }
 
+static int cuda_comm_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
+                           double deadline, struct ddpc_err *e)
+{
+    return comm_nccl_split(parent, c, purpose, deadline, e);
+}
+
 extern "C" const struct ddpc_backend ddpc_cuda_backend = {
     "cuda",
     cuda_probe,
     cuda_ops_init,
     cuda_comm_init,
+    cuda_comm_split,
 };

@@ -12,6 +12,18 @@
  *     deadline; then make the compute stream wait for "done", so the
  *     optimizer (issued next on the compute stream) reads reduced gradients.
  *
+ * The rank-sync communicator is split from the gradient one (ncclCommSplit,
+ * comm_nccl_split): same ranks, its own stream and NCCL channels, no second
+ * bootstrap.
+ *
+ * TEST HOOK (tests/gpu/test_gpu.c; never set it in production):
+ *   DDPC_TEST_STREAM_DELAY_US=N   before each all-reduce start, a kernel
+ *   that spins N us on the compute stream (so every later compute kernel,
+ *   the next bucket's gradients among them, runs late), and one on the comm
+ *   stream after the collective (so its result lands late). A missing
+ *   event wait in either direction then reads stale data reliably instead
+ *   of rarely. Read once, at init.
+ *
  * Rules this file keeps:
  *   - communicators are non-blocking (config.blocking = 0), so no NCCL call
  *     can hang the host: every wait is a poll against the caller's deadline,
@@ -20,7 +32,8 @@
  *     and the spec key that sets it;
  *   - every CUDA and NCCL call is checked (cuda_check.h); errors are returned,
  *     never printed, never exit();
- *   - it never allocates model memory and never issues compute work.
+ *   - it never allocates model memory and never issues compute work (but
+ *     the test hook's spin kernel).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -56,11 +69,29 @@ struct comm_nccl {
     char              why[200];   /* why it was aborted */
     char              addr[160];  /* "master:port", for messages */
     const char       *timeout_key;/* the spec key that sets this comm's deadlines */
+    long long         delay_ns;   /* DDPC_TEST_STREAM_DELAY_US (see the header); 0: off */
 };
 
 static struct comm_nccl *impl_of(const struct ddpc_comm *c)
 {
     return (struct comm_nccl *)c->impl;
+}
+
+/* The test hook's delay: one thread spins on the GPU's global timer. */
+__global__ static void k_spin(long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while ((long long)(t - t0) < ns);
+}
+
+static int spin(cudaStream_t st, long long ns, struct ddpc_err *e)
+{
+    k_spin<<<1, 1, 0, st>>>(ns);
+    KERNEL_CHECK(e, "k_spin");
+    return 0;
 }
 
 /* Polling back-off: small buckets finish in microseconds, so spin briefly
@@ -207,6 +238,8 @@ static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum co
          * gradients, the initial parameters). Order it after that work with an
          * event instead of a host sync: the host returns at once and keeps
          * issuing backward kernels, which overlap this reduction. */
+        if (k->delay_ns > 0 && kind == COLL_ALL_REDUCE)
+            DDPC_TRY(spin(k->compute, k->delay_ns, e));
         CUDA_CHECK(e, cudaEventRecord(s->ready, k->compute));
         CUDA_CHECK(e, cudaStreamWaitEvent(k->stream, s->ready, 0));
     }
@@ -227,6 +260,8 @@ static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum co
         break;
     }
     DDPC_TRY(settle(c, s, tag, st, deadline, e));
+    if (k->delay_ns > 0 && kind == COLL_ALL_REDUCE)
+        DDPC_TRY(spin(k->stream, k->delay_ns, e));
     CUDA_CHECK(e, cudaEventRecord(s->done, k->stream));
     s->pending = 1;
     return 0;
@@ -379,9 +414,10 @@ static void nccl_destroy(struct ddpc_comm *c)
     c->impl = NULL;
 }
 
-int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                   const char *master_addr, int master_port, cudaStream_t compute,
-                   double deadline, struct ddpc_err *e)
+/* The part of a new communicator every way of making one shares: c's
+ * fields, the impl, the high-priority comm stream, events, barrier scratch. */
+static int comm_prepare(struct ddpc_comm *c, const char *purpose, int rank, int world,
+                        cudaStream_t compute, struct ddpc_err *e)
 {
     memset(c, 0, sizeof *c);
     c->name = "nccl";
@@ -397,7 +433,8 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
     c->impl = k;
     k->compute = compute;
     k->timeout_key = strcmp(purpose, "rank-sync") == 0 ? "rank_sync_timeout" : "nccl_timeout";
-    snprintf(k->addr, sizeof k->addr, "%s:%d", master_addr, master_port);
+    const char *d = getenv("DDPC_TEST_STREAM_DELAY_US");
+    k->delay_ns = d && *d ? 1000LL * atoll(d) : 0;
     if (rank < 0 || rank >= world)
         return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: rank %d outside world %d", purpose,
                          rank, world);
@@ -411,6 +448,63 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
     CUDA_CHECK(e, cudaMalloc(&k->d_sync, 2 * sizeof *k->d_sync));
     CUDA_CHECK(e, cudaMemsetAsync(k->d_sync, 0, 2 * sizeof *k->d_sync, k->stream));
     CUDA_CHECK(e, cudaStreamSynchronize(k->stream));
+    return 0;
+}
+
+/* Polls a non-blocking init (or split) that answered st until the
+ * communicator is ready; past the deadline it is aborted. */
+static int init_settle(struct ddpc_comm *c, ncclResult_t st, double t0, double deadline,
+                       const char *how, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    const char *purpose = c->purpose;
+    int rank = c->rank, world = c->world;
+    for (unsigned spins = 0;; spins++) {
+        if (st == ncclSuccess)
+            break;
+        if (st != ncclInProgress) {
+            int r = DDPC_FAIL(e, DDPC_E_DEVICE,
+                              "nccl %s communicator %s (rank %d of %d, NCCL_COMM_ID=%s) "
+                              "failed: %s (%s)\n" DDPC_NCCL_HINT,
+                              purpose, how, rank, world, k->addr, ncclGetErrorString(st),
+                              k->comm ? ncclGetLastError(k->comm) : "");
+            kill_comm(k, "init failed");
+            return r;
+        }
+        if (deadline > 0 && ddpc_now() > deadline) {
+            kill_comm(k, "init passed its deadline");
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                             "nccl %s communicator %s (rank %d of %d, NCCL_COMM_ID=%s) did "
+                             "not complete within %.1f s; it was aborted.\n---> HINT: every "
+                             "rank must start and reach rank 0 at that address: check "
+                             "master_addr/master_port, firewalls, and that the port is free "
+                             "on rank 0's node",
+                             purpose, how, rank, world, k->addr, deadline - t0);
+        }
+        poll_pause(spins);
+        if (!k->comm)
+            return DDPC_FAIL(e, DDPC_E_DEVICE, "nccl %s communicator %s returned "
+                             "ncclInProgress without a communicator", purpose, how);
+        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &st));
+    }
+    return 0;
+}
+
+static void comm_ready(struct ddpc_comm *c)
+{
+    c->all_reduce_start = nccl_all_reduce_start;
+    c->all_reduce_wait = nccl_all_reduce_wait;
+    c->broadcast = nccl_broadcast;
+    c->barrier = nccl_barrier;
+}
+
+int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
+                   const char *master_addr, int master_port, cudaStream_t compute,
+                   double deadline, struct ddpc_err *e)
+{
+    DDPC_TRY(comm_prepare(c, purpose, rank, world, compute, e));
+    struct comm_nccl *k = impl_of(c);
+    snprintf(k->addr, sizeof k->addr, "%s:%d", master_addr, master_port);
 
     /* With NCCL_COMM_ID=host:port set, ncclGetUniqueId derives the id from
      * the address alone, so every rank (on every node) computes the same id
@@ -431,38 +525,29 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
     cfg.commName = strcmp(purpose, "rank-sync") == 0 ? "ddpc-rank-sync" : "ddpc-gradient";
     double t0 = ddpc_now();
     ncclResult_t st = ncclCommInitRankConfig(&k->comm, world, id, rank, &cfg);
-    for (unsigned spins = 0;; spins++) {
-        if (st == ncclSuccess)
-            break;
-        if (st != ncclInProgress) {
-            int r = DDPC_FAIL(e, DDPC_E_DEVICE,
-                              "nccl %s communicator init (rank %d of %d, NCCL_COMM_ID=%s) "
-                              "failed: %s (%s)\n" DDPC_NCCL_HINT,
-                              purpose, rank, world, k->addr, ncclGetErrorString(st),
-                              k->comm ? ncclGetLastError(k->comm) : "");
-            kill_comm(k, "init failed");
-            return r;
-        }
-        if (deadline > 0 && ddpc_now() > deadline) {
-            kill_comm(k, "init passed its deadline");
-            return DDPC_FAIL(e, DDPC_E_TIMEOUT,
-                             "nccl %s communicator init (rank %d of %d, NCCL_COMM_ID=%s) did "
-                             "not complete within %.1f s; it was aborted.\n---> HINT: every "
-                             "rank must start and reach rank 0 at that address: check "
-                             "master_addr/master_port, firewalls, and that the port is free "
-                             "on rank 0's node",
-                             purpose, rank, world, k->addr, deadline - t0);
-        }
-        poll_pause(spins);
-        if (!k->comm)
-            return DDPC_FAIL(e, DDPC_E_DEVICE, "nccl %s communicator init returned "
-                             "ncclInProgress without a communicator", purpose);
-        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &st));
-    }
+    DDPC_TRY(init_settle(c, st, t0, deadline, "init", e));
+    comm_ready(c);
+    return 0;
+}
 
-    c->all_reduce_start = nccl_all_reduce_start;
-    c->all_reduce_wait = nccl_all_reduce_wait;
-    c->broadcast = nccl_broadcast;
-    c->barrier = nccl_barrier;
+int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
+                    double deadline, struct ddpc_err *e)
+{
+    struct comm_nccl *pk = impl_of(parent);
+    if (!pk || !pk->comm || pk->aborted)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: cannot split from the %s communicator: "
+                         "it is not open", purpose, parent->purpose);
+    DDPC_TRY(comm_prepare(c, purpose, parent->rank, parent->world, pk->compute, e));
+    struct comm_nccl *k = impl_of(c);
+    snprintf(k->addr, sizeof k->addr, "%s", pk->addr);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;         /* as the parent: poll against the deadline */
+    cfg.commName = strcmp(purpose, "rank-sync") == 0 ? "ddpc-rank-sync" : "ddpc-split";
+    /* every rank, one color, keyed by its rank: the same ranks in the same
+     * order, on the parent's bootstrap (no second rendezvous) */
+    double t0 = ddpc_now();
+    ncclResult_t st = ncclCommSplit(pk->comm, 0, parent->rank, &k->comm, &cfg);
+    DDPC_TRY(init_settle(c, st, t0, deadline, "split from the gradient communicator", e));
+    comm_ready(c);
     return 0;
 }

@@ -1,7 +1,8 @@
 /* comm_nccl.h - the NCCL communicator's entry point, for .cu files only.
  *
- * backend_cuda.cu calls comm_nccl_init in the worker, after ops_cuda_init
- * selected the device (NCCL binds a communicator to the current device).
+ * backend_cuda.cu calls comm_nccl_init (the gradient communicator) and
+ * comm_nccl_split (rank-sync) in the worker, after ops_cuda_init selected
+ * the device (NCCL binds a communicator to the current device).
  * Never included by C files: it needs cuda_runtime.h.
  */
 #ifndef DDPC_COMM_NCCL_H
@@ -23,5 +24,13 @@
 int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
                    const char *master_addr, int master_port, cudaStream_t compute,
                    double deadline, struct ddpc_err *e);
+
+/* Fills c with a communicator over the same ranks as parent, made by
+ * ncclCommSplit on the parent's connections (no second bootstrap), with its
+ * own stream and the parent's compute stream. Collective over parent: every
+ * rank calls it, with nothing outstanding on parent. Bounded by deadline
+ * like init; c->destroy is safe after a failure. Destroy c before parent. */
+int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
+                    double deadline, struct ddpc_err *e);
 
 #endif /* DDPC_COMM_NCCL_H */

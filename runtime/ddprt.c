@@ -778,17 +778,20 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
     have_ops = 1;
 
     if (r->use_cuda) {
-        /* NCCL init waits for every rank: bound it like a collective. The
-         * rank-sync communicator listens on the next port (backend.h). */
+        /* One GPU: nothing to reduce, no communicator (worker.c needs one
+         * only for world > 1). Else NCCL init waits for every rank: bound it
+         * like a collective. The rank-sync communicator is split from the
+         * gradient one (no second bootstrap). */
         double dl = ddpc_deadline_after(j->nccl_timeout_s);
-        rc = r->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
-                                r->master_port, dl, e);
-        have_grad = 1;   /* destroy is safe after a failed init */
-        if (rc < 0)
-            goto out;
+        if (r->world > 1) {
+            rc = r->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
+                                    r->master_port, dl, e);
+            have_grad = 1;   /* destroy is safe after a failed init */
+            if (rc < 0)
+                goto out;
+        }
         if (want_sync) {
-            rc = r->cuda->comm_init(&sync, "rank-sync", w->rank, w->world, r->master_addr,
-                                    r->master_port + 1, dl, e);
+            rc = r->cuda->comm_split(&grad, &sync, "rank-sync", dl, e);
             have_sync = 1;
             if (rc < 0)
                 goto out;
@@ -833,7 +836,7 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         .world = w->world,
         .device = w->device,
         .ops = &ops,
-        .grad_comm = &grad,
+        .grad_comm = have_grad ? &grad : NULL,
         .sync_comm = have_sync ? &sync : NULL,
         .train = &r->train,
         .test = r->has_test ? &r->test : NULL,

@@ -1019,13 +1019,13 @@ START_TEST(ddprt_missing_gpu_named)
     struct ddpc_job j;
     tiny_job(&j);
     j.accelerator = DDPC_ACCEL_GPU;
-    struct ddpc_backend one = { "cuda", probe_one, NULL, NULL };
+    struct ddpc_backend one = { "cuda", probe_one, NULL, NULL, NULL };
     ck_assert_int_eq(run_main(&j, &one, NULL, NULL), 1);
     ck_assert_msg(strstr(main_err, "GPU 1 not found") && strstr(main_err, "1 GPU is visible"),
                   "%s", main_err);
     /* auto with no GPU falls back to CPU workers, and says so (dry run) */
     j.accelerator = DDPC_ACCEL_AUTO;
-    struct ddpc_backend none = { "cuda", probe_none, NULL, NULL };
+    struct ddpc_backend none = { "cuda", probe_none, NULL, NULL, NULL };
     ck_assert_int_eq(run_main(&j, &none, "--dry-run", NULL), 0);
     ck_assert_msg(strstr(main_out, "accelerator auto: no GPU found, running 2 CPU worker "
                                    "processes"), "%s", main_out);
@@ -1089,7 +1089,8 @@ END_TEST
 static struct comm_shm_region *fake_grad, *fake_sync;
 static struct fake_calls {
     int ops_device[4];
-    int grad_port[4], sync_port[4];
+    int grad_port[4];
+    int sync_split[4];   /* rank-sync made by comm_split of the gradient comm */
     int world[4];
 } *fake_calls;
 
@@ -1113,12 +1114,21 @@ static int fake_comm_init(struct ddpc_comm *c, const char *purpose, int rank, in
 {
     (void)master_addr;
     (void)deadline;
-    int sync = strcmp(purpose, "rank-sync") == 0;
     if (rank >= 0 && rank < 4) {
-        (sync ? fake_calls->sync_port : fake_calls->grad_port)[rank] = master_port;
+        fake_calls->grad_port[rank] = master_port;
         fake_calls->world[rank] = world;
     }
-    return comm_shm_attach(c, sync ? fake_sync : fake_grad, rank, purpose, e);
+    return comm_shm_attach(c, fake_grad, rank, purpose, e);
+}
+
+static int fake_comm_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
+                           double deadline, struct ddpc_err *e)
+{
+    (void)deadline;
+    int rank = parent->rank;
+    if (rank >= 0 && rank < 4 && strcmp(parent->purpose, "gradient") == 0)
+        fake_calls->sync_split[rank] = 1;
+    return comm_shm_attach(c, fake_sync, rank, purpose, e);
 }
 
 static int fake_ops_init_rec(struct ddpc_ops *ops, int device, struct ddpc_err *e)
@@ -1144,7 +1154,8 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     j.devices[0] = 1;
     j.devices[1] = 3;
     j.launch.master_port = 31000;
-    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init_rec, fake_comm_init };
+    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init_rec, fake_comm_init,
+                                 fake_comm_split };
     int st = run_main(&j, &fake, NULL, NULL);
     ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
     ck_assert(fake_calls->ops_device[1] && fake_calls->ops_device[3]);
@@ -1153,7 +1164,7 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     ck_assert_int_gt(fake_calls->grad_port[0], 0);
     for (int r = 0; r < 2; r++) {
         ck_assert_int_eq(fake_calls->grad_port[r], fake_calls->grad_port[0]);
-        ck_assert_int_eq(fake_calls->sync_port[r], fake_calls->grad_port[0] + 1);
+        ck_assert_int_eq(fake_calls->sync_split[r], 1);   /* split, not a second init */
         ck_assert_int_eq(fake_calls->world[r], 2);
     }
     /* --master wins; fresh regions, since a run leaves its barrier counts */
@@ -1163,14 +1174,21 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     ck_assert_int_eq(comm_shm_create(&fake_sync, 2, 64, &e), 0);
     st = run_main(&j, &fake, "--master", "127.0.0.1:31000");
     ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 2; r++)
         ck_assert_int_eq(fake_calls->grad_port[r], 31000);
-        ck_assert_int_eq(fake_calls->sync_port[r], 31001);
-    }
     /* the dry run names the devices */
     st = run_main(&j, &fake, "--dry-run", NULL);
     ck_assert_int_eq(st, 0);
     ck_assert_msg(strstr(main_out, "cuda:1") && strstr(main_out, "cuda:3"), "%s", main_out);
+    /* one GPU: nothing to reduce, so no communicator at all */
+    memset(fake_calls, 0, sizeof *fake_calls);
+    j.n_devices = 1;
+    j.devices[0] = 2;
+    st = run_main(&j, &fake, NULL, NULL);
+    ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
+    ck_assert(fake_calls->ops_device[2]);
+    ck_assert_int_eq(fake_calls->world[0], 0);       /* comm_init never called */
+    ck_assert_int_eq(fake_calls->sync_split[0], 0);  /* nor comm_split */
     comm_shm_region_free(fake_grad);
     comm_shm_region_free(fake_sync);
     munmap(fake_calls, sizeof *fake_calls);
@@ -1184,7 +1202,8 @@ START_TEST(ddprt_multinode_plan)
     tiny_job(&j);
     j.accelerator = DDPC_ACCEL_GPU;
     j.launch.num_nodes = 2;
-    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init, fake_comm_init };
+    struct ddpc_backend fake = { "cuda", fake_probe2, fake_ops_init, fake_comm_init,
+                                 fake_comm_split };
     char *argv[] = { (char *)"--node-rank=1", NULL };
     int st = run_main(&j, &fake, "--dry-run", argv[0]);
     ck_assert_msg(st == 0, "%s", main_err);

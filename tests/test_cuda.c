@@ -184,7 +184,7 @@ START_TEST(launcher_warns_on_mixed_gpu_models)
 {
     struct ddpc_job j;
     two_gpu_job(&j);
-    struct ddpc_backend two = { "cuda", probe_two, NULL, NULL };
+    struct ddpc_backend two = { "cuda", probe_two, NULL, NULL, NULL };
     fake_names[0] = "NVIDIA H100 80GB HBM3 (sm_90, 79 GiB)";
     fake_names[1] = "NVIDIA A100-SXM4-40GB (sm_80, 39 GiB)";
     ck_assert_int_eq(dry_run(&j, &two), 0);
@@ -201,7 +201,7 @@ START_TEST(launcher_gpu_without_gpus_fails_at_once)
 {
     struct ddpc_job j;
     two_gpu_job(&j);
-    struct ddpc_backend zero = { "cuda", probe_zero, NULL, NULL };
+    struct ddpc_backend zero = { "cuda", probe_zero, NULL, NULL, NULL };
     double t0 = ddpc_now();
     ck_assert_int_eq(dry_run(&j, &zero), 1);
     ck_assert_msg(strstr(launcher_err, "GPU 0 not found: no GPU is visible") &&
@@ -412,6 +412,58 @@ START_TEST(launcher_probe_failure_is_not_no_gpu)
 }
 END_TEST
 
+/* test_gpu's own verdicts, on a machine without a GPU: SKIP (exit 0) with
+ * the probe's exact reason; a failed probe (the hook's driver too old) and
+ * DDPC_REQUIRE_GPU=1 (the device machine's command) fail instead. */
+static int run_test_gpu(const char *env_name, const char *env_value, char *out, size_t cap)
+{
+    char path[] = "/tmp/ddpc_test_gpu_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        unsetenv("DDPC_REQUIRE_GPU");
+        unsetenv("DDPC_TEST_CUDA_PROBE_ERROR");
+        if (env_name && setenv(env_name, env_value, 1) != 0)
+            _exit(98);
+        char *argv[] = {test_gpu_path, NULL};
+        execv(test_gpu_path, argv);
+        _exit(127);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+START_TEST(test_gpu_skips_only_without_a_gpu)
+{
+    if (access(test_gpu_path, X_OK) != 0) {
+        printf("SKIP cuda: test_gpu verdicts: %s not built (make cuda-link-check)\n",
+               test_gpu_path);
+        return;
+    }
+    char out[4096];
+    int rc = run_test_gpu(NULL, NULL, out, sizeof out);
+    ck_assert_msg(rc == 0 && strncmp(out, "SKIP test_gpu: no GPU: no CUDA driver", 37) == 0,
+                  "rc %d: %s", rc, out);
+    rc = run_test_gpu("DDPC_REQUIRE_GPU", "1", out, sizeof out);
+    ck_assert_msg(rc == 1 && strstr(out, "FAIL test_gpu: DDPC_REQUIRE_GPU=1") &&
+                  strstr(out, "no CUDA driver") && !strstr(out, "SKIP"), "rc %d: %s", rc, out);
+    rc = run_test_gpu("DDPC_TEST_CUDA_PROBE_ERROR", "35", out, sizeof out);
+    ck_assert_msg(rc == 1 && strstr(out, "FAIL probe") &&
+                  strstr(out, "cudaErrorInsufficientDriver") && strstr(out, "too old") &&
+                  !strstr(out, "SKIP"), "rc %d: %s", rc, out);
+}
+END_TEST
+
 Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
@@ -428,6 +480,10 @@ Suite *cuda_suite(void)
     int gpus = gpu_nodes();
     find_test_gpu();
     if (gpus == 0) {
+        TCase *tv = tcase_create("test_gpu verdicts");
+        tcase_add_test(tv, test_gpu_skips_only_without_a_gpu);
+        tcase_set_timeout(tv, 30);
+        suite_add_tcase(s, tv);
         printf("SKIP cuda: no GPU found (no /dev/nvidia<N>); the CUDA backend is only "
                "compiled and link-checked here (make cuda-link-check)\n");
         TCase *tc = tcase_create("SKIP no GPU found");

@@ -1,15 +1,20 @@
 /* test_gpu.c - the CUDA backend against the CPU backend, on a real GPU.
  *
- *   make gpu-test            (builds build/tests/test_gpu and runs it)
+ *   make gpu-test            (builds everything, then runs build/tests/test_gpu)
  *   DDPC_TEST_SEED=42 build/tests/test_gpu    (replay one seed)
+ *   tests/gpu/README.md      (the one command for a lent GPU machine)
  *
  * Owns: the GPU checks that the CPU-only Check runner cannot link.
- *   1. NCCL, one forked process per visible GPU: seeded per-rank data, a
+ *   1. NCCL at world 2 and 4 (and every GPU when there are more), one
+ *      forked process per rank on cuda:(rank % GPUs): with fewer GPUs than
+ *      ranks they share (NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1; main
+ *      fails, not skips, on an older NCCL). Seeded per-rank data, a
  *      host-computed expectation, wrong-element counts (nccl-tests style):
  *      out-of-place sum and in-place average overlapping on two tags,
- *      broadcast, barrier, and (with 2+ GPUs) a barrier deadline that must
- *      fire with a message naming "rank-sync" and "barrier"; and, on any
- *      GPU count, an init whose peer never comes, which must time out.
+ *      broadcast, the rank-sync communicator split from the gradient one
+ *      (ncclCommSplit), its barrier, and a barrier deadline that must fire
+ *      naming "rank-sync" and "barrier"; and an init whose peer never
+ *      comes, which must time out.
  *   2. Every op of struct ddpc_ops, CUDA vs ops_cpu_init, on fresh random
  *      inputs (the seed is printed), with relative error bounds for fp32,
  *      and gemm with bf16 / fp16 inputs against the fp32 CPU result; the
@@ -17,17 +22,28 @@
  *   3. A small job trained by worker_run on cuda:0 (fp32, bf16, fp16 with
  *      dynamic loss scaling) against the same job on the CPU backend: steps,
  *      final train/test loss, test accuracy and parameters within bounds.
- *   4. End to end: the same small spec built by build/bin/ddpc (DDPC_BUILD)
+ *   4. Overlap: W = 2 and 4 ranks, fp32 and bf16, 4 linear layers, gradient
+ *      accumulation and the rank-sync barrier; a bucket per tensor (every
+ *      all-reduce starts while backward runs, DDPC_TEST_STREAM_DELAY_US
+ *      making the compute stream late before each start) ends bit for bit
+ *      where one bucket does, and within bounds of the CPU backend's run
+ *      of the same job at the same world size.
+ *   5. End to end: the same small spec built by build/bin/ddpc (DDPC_BUILD)
  *      with accelerator gpu and with accelerator cpu, on 2 GPUs (1 if that
  *      is all there is) and as many CPU workers: both jobs succeed and their
  *      final train_loss and test_accuracy agree within tolerance.
- * The NCCL part runs first: the parent must not initialise CUDA before it
- * forks the ranks.
+ * This process never initialises CUDA: the probe, every rank and every part
+ * runs in a forked child (run_part), so no parent holds a context while a
+ * part, or a job a part starts, runs.
  *
- * Never pretends: without a GPU it prints "SKIP" and exits 0; any mismatch
- * makes the exit status non-zero.
+ * Never pretends: without a GPU it prints "SKIP test_gpu: no GPU: <the
+ * probe's reason>" and exits 0; where there is a GPU to test (a
+ * /dev/nvidia<N> node, or DDPC_REQUIRE_GPU=1) but it cannot be, a failed
+ * probe, a missing piece (build/bin/ddpc), or any mismatch, the exit status
+ * is non-zero.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -36,13 +52,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <nccl.h>
+
 #include "backend.h"
+#include "comm_shm.h"
 #include "data.h"
+#include "devprobe.h"
 #include "ops.h"
 #include "ops_kernels.h"
 #include "worker.h"
@@ -52,6 +73,19 @@
 
 static int checks, failures;
 static uint64_t rng_state;
+static int g_gpus;            /* GPUs the probe saw; rank r runs on cuda:(r % g_gpus) */
+
+/* In a rank's process, before its ops and communicators exist: more ranks
+ * than GPUs share them, which NCCL >= 2.30 allows with
+ * NCCL_MULTI_RANK_GPU_ENABLE=1 (main checks the version first). */
+static int rank_env(int world)
+{
+    if (world > g_gpus && setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1) != 0) {
+        printf("FAIL setenv NCCL_MULTI_RANK_GPU_ENABLE: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
 
 static void check(int ok, const char *what, double err, double tol)
 {
@@ -661,7 +695,9 @@ static void test_end_to_end(int gpus)
     snprintf(rel, sizeof rel, "%s/bin/ddpc", b ? b : "build");
     char *ddpc = realpath(rel, NULL);     /* the jobs run in dir, not here */
     if (!ddpc || access(ddpc, X_OK) != 0) {
-        printf("SKIP end to end: %s not built (make)\n", rel);
+        checks++;
+        failures++;
+        printf("FAIL end to end: %s not built (make all)\n", rel);
         free(ddpc);
         return;
     }
@@ -782,9 +818,10 @@ static int nccl_rank(const struct ddpc_backend *b, int rank, int world, int port
     double dl = ddpc_deadline_after(60);
     memset(&grad, 0, sizeof grad);
     memset(&sync, 0, sizeof sync);
-    if (b->ops_init(&ops, rank, &e) < 0 ||
+    (void)port_sync;
+    if (rank_env(world) < 0 || b->ops_init(&ops, rank % g_gpus, &e) < 0 ||
         b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port_grad, dl, &e) < 0 ||
-        b->comm_init(&sync, "rank-sync", rank, world, "127.0.0.1", port_sync, dl, &e) < 0) {
+        b->comm_split(&grad, &sync, "rank-sync", dl, &e) < 0) {
         RFAIL("init: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
         return bad;
     }
@@ -992,30 +1029,393 @@ static void run_nccl_tests(const struct ddpc_backend *b, int world)
     }
 }
 
+/* ===== overlap: a bucket per tensor vs one bucket, over NCCL ===== */
+
+#define OVL_MAX_PARAMS 16384
+
+/* What rank 0 of a run hands back through shared memory. */
+struct ovl_out {
+    int     rc;               /* 0: both runs done */
+    char    msg[600];
+    size_t  n;
+    int64_t steps[2];
+    double  train_loss[2];
+    float   params[2][OVL_MAX_PARAMS];   /* [0] a bucket per tensor, [1] one bucket */
+};
+
+/* 4 linear layers (32-64-64-64-10), AdamW, grad_accumulation 2, the
+ * rank-sync barrier on, clipping on; bucket_cap_mb 1 byte (every tensor
+ * closes a bucket, so each all-reduce starts while backward still runs) or
+ * 0 (one bucket, started after backward). */
+static void ovl_job(struct ddpc_job *j, int precision, int per_tensor)
+{
+    train_job(j, precision);
+    j->name = "overlap";
+    j->epochs = 1;
+    j->batch_size = 32;
+    j->grad_accumulation = 2;
+    j->model.n_layers = 5;
+    j->model.layers[3] = 64;
+    j->model.layers[4] = 10;
+    j->bucket_cap_mb = per_tensor ? 1.0 / 1048576.0 : 0.0;
+    j->nccl_timeout_s = 120;
+    j->rank_sync_timeout_s = 120;
+}
+
+/* One rank: both runs on the same communicators, the bucket-per-tensor run
+ * first. gpu: NCCL on cuda:(rank % g_gpus); else CPU workers over comm_shm
+ * (the regions are mapped by the parent before fork). */
+static int ovl_rank(const struct ddpc_backend *b, int gpu, int precision, int rank, int world,
+                    int port, struct comm_shm_region *gr, struct comm_shm_region *sr,
+                    const struct ddpc_dataset *tr, struct ovl_out *out)
+{
+    struct ddpc_ops ops;
+    struct ddpc_comm grad, sync;
+    struct ddpc_err e = {0};
+    int rc = 0, have_ops = 0, have_grad = 0, have_sync = 0;
+    memset(&ops, 0, sizeof ops);
+    memset(&grad, 0, sizeof grad);
+    memset(&sync, 0, sizeof sync);
+    double dl = ddpc_deadline_after(120);
+    if (gpu) {
+        /* widen any race between the streams: see comm_nccl.cu */
+        if (setenv("DDPC_TEST_STREAM_DELAY_US", "300", 1) != 0 || rank_env(world) < 0)
+            return -1;
+        /* W > 2: NCCL's ring adds an element's W values in an order that
+         * depends on where the element falls in its chunk, so a different
+         * bucket layout may round differently. One channel of the tree
+         * algorithm adds every element in the same order (the chain's). W = 2
+         * needs nothing: a + b rounds as b + a. */
+        if (world > 2 && (setenv("NCCL_ALGO", "Tree", 1) != 0 ||
+                          setenv("NCCL_MIN_NCHANNELS", "1", 1) != 0 ||
+                          setenv("NCCL_MAX_NCHANNELS", "1", 1) != 0))
+            return -1;
+        rc = b->ops_init(&ops, rank % g_gpus, &e);
+        have_ops = 1;
+        if (rc == 0) {
+            rc = b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port, dl, &e);
+            have_grad = 1;
+        }
+        if (rc == 0) {
+            rc = b->comm_split(&grad, &sync, "rank-sync", dl, &e);
+            have_sync = 1;
+        }
+    } else {
+        rc = ops_cpu_init(&ops, &e);
+        have_ops = 1;
+        if (rc == 0 && (rc = comm_shm_attach(&grad, gr, rank, "gradient", &e)) == 0)
+            have_grad = 1;
+        if (rc == 0 && (rc = comm_shm_attach(&sync, sr, rank, "rank-sync", &e)) == 0)
+            have_sync = 1;
+    }
+    for (int run = 0; run < 2 && rc == 0; run++) {
+        struct ddpc_job j;
+        ovl_job(&j, precision, run == 0);
+        struct ddpc_worker_args a = { .job = &j, .rank = rank, .world = world,
+                                      .device = rank % g_gpus, .ops = &ops,
+                                      .grad_comm = &grad, .sync_comm = &sync, .train = tr,
+                                      .test = NULL, .out = NULL, .t_launch = ddpc_now() };
+        struct ddpc_worker_result res;
+        memset(&res, 0, sizeof res);
+        res.want_params = 1;
+        rc = worker_run(&a, &res, &e);
+        if (rc == 0 && rank == 0) {
+            out->n = res.n_params;
+            out->steps[run] = res.steps;
+            out->train_loss[run] = res.train_loss;
+            if (res.n_params <= OVL_MAX_PARAMS)
+                memcpy(out->params[run], res.params, res.n_params * sizeof(float));
+        }
+        free(res.params);
+    }
+    if (rc < 0) {
+        snprintf(out->msg, sizeof out->msg, "rank %d: %s (%s:%d)", rank, e.msg,
+                 e.file ? e.file : "?", e.line);
+        if (have_grad && grad.abort)
+            grad.abort(&grad, "a rank failed");
+        if (have_sync && sync.abort)
+            sync.abort(&sync, "a rank failed");
+    }
+    if (have_sync && sync.destroy)
+        sync.destroy(&sync);
+    if (have_grad && grad.destroy)
+        grad.destroy(&grad);
+    if (have_ops && ops.destroy)
+        ops.destroy(&ops);
+    return rc;
+}
+
+/* Waits for world ranks, at most timeout_s, then kills the rest (our own
+ * children, by pid). Returns the number that did not exit 0. */
+static int wait_ranks(pid_t *pids, int world, double timeout_s, const char *what)
+{
+    int bad = 0, alive = world;
+    double end = ddpc_now() + timeout_s;
+    while (alive > 0) {
+        for (int r = 0; r < world; r++) {
+            int st = 0;
+            if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r])
+                continue;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                printf("FAIL %s: rank %d %s %d\n", what, r,
+                       WIFEXITED(st) ? "exited" : "died of signal",
+                       WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                bad++;
+            }
+            pids[r] = 0;
+            alive--;
+        }
+        if (alive > 0 && ddpc_now() > end) {
+            for (int r = 0; r < world; r++)
+                if (pids[r] > 0) {
+                    printf("FAIL %s: rank %d still running after %.0f s; killed\n", what, r,
+                           timeout_s);
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], NULL, 0);
+                    pids[r] = 0;
+                    alive--;
+                    bad++;
+                }
+        }
+        usleep(10000);
+    }
+    fflush(stdout);
+    return bad;
+}
+
+/* One backend, world ranks, both runs; NULL (and a FAIL) on failure. The
+ * result is shared memory (munmap it). */
+static struct ovl_out *ovl_train(const struct ddpc_backend *b, int gpu, int precision,
+                                 int world, const struct ddpc_dataset *tr)
+{
+    char what[96];
+    snprintf(what, sizeof what, "overlap %s W=%d %s", prec_name[precision], world,
+             gpu ? "nccl" : "cpu reference");
+    struct ovl_out *out = (struct ovl_out *)mmap(NULL, sizeof *out, PROT_READ | PROT_WRITE,
+                                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (out == MAP_FAILED) {
+        checks++;
+        failures++;
+        printf("FAIL %s: mmap: %s\n", what, strerror(errno));
+        return NULL;
+    }
+    memset(out, 0, sizeof *out);
+    struct comm_shm_region *gr = NULL, *sr = NULL;
+    struct ddpc_err e = {0};
+    int port = 0, unused = 0;
+    if (gpu ? free_ports(&port, &unused) < 0
+            : comm_shm_create(&gr, world, 0, &e) < 0 || comm_shm_create(&sr, world, 0, &e) < 0) {
+        checks++;
+        failures++;
+        printf("FAIL %s: setup: %s\n", what, gpu ? "no free loopback port" : e.msg);
+        comm_shm_region_free(gr);
+        comm_shm_region_free(sr);
+        munmap(out, sizeof *out);
+        return NULL;
+    }
+    pid_t pids[8] = {0};
+    fflush(stdout);
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int rc = ovl_rank(b, gpu, precision, r, world, port, gr, sr, tr, out);
+            if (rc < 0)
+                printf("FAIL %s: %s\n", what, out->msg);
+            fflush(stdout);
+            _exit(rc < 0 ? 1 : 0);
+        }
+    }
+    checks++;
+    int bad = wait_ranks(pids, world, 300, what);
+    comm_shm_region_free(gr);
+    comm_shm_region_free(sr);
+    if (bad || out->n == 0 || out->n > OVL_MAX_PARAMS) {
+        failures++;
+        printf("FAIL %s: %d rank(s) failed, %zu parameters back\n", what, bad, out->n);
+        munmap(out, sizeof *out);
+        return NULL;
+    }
+    printf("PASS %-40s %lld steps, train_loss %.6f (per tensor) %.6f (one bucket)\n", what,
+           (long long)out->steps[0], out->train_loss[0], out->train_loss[1]);
+    return out;
+}
+
+/* Overlap is correct: with every bucket's all-reduce started while backward
+ * runs (and the stream-delay hook widening any race), the parameters after
+ * training are bit for bit those of one bucket started after backward, and
+ * within the GPU-vs-CPU bounds of the CPU backend's run of the same job at
+ * the same world size. fp32 and bf16; W = 2 and 4. */
+static void test_overlap(const struct ddpc_backend *b)
+{
+    struct ddpc_data_source src = { .format = DDPC_DATA_SYNTHETIC, .samples = 2048,
+                                    .features = 32, .classes = 10, .seed = 11 };
+    struct ddpc_dataset tr;
+    struct ddpc_err e = {0};
+    memset(&tr, 0, sizeof tr);
+    if (data_load(&src, &tr, &e) < 0) {
+        fail_err("overlap: synthetic train set", &e);
+        return;
+    }
+    static const int worlds[2] = {2, 4};
+    static const int precs[2] = {DDPC_PRECISION_FP32, DDPC_PRECISION_BF16};
+    for (int wi = 0; wi < 2; wi++)
+        for (int pi = 0; pi < 2; pi++) {
+            int world = worlds[wi], prec = precs[pi];
+            struct ovl_out *g = ovl_train(b, 1, prec, world, &tr);
+            struct ovl_out *c = ovl_train(b, 0, prec, world, &tr);
+            char what[96];
+            if (g) {
+                size_t differ = 0;
+                for (size_t i = 0; i < g->n; i++)
+                    differ += memcmp(&g->params[0][i], &g->params[1][i], sizeof(float)) != 0;
+                checks++;
+                failures += differ != 0 || g->steps[0] != g->steps[1];
+                printf("%s overlap %s W=%d: bucket per tensor vs one bucket: %zu of %zu "
+                       "parameters differ in their bits (bound 0), steps %lld/%lld\n",
+                       differ || g->steps[0] != g->steps[1] ? "FAIL" : "PASS",
+                       prec_name[prec], world, differ, g->n, (long long)g->steps[0],
+                       (long long)g->steps[1]);
+                fflush(stdout);
+            }
+            if (g && c && g->n == c->n) {
+                double ep = rel_err(g->params[0], c->params[0], g->n);
+                snprintf(what, sizeof what, "overlap %s W=%d: nccl vs cpu params",
+                         prec_name[prec], world);
+                check(ep <= train_par_tol[prec], what, ep, train_par_tol[prec]);
+                snprintf(what, sizeof what, "overlap %s W=%d: steps %lld == cpu %lld",
+                         prec_name[prec], world, (long long)g->steps[0],
+                         (long long)c->steps[0]);
+                check(g->steps[0] == c->steps[0], what, 0, 0);
+            }
+            if (g)
+                munmap(g, sizeof *g);
+            if (c)
+                munmap(c, sizeof *c);
+        }
+    data_free(&tr);
+}
+
+/* ===== the parts, each in its own process ===== */
+
+/* Runs fn in a forked child and counts its failures here. The parent never
+ * initialises CUDA (the probe runs in a child of its own), so no process
+ * holds a CUDA context while another part, or a job a part starts, runs. */
+static void run_part(const char *name, void (*fn)(const struct ddpc_backend *),
+                     const struct ddpc_backend *b, double timeout_s)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        checks++;
+        failures++;
+        printf("FAIL %s: fork: %s\n", name, strerror(errno));
+        return;
+    }
+    if (pid == 0) {
+        checks = failures = 0;
+        fn(b);
+        fflush(stdout);
+        _exit(failures > 100 ? 100 : failures);
+    }
+    pid_t pids[1] = {pid};
+    int bad = wait_ranks(pids, 1, timeout_s, name);
+    checks++;
+    if (bad)
+        failures++;
+}
+
+static void part_ops(const struct ddpc_backend *b)
+{
+    run_ops_tests(b);
+}
+
+/* /dev/nvidia0, /dev/nvidia1, ...: device nodes the driver made, whatever
+ * the probe says (nvidiactl and nvidia-uvm do not count). */
+static int gpu_nodes(void)
+{
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        if (strncmp(s, "nvidia", 6) != 0 || !s[6])
+            continue;
+        s += 6;
+        while (*s >= '0' && *s <= '9')
+            s++;
+        n += *s == '\0';
+    }
+    closedir(d);
+    return n;
+}
+
 int main(void)
 {
     const struct ddpc_backend *b = &ddpc_cuda_backend;
     struct ddpc_device_info info;
     struct ddpc_err e = {0};
+    /* the probe forks; this process never initialises CUDA (run_part) */
     if (b->probe(&info, &e) < 0) {
         printf("FAIL probe: %s\n", e.msg);
         return 1;
     }
+    if (info.status == DDPC_PROBE_FAILED) {
+        printf("FAIL probe: %s\n---> HINT: %s\n", info.note, devprobe_hint(info.cuda_error));
+        return 1;
+    }
     if (info.count == 0) {
-        printf("SKIP test_gpu: no GPU found (%s); nothing was tested\n",
+        /* a GPU node, or DDPC_REQUIRE_GPU=1 (the device machine's command):
+         * there is a GPU to test, so not testing it is a failure */
+        const char *req = getenv("DDPC_REQUIRE_GPU");
+        int nodes = gpu_nodes();
+        if (nodes > 0 || (req && strcmp(req, "1") == 0)) {
+            printf("FAIL test_gpu: %s, but the probe found no GPU: %s\n",
+                   nodes > 0 ? "/dev/nvidia<N> exists" : "DDPC_REQUIRE_GPU=1",
+                   info.note[0] ? info.note : "0 devices");
+            return 1;
+        }
+        printf("SKIP test_gpu: no GPU: %s; nothing was tested\n",
                info.note[0] ? info.note : "probe saw 0 devices");
         return 0;
     }
+    g_gpus = info.count;
+    /* the pieces: a missing one is a failure, not a skip */
+    const char *bd = getenv("DDPC_BUILD");
+    char ddpc[4096];
+    snprintf(ddpc, sizeof ddpc, "%s/bin/ddpc", bd ? bd : "build");
+    if (access(ddpc, X_OK) != 0) {
+        printf("FAIL test_gpu: %s is not built (make all; DDPC_BUILD names the build "
+               "directory)\n", ddpc);
+        return 1;
+    }
+    int nccl = 0;
+    if (ncclGetVersion(&nccl) != ncclSuccess)
+        nccl = 0;
     const char *s = getenv("DDPC_TEST_SEED");
     uint64_t seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     rng_state = seed ? seed : 1;
-    printf("test_gpu: %d GPU(s), first %s; seed %llu (DDPC_TEST_SEED to replay)\n", info.count,
-           info.names[0], (unsigned long long)seed);
-    int world = info.count > 64 ? 64 : info.count;
-    run_nccl_tests(b, world);
+    printf("test_gpu: %d GPU(s), first %s; NCCL %d.%d.%d; seed %llu (DDPC_TEST_SEED to "
+           "replay)\n", info.count, info.names[0], nccl / 10000, nccl / 100 % 100, nccl % 100,
+           (unsigned long long)seed);
+    /* world 2 and 4 on however many GPUs there are: more ranks than GPUs
+     * need NCCL >= 2.30 (tests/gpu/README.md: the wheel) */
+    if (g_gpus < 4 && nccl < 23000) {
+        printf("FAIL test_gpu: world 2 and 4 on %d GPU(s) need NCCL >= 2.30 "
+               "(NCCL_MULTI_RANK_GPU_ENABLE); this is NCCL %d.%d.%d.\n---> HINT: "
+               "tests/gpu/README.md: LD_LIBRARY_PATH to the nvidia-nccl-cu13 wheel's lib\n",
+               g_gpus, nccl / 10000, nccl / 100 % 100, nccl % 100);
+        return 1;
+    }
+    run_nccl_tests(b, 2);
+    run_nccl_tests(b, 4);
+    if (g_gpus > 4)
+        run_nccl_tests(b, g_gpus > 64 ? 64 : g_gpus);
     run_nccl_init_timeout(b);
-    run_ops_tests(b);
-    test_training(b);
+    run_part("ops: cuda vs cpu", part_ops, b, 600);
+    run_part("training: cuda:0 vs cpu", test_training, b, 600);
+    test_overlap(b);
     test_end_to_end(info.count);
     printf("test_gpu: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
