@@ -68,6 +68,7 @@
 #include <immintrin.h>
 #endif
 #include "comm_shm.h"
+#include "env.h"
 
 #define SHM_LINE          64
 #define SHM_DEFAULT_SLOT  ((size_t)1 << 20)   /* floats: 4 MiB per rank */
@@ -187,9 +188,8 @@ int comm_shm_create(struct comm_shm_region **out, int world, size_t slot_floats,
     /* Spinning only pays when every rank has a core of its own; otherwise a
      * spinner steals the time slice of the rank it waits for. */
     r->spin_s = (ncpu > 0 && world <= ncpu) ? SHM_SPIN_S : 0.0;
-    const char *sp = getenv("DDPC_SHM_SPIN_US");   /* tuning: benchmarks, experiments */
-    if (sp && *sp)
-        r->spin_s = atof(sp) * 1e-6;
+    if (env_get()->shm_spin_us >= 0)   /* tuning: benchmarks, experiments */
+        r->spin_s = env_get()->shm_spin_us * 1e-6;
     for (int i = 0; i < world; i++) {
         atomic_init(&r->ranks[i].seq, 0);
         atomic_init(&r->ranks[i].pid, 0);

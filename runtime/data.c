@@ -466,7 +466,9 @@ static int npy_read(const char *path, const char *what, struct raw_array *a,
     const char *t = d + 1;   /* e.g. <f4 |u1 >i8 */
     char order = t[0];
     a->kind = t[1];
-    a->size = atoi(t + 2);
+    char *size_end = NULL;
+    long size = strtol(t + 2, &size_end, 10);
+    a->size = size_end != t + 2 && *size_end == *d && size > 0 && size <= 16 ? (int)size : 0;
     a->big_endian = order == '>' || (order == '=' && host_big_endian());
     if (!(order == '<' || order == '>' || order == '|' || order == '=') ||
         !(a->kind == 'u' || a->kind == 'i' || a->kind == 'f' || a->kind == 'b') ||

@@ -59,6 +59,7 @@
 #include "data.h"
 #include "ddprt.h"
 #include "devprobe.h"
+#include "env.h"
 #include "keytab.h"
 #include "launch.h"
 #include "store.h"
@@ -998,6 +999,12 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         return 0;
     }
 
+    struct ddpc_err ee = { 0 };
+    if (env_load(&ee) < 0) {   /* a DDPC_* variable with a value it cannot take */
+        fprintf(stderr, "ddpc: error: %s\n", ee.msg);
+        return DDPRT_EXIT_USAGE;
+    }
+
     struct ddprt_run *r = calloc(1, sizeof *r);
     if (!r) {
         fprintf(stderr, "ddpc: error: out of memory\n");
@@ -1009,10 +1016,9 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     /* Benchmarks (bench/measure.py) set DDPC_BENCH_T0 to the wall-clock
      * time before exec, so first_step_s also counts exec and loading the
      * shared libraries, the way torch_ddp.py counts its interpreter start. */
-    const char *t0s = getenv("DDPC_BENCH_T0");
     struct timespec wall;
-    if (t0s && *t0s && clock_gettime(CLOCK_REALTIME, &wall) == 0) {
-        double since = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9 - atof(t0s);
+    if (env_get()->bench_t0 > 0 && clock_gettime(CLOCK_REALTIME, &wall) == 0) {
+        double since = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9 - env_get()->bench_t0;
         if (since > 0 && since < 60)
             r->t_launch -= since;
     }
@@ -1101,12 +1107,10 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     o.grace_s = 1.0;
     o.single_blas_thread = !r->use_cuda;
 
-    const char *hook = getenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES");   /* see the header */
-    if (hook && *hook)
-        ckpt_set_fault(strtoll(hook, NULL, 10), DDPC_CKPT_FAULT_STOP);
-    hook = getenv("DDPC_TEST_CKPT_SLOW_S");   /* tests: every checkpoint write takes this long */
-    if (hook && *hook)
-        ckpt_set_slow(strtod(hook, NULL));
+    if (env_get()->test_ckpt_stop_after >= 0)   /* see the header */
+        ckpt_set_fault(env_get()->test_ckpt_stop_after, DDPC_CKPT_FAULT_STOP);
+    if (env_get()->test_ckpt_slow_s > 0)   /* tests: every checkpoint write takes this long */
+        ckpt_set_slow(env_get()->test_ckpt_slow_s);
 
     int max_restarts = r->job.launch.max_restarts > 0 ? r->job.launch.max_restarts : 0;
     /* what ended each attempt, for the history printed when giving up */

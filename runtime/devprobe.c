@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "devprobe.h"
+#include "env.h"
 #include "job.h"
 
 enum ddpc_probe_status devprobe_classify(int cuda_error, int count)
@@ -77,10 +78,5 @@ enum ddpc_accel_choice devprobe_decide(int accelerator, const struct ddpc_device
 
 int devprobe_test_error(void)
 {
-    const char *s = getenv("DDPC_TEST_CUDA_PROBE_ERROR");
-    if (!s || !*s)
-        return -1;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    return *end == '\0' && v >= 1 && v <= 99999 ? (int)v : -1;
+    return env_get()->test_cuda_probe_error;
 }

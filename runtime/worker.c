@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "env.h"
 #include "ident.h"
 #include "metrics.h"
 #include "model.h"
@@ -1014,10 +1015,9 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     }
     /* DDPC_PROFILE=1: rank 0 on its report stream; =all: every rank, the
      * others on stderr with their [rank N] prefix */
-    const char *pe = getenv("DDPC_PROFILE");
-    int prof_all = pe && strcmp(pe, "all") == 0;
-    FILE *pout = r->rank == 0 ? out : prof_all ? stderr : NULL;
-    if (pout && r->prof.steps > 0 && pe && *pe && strcmp(pe, "0") != 0) {
+    enum ddpc_profile pe = env_get()->profile;
+    FILE *pout = r->rank == 0 ? out : pe == DDPC_PROFILE_ALL ? stderr : NULL;
+    if (pout && r->prof.steps > 0 && pe != DDPC_PROFILE_OFF) {
         double k = 1e6 / (double)r->prof.steps;
         double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm + r->prof.opt +
                      r->prof.sync + r->prof.other;

@@ -24,6 +24,7 @@
 #include "comm_shm.h"
 #include "launch.h"
 #include "ddprt.h"
+#include "env.h"
 #include "ops.h"
 #include <fcntl.h>
 
@@ -985,6 +986,46 @@ START_TEST(ddprt_flags)
 }
 END_TEST
 
+/* DDPC_* variables are parsed with a range: garbage stops the job with the
+ * variable's name instead of becoming 0; good values reach env_get(). */
+START_TEST(ddprt_env_checked)
+{
+    struct ddpc_job j;
+    tiny_job(&j);
+    static const char *const bad[][2] = {
+        { "DDPC_PROFILE", "yes" }, { "DDPC_SHM_SPIN_US", "abc" }, { "DDPC_SHM_SPIN_US", "-5" },
+        { "DDPC_BENCH_T0", "12x" }, { "DDPC_TEST_CKPT_STOP_AFTER_BYTES", "1e3" },
+        { "DDPC_TEST_CUDA_PROBE_ERROR", "0" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(setenv(bad[i][0], bad[i][1], 1), 0);
+        int st = run_main(&j, NULL, "--dry-run", NULL);
+        ck_assert_int_eq(unsetenv(bad[i][0]), 0);
+        char want[96];
+        snprintf(want, sizeof want, "%s='%s': expected", bad[i][0], bad[i][1]);
+        ck_assert_msg(st == 2 && strstr(main_err, want), "%s=%s: status %d, stderr:\n%s",
+                      bad[i][0], bad[i][1], st, main_err);
+        ck_assert_msg(!strstr(main_out, "job (as baked"), "ran anyway:\n%s", main_out);
+    }
+    ck_assert_int_eq(setenv("DDPC_PROFILE", "all", 1), 0);
+    ck_assert_int_eq(setenv("DDPC_SHM_SPIN_US", "2.5", 1), 0);
+    ck_assert_int_eq(setenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES", "4096", 1), 0);
+    struct ddpc_err e = { 0 };
+    int rc = env_load(&e);
+    unsetenv("DDPC_PROFILE");
+    unsetenv("DDPC_SHM_SPIN_US");
+    unsetenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES");
+    ck_assert_msg(rc == 0, "%s", e.msg);
+    ck_assert_int_eq(env_get()->profile, DDPC_PROFILE_ALL);
+    ck_assert_double_eq(env_get()->shm_spin_us, 2.5);
+    ck_assert_int_eq(env_get()->test_ckpt_stop_after, 4096);
+    ck_assert_int_eq(env_get()->test_cuda_probe_error, -1);
+    ck_assert_int_eq(env_load(&e), 0);   /* back to the defaults */
+    ck_assert_int_eq(env_get()->profile, DDPC_PROFILE_OFF);
+    ck_assert(env_get()->shm_spin_us < 0);
+}
+END_TEST
+
 START_TEST(ddprt_gpu_without_cuda_fails_at_once)
 {
     struct ddpc_job j;
@@ -1404,6 +1445,7 @@ Suite *comm_shm_suite(void)
     TCase *m = tcase_create("ddprt");
     tcase_set_timeout(m, 60);
     tcase_add_test(m, ddprt_dry_run_prints_everything);
+    tcase_add_test(m, ddprt_env_checked);
     tcase_add_test(m, ddprt_flags);
     tcase_add_test(m, ddprt_gpu_without_cuda_fails_at_once);
     tcase_add_test(m, ddprt_missing_gpu_named);

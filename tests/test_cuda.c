@@ -27,6 +27,7 @@
 #include "suites.h"
 #include "ddprt.h"
 #include "devprobe.h"
+#include "env.h"
 #include "job.h"
 
 /* /dev/nvidia0, /dev/nvidia1, ...: one node per GPU the driver exposes to
@@ -326,6 +327,10 @@ START_TEST(probe_test_hook_parsing)
             ck_assert_int_eq(setenv("DDPC_TEST_CUDA_PROBE_ERROR", cases[i].v, 1), 0);
         else
             ck_assert_int_eq(unsetenv("DDPC_TEST_CUDA_PROBE_ERROR"), 0);
+        /* read once per process (env.c); a value out of range is an error */
+        struct ddpc_err e = { 0 };
+        int unset = !cases[i].v || !*cases[i].v;
+        ck_assert_int_eq(env_load(&e) == 0, unset || cases[i].want != -1);
         ck_assert_msg(devprobe_test_error() == cases[i].want, "'%s'",
                       cases[i].v ? cases[i].v : "(unset)");
     }

@@ -1,0 +1,117 @@
+/* env.c - the DDPC_* environment variables (env.h), parsed and checked.
+ *
+ * Owns: every getenv of a DDPC_* name in the runtime. Never exits; a bad
+ * value is an error for env_load's caller (ddprt_main) and a one-time
+ * warning for env_get()'s.
+ */
+#include "env.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ddpc_env the_env;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* name's value as a finite double in [lo, hi]; 0 unset (v untouched), 1 set,
+ * -1 bad (e says why). */
+static int env_double(const char *name, double lo, double hi, const char *what, double *v,
+                      struct ddpc_err *e)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(x) || x < lo || x > hi)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected %s (unset it to use the default)",
+                         name, s, what);
+    *v = x;
+    return 1;
+}
+
+static int env_int(const char *name, long long lo, long long hi, const char *what, int64_t *v,
+                   struct ddpc_err *e)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected %s (unset it to use the default)",
+                         name, s, what);
+    *v = x;
+    return 1;
+}
+
+static int env_read(struct ddpc_env *v, struct ddpc_err *e)
+{
+    int rc = 0;
+    v->profile = DDPC_PROFILE_OFF;
+    v->shm_spin_us = -1;
+    v->bench_t0 = 0;
+    v->test_ckpt_stop_after = -1;
+    v->test_ckpt_slow_s = 0;
+    v->test_cuda_probe_error = -1;
+
+    const char *p = getenv("DDPC_PROFILE");
+    if (p && *p) {
+        if (strcmp(p, "0") == 0)
+            v->profile = DDPC_PROFILE_OFF;
+        else if (strcmp(p, "1") == 0)
+            v->profile = DDPC_PROFILE_RANK0;
+        else if (strcmp(p, "all") == 0)
+            v->profile = DDPC_PROFILE_ALL;
+        else
+            rc = DDPC_FAIL(e, DDPC_E_INVALID, "DDPC_PROFILE='%s': expected 0, 1 or all "
+                           "(unset it to use the default)", p);
+    }
+    if (env_double("DDPC_SHM_SPIN_US", 0, 1e7, "microseconds from 0 to 1e7",
+                   &v->shm_spin_us, e) < 0)
+        rc = -1;
+    if (env_double("DDPC_BENCH_T0", 1, 1e12, "a wall-clock time in seconds since the epoch",
+                   &v->bench_t0, e) < 0)
+        rc = -1;
+    if (env_int("DDPC_TEST_CKPT_STOP_AFTER_BYTES", 0, INT64_MAX, "a byte count >= 0",
+                &v->test_ckpt_stop_after, e) < 0)
+        rc = -1;
+    if (env_double("DDPC_TEST_CKPT_SLOW_S", 0, 3600, "seconds from 0 to 3600",
+                   &v->test_ckpt_slow_s, e) < 0)
+        rc = -1;
+    int64_t pe = -1;
+    if (env_int("DDPC_TEST_CUDA_PROBE_ERROR", 1, 99999, "a cudaError_t number from 1 to 99999",
+                &pe, e) < 0)
+        rc = -1;
+    v->test_cuda_probe_error = (int)pe;
+    return rc;
+}
+
+static int loaded;   /* env_load ran (in the launcher, before any thread) */
+
+static void env_once(void)
+{
+    struct ddpc_err e = { 0 };
+    if (!loaded && env_read(&the_env, &e) < 0)
+        fprintf(stderr, "ddpc: warning: %s; using the default\n", e.msg);
+    loaded = 1;
+}
+
+int env_load(struct ddpc_err *e)
+{
+    int rc = env_read(&the_env, e);
+    loaded = 1;
+    pthread_once(&once, env_once);   /* nothing left to do; env_get() sees this copy */
+    return rc;
+}
+
+const struct ddpc_env *env_get(void)
+{
+    pthread_once(&once, env_once);
+    return &the_env;
+}
