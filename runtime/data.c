@@ -640,6 +640,8 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
     char **fields = NULL;
     float *x = NULL, *y = NULL;
     int32_t *labels = NULL;
+    unsigned char *notlab = NULL;
+    double *cmax = NULL;
     size_t nlines = 0;
     for (size_t i = 0; i < len; i++)
         nlines += text[i] == '\n';
@@ -691,6 +693,13 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
     }
     int integral = 1;
     double ymax = -1;
+    /* per column: whole numbers >= 0 only, and the largest (label hint) */
+    notlab = calloc((size_t)cols, 1);
+    cmax = calloc((size_t)cols, sizeof *cmax);
+    if (!notlab || !cmax) {
+        rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
     for (size_t li = first; li < nl; li++) {
         if (lines[li][0] == 0)
             continue;
@@ -713,6 +722,10 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                 yv = v;
             else
                 xr[k++] = (float)v;
+            if (v != floor(v) || v < 0 || v > 1e6)
+                notlab[c] = 1;
+            else if (v > cmax[c])
+                cmax[c] = v;
         }
         if (bad >= 0) {
             if (li == first)   /* a header line */
@@ -734,6 +747,15 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
     }
     ds->n = rows;
     ds->features = cols - 1;
+    ds->label_ok = !notlab[lc];
+    ds->label_hint = -1;
+    for (int k = -1; k < cols && ds->label_hint < 0; k++) {   /* the last column first */
+        int c = k < 0 ? cols - 1 : k;
+        if (c != lc && !notlab[c]) {
+            ds->label_hint = c;
+            ds->label_hint_max = (int32_t)cmax[c];
+        }
+    }
     ds->dtype = DDPC_DTYPE_F32;
     ds->u8_scale = 1.0f;
     ds->x = x;
@@ -756,6 +778,8 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
         ds->classes = (int32_t)ymax + 1;
     }
 out:
+    free(notlab);
+    free(cmax);
     free(labels);
     free(x);
     free(y);
@@ -840,6 +864,7 @@ int data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
               struct ddpc_err *e)
 {
     memset(ds, 0, sizeof *ds);
+    ds->label_hint = -1;
     int rc;
     switch (src->format) {
     case DDPC_DATA_IDX:

@@ -26,6 +26,12 @@ struct ddpc_dataset {
     int32_t *labels;        /* [n] when classes > 0; owned */
     float   *y;             /* [n, targets] when regression; owned */
     char    source[256];    /* what it was loaded from, for messages */
+    /* CSV: another column than label_column whose values are all whole
+     * numbers >= 0 (it may be the labels the spec missed), -1 if none, and
+     * its largest value; label_ok says whether label_column's were too */
+    int32_t label_hint;
+    int32_t label_hint_max;
+    int32_t label_ok;
 };
 
 /* Reads one source (IDX .gz or plain, NPY, CSV, synthetic). Errors name the

@@ -263,6 +263,21 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
                          "model.layers[0] is %d; make them equal", what, ds->source,
                          (int)ds->features, r->in_dim);
     if (j->loss == DDPC_LOSS_CROSS_ENTROPY) {
+        /* a CSV whose labels are in another column than label_column says */
+        int lc_bad = !ds->labels || ds->classes > r->out_dim;
+        if (lc_bad && ds->label_hint >= 0 && ds->label_hint_max < r->out_dim) {
+            const struct ddpc_data_source *src = strcmp(what, "test") == 0 ? &j->data.test
+                                                                           : &j->data.train;
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s): column %d (label_column) %s, so it "
+                             "is not the label column; column %d holds whole numbers up to %d: "
+                             "set data.%s.label_column: %d", what, ds->source,
+                             (int)src->label_column, !ds->label_ok
+                                 ? "holds values that are not class labels (fractions or "
+                                   "negative numbers)"
+                                 : "has more classes than the model has outputs",
+                             (int)ds->label_hint, (int)ds->label_hint_max, what,
+                             (int)ds->label_hint);
+        }
         if (!ds->labels)
             return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has no class labels, which "
                              "cross_entropy needs; use loss: mse for regression targets",

@@ -1268,22 +1268,82 @@ static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t
     return 0;
 }
 
-/* CSV: the number of columns of the first line. */
-static int csv_columns(const char *p, int64_t *cols, char *why, size_t cap)
+/* What the first CSV_SEEN columns of a CSV's head look like, to tell which
+ * one holds class labels. */
+#define CSV_SEEN 64
+
+struct csv_look {
+    int64_t rows;                   /* whole data lines looked at */
+    uint64_t labels;                /* bit c: column c held only integers >= 0 */
+    double max[CSV_SEEN];           /* column c's largest value */
+    double odd[CSV_SEEN];           /* column c's first value that is not a class label */
+    int odd_line[CSV_SEEN];         /* its line (1-based); 0: none */
+};
+
+/* CSV: the number of columns of the first line, and a look at the whole
+ * lines of the first 64 KiB (a first line that is not numbers is a header,
+ * as the runtime reads it). */
+static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char *why, size_t cap)
 {
-    unsigned char b[65536];
-    long got = data_head(p, b, sizeof b, why, cap);
+    static unsigned char b[65536 + 1];   /* check is single-threaded */
+    long got = data_head(p, b, sizeof b - 1, why, cap);
     if (got < 0)
         return -1;
     int64_t n = 1;
     long i = 0;
     for (; i < got && b[i] != '\n'; i++)
         n += b[i] == ',';
-    if (got == 0 || (i == got && got == (long)sizeof b)) {
+    if (got == 0 || (i == got && got == (long)sizeof b - 1)) {
         snprintf(why, cap, got == 0 ? "empty CSV file" : "first CSV line longer than 64 KiB");
         return -1;
     }
     *cols = n;
+    memset(look, 0, sizeof *look);
+    look->labels = ~UINT64_C(0);
+    /* whole lines only: the head may end in the middle of one */
+    long end = got;
+    if (got == (long)sizeof b - 1)
+        while (end > 0 && b[end - 1] != '\n')
+            end--;
+    b[end] = '\0';
+    int line = 0;
+    for (char *q = (char *)b; q < (char *)b + end && *q;) {
+        char *nl = strchr(q, '\n');
+        if (nl)
+            *nl = '\0';
+        line++;
+        double v[CSV_SEEN];
+        int nv = 0, numeric = 1;
+        for (char *f = q; numeric && nv < CSV_SEEN;) {
+            char *e;
+            while (*f == ' ' || *f == '\t' || *f == '"')
+                f++;
+            v[nv] = strtod(f, &e);
+            while (*e == ' ' || *e == '\t' || *e == '"' || *e == '\r')
+                e++;
+            numeric = e != f && (*e == ',' || *e == '\0') && isfinite(v[nv]);
+            nv++;
+            if (*e != ',')
+                break;
+            f = e + 1;
+        }
+        if (numeric && nv > 1) {
+            look->rows++;
+            for (int c = 0; c < nv; c++) {
+                int label = v[c] >= 0 && v[c] == floor(v[c]) && v[c] <= 1e6;
+                if (!label && (look->labels >> c & 1)) {
+                    look->labels &= ~(UINT64_C(1) << c);
+                    look->odd[c] = v[c];
+                    look->odd_line[c] = line;
+                }
+                if (look->rows == 1 || v[c] > look->max[c])
+                    look->max[c] = v[c];
+            }
+        }
+        if (!nl)
+            break;
+        q = nl + 1;
+    }
     return 0;
 }
 
@@ -1331,6 +1391,7 @@ struct file_facts {
     int nd;
     char descr[32];         /* npy dtype */
     int64_t cols;           /* csv */
+    struct csv_look look;   /* csv */
     int64_t min_label, max_label;   /* integer label files; max -1 unknown */
 };
 
@@ -1343,7 +1404,7 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
     memset(f, 0, sizeof *f);
     f->max_label = -1;
     if (role == ROLE_CSV) {
-        f->ok = csv_columns(p, &f->cols, f->why, sizeof f->why) == 0;
+        f->ok = csv_columns(p, &f->cols, &f->look, f->why, sizeof f->why) == 0;
         return;
     }
     int rc = fmt == DDPC_DATA_IDX
@@ -1440,6 +1501,49 @@ static const char *shown_path(struct ddpc_vctx *c, const struct ddpc_node *n, ch
     return buf;
 }
 
+/* A CSV whose label_column cannot hold class labels (a fraction, a
+ * negative number, or more classes than the model has outputs) while
+ * another column could: say so at label_column (or at the path when it is
+ * left at its default), instead of a message about the loss or the layers
+ * at run time. */
+static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s,
+                           const char *spath, const struct ddpc_node *pathnode,
+                           const struct file_facts *f)
+{
+    const struct csv_look *lk = &f->look;
+    const struct ddpc_job *j = c->job;
+    int lc = s->label_column, cols = f->cols < CSV_SEEN ? (int)f->cols : CSV_SEEN;
+    if (j->loss != DDPC_LOSS_CROSS_ENTROPY || lk->rows == 0 || lc >= cols || j->model.n_layers < 2)
+        return;
+    double out = j->model.layers[j->model.n_layers - 1];
+    int fits = (lk->labels >> lc & 1) && lk->max[lc] < out;
+    if (fits)
+        return;
+    /* the last column first (the usual other place), then left to right */
+    int cand = -1;
+    for (int k = -1; k < cols && cand < 0; k++) {
+        int col = k < 0 ? cols - 1 : k;
+        if (col != lc && (lk->labels >> col & 1) && lk->max[col] < out)
+            cand = col;
+    }
+    if (cand < 0)
+        return;
+    char lkey[64], why[160], shown[PATH_MAX + 64], v[32];
+    snprintf(lkey, sizeof lkey, "%s.label_column", spath);
+    const struct ddpc_node *given = load_lookup(c->root, lkey);
+    if (!(lk->labels >> lc & 1))
+        snprintf(why, sizeof why, "holds %s (line %d), not a class label",
+                 fmt_num(lk->odd[lc], v, sizeof v), lk->odd_line[lc]);
+    else
+        snprintf(why, sizeof why, "goes up to %s, more classes than the %.0f outputs of "
+                 "model.layers", fmt_num(lk->max[lc], v, sizeof v), out);
+    vdiag(c, DDPC_SEV_ERROR, given ? given : pathnode, lkey,
+          "column %d of '%s' %s, so it is not the label column (label_column is %d%s); "
+          "column %d holds whole numbers up to %.0f: set %s: %d", lc,
+          shown_path(c, pathnode, shown, sizeof shown), why, lc, given ? "" : " by default",
+          cand, lk->max[cand], lkey, cand);
+}
+
 static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source *s,
                              const char *spath, struct data_info *info)
 {
@@ -1476,6 +1580,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             return;
         }
         info->features = cols - 1;
+        csv_label_hint(c, s, spath, n, &f);
         return;
     }
     /* idx, npy: inputs [N, features...], labels [N] */

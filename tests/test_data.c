@@ -311,6 +311,38 @@ START_TEST(csv_with_header)
 }
 END_TEST
 
+/* A CSV whose labels are not in label_column: the dataset names the
+ * column that looks like labels, so the worker can point at label_column. */
+START_TEST(csv_label_hint)
+{
+    const char *text = "a,b,c,y\n0.5,1.5,2,1\n0.25,1,3,0\n1.5,2,4,2\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_CSV, .path = path_buf[0],
+                                    .label_column = 0 };
+    struct ddpc_dataset ds;
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_ptr_null(ds.labels);          /* column 0 holds fractions */
+    ck_assert_int_eq(ds.label_ok, 0);
+    ck_assert_int_eq(ds.label_hint, 3);     /* the last column first, though column 2 fits too */
+    ck_assert_int_eq(ds.label_hint_max, 2);
+    data_free(&ds);
+    src.label_column = 3;
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.label_ok, 1);
+    ck_assert_int_eq(ds.classes, 3);
+    ck_assert_int_eq(ds.label_hint, 2);
+    data_free(&ds);
+    /* nothing looks like labels: no hint */
+    text = "0.5,1.5\n0.25,-1\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    src.label_column = 0;
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.label_hint, -1);
+    data_free(&ds);
+}
+END_TEST
+
 START_TEST(synthetic_deterministic)
 {
     struct ddpc_data_source src = { .format = DDPC_DATA_SYNTHETIC, .samples = 100,
@@ -352,6 +384,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
     tcase_add_test(tc, csv_with_header);
+    tcase_add_test(tc, csv_label_hint);
     tcase_add_test(tc, synthetic_deterministic);
     suite_add_tcase(s, tc);
     return s;

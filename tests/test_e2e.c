@@ -345,6 +345,54 @@ START_TEST(build_with_set_logs_plain_progress)
 }
 END_TEST
 
+/* A CSV with its labels in the last column and label_column left at 0:
+ * check says so at label_column, and a job built without reading the data
+ * (--no-data) says the same when it loads it, not "use loss: mse". */
+START_TEST(csv_label_column_hint)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-csv"), *spec = NULL, *csv = NULL, *job = NULL;
+    char *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/c.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&csv, "%s/iris.csv", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/c", dir), 0);
+    const char *data = "5.1,3.5,1.4,0\n4.9,3.0,1.4,0\n7.0,3.2,4.7,1\n6.3,3.3,6.0,2\n";
+    ck_assert_int_eq(write_file(csv, data, strlen(data)), 0);
+    const char *text = "name: c\naccelerator: cpu\nepochs: 1\nbatch_size: 2\n"
+                       "model: {layers: [3, 3]}\ndata: {train: {format: csv, path: iris.csv}}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+
+    struct run_result r;
+    char *check[] = { ddpc, "check", spec, NULL };
+    ck_assert_int_eq(run_capture(check, NULL, NULL, 30, &r), 0);
+    ck_assert_int_eq(r.code, 1);
+    ck_assert_msg(strstr(r.out, "error: data.train.label_column: column 0 of ") &&
+                  strstr(r.out, "set data.train.label_column: 3\n") && !strstr(r.out, "loss"),
+                  "%s", r.out);
+    run_result_free(&r);
+
+    char *build[] = { ddpc, "build", spec, "-o", job, "--no-data", NULL };
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0, "the job ran:\n%s", r.out);
+    ck_assert_msg(strstr(r.err, "column 0 (label_column) holds values that are not class labels") &&
+                  strstr(r.err, "set data.train.label_column: 3") && !strstr(r.err, "loss: mse"),
+                  "%s", r.err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(csv);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 Suite *e2e_suite(void)
 {
     Suite *s = suite_create("e2e");
@@ -358,6 +406,7 @@ Suite *e2e_suite(void)
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
     tcase_add_test(run, build_with_set_logs_plain_progress);
+    tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     suite_add_tcase(s, run);
     return s;
