@@ -32,11 +32,16 @@ struct ddpc_dataset {
     int32_t label_hint;
     int32_t label_hint_max;
     int32_t label_ok;
+    char    labels_source[256]; /* the file the labels came from (IDX/NPY: the
+                                   labels file; CSV: the file itself) */
+    char    label_note[320];  /* CSV without class labels: which line's label
+                                 made them targets ("" if none did) */
 };
 
 /* Reads one source (IDX .gz or plain, NPY, CSV, synthetic). Errors name the
  * file and say what is wrong (missing, bad magic, truncated, mismatched
- * counts). data_free is safe after a failed load. */
+ * counts, a NaN or infinity in float data with its sample and feature or
+ * its CSV line). data_free is safe after a failed load. */
 int  data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                struct ddpc_err *e);
 void data_free(struct ddpc_dataset *ds);

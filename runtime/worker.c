@@ -135,6 +135,57 @@ static int step_fail(struct ddpc_run *r, struct ddpc_err *e, int rc)
     return rc;
 }
 
+/* ===== finite gradients ===== */
+
+/* Whether x[n] holds no NaN or infinity, i.e. its norm is finite. Float
+ * bits, not isfinite(), so the loop vectorizes (measured on the example
+ * MLP's 203,530 gradients: 18 us vectorized, 74 us not). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize")))
+#endif
+static int floats_finite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
+/* fp32: a NaN or infinite gradient after the all-reduce ends the job at this
+ * step instead of turning the parameters into NaN (the loss check catches a
+ * non-finite loss, but a gradient can overflow with a finite loss, and relu
+ * can hide NaN parameters from later losses). Checks g[lo, hi) of the
+ * averaged gradients; ss: their sum of squares when clipping computed it, or
+ * < 0. With host memory the scan runs on the slice this rank's optimizer is
+ * about to read (warm in cache, 1/W of the gradients with sharded state); a
+ * rank that finds one aborts the others with this message. */
+static int grads_check(struct ddpc_run *r, size_t lo, size_t hi, double ss, struct ddpc_err *e)
+{
+    if (ss < 0) {
+        if (r->ops->host_memory) {
+            if (floats_finite(r->rgrads + lo, hi - lo))
+                return 0;
+            for (size_t i = lo; i < hi; i++)
+                if (!isfinite(r->rgrads[i])) {
+                    ss = r->rgrads[i];   /* NaN or an infinity, as the norm would be */
+                    break;
+                }
+        } else {
+            DDPC_TRY(r->ops->sumsq(r->ops, r->rgrads + lo, hi - lo, &ss, e));
+        }
+    }
+    if (isfinite(ss))
+        return 0;
+    return DDPC_FAIL(e, DDPC_E_INVALID,
+                     "step %ld: the gradient norm is not finite (%s) on rank %d%s: the run "
+                     "diverged. Lower learning_rate, set grad_clip_norm, or check the data",
+                     r->step_no, isnan(ss) ? "a gradient is NaN" : "a gradient is infinite",
+                     r->rank, r->comm_on ? " after the all-reduce" : "");
+}
+
 /* ===== buckets ===== */
 
 static void buckets_plan(struct ddpc_run *r)
@@ -209,10 +260,13 @@ static int buckets_finish(struct ddpc_run *r, struct ddpc_err *e)
  * next step's rank-sync barrier (a release/acquire barrier between the
  * same processes) already ordered it. The update is element-wise, so
  * sharding changes no value. */
-static int run_optim_step(struct ddpc_run *r, float gscale, struct ddpc_err *e)
+static int run_optim_step(struct ddpc_run *r, float gscale, int check, struct ddpc_err *e)
 {
-    if (!r->shared_state)
+    if (!r->shared_state) {
+        if (check)
+            DDPC_TRY(grads_check(r, 0, r->model.n_params, -1, e));
         return optim_step(&r->optim, r->model.params, r->rgrads, gscale, e);
+    }
     int W = r->world;
     for (int i = 0; i < r->n_buckets; i++) {
         size_t off = r->bucket[i].lo, n = r->bucket[i].hi - off;
@@ -232,6 +286,8 @@ static int run_optim_step(struct ddpc_run *r, float gscale, struct ddpc_err *e)
             sub.m += lo;
         if (sub.v)
             sub.v += lo;
+        if (check)
+            DDPC_TRY(grads_check(r, lo, hi, -1, e));
         DDPC_TRY(optim_step(&sub, r->model.params + lo, r->rgrads + lo, gscale, e));
     }
     r->optim.step++;
@@ -280,12 +336,14 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
         }
         if (!ds->labels)
             return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has no class labels, which "
-                             "cross_entropy needs; use loss: mse for regression targets",
-                             what, ds->source);
+                             "cross_entropy needs%s%s; use loss: mse for regression targets",
+                             what, ds->labels_source, ds->label_note[0] ? ": " : "",
+                             ds->label_note);
         if (ds->classes > r->out_dim)
-            return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has labels up to %d but the model "
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s labels (%s) go up to %d but the model "
                              "has %d outputs; the last of model.layers must be >= %d", what,
-                             ds->source, (int)ds->classes - 1, r->out_dim, (int)ds->classes);
+                             ds->labels_source, (int)ds->classes - 1, r->out_dim,
+                             (int)ds->classes);
     } else {
         if (ds->y && ds->targets == r->out_dim && !(ds->labels && r->out_dim > 1))
             return 0;
@@ -883,6 +941,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 /* the grads are averaged, so every rank decides alike */
                 double ss = 0;
                 DDPC_TRY(o->sumsq(o, r->rgrads, r->model.n_params, &ss, e));
+                if (!r->amp)
+                    DDPC_TRY(grads_check(r, 0, r->model.n_params, ss, e));
                 if (r->amp && !isfinite(ss)) {
                     r->loss_scale *= 0.5f;   /* overflow: skip this step */
                     r->good_steps = 0;
@@ -908,7 +968,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 }
             }
             double lr = optim_lr(&r->optim, r->optim.step);
-            DDPC_TRY(run_optim_step(r, gscale, e));
+            /* fp32 without clipping: the optimizer's slice is checked */
+            DDPC_TRY(run_optim_step(r, gscale, !r->amp && j->grad_clip_norm <= 0, e));
             double t5 = ddpc_now();
             r->prof.opt += t5 - t4;
             r->prof.steps++;

@@ -5,6 +5,7 @@
  * with a header; the synthetic generator is deterministic per seed. Errors:
  * missing file, wrong IDX magic, truncated file, count mismatch — each
  * message names the offending file. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,94 @@ START_TEST(csv_label_hint)
 }
 END_TEST
 
+/* One NaN or infinity anywhere in float data is an error naming the file
+ * and where, in every format: it would train the model to chance. */
+START_TEST(nonfinite_values_are_refused)
+{
+    unsigned char buf[512];
+    /* NPY float32 inputs [2, 3] with a NaN at sample 1, column 2 */
+    size_t h = npy_header(buf, "<f4", "(2, 3)");
+    float xf[6] = { 0.5f, -1, 2, 3, 4.25f, NAN };
+    memcpy(buf + h, xf, sizeof xf);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof xf, 0);
+    h = npy_header(buf, "<i8", "(2,)");
+    int64_t yl[2] = { 1, 0 };
+    memcpy(buf + h, yl, sizeof yl);
+    write_bytes(tmp_path(1, "y.npy"), buf, h + sizeof yl, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_NPY, .inputs = path_buf[0],
+                                    .labels = path_buf[1] };
+    expect_error(&src, path_buf[0], "sample 1, column 2 (element 5) is NaN");
+    /* float64 inputs (converted): an infinity, and a value float32 cannot hold */
+    h = npy_header(buf, "<f8", "(2, 2)");
+    double xd[4] = { 0, -INFINITY, 1, 2 };
+    memcpy(buf + h, xd, sizeof xd);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof xd, 0);
+    expect_error(&src, path_buf[0], "sample 0, column 1 (element 1) is -infinity");
+    xd[1] = 1e300;
+    memcpy(buf + h, xd, sizeof xd);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof xd, 0);
+    expect_error(&src, path_buf[0], "is +infinity (as float32)");
+    /* NPY float targets (regression) */
+    h = npy_header(buf, "<f4", "(2, 3)");
+    xf[5] = 1;
+    memcpy(buf + h, xf, sizeof xf);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof xf, 0);
+    h = npy_header(buf, "<f4", "(2,)");
+    float yt[2] = { 0.5f, INFINITY };
+    memcpy(buf + h, yt, sizeof yt);
+    write_bytes(tmp_path(1, "y.npy"), buf, h + sizeof yt, 0);
+    expect_error(&src, path_buf[1], "target of sample 1");
+
+    /* IDX float32 (big-endian, converted on little-endian hosts) */
+    unsigned char img[12 + 6 * 4];
+    const unsigned char hi[12] = { 0, 0, 0x0d, 2, 0, 0, 0, 2, 0, 0, 0, 3 };
+    memcpy(img, hi, 12);
+    const float vals[6] = { 0.5f, -2.0f, 3.25f, 1e-3f, NAN, -0.125f };
+    for (int i = 0; i < 6; i++) {
+        uint32_t u;
+        memcpy(&u, &vals[i], 4);
+        for (int b = 0; b < 4; b++)
+            img[12 + 4 * i + b] = (unsigned char)(u >> (24 - 8 * b));
+    }
+    unsigned char lab[16];
+    size_t nl = idx_labels(lab, 2);
+    struct ddpc_data_source isrc = { .format = DDPC_DATA_IDX, .inputs = tmp_path(2, "xf"),
+                                     .labels = tmp_path(3, "yl") };
+    write_bytes(isrc.inputs, img, sizeof img, 1);
+    write_bytes(isrc.labels, lab, nl, 0);
+    expect_error(&isrc, path_buf[2], "sample 1, column 1 (element 4) is NaN");
+
+    /* CSV: nan, inf and a float32 overflow, each with its line */
+    struct ddpc_data_source csrc = { .format = DDPC_DATA_CSV, .path = tmp_path(4, "d.csv") };
+    const char *text = "label,a,b\n1,2,3\n0,nan,1\n";
+    write_bytes(csrc.path, text, strlen(text), 0);
+    expect_error(&csrc, path_buf[4], ":3: column 2 (\"nan\") is not finite");
+    text = "1,2,3\n0,1,-inf\n";
+    write_bytes(csrc.path, text, strlen(text), 0);
+    expect_error(&csrc, path_buf[4], ":2: column 3 (\"-inf\") is not finite");
+    text = "1e39,2,3\n0,1,1\n";   /* the first line is data, not a header */
+    write_bytes(csrc.path, text, strlen(text), 0);
+    expect_error(&csrc, path_buf[4], ":1: column 1 (\"1e39\") is not finite");
+}
+END_TEST
+
+/* CSV labels that cannot be class indices make the file a regression set;
+ * the dataset says which line did it, for the cross_entropy error. */
+START_TEST(csv_label_note_names_the_line)
+{
+    const char *text = "1,2,3\n0,1,1\n-1,5,5\n2.5,0,0\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_CSV, .path = path_buf[0] };
+    struct ddpc_dataset ds;
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_ptr_null(ds.labels);
+    ck_assert_msg(strstr(ds.label_note, ":3: label -1 (column 1)") != NULL, "%s", ds.label_note);
+    ck_assert_str_eq(ds.labels_source, path_buf[0]);
+    data_free(&ds);
+}
+END_TEST
+
 START_TEST(synthetic_deterministic)
 {
     struct ddpc_data_source src = { .format = DDPC_DATA_SYNTHETIC, .samples = 100,
@@ -386,6 +475,8 @@ Suite *data_suite(void)
     tcase_add_test(tc, csv_with_header);
     tcase_add_test(tc, csv_label_hint);
     tcase_add_test(tc, synthetic_deterministic);
+    tcase_add_test(tc, nonfinite_values_are_refused);
+    tcase_add_test(tc, csv_label_note_names_the_line);
     suite_add_tcase(s, tc);
     return s;
 }

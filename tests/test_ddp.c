@@ -561,6 +561,46 @@ START_TEST(fp16_loss_scale_survives_resume)
 }
 END_TEST
 
+/* fp32: a gradient that overflows while the loss stays finite (mse keeps
+ * the loss in double) stops the run at that step, naming the gradient
+ * norm, instead of writing infinities into the parameters. */
+START_TEST(nonfinite_gradient_names_the_step)
+{
+    struct ddpc_job j;
+    job_small(&j, 16, DDPC_OPTIM_ADAM);
+    j.model.type = DDPC_MODEL_LINEAR;
+    j.model.n_layers = 2;
+    j.model.layers[0] = 1;
+    j.model.layers[1] = 1;
+    j.loss = DDPC_LOSS_MSE;
+    j.data.has_test = 0;
+    j.epochs = 1;
+    float x[32], y[32];
+    for (int i = 0; i < 32; i++) {
+        x[i] = 1e38f;   /* finite; x * dz summed over 16 rows is not */
+        y[i] = 0;
+    }
+    struct ddpc_dataset tr = { .n = 32, .features = 1, .targets = 1, .dtype = DDPC_DTYPE_F32,
+                               .u8_scale = 1, .x = x, .y = y, .source = "mem" };
+    struct ddpc_ops ops;
+    struct ddpc_err e = {0};
+    ops_cpu_init(&ops, &e);
+    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
+                                  .train = &tr };
+    struct ddpc_worker_result res = {0};
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_msg(strncmp(e.msg, "step 1: the gradient norm is not finite", 39) == 0, "%s",
+                  e.msg);
+    /* with clipping, the norm clipping computes is the one checked */
+    ddpc_err_clear(&e);
+    j.grad_clip_norm = 1.0;
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_msg(strncmp(e.msg, "step 1: the gradient norm is not finite", 39) == 0, "%s",
+                  e.msg);
+    ops.destroy(&ops);
+}
+END_TEST
+
 START_TEST(checkpoint_resume_continues_exactly)
 {
     char dir[] = "/tmp/ddpc-test-ddp-XXXXXX";
@@ -706,6 +746,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, bucket_per_tensor_equals_one_bucket);
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);
+    tcase_add_test(tc, nonfinite_gradient_names_the_step);
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
     tcase_add_test(tc, fp16_loss_scaling_is_exact_on_fp32_math);
     tcase_add_test(tc, fp16_loss_scaler_counts_skips_and_stops);
