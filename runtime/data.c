@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 #ifdef DDPC_HAVE_LIBDEFLATE
 #include <libdeflate.h>
@@ -37,30 +39,33 @@ struct dfile {
 };
 
 #ifdef DDPC_HAVE_LIBDEFLATE
-/* Tries the libdeflate path; 0 with f->mem NULL when it does not apply
- * (not gzip, several members, or ISIZE wrong for a file >= 4 GiB). */
-static int file_slurp_gzip(struct dfile *f, const char *path, const char *what,
+/* Tries the libdeflate path on fd (a regular file of st_size bytes, at
+ * offset 0); 0 with f->mem NULL when it does not apply (not gzip, several
+ * members, or ISIZE wrong for a file >= 4 GiB); pread leaves fd's offset at 0. */
+static int file_slurp_gzip(struct dfile *f, int fd, off_t st_size, const char *path,
                            struct ddpc_err *e)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot open %s: %s; check the path in the spec",
-                         what, path, strerror(errno));
     unsigned char *in = NULL;
     int rc = 0;
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 18)
+    if (st_size < 18)
         goto out;   /* let zlib report it */
-    size_t n = (size_t)st.st_size;
+    size_t n = (size_t)st_size;
     in = malloc(n);
     if (!in) {
         rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate %zu bytes", path, n);
         goto out;
     }
-    if (fread(in, 1, n, fp) != n) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: read error: %s", path,
-                       ferror(fp) ? strerror(errno) : "file shrank while reading");
-        goto out;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, in + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: read error: %s", path,
+                           r < 0 ? strerror(errno) : "file shrank while reading");
+            goto out;
+        }
+        got += (size_t)r;
     }
     if (in[0] != 0x1f || in[1] != 0x8b)
         goto out;
@@ -78,10 +83,10 @@ static int file_slurp_gzip(struct dfile *f, const char *path, const char *what,
         rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate a decompressor", path);
         goto out;
     }
-    size_t used = 0, got = 0;
-    enum libdeflate_result r = libdeflate_gzip_decompress_ex(d, in, n, out, isz, &used, &got);
+    size_t used = 0, outn = 0;
+    enum libdeflate_result r = libdeflate_gzip_decompress_ex(d, in, n, out, isz, &used, &outn);
     libdeflate_free_decompressor(d);
-    if (r != LIBDEFLATE_SUCCESS || used != n || got != isz) {
+    if (r != LIBDEFLATE_SUCCESS || used != n || outn != isz) {
         free(out);   /* corrupt, multi-member or >= 4 GiB: zlib decides */
         goto out;
     }
@@ -89,26 +94,55 @@ static int file_slurp_gzip(struct dfile *f, const char *path, const char *what,
     f->len = isz;
 out:
     free(in);
-    (void)fclose(fp);
     return rc;
 }
 #endif
 
+/* Opens path for reading without ever blocking: O_NONBLOCK, so a FIFO or a
+ * device with no writer cannot hang the job before any worker starts, then
+ * only a regular file is read (a FIFO, a directory, /dev/zero would block
+ * or never end). */
 static int file_open(struct dfile *f, const char *path, const char *what, struct ddpc_err *e)
 {
     memset(f, 0, sizeof *f);
     if (!path || !*path)
         return DDPC_FAIL(e, DDPC_E_DATA, "%s: no file given in the spec", what);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot open %s: %s; check the path in the spec",
+                         what, path, strerror(errno));
+    struct stat st;
+    int flags;
+    if (fstat(fd, &st) != 0 || (flags = fcntl(fd, F_GETFL)) == -1 ||
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+        int err = errno;
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: %s: %s", what, path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: %s is not a regular file (it is a %s); data "
+                         "must be a file on disk", what, path,
+                         S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                         : S_ISCHR(st.st_mode) ? "character device"
+                         : S_ISBLK(st.st_mode) ? "block device"
+                         : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+    }
 #ifdef DDPC_HAVE_LIBDEFLATE
-    DDPC_TRY(file_slurp_gzip(f, path, what, e));
-    if (f->mem)
-        return 0;
+    int rc = file_slurp_gzip(f, fd, st.st_size, path, e);
+    if (rc < 0 || f->mem) {
+        (void)close(fd);
+        return rc;
+    }
 #endif
     errno = 0;
-    f->gz = gzopen(path, "rb");
-    if (!f->gz)
-        return DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot open %s: %s; check the path in the spec",
-                         what, path, errno ? strerror(errno) : "out of memory");
+    f->gz = gzdopen(fd, "rb");   /* owns fd from here; a failed gzdopen does not close it */
+    if (!f->gz) {
+        int err = errno;
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: cannot open %s: %s", what, path,
+                         err ? strerror(err) : "out of memory");
+    }
     gzbuffer(f->gz, 1 << 17);
     return 0;
 }

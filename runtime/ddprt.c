@@ -51,7 +51,9 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include "child_msg.h"
 #include "ckpt.h"
@@ -544,6 +546,16 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
                            r->info.count == 1 ? "" : "s");
             DDPC_TRY(ddprt_gpu_plan(r, e));
         } else {
+            /* the CPU backend computes in fp32: training it silently would
+             * not be the run the spec asked for */
+            if (j->precision != DDPC_PRECISION_FP32)
+                return DDPC_FAIL(e, DDPC_E_INVALID,
+                                 "precision: %s needs a GPU, and accelerator auto found none "
+                                 "(%s); set precision: fp32 to train on this machine's CPUs, "
+                                 "or run on a GPU machine (accelerator: gpu makes that "
+                                 "explicit)", j->precision == DDPC_PRECISION_BF16 ? "bf16"
+                                                                                : "fp16",
+                                 *why ? why : "no GPU found");
             DDPC_TRY(ddprt_cpu_plan(r, e));
             (void)snprintf(r->accel_note, sizeof r->accel_note,
                            "accelerator auto: no GPU found, running %d CPU worker process%s (%s)",
@@ -915,6 +927,40 @@ static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     return ckpt_preflight_n(j->checkpoint_dir, ddprt_ckpt_bytes(j), held > 2 ? (int)held : 2, e);
 }
 
+/* An output path that exists must be the kind the job writes: a FIFO would
+ * block the open (rank 0, mid-run, with the others waiting), a device or
+ * /dev/null would swallow the metrics or, for the export, be replaced by
+ * the atomic rename. Checked with stat, which never blocks, before any
+ * worker starts. */
+static int ddprt_output_kind(const char *path, const char *key, int want_dir,
+                             struct ddpc_err *e)
+{
+    struct stat st;
+    if (!path || !*path || stat(path, &st) != 0)
+        return 0;   /* absent: created later (errors then name it) */
+    if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
+        return 0;
+    const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                     : S_ISREG(st.st_mode) ? "a regular file"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket" : "a special file";
+    return DDPC_FAIL(e, DDPC_E_INVALID, "%s: %s is %s, not %s; point %s at a %s path", key, path,
+                     kind, want_dir ? "a directory" : "a regular file", key,
+                     want_dir ? "directory" : "file");
+}
+
+static int ddprt_output_preflight(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    if (r->node_rank != 0)
+        return 0;   /* rank 0 writes them */
+    DDPC_TRY(ddprt_output_kind(j->logging.metrics_csv, "logging.metrics_csv", 0, e));
+    DDPC_TRY(ddprt_output_kind(j->logging.tensorboard, "logging.tensorboard", 1, e));
+    DDPC_TRY(ddprt_output_kind(j->checkpoint.export_path, "checkpoint.export", 0, e));
+    return ddprt_output_kind(j->checkpoint_dir, "checkpoint_dir", 1, e);
+}
+
 /* Temp files of writers that are gone (a worker killed mid-write by the
  * user's signal, the grace-period SIGKILL, or an earlier kill -9 of the
  * whole job), in checkpoint_dir and next to the export. Only this host's
@@ -930,6 +976,134 @@ static void ddprt_remove_stale_temps(const struct ddprt_run *r)
         return;
     if (ckpt_prune(j->checkpoint_dir, j->name, NULL, 0, &pe) < 0)
         fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
+}
+
+/* ===== memory limits, from the launcher ===== */
+
+/* What a CPU worker maps beyond what it inherits, from the job alone:
+ * parameters, gradients, optimizer state, activations and batch buffers
+ * (model.c, worker.c), plus OpenBLAS's per-thread gemm buffer, which it
+ * maps on the first gemm: 128 MiB in Debian's OpenBLAS 0.3.21 (measured:
+ * a worker of the example maps one more 131072 kB region than the
+ * launcher). Returns the model part; *blas the buffer. */
+#define DDPRT_BLAS_BUFFER ((size_t)128 << 20)
+static size_t ddprt_worker_bytes(const struct ddpc_job *j)
+{
+    size_t n = 0, acts = 0;
+    int nl = j->model.n_layers < DDPC_MAX_LAYERS ? j->model.n_layers : DDPC_MAX_LAYERS;
+    for (int l = 0; l + 1 < nl; l++)
+        n += (size_t)j->model.layers[l + 1] * ((size_t)j->model.layers[l] + 1);
+    for (int l = 0; l < nl; l++)
+        acts += (size_t)j->model.layers[l];
+    size_t rows = (size_t)(j->batch_size > DDPC_EVAL_BATCH ? j->batch_size : DDPC_EVAL_BATCH);
+    size_t n_opt = j->optimizer.type == DDPC_OPTIM_SGD ? (j->optimizer.momentum != 0.0 ? n : 0)
+                                                       : 2 * n;
+    /* params, grads, state; z, a and their gradients per layer */
+    return (2 * n + n_opt) * sizeof(float) + 4 * rows * acts * sizeof(float);
+}
+
+/* Bytes of this process's address space (statm: size) or resident set
+ * (statm: resident); 0 when /proc cannot tell. */
+static size_t ddprt_self_bytes(int resident)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    unsigned long long size = 0, rss = 0;
+    if (!f)
+        return 0;
+    int got = fscanf(f, "%llu %llu", &size, &rss);
+    (void)fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (got != 2 || page <= 0)
+        return 0;
+    return (size_t)(resident ? rss : size) * (size_t)page;
+}
+
+static void ddprt_mib(char *buf, size_t len, double bytes)
+{
+    (void)snprintf(buf, len, bytes < 10485760.0 ? "%.1f MiB" : "%.0f MiB", bytes / 1048576.0);
+}
+
+/* This process's cgroup v2 memory.max in bytes; 0 when there is none (no
+ * cgroup v2, "max", unreadable). */
+static unsigned long long ddprt_cgroup_max(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096], path[4200];
+    unsigned long long v = 0;
+    if (!f)
+        return 0;
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            (void)snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
+            found = 1;
+            break;
+        }
+    (void)fclose(f);
+    if (!found || !(f = fopen(path, "re")))
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1)
+        v = 0;   /* "max" */
+    (void)fclose(f);
+    return v;
+}
+
+/* Before fork, with the data loaded: a memory limit too small for the
+ * workers is an error now, naming both numbers, instead of what happens
+ * later: under ulimit -v, OpenBLAS retries its failing buffer mmap forever
+ * (measured: the example under ulimit -v 400000 spins until killed); under
+ * a cgroup's memory.max, the OOM killer. Each worker is a copy of this
+ * process (same address space, data shared) that then maps its own state. */
+static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    if (r->use_cuda)
+        return 0;   /* CUDA reserves address space of its own; ulimit -v cannot work */
+    size_t model = ddprt_worker_bytes(j);
+    size_t comm = r->local_world > 1
+        ? ((size_t)r->local_world + 4) * (DDPRT_GRAD_SLOT + DDPRT_SYNC_SLOT) * sizeof(float) : 0;
+    char a[32], b[32], c[32], d[32], f[32];
+    struct rlimit rl;
+    size_t vm = ddprt_self_bytes(0);
+    if (vm > 0 && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double need = (double)vm + (double)comm + (double)DDPRT_BLAS_BUFFER + (double)model;
+        if ((double)rl.rlim_cur < need) {
+            ddprt_mib(a, sizeof a, (double)rl.rlim_cur);
+            ddprt_mib(b, sizeof b, need);
+            ddprt_mib(c, sizeof c, (double)vm);
+            ddprt_mib(d, sizeof d, (double)comm + (double)DDPRT_BLAS_BUFFER);
+            ddprt_mib(f, sizeof f, (double)model);
+            return DDPC_FAIL(e, DDPC_E_NOMEM,
+                             "the address-space limit (ulimit -v, RLIMIT_AS) is %s per process, "
+                             "but each worker needs about %s: %s mapped already (libraries and "
+                             "the data), %s of collective and OpenBLAS buffers, %s of model, "
+                             "optimizer state and activations. Raise it (ulimit -v %llu or "
+                             "more) or lift it (ulimit -v unlimited)", a, b, c, d, f,
+                             /* + a glibc malloc arena (64 MiB of address space), which
+                              * a thread gets only when the limit leaves room */
+                             (unsigned long long)((need + 67108864.0) / 1024 * 1.1));
+        }
+    }
+    unsigned long long cg = ddprt_cgroup_max();
+    size_t rss = ddprt_self_bytes(1);
+    if (cg > 0 && rss > 0) {
+        /* resident: the data once (shared), each worker's own state */
+        double need = (double)rss + (double)r->local_world * (double)model;
+        if ((double)cg < need) {
+            ddprt_mib(a, sizeof a, (double)cg);
+            ddprt_mib(b, sizeof b, need);
+            ddprt_mib(c, sizeof c, (double)rss);
+            ddprt_mib(d, sizeof d, (double)model);
+            return DDPC_FAIL(e, DDPC_E_NOMEM,
+                             "this job's cgroup allows %s (memory.max), but the job needs at "
+                             "least %s: %s resident already (the data), and %d worker%s x %s "
+                             "of model, optimizer state and activations. Raise memory.max, "
+                             "or lower batch_size or the devices", a, b, c, r->local_world,
+                             r->local_world == 1 ? "" : "s", d);
+        }
+    }
+    return 0;
 }
 
 struct ddprt_test_load {
@@ -1064,7 +1238,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl.resume, strerror(errno));
         goto done;
     }
-    if (ddprt_ckpt_preflight(r, &e) < 0) {
+    if (ddprt_output_preflight(r, &e) < 0 || ddprt_ckpt_preflight(r, &e) < 0) {
         ddprt_report(&e);
         goto done;
     }
@@ -1072,6 +1246,11 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     /* Before fork: one copy of the data, shared copy-on-write by every
      * worker; a bad file stops the job here with nothing started. */
     if (ddprt_load_data(r, &e) < 0) {
+        ddprt_report(&e);
+        goto done;
+    }
+
+    if (ddprt_memory_preflight(r, &e) < 0) {
         ddprt_report(&e);
         goto done;
     }
@@ -1106,6 +1285,14 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     o.sync_slot_floats = DDPRT_SYNC_SLOT;
     o.grace_s = 1.0;
     o.single_blas_thread = !r->use_cuda;
+    if (r->world > 1) {
+        /* a stopped worker holds up the others: no longer than the
+         * shortest deadline the spec gives them */
+        double rs = r->job.rank_sync_timeout_s, nc = r->job.nccl_timeout_s;
+        int use_rs = rs > 0 && (!(nc > 0) || rs <= nc);
+        o.stopped_limit_s = use_rs ? rs : nc > 0 ? nc : 0;
+        o.stopped_key = use_rs ? "rank_sync_timeout" : "nccl_timeout";
+    }
 
     if (env_get()->test_ckpt_stop_after >= 0)   /* see the header */
         ckpt_set_fault(env_get()->test_ckpt_stop_after, DDPC_CKPT_FAULT_STOP);

@@ -107,6 +107,7 @@ struct launch_child {
     int   status;          /* from waitpid */
     int   reaped_order;    /* 0 while alive; 1, 2, ... in reap order */
     int   secondary;       /* died because of the teardown, not its cause */
+    double stopped_since;  /* when the launcher first saw it stopped; 0: running */
     char  label[48];
 };
 
@@ -229,6 +230,7 @@ struct launch_state {
     int    termed;           /* SIGTERM (or the user's signal) sent */
     int    killed;           /* SIGKILL sent */
     double term_at, kill_at;
+    char   cause[320];       /* the launcher's own reason for a teardown, or "" */
 };
 
 /* Aborts the communicators at once; SIGTERMs the workers after term_delay
@@ -305,6 +307,63 @@ static int launch_reap(struct launch_state *s, struct ddpc_err *e)
     return 0;
 }
 
+/* The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 't' traced
+ * stop), or 0 when it cannot be read. */
+static char launch_proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    (void)snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    (void)close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');   /* the name may hold spaces and ')' */
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* A stopped worker holds up every other rank, and only the collective it
+ * happens to block decides how long: the gradient all-reduce waits out
+ * nccl_timeout (30 minutes by default) even when the user asked for a
+ * rank_sync_timeout of one second. The launcher sees the stop itself and
+ * ends the job once it outlasts the limit, plus a quarter, so that a
+ * collective's own timeout, which names the step, reports first when it
+ * applies. */
+static void launch_watch_stopped(struct launch_state *s)
+{
+    const struct launch_opts *o = s->o;
+    if (!(o->stopped_limit_s > 0) || s->tearing_down)
+        return;
+    double now = ddpc_now(), limit = o->stopped_limit_s * 1.25;
+    for (int i = 0; i < o->world; i++) {
+        struct launch_child *c = &s->ch[i];
+        if (!c->alive)
+            continue;
+        char st = launch_proc_state(c->pid);
+        if (st != 'T' && st != 't') {
+            c->stopped_since = 0;
+            continue;
+        }
+        if (c->stopped_since == 0) {
+            c->stopped_since = now;
+            continue;
+        }
+        if (now - c->stopped_since < limit)
+            continue;
+        const char *key = o->stopped_key ? o->stopped_key : "the timeout";
+        (void)snprintf(s->cause, sizeof s->cause,
+                       "rank %d (%s) has been stopped (SIGSTOP, or a debugger) for %.1f s, "
+                       "longer than %s (%g s): the other ranks cannot go on without it. "
+                       "Send SIGCONT sooner, or raise %s", o->rank_offset + i, c->label,
+                       now - c->stopped_since, key, o->stopped_limit_s, key);
+        launch_teardown(s, s->cause, 0);
+        return;
+    }
+}
+
 /* The rank that caused the failure: the first that failed on its own, else
  * the first to notice a failure (launch_note), else the first reaped. */
 static int launch_primary(const struct launch_state *s)
@@ -348,7 +407,14 @@ static int launch_supervise(struct launch_state *s, struct ddpc_err *e)
             s->tearing_down = s->termed = 1;
             s->kill_at = ddpc_now() + (s->o->grace_s > 0 ? s->o->grace_s : 1.0);
         }
+        launch_watch_stopped(s);
         int timeout_ms = 1000;   /* SIGCHLD wakes us; this is only a backstop */
+        if (s->o->stopped_limit_s > 0 && !s->tearing_down) {
+            /* a stop sends no SIGCHLD (SA_NOCLDSTOP): look 5 times per limit */
+            double look = s->o->stopped_limit_s * 200;
+            if (look < timeout_ms)
+                timeout_ms = look < 10 ? 10 : (int)look;
+        }
         if (s->tearing_down) {
             double now = ddpc_now();
             if (!s->termed && now >= s->term_at) {
@@ -474,7 +540,11 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
         goto out;
     }
     int p = launch_primary(s);
-    if (p >= 0) {
+    if (s->cause[0]) {
+        /* the launcher ended the job; the workers died of its teardown */
+        (void)DDPC_FAIL(e, DDPC_E_TIMEOUT, "%s", s->cause);
+        status = LAUNCH_STATUS_FAILED;
+    } else if (p >= 0) {
         char why[200];
         launch_describe(&s->ch[p], o->rank_offset + p, why, sizeof why);
         /* on several nodes the cause may be another node: say what this

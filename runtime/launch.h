@@ -47,6 +47,11 @@ struct launch_opts {
     size_t sync_slot_floats;                 /* 0: default */
     double grace_s;                          /* SIGTERM -> SIGKILL; 0: 1 s */
     int    single_blas_thread;               /* OPENBLAS_NUM_THREADS=1 in workers */
+    /* A worker stopped (SIGSTOP, a debugger) for longer than this holds up
+     * every other rank: the job is torn down, naming it and stopped_key.
+     * 0: not watched. */
+    double stopped_limit_s;
+    const char *stopped_key;                 /* the spec key the limit comes from */
 };
 
 /* Worker exit status for an error code: 10 + |code| (11 sys ... 18 nomem),

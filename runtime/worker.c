@@ -37,7 +37,6 @@
 #include "worker.h"
 
 #define DDPC_MAX_BUCKETS (2 * DDPC_MAX_LAYERS)
-#define DDPC_EVAL_BATCH  512
 #define DDPC_N_METRICS   10
 
 /* A slice [lo, hi) of the flat gradient buffer, reduced as one collective.

@@ -25,6 +25,10 @@
 
 #include "units.h"
 
+/* The shortest deadline a duration key takes: below a scheduler tick, every
+ * healthy collective would time out. */
+#define DDPC_MIN_TIMEOUT_S 0.001
+
 struct ddpc_vctx {
     const char *file;
     const struct spec_options *opt;
@@ -568,8 +572,17 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
     }
     case DDPC_T_DURATION: {
         const char *why;
-        if (units_duration(n->str, &dv, &why) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "%s; found %s", why, describe(n, found, sizeof found));
+        if (strcmp(n->str, "none") == 0) {
+            dv = 0;   /* explicitly no deadline */
+        } else if (units_duration(n->str, &dv, &why) < 0) {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "%s%s; found %s", why,
+                  strncmp(why, "expected", 8) == 0 ? ", or none" : "",
+                  describe(n, found, sizeof found));
+            return -1;
+        } else if (dv < DDPC_MIN_TIMEOUT_S) {
+            /* a deadline shorter than one scheduler tick fails every healthy run */
+            vdiag(c, DDPC_SEV_ERROR, n, path, "must be at least 1ms, found %s",
+                  describe(n, found, sizeof found));
             return -1;
         }
         memcpy(field, &dv, sizeof dv);

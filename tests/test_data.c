@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include "suites.h"
 #include "data.h"
@@ -432,6 +433,26 @@ START_TEST(csv_label_note_names_the_line)
 }
 END_TEST
 
+/* A FIFO (or a device, a directory) as a data file: an error at once,
+ * never an open() that waits for a writer. */
+START_TEST(non_regular_files_are_refused_without_blocking)
+{
+    ck_assert_int_eq(mkfifo(tmp_path(0, "fifo"), 0600), 0);
+    unsigned char lab[16];
+    size_t nl = idx_labels(lab, 3);
+    write_bytes(tmp_path(1, "y"), lab, nl, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_IDX, .inputs = path_buf[0],
+                                    .labels = path_buf[1] };
+    expect_error(&src, path_buf[0], "is not a regular file (it is a FIFO)");
+    src.inputs = "/dev/zero";
+    expect_error(&src, "/dev/zero", "(it is a character device)");
+    struct ddpc_data_source csv = { .format = DDPC_DATA_CSV, .path = dir };
+    expect_error(&csv, dir, "(it is a directory)");
+    csv.path = path_buf[0];
+    expect_error(&csv, path_buf[0], "FIFO");
+}
+END_TEST
+
 START_TEST(synthetic_deterministic)
 {
     struct ddpc_data_source src = { .format = DDPC_DATA_SYNTHETIC, .samples = 100,
@@ -477,6 +498,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, synthetic_deterministic);
     tcase_add_test(tc, nonfinite_values_are_refused);
     tcase_add_test(tc, csv_label_note_names_the_line);
+    tcase_add_test(tc, non_regular_files_are_refused_without_blocking);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "suites.h"
 #include "testutil.h"
@@ -393,6 +394,110 @@ START_TEST(csv_label_column_hint)
 }
 END_TEST
 
+/* Runs argv expecting a refusal before any training: non-zero, quickly, no
+ * hang, nothing left running, and stderr containing each of what[]. */
+static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
+{
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, cwd, NULL, 30, &r), 0);
+    ck_assert_msg(!r.timed_out, "job hung (expected: %s)", what[0]);
+    ck_assert_msg(r.exited && r.code != 0, "job ran (expected: %s):\n%s%s", what[0], r.out,
+                  r.err);
+    for (int i = 0; what[i]; i++)
+        ck_assert_msg(strstr(r.err, what[i]), "error lacks '%s':\n%s", what[i], r.err);
+    ck_assert_msg(!strstr(r.out, "epoch 1/"), "it trained before refusing:\n%s", r.out);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+}
+
+/* What the job can know before it forks is an error before it forks,
+ * naming the cause: a memory limit too small for the workers (today:
+ * OpenBLAS spins forever), a FIFO where data or metrics go (today: a
+ * blocked open), labels beyond the model's outputs (naming the labels
+ * file), bf16 with accelerator auto and no GPU (today: silently fp32). */
+START_TEST(job_start_refusals_name_the_cause)
+{
+    adopt_orphans();
+    struct small_job s;
+    small_job_make(&s);
+
+    /* ulimit -v 300000: room for the launcher (~250 MiB here with the data),
+     * not for a worker's OpenBLAS buffer on top; in a shell the test starts */
+    char *sh[] = { "/bin/sh", "-c", "ulimit -v 300000 && exec \"$0\"", s.job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(sh, s.dir, NULL, 30, &r), 0);
+    ck_assert_msg(!r.timed_out, "the job hung under ulimit -v 300000");
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "is 293 MiB per process, but each "
+                  "worker needs about"), "exit %d:\n%s%s", r.code, r.out, r.err);
+    /* the advice is enough */
+    const char *adv = strstr(r.err, "(ulimit -v ");
+    ck_assert_ptr_nonnull(adv);
+    long kb = strtol(adv + 11, NULL, 10);
+    ck_assert_int_gt(kb, 300000);
+    printf("e2e: under ulimit -v 300000:\n%s", r.err);
+    run_result_free(&r);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "ulimit -v %ld && exec \"$0\"", kb);
+    sh[2] = cmd;
+    ck_assert_int_eq(run_capture(sh, s.dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ulimit -v %ld, as advised: exit %d:\n%s%s", kb,
+                  r.code, r.out, r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+
+    /* a FIFO as the images: refused at once, nobody waits for a writer */
+    char *job[] = { s.job, NULL };
+    ck_assert_int_eq(unlink(s.images), 0);
+    ck_assert_int_eq(mkfifo(s.images, 0600), 0);
+    expect_refusal(job, s.dir, (const char *const[]){ s.images, "FIFO", NULL });
+    ck_assert_int_eq(unlink(s.images), 0);
+    write_idx(s.images, s.labels, 240, 1);
+
+    /* a FIFO as metrics_csv (relative to the run's directory): the same */
+    char *spec2 = NULL, *job2 = NULL, *fifo = NULL, *text = NULL;
+    ck_assert_int_ge(asprintf(&spec2, "%s/m.yaml", s.dir), 0);
+    ck_assert_int_ge(asprintf(&job2, "%s/m", s.dir), 0);
+    ck_assert_int_ge(asprintf(&fifo, "%s/m.csv", s.dir), 0);
+    ck_assert_int_ge(asprintf(&text,
+        "version: 1\nname: m\ndevices: 2\naccelerator: auto\nprecision: bf16\nepochs: 1\n"
+        "batch_size: 8\nlr_scaling: linear\nmodel: {layers: [16, 8, 3]}\n"
+        "logging: {metrics_csv: m.csv}\n"
+        "data: {train: {format: idx, inputs: %s, labels: %s}}\n", s.images, s.labels), 0);
+    ck_assert_int_eq(write_file(spec2, text, strlen(text)), 0);
+    build_job(spec2, job2);
+    char *jobm[] = { job2, NULL };
+    if (access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0) {
+        printf("SKIP bf16 with accelerator auto: this machine has a GPU\n");
+    } else {
+        /* bf16 with accelerator auto and no GPU: says what to change */
+        expect_refusal(jobm, s.dir, (const char *const[]){ "precision: bf16 needs a GPU",
+                                                           "precision: fp32", NULL });
+    }
+    /* the same job in fp32 with m.csv a FIFO */
+    char *p = strstr(text, "precision: bf16");
+    memcpy(p, "precision: fp32", 15);
+    ck_assert_int_eq(write_file(spec2, text, strlen(text)), 0);
+    build_job(spec2, job2);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    expect_refusal(jobm, s.dir, (const char *const[]){ "logging.metrics_csv", "is a FIFO", NULL });
+
+    /* labels up to 5 for a 3-output model: the labels file is named */
+    unsigned char *im = calloc(240, 16), lb[240];
+    ck_assert_ptr_nonnull(im);
+    for (int i = 0; i < 240; i++)
+        lb[i] = (unsigned char)(i % 6);
+    ck_assert_int_eq(write_idx_pair(s.images, s.labels, 240, 4, 4, im, lb), 0);
+    free(im);
+    expect_refusal(job, s.dir, (const char *const[]){ s.labels, "go up to 5", NULL });
+
+    free(spec2);
+    free(job2);
+    free(fifo);
+    free(text);
+    small_job_free(&s);
+}
+END_TEST
+
 Suite *e2e_suite(void)
 {
     Suite *s = suite_create("e2e");
@@ -405,6 +510,7 @@ Suite *e2e_suite(void)
     TCase *run = tcase_create("run");
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
+    tcase_add_test(run, job_start_refusals_name_the_cause);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);

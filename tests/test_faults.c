@@ -429,6 +429,55 @@ START_TEST(worker_sigstop_times_out_with_the_key_step_and_ranks)
 }
 END_TEST
 
+/* Rank 0 stopped, only rank_sync_timeout set (nccl_timeout at its 30-minute
+ * default): rank 1 may be waiting in the gradient all-reduce, which
+ * rank_sync_timeout does not bound, yet the job ends within about that
+ * timeout, saying which rank is stopped. (First wave: it hung.) */
+START_TEST(stopped_rank0_with_only_rank_sync_timeout_ends_the_job)
+{
+    char *dir = make_temp_dir("faults-stop0");
+    struct fopts o = { .extra = "rank_sync_timeout: 1s\n" };
+    char *job = build_job(dir, "job", &o);
+    /* stopped at the epoch line, rank 1 waits in the next step's barrier;
+     * stopped mid-step (most of a step), in the gradient all-reduce */
+    const double delay_s[3] = { 0, 0.02, 0.045 };
+    for (int k = 0; k < 3; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "run%d", k);
+        char *cwd = subdir(dir, name);
+        struct run_proc p;
+        pid_t w[2];
+        start(&p, job, cwd, NULL);
+        wait_line(&p, "epoch 2/");
+        if (delay_s[k] > 0)
+            usleep((useconds_t)(delay_s[k] * 1e6));
+        kill(-p.pid, SIGSTOP);
+        workers_of(&p, w);
+        /* rank 0 stays stopped; the launcher and rank 1 go on */
+        kill(p.pid, SIGCONT);
+        kill(w[1], SIGCONT);
+        double t_stop = tnow();
+        struct run_result r;
+        finish(&p, &r);
+        double took = tnow() - t_stop;
+        ck_assert_msg(r.exited && r.code != 0, "exit %d with a stopped rank 0", r.code);
+        /* 1 s of rank_sync_timeout, then at most about a second of teardown */
+        ck_assert_msg(took < 3.5, "took %.2f s after SIGSTOP of rank 0 (rank_sync_timeout 1 s)",
+                      took);
+        ck_assert_msg(strstr(r.err, "rank 0") && strstr(r.err, "rank_sync_timeout"),
+                      "the message does not name rank 0 and the timeout:\n%s", r.err);
+        printf("faults: SIGSTOP of rank 0 %.0f ms after the epoch line, rank_sync_timeout 1 s "
+               "only: exit %d after %.2f s:\n%s", delay_s[k] * 1e3, r.code, took, r.err);
+        assert_nothing_left(w, 2);
+        run_result_free(&r);
+        free(cwd);
+    }
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(launcher_kill9_takes_the_workers_down)
 {
     char *dir = make_temp_dir("faults-launcher");
@@ -1576,6 +1625,7 @@ Suite *faults_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, worker_kill9_stops_all_and_names_it);
     tcase_add_test(t, worker_sigstop_times_out_with_the_key_step_and_ranks);
+    tcase_add_test(t, stopped_rank0_with_only_rank_sync_timeout_ends_the_job);
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);

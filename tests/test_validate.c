@@ -82,7 +82,8 @@ START_TEST(test_defaults_filled)
     ck_assert(j->grad_clip_norm == 0);
     ck_assert(j->bucket_cap_mb == 25);
     ck_assert_ptr_null(j->checkpoint_dir);
-    ck_assert(j->nccl_timeout_s == 0 && j->rank_sync_timeout_s == 0);
+    /* nothing waits forever unless asked: 30 minutes, as PyTorch's default */
+    ck_assert(j->nccl_timeout_s == 1800 && j->rank_sync_timeout_s == 0);
     ck_assert_int_eq(j->model.type, DDPC_MODEL_MLP);
     ck_assert_int_eq(j->model.n_layers, 2);
     ck_assert_int_eq(j->model.layers[0], 16);
@@ -256,6 +257,12 @@ START_TEST(test_cross_rules)
     ck_assert_int_eq(c.rc, 0);
     ck_assert_str_eq(c.text, "dir/t.yaml:1:15: warning: nccl_timeout: ignored on a single device "
                              "(there is no collective to bound)\n");
+    ck_assert(c.job.nccl_timeout_s == 0);
+    checked_free(&c);
+
+    /* the 30-minute default is turned off by name only */
+    check(&c, "devices: 2\nlr_scaling: linear\nnccl_timeout: none\n" MINIMAL);
+    ck_assert_str_eq(c.text, "");
     ck_assert(c.job.nccl_timeout_s == 0);
     checked_free(&c);
 
