@@ -329,15 +329,16 @@ static char launch_proc_state(pid_t pid)
  * happens to block decides how long: the gradient all-reduce waits out
  * nccl_timeout (30 minutes by default) even when the user asked for a
  * rank_sync_timeout of one second. The launcher sees the stop itself and
- * ends the job once it outlasts the limit, plus a quarter, so that a
- * collective's own timeout, which names the step, reports first when it
- * applies. */
+ * ends the job once it outlasts the limit plus a margin (the limit, at most
+ * 5 s), so that a collective's own timeout, which names the step, reports
+ * first when it applies, even on a loaded machine. */
 static void launch_watch_stopped(struct launch_state *s)
 {
     const struct launch_opts *o = s->o;
     if (!(o->stopped_limit_s > 0) || s->tearing_down)
         return;
-    double now = ddpc_now(), limit = o->stopped_limit_s * 1.25;
+    double now = ddpc_now();
+    double limit = o->stopped_limit_s + (o->stopped_limit_s < 5 ? o->stopped_limit_s : 5);
     for (int i = 0; i < o->world; i++) {
         struct launch_child *c = &s->ch[i];
         if (!c->alive)

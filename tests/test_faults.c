@@ -461,8 +461,10 @@ START_TEST(stopped_rank0_with_only_rank_sync_timeout_ends_the_job)
         finish(&p, &r);
         double took = tnow() - t_stop;
         ck_assert_msg(r.exited && r.code != 0, "exit %d with a stopped rank 0", r.code);
-        /* 1 s of rank_sync_timeout, then at most about a second of teardown */
-        ck_assert_msg(took < 3.5, "took %.2f s after SIGSTOP of rank 0 (rank_sync_timeout 1 s)",
+        /* the launcher allows 1 s of rank_sync_timeout and as much again for
+         * a collective's own timeout to report first; then at most about a
+         * second of teardown */
+        ck_assert_msg(took < 4.0, "took %.2f s after SIGSTOP of rank 0 (rank_sync_timeout 1 s)",
                       took);
         ck_assert_msg(strstr(r.err, "rank 0") && strstr(r.err, "rank_sync_timeout"),
                       "the message does not name rank 0 and the timeout:\n%s", r.err);
