@@ -153,8 +153,16 @@ static void workers_of(const struct run_proc *p, pid_t w[2])
     }
 }
 
+/* "epoch N/" means the end-of-epoch line, which starts a line: the plain
+ * progress lines ("step s/S  epoch N/E  loss ...", every 64 steps here)
+ * carry the same words mid-line, in the middle of epoch N. */
 static void wait_line(struct run_proc *p, const char *needle)
 {
+    char buf[64];
+    if (strncmp(needle, "epoch ", 6) == 0 && strlen(needle) + 2 < sizeof buf) {
+        snprintf(buf, sizeof buf, "\n%s", needle);
+        needle = buf;
+    }
     ck_assert_msg(run_wait_output(p, needle, RUN_LIMIT), "no '%s' from the job:\n%s%s",
                   needle, p->out, p->err);
 }
