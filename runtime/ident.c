@@ -124,6 +124,7 @@ int ident_format(const struct ddpc_job *j, int world, const char *backend, char 
     put(&b, 'T', "limit_train_batches", "%lld", (long long)j->limit_train_batches);
     put_d(&b, 'T', "limit_train_fraction", j->limit_train_fraction);
     put_e(&b, 'T', "precision", j->precision, NAMES(precision));
+    put_e(&b, 'T', "matmul_precision", j->matmul_precision, NAMES(matmul_precision));
     put_d(&b, 'T', "grad_clip_norm", j->grad_clip_norm);
     put_e(&b, 'T', "model.type", j->model.type, NAMES(model_type));
     char layers[16 * DDPC_MAX_LAYERS] = "";

@@ -13,7 +13,7 @@
  * The field list, the one place it is decided:
  *   T  world (ranks), backend (cpu/cuda), seed, deterministic,
  *      learning_rate, lr_scaling, batch_size, grad_accumulation,
- *      limit_train_batches, limit_train_fraction, precision,
+ *      limit_train_batches, limit_train_fraction, precision, matmul_precision,
  *      grad_clip_norm, model.* (type, layers, activation, init), loss,
  *      data.train (format and the fields that format reads), data.shuffle,
  *      data.drop_last, optimizer.* (every field), schedule.* (every field),

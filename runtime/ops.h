@@ -109,6 +109,29 @@ struct ddpc_ops {
      * grads not finite -> skip the step and lower S, else optim_step with
      * grad_scale = 1/S. CPU: ignored, always fp32. */
     int gemm_precision;
+
+    /* 1: fp32 gemms may round their inputs to TF32, fp32 accumulation
+     * (matmul_precision: high, torch's set_float32_matmul_precision("high"));
+     * 0: true fp32 (highest). The caller sets it after init, like
+     * gemm_precision. CPU: ignored, always fp32. */
+    int matmul_tf32;
+
+    /* Optional (NULL on the CPU). The model's parameters: n floats of
+     * backend memory. With bf16/fp16 gemm inputs, an operand inside them is
+     * read from one low-precision copy of all of them, made by the first
+     * gemm after they changed (optim_step, or to_device into them), so a
+     * weight is cast once per step, not once per gemm. Its memory is
+     * allocated here, once. */
+    int (*set_weights)(struct ddpc_ops *o, const float *params, size_t n, struct ddpc_err *e);
+    /* Optional (NULL on the CPU). Sizes the backend's scratch for batches of
+     * up to `rows` rows and low-precision gemm operands of up to `elems`
+     * floats, so no step allocates or frees device memory (which would
+     * synchronise the device). */
+    int (*reserve)(struct ddpc_ops *o, int rows, size_t elems, struct ddpc_err *e);
+    /* Debug counter: device memory the backend allocated or freed for its
+     * scratch after set_weights/reserve, i.e. inside steps (each one a
+     * device synchronisation). tests/gpu asserts 0 after training. */
+    long scratch_grows;
 };
 
 /* ops_cpu.c */

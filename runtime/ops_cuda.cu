@@ -20,10 +20,17 @@
  *     this stream with events.
  *
  * Precision: o->gemm_precision (ops.h) picks the gemm inputs: fp32
- * (cublasSgemm, no TF32), or bf16/fp16 copies of A and B made by a cast
- * kernel into scratch, multiplied by cublasGemmEx with CUBLAS_COMPUTE_32F
- * into fp32 C. Everything else (weights, gradients, optimizer state) is fp32:
- * the master copies. fp16 loss scaling is the caller's (see ops.h).
+ * (cublasSgemm; TF32 only with o->matmul_tf32, matmul_precision: high), or
+ * bf16/fp16 copies of A and B multiplied by cublasGemmEx with
+ * CUBLAS_COMPUTE_32F into fp32 C: an operand inside the parameters
+ * (set_weights) is read from their one copy, cast by the first gemm after
+ * they changed (once per step), any other operand is cast into scratch.
+ * Everything else (weights, gradients, optimizer state) is fp32: the master
+ * copies. fp16 loss scaling is the caller's (see ops.h).
+ *
+ * Scratch (loss rows, ones, casts) is sized by reserve before the first
+ * step; growth after it is counted in o->scratch_grows (tests/gpu asserts
+ * none), since cudaMalloc/cudaFree synchronise the device.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,10 +66,27 @@ struct ops_cuda_ctx {
     double         *h_result;        /* [3] pinned, so the copy is truly async */
     float          *d_ones;          /* [cap_ones] 1.0f, for bias_grad */
     int             cap_ones;
-    /* gemm input casts for bf16/fp16 (2-byte elements), grown on demand */
+    /* gemm input casts for bf16/fp16 (2-byte elements), sized by reserve,
+     * grown on demand (counted in o->scratch_grows) */
     void           *d_lo[2];         /* [0] A, [1] B */
     size_t          cap_lo[2];       /* bytes */
+    /* set_weights: the parameters and their one low-precision copy */
+    const float    *w_base;          /* [w_n] fp32, the caller's */
+    size_t          w_n;
+    void           *d_w_lo;          /* [w_n] 2-byte elements */
+    int             w_lo_prec;       /* PREC_BF16/FP16 the copy holds; 0: stale */
+    int             tf32;            /* cuBLAS math mode set: 1 TF32, 0 pedantic fp32 */
+    int             reserving;       /* 1 inside reserve/set_weights: growth not counted */
+    struct ddpc_ops *ops;            /* for scratch_grows */
 };
+
+/* A scratch allocation or free outside reserve/set_weights: a step paid a
+ * device synchronisation for it (ops.h scratch_grows). */
+static void count_grow(struct ops_cuda_ctx *c)
+{
+    if (!c->reserving && c->ops)
+        c->ops->scratch_grows++;
+}
 
 static struct ops_cuda_ctx *ctx_of(const struct ddpc_ops *o)
 {
@@ -277,6 +301,9 @@ static int cuda_to_device(struct ddpc_ops *o, void *dst, const void *host_src, s
     struct ops_cuda_ctx *c = ctx_of(o);
     if (bytes == 0)
         return 0;
+    uintptr_t d = (uintptr_t)dst, base = (uintptr_t)c->w_base;
+    if (d < base + c->w_n * sizeof(float) && d + bytes > base)
+        c->w_lo_prec = 0;         /* the parameters changed: their copy is stale */
     CUDA_CHECK(e, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
     /* Wait: the caller may reuse host_src as soon as we return (the next
      * batch is gathered into the same buffer), and a pinned source would
@@ -312,14 +339,19 @@ static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, 
     size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
     size_t bytes = n * 2;
     if (bytes > c->cap_lo[which]) {
-        /* grows once, to the largest operand; cudaFree synchronises, which
-         * is fine at that point (the first steps) */
+        /* reserve sized it; an operand larger than that grows it here,
+         * paying a device synchronisation (cudaFree), counted */
+        count_grow(c);
         if (c->d_lo[which])
             CUDA_CHECK(e, cudaFree(c->d_lo[which]));
         c->d_lo[which] = NULL;
         c->cap_lo[which] = 0;
         CUDA_CHECK(e, cudaMalloc(&c->d_lo[which], bytes));
         c->cap_lo[which] = bytes;
+    }
+    if (!x) {                     /* reserve: the buffer only */
+        *out = c->d_lo[which];
+        return 0;
     }
     if (prec == PREC_BF16) {
         k_to_bf16<<<grid_for(n), THREADS, 0, c->stream>>>(x, (__nv_bfloat16 *)c->d_lo[which], n);
@@ -330,6 +362,33 @@ static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, 
     }
     *out = c->d_lo[which];
     return 0;
+}
+
+/* The bf16/fp16 copy of a gemm operand: inside the parameters
+ * (set_weights), a view into their one copy, recast only after they changed;
+ * otherwise cast into scratch `which`. */
+static int operand_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, int rows,
+                      int cols, int ld, const void **out, struct ddpc_err *e)
+{
+    uintptr_t p = (uintptr_t)x, base = (uintptr_t)c->w_base;
+    size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    if (c->d_w_lo && p >= base && p + n * sizeof(float) <= base + c->w_n * sizeof(float)) {
+        if (c->w_lo_prec != prec) {
+            if (prec == PREC_BF16) {
+                k_to_bf16<<<grid_for(c->w_n), THREADS, 0, c->stream>>>(
+                    c->w_base, (__nv_bfloat16 *)c->d_w_lo, c->w_n);
+                KERNEL_CHECK(e, "k_to_bf16");
+            } else {
+                k_to_half<<<grid_for(c->w_n), THREADS, 0, c->stream>>>(
+                    c->w_base, (__half *)c->d_w_lo, c->w_n);
+                KERNEL_CHECK(e, "k_to_half");
+            }
+            c->w_lo_prec = prec;
+        }
+        *out = (const char *)c->d_w_lo + (p - base) / sizeof(float) * 2;
+        return 0;
+    }
+    return cast_lo(c, which, prec, x, rows, cols, ld, out, e);
 }
 
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C through column-major cuBLAS:
@@ -349,6 +408,14 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int prec = o->gemm_precision;
     if (prec == PREC_FP32 || k == 0) {
+        if (c->tf32 != (o->matmul_tf32 != 0)) {
+            /* matmul_precision: high rounds fp32 inputs to TF32 on the
+             * tensor cores; highest keeps true fp32 (no TF32 anywhere) */
+            CUBLAS_CHECK(e, cublasSetMathMode(c->blas, o->matmul_tf32
+                                                           ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                           : CUBLAS_DEFAULT_MATH));
+            c->tf32 = o->matmul_tf32 != 0;
+        }
         CUBLAS_CHECK(e, cublasSgemm(c->blas, op_b, op_a, n, m, k, &alpha, B, ldb, A, lda,
                                     &beta, C, ldc));
         return 0;
@@ -357,8 +424,8 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
         return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm: unknown precision %d", prec);
     /* stored shapes: A is [m,k] (or [k,m] transposed), B is [k,n] (or [n,k]) */
     const void *a_lo = NULL, *b_lo = NULL;
-    DDPC_TRY(cast_lo(c, 0, prec, A, trans_a ? k : m, trans_a ? m : k, lda, &a_lo, e));
-    DDPC_TRY(cast_lo(c, 1, prec, B, trans_b ? n : k, trans_b ? k : n, ldb, &b_lo, e));
+    DDPC_TRY(operand_lo(c, 0, prec, A, trans_a ? k : m, trans_a ? m : k, lda, &a_lo, e));
+    DDPC_TRY(operand_lo(c, 1, prec, B, trans_b ? n : k, trans_b ? k : n, ldb, &b_lo, e));
     cudaDataType_t t = prec == PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     /* fp32 accumulation and fp32 output: only the inputs are rounded */
     CUBLAS_CHECK(e, cublasGemmEx(c->blas, op_b, op_a, n, m, k, &alpha, b_lo, t, ldb, a_lo, t,
@@ -400,6 +467,7 @@ static int ensure_ones(struct ops_cuda_ctx *c, int n, struct ddpc_err *e)
 {
     if (n <= c->cap_ones)
         return 0;
+    count_grow(c);
     if (c->d_ones)
         CUDA_CHECK(e, cudaFree(c->d_ones));
     c->d_ones = NULL;
@@ -437,12 +505,13 @@ static int cuda_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int ro
     return 0;
 }
 
-/* Grows the per-row loss scratch; cudaFree synchronises the device, which is
- * fine: this happens once, at the first (largest) batch. */
+/* Grows the per-row loss scratch (reserve sizes it before the first step;
+ * growth later synchronises the device and is counted). */
 static int ensure_rows(struct ops_cuda_ctx *c, int rows, struct ddpc_err *e)
 {
     if (rows <= c->cap_rows)
         return 0;
+    count_grow(c);
     if (c->d_row_loss)
         CUDA_CHECK(e, cudaFree(c->d_row_loss));
     if (c->d_row_flag)
@@ -554,7 +623,43 @@ static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, 
     }
     k_optim<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(t, param, grad, m, v, n);
     KERNEL_CHECK(e, "k_optim");
+    ctx_of(o)->w_lo_prec = 0;     /* the parameters changed: their copy is stale */
     return 0;
+}
+
+static int cuda_set_weights(struct ddpc_ops *o, const float *params, size_t n,
+                            struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (c->d_w_lo)
+        CUDA_CHECK(e, cudaFree(c->d_w_lo));
+    c->d_w_lo = NULL;
+    c->w_base = NULL;
+    c->w_n = 0;
+    c->w_lo_prec = 0;
+    if (!params || n == 0)
+        return 0;
+    CUDA_CHECK(e, cudaMalloc(&c->d_w_lo, n * 2));
+    c->w_base = params;
+    c->w_n = n;
+    return 0;
+}
+
+static int cuda_reserve(struct ddpc_ops *o, int rows, size_t elems, struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    const void *unused = NULL;
+    int rc = 0;
+    c->reserving = 1;
+    if (rows > 0)
+        rc = ensure_rows(c, rows, e);
+    if (rc == 0 && rows > 0)
+        rc = ensure_ones(c, rows, e);
+    for (int i = 0; rc == 0 && i < 2 && elems > 0; i++)
+        rc = cast_lo(c, i, PREC_BF16, NULL, 1, (int)(elems < INT32_MAX ? elems : INT32_MAX),
+                     0, &unused, e);
+    c->reserving = 0;
+    return rc;
 }
 
 /* Safe after a partial init: every handle is checked for NULL. Errors are
@@ -584,6 +689,8 @@ static void cuda_destroy(struct ddpc_ops *o)
     for (int i = 0; i < 2; i++)
         if (c->d_lo[i])
             (void)cudaFree(c->d_lo[i]);
+    if (c->d_w_lo)
+        (void)cudaFree(c->d_w_lo);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
     free(c);
@@ -608,9 +715,11 @@ static int ctx_init(struct ops_cuda_ctx *c, int device, struct ddpc_err *e)
     CUDA_CHECK(e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(e, cublasCreate(&c->blas));
     CUBLAS_CHECK(e, cublasSetStream(c->blas, c->stream));
-    /* Plain fp32 (no TF32): results comparable with the CPU backend. TF32 is
-     * a later, opt-in precision choice (CUBLAS_TF32_TENSOR_OP_MATH). */
+    /* fp32 (cuBLAS's default math uses no TF32): results comparable with
+     * the CPU backend. matmul_precision: high opts into TF32 (cuda_gemm
+     * switches the mode when o->matmul_tf32 changes). */
     CUBLAS_CHECK(e, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    c->tf32 = 0;
     CUDA_CHECK(e, cudaMalloc(&c->d_partial, RED_BLOCKS * sizeof *c->d_partial));
     CUDA_CHECK(e, cudaMalloc(&c->d_result, 3 * sizeof *c->d_result));
     CUDA_CHECK(e, cudaMallocHost(&c->h_result, 3 * sizeof *c->h_result));
@@ -641,6 +750,9 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     o->sumsq = cuda_sumsq;
     o->scale = cuda_scale;
     o->optim_step = cuda_optim_step;
+    o->set_weights = cuda_set_weights;
+    o->reserve = cuda_reserve;
+    c->ops = o;
     return 0;
 }
 

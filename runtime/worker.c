@@ -386,6 +386,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     /* reduced-precision gemm inputs where the backend has them (CUDA); the
      * CPU backend ignores the field and stays fp32, so it needs no scaler */
     r->ops->gemm_precision = (int)j->precision;
+    r->ops->matmul_tf32 = j->matmul_precision == DDPC_MATMUL_HIGH;
     r->amp = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->loss_scale = 65536.0f;
     int max_rows = r->batch > DDPC_EVAL_BATCH ? r->batch : DDPC_EVAL_BATCH;
@@ -432,6 +433,16 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     }
 
     struct ddpc_ops *o = r->ops;
+    /* device backends: the weights' low-precision copy and every scratch
+     * buffer sized now, so no step allocates (ops.h) */
+    if (o->set_weights)
+        DDPC_TRY(o->set_weights(o, r->model.params, r->model.n_params, e));
+    if (o->reserve) {
+        int widest = 1;
+        for (int i = 0; i < j->model.n_layers; i++)
+            widest = j->model.layers[i] > widest ? j->model.layers[i] : widest;
+        DDPC_TRY(o->reserve(o, max_rows, (size_t)max_rows * (size_t)widest, e));
+    }
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
     size_t lb = (size_t)max_rows * sizeof(int32_t);
     size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);

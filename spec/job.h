@@ -43,6 +43,9 @@
     A(DDPC_PRECISION_FP32, "32-true") A(DDPC_PRECISION_FP32, "32") \
     A(DDPC_PRECISION_BF16, "bf16-mixed") A(DDPC_PRECISION_FP16, "16-mixed") \
     A(DDPC_PRECISION_FP16, "16")
+/* torch.set_float32_matmul_precision: highest = fp32 GEMMs, high = TF32 */
+#define DDPC_ENUM_LIST_matmul_precision(V, A, H) \
+    V(DDPC_MATMUL_HIGHEST, "highest") V(DDPC_MATMUL_HIGH, "high")
 #define DDPC_ENUM_LIST_model_type(V, A, H) \
     V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear")
 /* identity: the output layer's; not a spec value */
@@ -72,7 +75,8 @@
 
 /* Every list, for code that instantiates them all (spec/keytab.h). */
 #define DDPC_ENUM_LISTS(X) \
-    X(strategy) X(accelerator) X(lr_scaling) X(precision) X(model_type) X(activation) \
+    X(strategy) X(accelerator) X(lr_scaling) X(precision) X(matmul_precision) X(model_type) \
+    X(activation) \
     X(init) X(loss) X(data_format) X(optimizer_type) X(decay) X(resume) X(progress) \
     X(launcher)
 
@@ -85,6 +89,7 @@ enum ddpc_strategy       { DDPC_ENUM_BODY_(strategy) };
 enum ddpc_accelerator    { DDPC_ENUM_BODY_(accelerator) };
 enum ddpc_lr_scaling     { DDPC_ENUM_BODY_(lr_scaling) };
 enum ddpc_precision      { DDPC_ENUM_BODY_(precision) };
+enum ddpc_matmul_precision { DDPC_ENUM_BODY_(matmul_precision) };
 enum ddpc_model_type     { DDPC_ENUM_BODY_(model_type) };
 enum ddpc_activation     { DDPC_ENUM_BODY_(activation) };
 enum ddpc_init           { DDPC_ENUM_BODY_(init) };
@@ -133,6 +138,7 @@ struct ddpc_job {
     int64_t     limit_train_batches;    /* > 0: batches per epoch; 0: use fraction */
     double      limit_train_fraction;   /* (0, 1]; 1.0 = whole epoch */
     enum ddpc_precision   precision;
+    enum ddpc_matmul_precision matmul_precision;   /* fp32 GEMMs on GPUs: exact or TF32 */
     double      grad_clip_norm;         /* 0 = off */
     double      bucket_cap_mb;          /* gradient bucket size, like PyTorch DDP (25) */
     const char *checkpoint_dir;         /* NULL or "" = no checkpoints */

@@ -72,6 +72,7 @@ static struct ddpc_job full_job(char **strings)
     j.limit_train_batches = 3000000000LL;
     j.limit_train_fraction = 1.0 / 3.0;
     j.precision = DDPC_PRECISION_BF16;
+    j.matmul_precision = DDPC_MATMUL_HIGH;
     j.grad_clip_norm = 1e-300;
     j.bucket_cap_mb = 25;
     j.checkpoint_dir = strings[1];

@@ -209,6 +209,68 @@ static void test_gemm(struct pair *p)
     p->gpu.gemm_precision = 0;
 }
 
+/* The bf16 copy of the weights (set_weights): a gemm reading them matches
+ * the CPU, and after the weights change (to_device into them, an optimizer
+ * step) the next gemm reads the new values, not the stale copy. Also TF32
+ * (matmul_tf32) stays within TF32's rounding of the fp32 result. */
+static void test_weight_copy(struct pair *p)
+{
+    const int m = 33, n = 40, k = 64;
+    const size_t nw = (size_t)n * k + 7;        /* W [n, k] inside a bigger buffer */
+    float *W = rand_vec(nw, 1), *X = rand_vec((size_t)m * k, 1), *C = calloc((size_t)m * n, 4);
+    float *G = rand_vec(nw, 1);
+    float *dW = up(p, W, nw * 4), *dX = up(p, X, (size_t)m * k * 4);
+    float *dC = up(p, C, (size_t)m * n * 4), *dG = up(p, G, nw * 4);
+    struct ddpc_err e = {0};
+    if (!dW || !dX || !dC || !dG || p->gpu.set_weights(&p->gpu, dW, nw, &e) < 0) {
+        fail_err("weight copy: setup", &e);
+        return;
+    }
+    p->gpu.gemm_precision = DDPC_PRECISION_BF16;
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) {                    /* new weights through to_device */
+            for (size_t i = 0; i < nw; i++)
+                W[i] = -W[i] * 0.5f;
+            if (p->gpu.to_device(&p->gpu, dW, W, nw * 4, &e) < 0)
+                fail_err("weight copy: to_device", &e);
+        } else if (round == 2) {             /* new weights through optim_step */
+            struct ddpc_optim_step st = {0};
+            st.type = DDPC_K_SGD;
+            st.lr = 0.5f;
+            st.grad_scale = 1.0f;
+            st.step = 1;
+            if (p->cpu.optim_step(&p->cpu, &st, W, G, NULL, NULL, nw, &e) < 0 ||
+                p->gpu.optim_step(&p->gpu, &st, dW, dG, NULL, NULL, nw, &e) < 0)
+                fail_err("weight copy: optim_step", &e);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "gemm bf16 from the weights' copy, round %d", round);
+        /* C = X W^T, W at offset 7 of the weight buffer */
+        if (p->cpu.gemm(&p->cpu, 0, 1, m, n, k, 1.0f, X, k, W + 7, k, 0.0f, C, n, &e) < 0 ||
+            p->gpu.gemm(&p->gpu, 0, 1, m, n, k, 1.0f, dX, k, dW + 7, k, 0.0f, dC, n, &e) < 0)
+            fail_err(what, &e);
+        else
+            compare_dev(p, what, dC, C, (size_t)m * n, gemm_tol[DDPC_PRECISION_BF16]);
+    }
+    p->gpu.gemm_precision = DDPC_PRECISION_FP32;
+    p->gpu.matmul_tf32 = 1;
+    if (p->cpu.gemm(&p->cpu, 0, 1, m, n, k, 1.0f, X, k, W + 7, k, 0.0f, C, n, &e) < 0 ||
+        p->gpu.gemm(&p->gpu, 0, 1, m, n, k, 1.0f, dX, k, dW + 7, k, 0.0f, dC, n, &e) < 0)
+        fail_err("gemm tf32", &e);
+    else
+        compare_dev(p, "gemm fp32 with matmul_tf32 (TF32 rounding)", dC, C, (size_t)m * n, 5e-3);
+    p->gpu.matmul_tf32 = 0;
+    (void)p->gpu.set_weights(&p->gpu, NULL, 0, &e);
+    p->gpu.release(&p->gpu, dW);
+    p->gpu.release(&p->gpu, dX);
+    p->gpu.release(&p->gpu, dC);
+    p->gpu.release(&p->gpu, dG);
+    free(W);
+    free(X);
+    free(C);
+    free(G);
+}
+
 static void test_act(struct pair *p)
 {
     static const char *names[] = {"relu", "gelu", "tanh", "sigmoid", "identity"};
@@ -467,6 +529,7 @@ static void run_ops_tests(const struct ddpc_backend *b)
         return;
     }
     test_gemm(&p);
+    test_weight_copy(&p);
     test_act(&p);
     test_bias_grad(&p);
     test_loss(&p);
@@ -583,12 +646,16 @@ static void test_training(const struct ddpc_backend *b)
     printf("     training on cpu : %lld steps, train_loss %.6f test_loss %.6f "
            "test_accuracy %.4f\n", (long long)rc.steps, rc.train_loss, rc.test_loss,
            rc.test_accuracy);
-    for (int prec = 0; prec < 3; prec++) {
+    for (int v = 0; v < 4; v++) {
+        /* v 3: fp32 with matmul_precision high (TF32), bounded like bf16 */
+        int prec = v < 3 ? v : DDPC_PRECISION_FP32, tol = v < 3 ? v : DDPC_PRECISION_BF16;
+        const char *pname = v < 3 ? prec_name[prec] : "fp32 tf32";
         train_job(&j, prec);
+        j.matmul_precision = v == 3 ? DDPC_MATMUL_HIGH : DDPC_MATMUL_HIGHEST;
         struct ddpc_ops gpu;
         struct ddpc_worker_result rg;
         char what[96];
-        snprintf(what, sizeof what, "training on cuda:0 %s", prec_name[prec]);
+        snprintf(what, sizeof what, "training on cuda:0 %s", pname);
         if (b->ops_init(&gpu, 0, &e) < 0) {
             fail_err(what, &e);
             if (gpu.destroy)
@@ -596,34 +663,41 @@ static void test_training(const struct ddpc_backend *b)
             continue;
         }
         int ok = train_once(&gpu, &j, &tr, &te, &rg, what) == 0;
+        long grows = gpu.scratch_grows;
         gpu.destroy(&gpu);
+        if (ok) {
+            /* set_weights/reserve sized everything before the first step:
+             * no step, evaluation included, allocated device memory */
+            snprintf(what, sizeof what, "train %s: scratch allocations in steps", pname);
+            check(grows == 0, what, (double)grows, 0);
+        }
         if (!ok)
             continue;
         printf("     %s: %lld steps, train_loss %.6f test_loss %.6f test_accuracy %.4f\n",
                what, (long long)rg.steps, rg.train_loss, rg.test_loss, rg.test_accuracy);
         /* fp16's loss scaler may skip a few steps on overflow (GradScaler) */
         int64_t skip_ok = prec == DDPC_PRECISION_FP16 ? 3 : 0;
-        snprintf(what, sizeof what, "train %s: steps %lld of %lld", prec_name[prec],
+        snprintf(what, sizeof what, "train %s: steps %lld of %lld", pname,
                  (long long)rg.steps, (long long)rc.steps);
         check(rg.steps <= rc.steps && rc.steps - rg.steps <= skip_ok, what,
               (double)llabs(rg.steps - rc.steps), (double)skip_ok);
         double el = fabs(rg.train_loss - rc.train_loss) / fabs(rc.train_loss);
-        snprintf(what, sizeof what, "train %s: train_loss vs cpu", prec_name[prec]);
-        check(el <= train_loss_tol[prec], what, el, train_loss_tol[prec]);
+        snprintf(what, sizeof what, "train %s: train_loss vs cpu", pname);
+        check(el <= train_loss_tol[tol], what, el, train_loss_tol[tol]);
         double et = fabs(rg.test_loss - rc.test_loss) / fabs(rc.test_loss);
-        snprintf(what, sizeof what, "train %s: test_loss vs cpu", prec_name[prec]);
-        check(et <= train_loss_tol[prec], what, et, train_loss_tol[prec]);
+        snprintf(what, sizeof what, "train %s: test_loss vs cpu", pname);
+        check(et <= train_loss_tol[tol], what, et, train_loss_tol[tol]);
         double ea = fabs(rg.test_accuracy - rc.test_accuracy);
-        snprintf(what, sizeof what, "train %s: test_accuracy vs cpu (abs)", prec_name[prec]);
-        check(ea <= train_acc_tol[prec], what, ea, train_acc_tol[prec]);
+        snprintf(what, sizeof what, "train %s: test_accuracy vs cpu (abs)", pname);
+        check(ea <= train_acc_tol[tol], what, ea, train_acc_tol[tol]);
         if (rg.params && rc.params && rg.n_params == rc.n_params) {
             double ep = rel_err(rg.params, rc.params, rc.n_params);
-            snprintf(what, sizeof what, "train %s: final parameters vs cpu", prec_name[prec]);
-            check(ep <= train_par_tol[prec], what, ep, train_par_tol[prec]);
+            snprintf(what, sizeof what, "train %s: final parameters vs cpu", pname);
+            check(ep <= train_par_tol[tol], what, ep, train_par_tol[tol]);
         } else {
             checks++;
             failures++;
-            printf("FAIL train %s: no final parameters to compare\n", prec_name[prec]);
+            printf("FAIL train %s: no final parameters to compare\n", pname);
         }
         free(rg.params);
     }
