@@ -554,6 +554,18 @@ int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, dou
     return 0;
 }
 
+int metrics_wants_loss(const struct ddpc_metrics *m, int64_t step)
+{
+    int final = m->total_steps > 0 && step >= m->total_steps;
+    if (step % m->every_n_steps == 0 && (m->csv || m->tb))
+        return 1;
+    if (m->progress == DDPC_METRICS_LINES)
+        return step % m->every_n_steps == 0 || final;
+    if (m->progress == DDPC_METRICS_REDRAW)
+        return m->last_draw_s < 0.0 || final || mono_now() - m->last_draw_s >= m->min_redraw_s;
+    return 0;
+}
+
 int metrics_eval(struct ddpc_metrics *m, int64_t step, int epoch, double eval_loss,
                  double eval_accuracy, struct ddpc_err *e)
 {

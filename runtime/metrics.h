@@ -82,6 +82,12 @@ int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t tot
 int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, double loss,
                  double samples_per_s, double eta_s, struct ddpc_err *e);
 
+/* Whether metrics_step at `step` will use its loss (a CSV/TensorBoard row,
+ * a progress line or redraw): the worker reads a device-side loss only
+ * then, so other steps never wait for the GPU. A redraw decided here may
+ * come a clock tick later in metrics_step (it then shows the last loss). */
+int metrics_wants_loss(const struct ddpc_metrics *m, int64_t step);
+
 /* After an evaluation at step `step`. eval_accuracy is a fraction in [0, 1],
  * or < 0 when there is none (regression): its CSV cell stays empty and no
  * eval/accuracy scalar is written. Clears the progress line first, so the

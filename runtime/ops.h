@@ -45,6 +45,8 @@ struct ddpc_optim_step {
     float  decay;              /* adamw: 1 - lr * weight_decay */
 };
 
+#define DDPC_LOSS_ACC 3   /* doubles of a loss accumulator: loss sum, correct, bad labels */
+
 struct ddpc_ops {
     const char *name;     /* "cpu" or "cuda" */
     void *ctx;            /* backend state (cuBLAS handle, streams); owned by the backend */
@@ -76,13 +78,18 @@ struct ddpc_ops {
 
     /* Loss over a batch of `rows`. Writes dlogits = d(mean loss)/dlogits scaled
      * by grad_scale (typically 1/rows for the mean; callers pass 1/global rows
-     * for accumulation), and adds the summed loss and correct count (argmax ==
-     * label; 0 for mse) into host_loss_sum / host_correct.
+     * for accumulation), and adds into acc, DDPC_LOSS_ACC doubles of BACKEND
+     * memory: acc[0] += the summed loss, acc[1] += the correct count (argmax
+     * == label; 0 for mse), acc[2] += labels outside [0, cols). The CUDA
+     * backend adds on the device and never waits, so the caller reads acc
+     * (to_host) only where it needs the numbers (logging steps, epoch end)
+     * and must check acc[2] then; the CPU backend fails at once with
+     * DDPC_E_DATA instead (acc[2] stays 0). acc may be NULL (not kept).
      * labels: int32 class indices (cross_entropy) or NULL;
      * targets: float [rows, cols] (mse) or NULL. */
     int (*loss)(struct ddpc_ops *o, int loss_type, const float *logits, const int32_t *labels,
                 const float *targets, float *dlogits, int rows, int cols, float grad_scale,
-                double *host_loss_sum, int64_t *host_correct, struct ddpc_err *e);
+                double *acc, struct ddpc_err *e);
 
     /* sum of squares of x[n] into *host_out (for grad_clip_norm). */
     int (*sumsq)(struct ddpc_ops *o, const float *x, size_t n, double *host_out,

@@ -181,15 +181,15 @@ static int cpu_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int row
     return 0;
 }
 
-/* Per-sample loss summed into host_loss_sum:
+/* Per-sample loss summed into acc[0] (host memory: this backend's), the
+ * correct count into acc[1]; a bad label fails at once (acc[2] stays 0):
  *   cross_entropy: logsumexp(x) - x[label]
  *   mse:           mean over cols of (x - y)^2, so that sum/rows is PyTorch's
  *                  reduction='mean' over all elements.
  * dlogits = grad_scale * d(per-sample loss)/dx. */
 static int cpu_loss(struct ddpc_ops *o, int loss_type, const float *logits,
                     const int32_t *labels, const float *targets, float *dlogits, int rows,
-                    int cols, float grad_scale, double *host_loss_sum, int64_t *host_correct,
-                    struct ddpc_err *e)
+                    int cols, float grad_scale, double *acc, struct ddpc_err *e)
 {
     double loss_sum = 0.0;
     int64_t correct = 0;
@@ -218,10 +218,10 @@ static int cpu_loss(struct ddpc_ops *o, int loss_type, const float *logits,
     } else {
         return DDPC_FAIL(e, DDPC_E_INVALID, "unknown loss %d", loss_type);
     }
-    if (host_loss_sum)
-        *host_loss_sum += loss_sum;
-    if (host_correct)
-        *host_correct += correct;
+    if (acc) {
+        acc[0] += loss_sum;
+        acc[1] += (double)correct;
+    }
     return 0;
 }
 

@@ -3,8 +3,9 @@
  * Owns: ops_cuda_init / ops_cuda_stream (ops_cuda.h) and the ops struct they
  * fill. Every op runs on ONE compute stream, in issue order, so the training
  * loop needs no synchronisation of its own; only the calls that hand a number
- * to the host (loss, sumsq, to_host) and to_device (whose host buffer the
- * caller reuses at once) wait for the stream.
+ * to the host (sumsq, to_host) and to_device (whose host buffer the caller
+ * reuses at once) wait for the stream. The loss adds into a device
+ * accumulator the caller reads when it wants the numbers.
  *
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
@@ -172,9 +173,11 @@ __global__ static void k_loss_rows(int loss_type, const float *logits, const int
     }
 }
 
-/* One block: out[0] = sum row_loss, out[1] = correct rows, out[2] = bad labels. */
+/* One block: acc[0] += sum row_loss, acc[1] += correct rows, acc[2] += bad
+ * labels (acc may be NULL: nothing kept). Stream order makes the read-add-
+ * write of acc safe: one thread, one kernel at a time. */
 __global__ static void k_loss_reduce(const double *row_loss, const int *row_flag, int rows,
-                                     double *out)
+                                     double *acc)
 {
     double l = 0.0, c = 0.0, bad = 0.0;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -185,10 +188,10 @@ __global__ static void k_loss_reduce(const double *row_loss, const int *row_flag
     l = block_sum(l);
     c = block_sum(c);
     bad = block_sum(bad);
-    if (threadIdx.x == 0) {
-        out[0] = l;
-        out[1] = c;
-        out[2] = bad;
+    if (threadIdx.x == 0 && acc) {
+        acc[0] += l;
+        acc[1] += c;
+        acc[2] += bad;
     }
 }
 
@@ -527,8 +530,7 @@ static int ensure_rows(struct ops_cuda_ctx *c, int rows, struct ddpc_err *e)
 
 static int cuda_loss(struct ddpc_ops *o, int loss_type, const float *logits,
                      const int32_t *labels, const float *targets, float *dlogits, int rows,
-                     int cols, float grad_scale, double *host_loss_sum, int64_t *host_correct,
-                     struct ddpc_err *e)
+                     int cols, float grad_scale, double *acc, struct ddpc_err *e)
 {
     struct ops_cuda_ctx *c = ctx_of(o);
     if (loss_type == DDPC_K_LOSS_XENT && !labels)
@@ -544,22 +546,9 @@ static int cuda_loss(struct ddpc_ops *o, int loss_type, const float *logits,
         loss_type, logits, labels, targets, dlogits, rows, cols, grad_scale, c->d_row_loss,
         c->d_row_flag);
     KERNEL_CHECK(e, "k_loss_rows");
-    k_loss_reduce<<<1, THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows,
-                                                c->d_result);
+    /* into the caller's device accumulator: no copy, no wait (ops.h) */
+    k_loss_reduce<<<1, THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows, acc);
     KERNEL_CHECK(e, "k_loss_reduce");
-    CUDA_CHECK(e, cudaMemcpyAsync(c->h_result, c->d_result, 3 * sizeof *c->h_result,
-                                  cudaMemcpyDeviceToHost, c->stream));
-    /* The caller reads the sums at once (progress line, metrics). */
-    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
-    if (c->h_result[2] > 0)
-        return DDPC_FAIL(e, DDPC_E_DATA,
-                         "%.0f label(s) out of range for %d output classes; "
-                         "model.layers must end with the number of classes",
-                         c->h_result[2], cols);
-    if (host_loss_sum)
-        *host_loss_sum += c->h_result[0];
-    if (host_correct)
-        *host_correct += (int64_t)c->h_result[1];
     return 0;
 }
 

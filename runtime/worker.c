@@ -83,6 +83,12 @@ struct ddpc_run {
     float   *dy;
     int64_t *eidx;          /* [DDPC_EVAL_BATCH] test indices of one eval batch */
     float   *metric;        /* [DDPC_N_METRICS] backend, for metric all-reduce */
+    /* [2 * DDPC_LOSS_ACC] backend: the loss accumulators ops->loss adds into
+     * (ops.h), this epoch's training first, then one evaluation's. On a GPU
+     * they live on the device and are read only where the numbers are
+     * needed (acc_read: logging steps, progress redraws, epoch end), so a
+     * step never waits for the device to hand the host its loss. */
+    double  *acc;
     /* Averaged gradients the optimizer reads: model.grads (reduced in place)
      * or, with a zero-copy communicator, its shared result buffer. */
     float   *rgrads;
@@ -450,6 +456,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     DDPC_TRY(o->alloc(o, (void **)&r->dlab, lb, e));
     DDPC_TRY(o->alloc(o, (void **)&r->dy, yb, e));
     DDPC_TRY(o->alloc(o, (void **)&r->metric, DDPC_N_METRICS * sizeof(float), e));
+    DDPC_TRY(o->alloc(o, (void **)&r->acc, 2 * DDPC_LOSS_ACC * sizeof(double), e));
     if (o->host_memory) {
         r->hx = r->dx;
         r->hlab = r->dlab;
@@ -502,6 +509,7 @@ static void run_free(struct ddpc_run *r)
     if (r->dlab) o->release(o, r->dlab);
     if (r->dy) o->release(o, r->dy);
     if (r->metric) o->release(o, r->metric);
+    if (r->acc) o->release(o, r->acc);
     if (r->metrics_on) {
         struct ddpc_err ignored = {0};   /* keep the error that ended the run */
         (void)metrics_close(&r->metrics, &ignored);
@@ -543,15 +551,61 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
     return 0;
 }
 
-/* Forward + loss; dlogits land in model.dbuf[0]. */
-static int batch_forward(struct ddpc_run *r, int rows, float grad_scale, double *loss_sum,
-                         int64_t *correct, struct ddpc_err *e)
+/* Forward + loss; dlogits land in model.dbuf[0]; the loss sum and correct
+ * count are added into acc (backend memory, ops.h). */
+static int batch_forward(struct ddpc_run *r, int rows, float grad_scale, double *acc,
+                         struct ddpc_err *e)
 {
     struct ddpc_ops *o = r->ops;
     DDPC_TRY(model_forward(&r->model, r->dx, rows, e));
     return o->loss(o, (int)r->job->loss, r->model.logits, r->use_y ? NULL : r->dlab,
                    r->use_y ? r->dy : NULL, r->model.dbuf[0], rows, r->out_dim, grad_scale,
-                   loss_sum, correct, e);
+                   acc, e);
+}
+
+/* Loss accumulator `which` (0 training, 1 evaluation) set to zero. */
+static int acc_zero(struct ddpc_run *r, int which, struct ddpc_err *e)
+{
+    static const double zero[DDPC_LOSS_ACC];
+    struct ddpc_ops *o = r->ops;
+    double *acc = r->acc + which * DDPC_LOSS_ACC;
+    if (o->host_memory) {
+        memset(acc, 0, sizeof zero);
+        return 0;
+    }
+    return o->to_device(o, acc, zero, sizeof zero, e);
+}
+
+/* Loss accumulator `which` into host[DDPC_LOSS_ACC]: in place on the CPU, a
+ * wait for the device on a GPU (so only where the numbers are needed). A
+ * label the device found out of range is reported here (ops.h). */
+static int acc_read(struct ddpc_run *r, int which, double *host, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = r->ops;
+    const double *acc = r->acc + which * DDPC_LOSS_ACC;
+    if (o->host_memory)
+        memcpy(host, acc, DDPC_LOSS_ACC * sizeof *host);
+    else
+        DDPC_TRY(o->to_host(o, host, acc, DDPC_LOSS_ACC * sizeof *host, e));
+    if (host[2] > 0)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%.0f label(s) out of range for %d output classes; "
+                         "model.layers must end with the number of classes", host[2],
+                         r->out_dim);
+    return 0;
+}
+
+/* The training loss so far this epoch into cur[DDPC_LOSS_ACC]; a loss that
+ * is not finite ends the run naming the step that read it. */
+static int train_loss_read(struct ddpc_run *r, double *cur, struct ddpc_err *e)
+{
+    DDPC_TRY(acc_read(r, 0, cur, e));
+    if (!isfinite(cur[0]))
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "step %ld: the training loss is %g on rank %d (read at this step; it "
+                         "became non-finite at or before it): the run diverged. Lower "
+                         "learning_rate, set grad_clip_norm, or check the data for nan/inf",
+                         r->step_no, cur[0], r->rank);
+    return 0;
 }
 
 /* ===== metrics ===== */
@@ -583,17 +637,18 @@ static int evaluate(struct ddpc_run *r, double *loss_sum, double *correct, doubl
 {
     const struct ddpc_dataset *ds = r->a->test;
     int64_t n = ds->n, mine = n > r->rank ? (n - r->rank + r->world - 1) / r->world : 0;
-    double ls = 0;
-    int64_t ok = 0;
+    DDPC_TRY(acc_zero(r, 1, e));
     for (int64_t s = 0; s < mine; s += DDPC_EVAL_BATCH) {
         int rows = (int)(mine - s < DDPC_EVAL_BATCH ? mine - s : DDPC_EVAL_BATCH);
         for (int i = 0; i < rows; i++)
             r->eidx[i] = r->rank + (s + i) * r->world;
         DDPC_TRY(batch_load(r, ds, r->eidx, rows, e));
-        DDPC_TRY(batch_forward(r, rows, 1.0f, &ls, &ok, e));
+        DDPC_TRY(batch_forward(r, rows, 1.0f, r->acc + DDPC_LOSS_ACC, e));
     }
-    *loss_sum = ls;
-    *correct = (double)ok;
+    double h[DDPC_LOSS_ACC];
+    DDPC_TRY(acc_read(r, 1, h, e));
+    *loss_sum = h[0];
+    *correct = h[1];
     *count = (double)mine;
     return 0;
 }
@@ -871,8 +926,11 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     for (int64_t epoch = r->start_epoch; epoch < j->epochs; epoch++) {
         double t_epoch = ddpc_now();
         sampler_set_epoch(&r->sampler, epoch);
-        double loss_sum = 0, win_sum = 0, win_cnt = 0;
-        int64_t seen = 0;
+        /* the training loss lives in r->acc (on the device on a GPU); cur is
+         * it as last read, the window runs from win_base/win_seen to there */
+        double cur[DDPC_LOSS_ACC] = { 0, 0, 0 }, win_sum = 0, win_cnt = 0, win_base = 0;
+        int64_t seen = 0, win_seen = 0;
+        DDPC_TRY(acc_zero(r, 0, e));
         int due_at_end = 0;
         int64_t b0 = epoch == r->start_epoch ? r->start_batch : 0;
         for (int64_t b = b0; b < r->sampler.n_batches; b++) {
@@ -907,7 +965,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             }
             const int64_t *idx;
             int rows = sampler_batch(&r->sampler, b, &idx);
-            double before = loss_sum;
+            double before = o->host_memory ? r->acc[0] : 0.0;
             double t0 = ddpc_now();
             DDPC_TRY(batch_load(r, a->train, idx, rows, e));
             if (b + 1 < r->sampler.n_batches) {
@@ -922,30 +980,40 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             double t1 = ddpc_now();
             r->prof.sync += t1 - tp;
             float ls = r->amp ? r->loss_scale : 1.0f;
-            DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), &loss_sum,
-                                   NULL, e));
+            DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), r->acc, e));
             double t2 = ddpc_now();
             r->prof.fwd += t2 - t1;
-            /* before backward, so no collective is left half-started */
-            if (!isfinite(loss_sum - before))
+            /* before backward, so no collective is left half-started. On the
+             * CPU the loss is in host memory, checked every micro-batch; a
+             * GPU's is checked where it is read (below: logging steps,
+             * progress redraws, the epoch's end), so a step never waits for
+             * it: a divergence stops the run that many steps later, named
+             * by the step that read it */
+            if (o->host_memory && !isfinite(r->acc[0] - before))
                 return DDPC_FAIL(e, DDPC_E_INVALID,
                                  "step %ld: the training loss is %g on rank %d: the run "
                                  "diverged. Lower learning_rate, set grad_clip_norm, or check "
-                                 "the data for nan/inf", r->step_no, loss_sum - before, r->rank);
+                                 "the data for nan/inf", r->step_no, r->acc[0] - before, r->rank);
             int reduce = last_micro && r->comm_on;
             DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
                                     reduce ? on_layer_done : NULL, r, e));
             double t3 = ddpc_now();
             r->prof.bwd += t3 - t2;
             seen += rows;
-            win_sum += loss_sum - before;
-            win_cnt += rows;
             if (!last_micro)
                 continue;
             if (reduce)
                 DDPC_TRY(buckets_finish(r, e));
             double t4 = ddpc_now();
             r->prof.comm += t4 - t3;
+            /* a device's loss is read where the host waits anyway: the
+             * scaler's and clipping's norm below (so a diverged loss is named
+             * before fp16's scaler skips on it), else further down */
+            int read = 0;
+            if (!o->host_memory && (r->amp || j->grad_clip_norm > 0)) {
+                DDPC_TRY(train_loss_read(r, cur, e));
+                read = 1;
+            }
             float gscale = 1.0f;
             if (j->grad_clip_norm > 0 || r->amp) {
                 /* the grads are averaged, so every rank decides alike */
@@ -987,6 +1055,19 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 DDPC_TRY(o->synchronize(o, e));
                 res->first_step_s = ddpc_now() - a->t_launch;
             }
+            /* read the loss where it is used: every rank at the logged
+             * steps (window_loss reduces it), rank 0 also for its progress
+             * line; the CPU reads it in place every step */
+            int logged = j->logging.metrics_csv || j->logging.tensorboard;
+            if (!read && (o->host_memory || (logged && r->optim.step % every == 0) ||
+                          (r->metrics_on && metrics_wants_loss(&r->metrics, r->optim.step)))) {
+                DDPC_TRY(train_loss_read(r, cur, e));
+                read = 1;
+            }
+            if (read) {
+                win_sum = cur[0] - win_base;
+                win_cnt = (double)(seen - win_seen);
+            }
             int rc = window_loss(r, &win_sum, &win_cnt, r->optim.step, e);
             if (rc < 0)
                 return step_fail(r, e, rc);
@@ -999,8 +1080,10 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                                       win_cnt > 0 ? win_sum / win_cnt : 0.0,
                                       el > 0 ? (double)seen * r->world / el : 0.0, eta, e));
             }
-            if (r->optim.step % every == 0)
-                win_sum = win_cnt = 0;
+            if (read && r->optim.step % every == 0) {
+                win_base = cur[0];
+                win_seen = seen;
+            }
             if (r->ckpt_on) {
                 int due = ckpt_due(r, e);
                 if (due < 0)
@@ -1027,7 +1110,13 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         /* test_every_n_epochs: 0 in a job made by hand means every epoch */
         int every_test = j->data.test_every_n_epochs > 1 ? j->data.test_every_n_epochs : 1;
         int eval = a->test && ((epoch + 1) % every_test == 0 || epoch + 1 == j->epochs);
-        double m[5] = { loss_sum, (double)seen, 0, 0, 0 };
+        DDPC_TRY(acc_read(r, 0, cur, e));
+        if (!isfinite(cur[0]))
+            return DDPC_FAIL(e, DDPC_E_INVALID,
+                             "epoch %d: the training loss is %g on rank %d: the run diverged. "
+                             "Lower learning_rate, set grad_clip_norm, or check the data for "
+                             "nan/inf", (int)epoch + 1, cur[0], r->rank);
+        double m[5] = { cur[0], (double)seen, 0, 0, 0 };
         if (eval)
             DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
         DDPC_TRY(metrics_reduce(r, m, 5, e));

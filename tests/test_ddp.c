@@ -424,6 +424,56 @@ START_TEST(fp16_loss_scaling_is_exact_on_fp32_math)
 }
 END_TEST
 
+/* As a device backend (host_memory 0), the loss stays where ops->loss put
+ * it: with no logging and no progress line, a run reads it back (to_host)
+ * at each epoch's end and evaluation, never per step; the result is the
+ * host-memory run's, bit for bit. */
+static int to_host_calls;
+static int (*real_to_host)(struct ddpc_ops *, void *, const void *, size_t, struct ddpc_err *);
+
+static int counting_to_host(struct ddpc_ops *o, void *dst, const void *src, size_t n,
+                            struct ddpc_err *e)
+{
+    to_host_calls++;
+    return real_to_host(o, dst, src, n, e);
+}
+
+START_TEST(device_loss_is_read_at_epoch_ends_only)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_ADAMW);   /* 32 steps per epoch, 2 epochs */
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_worker_result res[2];
+    for (int dev = 0; dev <= 1; dev++) {
+        struct ddpc_ops ops;
+        struct ddpc_err e = {0};
+        ops_cpu_init(&ops, &e);
+        ops.host_memory = !dev;
+        real_to_host = ops.to_host;
+        ops.to_host = counting_to_host;
+        to_host_calls = 0;
+        struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
+                                      .train = &tr, .test = &te };
+        memset(&res[dev], 0, sizeof res[dev]);
+        res[dev].want_params = 1;
+        ck_assert_msg(worker_run(&a, &res[dev], &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(res[dev].steps, 64);
+        if (dev)   /* per epoch: the training loss and the evaluation's; the params */
+            ck_assert_msg(to_host_calls == 2 * 2 + 1, "%d reads from the device",
+                          to_host_calls);
+        ops.destroy(&ops);
+    }
+    ck_assert_mem_eq(res[0].params, res[1].params, res[0].n_params * sizeof(float));
+    ck_assert(memcmp(&res[0].train_loss, &res[1].train_loss, sizeof(double)) == 0);
+    ck_assert(memcmp(&res[0].test_loss, &res[1].test_loss, sizeof(double)) == 0);
+    free(res[0].params);
+    free(res[1].params);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
+
 /* ---- a reduced-range fake for fp16 loss scaling on the fp32 CPU math ----
  * The CPU ops as a device backend (host_memory 0, so the scaler runs),
  * with sumsq reporting inf when any gradient exceeds fake_max, as an fp16
@@ -744,6 +794,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, w2_batch_b_equals_w1_batch_2b);
     tcase_add_test(tc, grad_accumulation_equals_big_batch);
     tcase_add_test(tc, bucket_per_tensor_equals_one_bucket);
+    tcase_add_test(tc, device_loss_is_read_at_epoch_ends_only);
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);
     tcase_add_test(tc, nonfinite_gradient_names_the_step);

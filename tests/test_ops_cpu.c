@@ -110,12 +110,12 @@ START_TEST(cross_entropy_values_and_grads)
      * 0.40760596 and 1000 (stable: no overflow) */
     float logits[6] = { 1, 2, 3, 1000, 0, -1000 }, d[6];
     int32_t lab[2] = { 2, 1 };
-    double loss = 0;
-    int64_t correct = 0;
+    double acc[DDPC_LOSS_ACC] = {0, 0, 0};
     ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, logits, lab, NULL, d, 2, 3, 0.5f,
-                            &loss, &correct, &e), 0);
-    ck_assert_double_eq_tol(loss, 0.40760596 + 1000.0, 1e-4);
-    ck_assert_int_eq(correct, 1);
+                            acc, &e), 0);
+    ck_assert_double_eq_tol(acc[0], 0.40760596 + 1000.0, 1e-4);
+    ck_assert_double_eq(acc[1], 1);
+    ck_assert_double_eq(acc[2], 0);
     /* d = grad_scale * (softmax - onehot) */
     double s = exp(1.0) + exp(2.0) + exp(3.0);
     ck_assert_float_eq_tol(d[0], (float)(0.5 * exp(1.0) / s), 1e-6f);
@@ -127,7 +127,7 @@ START_TEST(cross_entropy_values_and_grads)
     /* out-of-range label is an error, not a wild write */
     lab[1] = 3;
     ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, logits, lab, NULL, d, 2, 3, 1.0f,
-                            &loss, &correct, &e), DDPC_E_DATA);
+                            acc, &e), DDPC_E_DATA);
 }
 END_TEST
 
@@ -139,9 +139,10 @@ START_TEST(mse_values_and_grads)
     /* torch mse_loss(reduction='mean') over 2x2 = mean of (x-y)^2 = (1+4+0+9)/4 = 3.5;
      * our sum of per-row means over rows 2 gives the same mean */
     float x[4] = { 1, 2, 3, 4 }, y[4] = { 0, 0, 3, 7 }, d[4];
-    double loss = 0;
-    ck_assert_int_eq(o.loss(&o, DDPC_LOSS_MSE, x, NULL, y, d, 2, 2, 0.5f, &loss, NULL, &e), 0);
-    ck_assert_double_eq_tol(loss / 2, 3.5, 1e-9);
+    double acc[DDPC_LOSS_ACC] = {0, 0, 0};
+    ck_assert_int_eq(o.loss(&o, DDPC_LOSS_MSE, x, NULL, y, d, 2, 2, 0.5f, acc, &e), 0);
+    ck_assert_double_eq_tol(acc[0] / 2, 3.5, 1e-9);
+    ck_assert_double_eq(acc[1], 0);
     /* d mean / dx = 2 (x - y) / (rows * cols) */
     ck_assert_float_eq_tol(d[0], 2.0f * 1 / 4, 1e-7f);
     ck_assert_float_eq_tol(d[1], 2.0f * 2 / 4, 1e-7f);
