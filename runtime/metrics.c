@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,32 +223,59 @@ static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, d
     return write_flush(m->csv, line, (size_t)len, "metrics CSV", e);
 }
 
-/* Resuming appends to a CSV that this code wrote (same header), so one run
- * restarted from a checkpoint keeps one file. Rows past the checkpoint from
- * the crashed attempt stay: they are what happened, and the step column
- * tells them apart. Anything else is truncated. Returns 1 if appendable,
- * with *needs_newline set when a crash cut the last row short. */
-static int csv_appendable(const char *path, int *needs_newline)
+/* Where a resumed run continues the CSV at fd (ours: our header): after
+ * the last complete row whose step is <= resume_step. Rows past the
+ * checkpoint were written by the attempt that crashed; the resumed run
+ * writes those steps again, so they go (like TensorBoard's purge at a
+ * SessionLog START). 0: not our file (or unreadable): start it afresh.
+ * Rows are in step order, an evaluation row carrying its step too. */
+static off_t csv_keep(int fd, int64_t resume_step)
 {
-    char first[sizeof csv_header + 1];
-    FILE *f = fopen(path, "re");
-    int ok = 0;
-    *needs_newline = 0;
-    if (!f)
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (off_t)1 << 30)
         return 0;
-    if (fgets(first, sizeof first, f) && strcmp(first, csv_header) == 0) {
-        ok = 1;
-        if (fseek(f, -1, SEEK_END) == 0) {
-            int last = fgetc(f);
-            *needs_newline = last != '\n' && last != EOF;
+    size_t n = (size_t)st.st_size;
+    char *t = malloc(n + 1);
+    if (!t)
+        return 0;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, t + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    t[got] = '\0';
+    off_t keep = 0;
+    size_t hl = sizeof csv_header - 1;
+    if (got >= hl && memcmp(t, csv_header, hl) == 0) {
+        keep = (off_t)hl;
+        for (char *p = t + hl; *p;) {
+            char *nl = strchr(p, '\n');
+            if (!nl)
+                break;                  /* a row cut short by a crash */
+            char *end;
+            errno = 0;
+            long long step = strtoll(p, &end, 10);
+            if (end == p || *end != ',' || errno != 0 || step > resume_step)
+                break;
+            p = nl + 1;
+            keep = (off_t)(p - t);
         }
     }
-    /* Read-only: a failed fclose loses nothing. */
-    (void)fclose(f);
-    return ok;
+    free(t);
+    return keep;
 }
 
-static int csv_open(struct ddpc_metrics *m, const char *path, int resumed, struct ddpc_err *e)
+/* metrics_csv must not lead ddpc to write into a file it was not pointed
+ * at: a symbolic link to a regular file (or to nothing yet) is refused; one
+ * to a device or pipe (/dev/stdout) is written through. A regular file is
+ * locked (flock) for the run, so a second job writing the same CSV is
+ * refused instead of splicing its rows in. */
+static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_step,
+                    struct ddpc_err *e)
 {
     char dir[PATH_MAX];
     size_t len = strlen(path);
@@ -258,15 +287,69 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int resumed, struc
         *slash = '\0';
         DDPC_TRY(mkdir_p(dir, "logging.metrics_csv", e));
     }
-    int needs_newline = 0;
-    int append = resumed && csv_appendable(path, &needs_newline);
-    m->csv = fopen(path, append ? "ae" : "we");
-    if (!m->csv)
+    struct stat lst, st;
+    int follow = 0;
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+            return DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s' is a symbolic link "
+                             "(to a file, or to nothing yet): ddpc does not write through "
+                             "links, which could overwrite another file; ---> HINT: point "
+                             "metrics_csv at the real path", path);
+        follow = 1;     /* /dev/stdout and the like */
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0644);
+    if (fd < 0 && errno == ELOOP)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s' became a symbolic "
+                         "link: ddpc does not write through links; ---> HINT: point "
+                         "metrics_csv at the real path", path);
+    if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EISDIR || errno == ENXIO))
+        fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0644);
+    if (fd < 0)
         return DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv: cannot open '%s': %s; "
                          "---> HINT: point it at a writable file", path, strerror(errno));
-    if (append)
-        return needs_newline ? write_flush(m->csv, "\n", 1, "metrics CSV", e) : 0;
+    int rc = 0;
+    off_t keep = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv '%s': fstat: %s", path,
+                       strerror(errno));
+        goto fail;
+    }
+    if (S_ISREG(st.st_mode)) {
+        while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EWOULDBLOCK)
+                rc = DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s' is being written "
+                               "by another running job: two runs would splice their rows "
+                               "into one file; ---> HINT: let that run finish, or point this "
+                               "job's metrics_csv at another file", path);
+            else
+                rc = DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv '%s': flock: %s", path,
+                               strerror(errno));
+            goto fail;
+        }
+        if (resume_step >= 0)
+            keep = csv_keep(fd, resume_step);
+        /* truncated only now, under the lock: another run's file is never
+         * cut before the lock says it is ours */
+        if (ftruncate(fd, keep) != 0 || lseek(fd, 0, SEEK_END) < 0) {
+            rc = DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv '%s': truncating: %s", path,
+                           strerror(errno));
+            goto fail;
+        }
+    }
+    m->csv = fdopen(fd, "w");
+    if (!m->csv) {
+        rc = DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv '%s': fdopen: %s", path,
+                       strerror(errno));
+        goto fail;
+    }
+    if (keep > 0)
+        return 0;
     return write_flush(m->csv, csv_header, sizeof csv_header - 1, "metrics CSV", e);
+fail:
+    (void)close(fd);            /* nothing of ours was written */
+    return rc;
 }
 
 /* ===== TensorBoard: protobuf + TFRecord ================================= */
@@ -399,17 +482,43 @@ static int tb_event(struct ddpc_metrics *m, int64_t step, const char *file_versi
 /* Names the file like TensorFlow's writer (events.out.tfevents.<time>.
  * <host>.<pid> plus a suffix), so TensorBoard and tools that glob
  * "*tfevents*" find it; O_EXCL so two runs never share one file. */
-static int tb_open(struct ddpc_metrics *m, const char *dir, struct ddpc_err *e)
+static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
+                   struct ddpc_err *e)
 {
     char host[256];
     DDPC_TRY(mkdir_p(dir, "logging.tensorboard", e));
+    /* One run writes a directory at a time: TensorBoard reads every event
+     * file in it as one run, so two live writers would interleave their
+     * curves. The lock file stays (empty); the flock goes with the fd. */
+    int len = snprintf(m->tb_path, sizeof m->tb_path, "%s/.ddpc.lock", dir);
+    if (len < 0 || (size_t)len >= sizeof m->tb_path)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s': path too long", dir);
+    int lfd = open(m->tb_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (lfd < 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "logging.tensorboard: cannot create the lock file "
+                         "'%s': %s; ---> HINT: point it at a writable directory", m->tb_path,
+                         strerror(errno));
+    while (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        int err = errno;
+        (void)close(lfd);       /* not ours */
+        if (err == EWOULDBLOCK)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s' is being written by "
+                             "another running job: TensorBoard would show both as one run; "
+                             "---> HINT: let that run finish, or give this job another "
+                             "tensorboard directory", dir);
+        return DDPC_FAIL(e, DDPC_E_SYS, "logging.tensorboard '%s': flock: %s", m->tb_path,
+                         strerror(err));
+    }
+    m->tb_lock = lfd + 1;
     if (gethostname(host, sizeof host) == -1)
         (void)snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = '\0';
     for (char *h = host; *h; h++)          /* a '/' would make it a path */
         if (*h == '/')
             *h = '_';
-    int len = snprintf(m->tb_path, sizeof m->tb_path, "%s/events.out.tfevents.%lld.%s.%ld.ddpc",
+    len = snprintf(m->tb_path, sizeof m->tb_path, "%s/events.out.tfevents.%lld.%s.%ld.ddpc",
                        dir, (long long)time(NULL), host, (long)getpid());
     if (len < 0 || (size_t)len >= sizeof m->tb_path)
         return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s': path too long", dir);
@@ -426,7 +535,27 @@ static int tb_open(struct ddpc_metrics *m, const char *dir, struct ddpc_err *e)
     }
     /* The first record says which Event format follows; readers skip
      * files without it. */
-    return tb_event(m, 0, "brain.Event:2", NULL, 0, e);
+    DDPC_TRY(tb_event(m, 0, "brain.Event:2", NULL, 0, e));
+    if (resume_step < 0)
+        return 0;
+    /* Resumed: a SessionLog START at the first step after the checkpoint.
+     * TensorBoard (event_accumulator's purge of orphaned data) then drops
+     * the crashed attempt's points at and after that step, which this run
+     * writes again, and keeps those up to the checkpoint.
+     * Event { 7: SessionLog session_log }, SessionLog { 1: status START=1 } */
+    struct pb_buf ev = { .n = 0 };
+    double wt = wall_now();
+    uint64_t wbits;
+    memcpy(&wbits, &wt, sizeof wbits);
+    pb_byte(&ev, PB_TAG(1, 1));
+    pb_fixed(&ev, wbits, 8);
+    pb_byte(&ev, PB_TAG(2, 0));
+    pb_varint(&ev, (uint64_t)resume_step + 1);
+    pb_byte(&ev, PB_TAG(7, 2));
+    pb_varint(&ev, 2);
+    pb_byte(&ev, PB_TAG(1, 0));
+    pb_byte(&ev, 1);
+    return tb_record(m, ev.b, ev.n, e);
 }
 
 /* ===== progress line ==================================================== */
@@ -489,7 +618,7 @@ int metrics_clear_progress(struct ddpc_metrics *m, struct ddpc_err *e)
 /* ===== API ============================================================== */
 
 int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
-                 int resumed, FILE *out, int is_tty, struct ddpc_err *e)
+                 int64_t resume_step, FILE *out, int is_tty, struct ddpc_err *e)
 {
     memset(m, 0, sizeof *m);
     m->job = job;
@@ -511,9 +640,9 @@ int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t tot
     int rc = 0;
     const char *csv = job->logging.metrics_csv, *tb = job->logging.tensorboard;
     if (csv && csv[0])
-        rc = csv_open(m, csv, resumed, e);
+        rc = csv_open(m, csv, resume_step, e);
     if (rc == 0 && tb && tb[0])
-        rc = tb_open(m, tb, e);
+        rc = tb_open(m, tb, resume_step, e);
     if (rc < 0) {
         /* Unwind; e keeps the open failure, the first error. */
         (void)metrics_close(m, e);
@@ -593,5 +722,8 @@ int metrics_close(struct ddpc_metrics *m, struct ddpc_err *e)
         rc = r;
     if ((r = close_file(&m->tb, "TensorBoard events", e)) < 0 && rc == 0)
         rc = r;
+    if (m->tb_lock > 0)
+        (void)close(m->tb_lock - 1);    /* the lock file holds nothing to lose */
+    m->tb_lock = 0;
     return rc;
 }

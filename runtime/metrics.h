@@ -4,7 +4,7 @@
  *          metrics_close, metrics_format_eta, metrics_crc32c, metrics_crc32c_masked
  *
  * Only rank 0 calls any of this: the files are written by one process, so
- * there is no locking and no rank in the file names. The caller guarantees it
+ * there is no rank in the file names (the locks are against other jobs). The caller guarantees it
  * (worker.c calls metrics_* only when rank == 0); nothing here checks.
  *
  * Lifecycle: metrics_open, then metrics_step after every optimizer step and
@@ -52,6 +52,7 @@ struct ddpc_metrics {
     FILE    *csv;                   /* owned; NULL: no CSV */
     FILE    *tb;                    /* owned; NULL: no TensorBoard */
     char     tb_path[4096];         /* the event file, for messages and tests */
+    int      tb_lock;               /* fd + 1 of the directory's locked .ddpc.lock; 0: none */
     int      progress;              /* DDPC_METRICS_QUIET, _REDRAW (terminal), _LINES (logs) */
     int      line_shown;            /* a progress line is on screen and needs clearing */
     int      every_n_steps;         /* >= 1 */
@@ -63,15 +64,23 @@ struct ddpc_metrics {
 /* Opens what job->logging asks for. m is overwritten (no need to zero it).
  *   total_steps: optimizer steps of the whole run (the plan knows), for
  *                "step s/total" in the progress line; 0 if unknown.
- *   resumed:     nonzero when the run continues from a checkpoint: an existing
- *                CSV with our header is appended to instead of truncated.
+ *   resume_step: the checkpoint's step when the run continues from one, else
+ *                -1. Resumed, an existing CSV with our header keeps its
+ *                complete rows up to that step and is appended to (later
+ *                rows, from the attempt that crashed, are dropped; anything
+ *                else is started afresh), and the new TensorBoard event file
+ *                begins with a SessionLog START at resume_step + 1, so
+ *                TensorBoard drops the crashed attempt's later points.
+ *   metrics_csv is locked (flock) and TensorBoard's directory holds a locked
+ *   .ddpc.lock while open: a second job writing either at the same time is
+ *   refused. metrics_csv as a symbolic link to a regular file is refused.
  *   out:         where the progress line goes (stdout); may be NULL when
  *                progress is off.
  *   is_tty:      isatty(fileno(out)), decided by the caller.
  * On failure everything opened so far is closed again; metrics_close is still
  * safe to call. */
 int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
-                 int resumed, FILE *out, int is_tty, struct ddpc_err *e);
+                 int64_t resume_step, FILE *out, int is_tty, struct ddpc_err *e);
 
 /* After optimizer step `step` (1-based count of steps taken) of epoch `epoch`
  * (1-based). lr is the rate just used, loss the (rank-reduced) training loss,

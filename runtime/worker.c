@@ -20,6 +20,7 @@
  * split W ways. Without them, the classic path: private buffers reduced in
  * place, every rank runs the whole optimizer. Both give the same bits.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -916,7 +917,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         r->mjob = *j;
         if (!out)
             r->mjob.logging.progress = DDPC_PROGRESS_OFF;
-        DDPC_TRY(metrics_open(&r->metrics, &r->mjob, r->optim.total_steps, r->resumed, out,
+        DDPC_TRY(metrics_open(&r->metrics, &r->mjob, r->optim.total_steps,
+                              r->resumed ? (int64_t)r->optim.step : -1, out,
                               out ? isatty(fileno(out)) : 0, e));
         r->metrics_on = 1;
     }
@@ -1186,7 +1188,16 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
         if (j->precision == DDPC_PRECISION_FP16)
             fprintf(out, " skipped_steps=%lld", (long long)res->skipped_steps);
         fputc('\n', out);
-        fflush(out);
+    }
+    if (out) {
+        /* the summary is the run's result: losing it (stdout on a full
+         * disk, a closed pipe) is a failure, not a quiet exit 0 */
+        int bad = fflush(out) == EOF;
+        int err = errno;
+        if (bad || ferror(out))
+            return DDPC_FAIL(e, DDPC_E_SYS, "writing the run's report to standard output "
+                             "failed%s%s; the training itself completed (its checkpoints and "
+                             "export are written)", bad ? ": " : "", bad ? strerror(err) : "");
     }
     /* DDPC_PROFILE=1: rank 0 on its report stream; =all: every rank, the
      * others on stderr with their [rank N] prefix */

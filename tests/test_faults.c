@@ -21,6 +21,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <pty.h>
@@ -1174,6 +1175,55 @@ START_TEST(slow_checkpoint_write_does_not_trip_rank_sync_timeout)
 }
 END_TEST
 
+/* `./job > /dev/full`: the summary cannot be written, so the job must not
+ * exit 0; stderr says what failed. */
+START_TEST(summary_on_a_full_stdout_exits_nonzero)
+{
+    if (access("/dev/full", W_OK) != 0) {
+        printf("SKIP faults: /dev/full: not on this machine\n");
+        return;
+    }
+    char *dir = make_temp_dir("faults-full");
+    struct fopts o = { .epochs = 1, .ckdir = "" };
+    char *job = build_job(dir, "job", &o);
+    char *errf = path_in(dir, "stderr.txt");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int out = open("/dev/full", O_WRONLY);
+        int err = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(dir) != 0)
+            _exit(127);
+        execl(job, job, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    double t0 = tnow();
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (tnow() - t0 > RUN_LIMIT) {
+            kill(pid, SIGKILL);
+            (void)waitpid(pid, &st, 0);
+            ck_abort_msg("the job hung with stdout on /dev/full");
+        }
+        usleep(10000);
+    }
+    size_t n;
+    char *err = (char *)slurp(errf, &n);
+    err = realloc(err, n + 1);
+    err[n] = '\0';
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 127,
+                  "exit status %d with stdout on /dev/full:\n%s", st, err);
+    ck_assert_msg(strstr(err, "standard output") && strstr(err, "No space left"), "%s", err);
+    printf("faults: stdout on /dev/full: exit %d: %s", WEXITSTATUS(st), err);
+    free(err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(errf);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ===== disk full, unwritable ===== */
 
 START_TEST(checkpoint_dir_full_or_unwritable)
@@ -1500,7 +1550,9 @@ START_TEST(metrics_files_and_plain_output)
     ck_assert_msg(strstr(t, "\n2048,8,"), "no row for the last step:\n%s", t);
     assert_no_partial_files(ref);
     ck_assert_int_eq(n_names_with(tb, "events.out.tfevents."), 1);
-    ck_assert_int_eq(n_names_with(tb, ""), 3);   /* ".", "..", the one event file */
+    /* ".", "..", the one event file, and the (empty) lock file */
+    ck_assert_int_eq(n_names_with(tb, ""), 4);
+    ck_assert_int_eq(n_names_with(tb, ".ddpc.lock"), 1);
 
     /* TensorBoard's own reader finds in the event file exactly what the
      * CSV says: every scalar at every step */
@@ -1647,6 +1699,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, compatible_edit_resumes_and_matches_a_straight_run);
     tcase_add_test(t, step_checkpoint_resumes_mid_epoch_byte_identical);
     tcase_add_test(t, slow_checkpoint_write_does_not_trip_rank_sync_timeout);
+    tcase_add_test(t, summary_on_a_full_stdout_exits_nonzero);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
     tcase_add_test(t, export_gives_the_reported_test_accuracy_in_torch);

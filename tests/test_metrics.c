@@ -9,6 +9,8 @@
  * without one, and nothing when off.
  */
 #include <check.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -165,7 +167,7 @@ START_TEST(csv_exact)
     struct ddpc_job j = job_for(csv, NULL, DDPC_PROGRESS_OFF, 2);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 6, 0, stdout, 1, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 6, -1, stdout, 1, &e), 0);
     double loss[] = { 2.0, 1.5, 1.25, 1.0, 0.75, 0.5 };
     for (int s = 1; s <= 4; s++)
         ck_assert_int_eq(metrics_step(&m, s, 1, 0.1, loss[s - 1], 1000.5, 10, &e), 0);
@@ -187,8 +189,8 @@ START_TEST(csv_exact)
     ck_assert_str_eq(got, want);
     free(got);
 
-    /* Resumed: appended after the existing rows. */
-    ck_assert_int_eq(metrics_open(&m, &j, 8, 1, stdout, 0, &e), 0);
+    /* Resumed at step 6: appended after the existing rows. */
+    ck_assert_int_eq(metrics_open(&m, &j, 8, 6, stdout, 0, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 8, 3, 0.1, 0.25, 10, 0, &e), 0);
     ck_assert_int_eq(metrics_close(&m, &e), 0);
     got = read_all(csv, NULL);
@@ -198,7 +200,7 @@ START_TEST(csv_exact)
     free(got);
 
     /* Not resumed: a fresh file with only the header. */
-    ck_assert_int_eq(metrics_open(&m, &j, 8, 0, stdout, 0, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 8, -1, stdout, 0, &e), 0);
     ck_assert_int_eq(metrics_close(&m, &e), 0);
     got = read_all(csv, NULL);
     ck_assert_str_eq(got, hdr);
@@ -218,7 +220,7 @@ START_TEST(csv_resume_repairs_and_replaces)
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
 
-    /* A crash cut the last row short: resuming starts a new line. */
+    /* A crash cut the last row short: resuming drops it. */
     char cut[256];
     snprintf(cut, sizeof cut, "%s1,1,0.1,2,5,,\n2,1,0.", hdr);
     ck_assert_int_eq(write_file(csv, cut, strlen(cut)), 0);
@@ -227,8 +229,25 @@ START_TEST(csv_resume_repairs_and_replaces)
     ck_assert_int_eq(metrics_close(&m, &e), 0);
     char *got = read_all(csv, NULL);
     char want[512];
-    snprintf(want, sizeof want, "%s\n2,1,0.1,1.5,5,,\n", cut);
+    snprintf(want, sizeof want, "%s1,1,0.1,2,5,,\n2,1,0.1,1.5,5,,\n", hdr);
     ck_assert_str_eq(got, want);
+    free(got);
+
+    /* Rows past the checkpoint (the crashed attempt's steps 3..6 and its
+     * evaluation) go: the resumed run writes those steps again. */
+    char run[512];
+    snprintf(run, sizeof run, "%s1,1,0.1,2,5,,\n2,1,0.1,1.5,5,,\n2,1,,,,0.5,0.75\n"
+             "3,2,0.1,1,5,,\n4,2,0.1,0.5,5,,\n4,2,,,,0.25,0.875\n", hdr);
+    ck_assert_int_eq(write_file(csv, run, strlen(run)), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, 2, NULL, 0, &e), 0);
+    ck_assert_int_eq(metrics_step(&m, 3, 2, 0.1, 0.9, 5, -1, &e), 0);
+    ck_assert_int_eq(metrics_close(&m, &e), 0);
+    got = read_all(csv, NULL);
+    snprintf(want, sizeof want, "%s1,1,0.1,2,5,,\n2,1,0.1,1.5,5,,\n2,1,,,,0.5,0.75\n"
+             "3,2,0.1,0.899999976,5,,\n", hdr);
+    ck_assert_msg(strcmp(got, want) == 0 || strstr(got, "3,2,0.1,0.9,5,,\n"), "%s", got);
+    ck_assert_ptr_null(strstr(got, "0.875"));
+    ck_assert_ptr_null(strstr(got, "4,2"));
     free(got);
 
     /* Someone else's file: resuming does not append to it. */
@@ -240,6 +259,84 @@ START_TEST(csv_resume_repairs_and_replaces)
     free(got);
 
     free(csv);
+    ck_assert_int_eq(rm_tree(dir), 0);
+    free(dir);
+}
+END_TEST
+
+/* Issue 12: a second job writing the same CSV or TensorBoard directory at
+ * the same time is refused (the first one's file stays whole), and
+ * metrics_csv never writes through a symbolic link into another file. */
+START_TEST(second_writer_and_symlinks_refused)
+{
+    char *dir = make_temp_dir("metrics");
+    char *csv = path_in(dir, "m.csv"), *tb = path_in(dir, "tb");
+    struct ddpc_job j = job_for(csv, tb, DDPC_PROGRESS_OFF, 1);
+    struct ddpc_metrics m1, m2;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(metrics_open(&m1, &j, 0, -1, NULL, 0, &e), 0);
+    ck_assert_int_eq(metrics_step(&m1, 1, 1, 0.1, 2, 5, -1, &e), 0);
+    struct ddpc_job jc = job_for(csv, NULL, DDPC_PROGRESS_OFF, 1);
+    ck_assert_int_eq(metrics_open(&m2, &jc, 0, -1, NULL, 0, &e), DDPC_E_INVALID);
+    ck_assert_msg(strstr(e.msg, "being written by another running job") && strstr(e.msg, csv),
+                  "%s", e.msg);
+    ck_assert_int_eq(metrics_close(&m2, &e), 0);
+    ddpc_err_clear(&e);
+    struct ddpc_job jt = job_for(NULL, tb, DDPC_PROGRESS_OFF, 1);
+    ck_assert_int_eq(metrics_open(&m2, &jt, 0, -1, NULL, 0, &e), DDPC_E_INVALID);
+    ck_assert_msg(strstr(e.msg, "logging.tensorboard") && strstr(e.msg, "another running job"),
+                  "%s", e.msg);
+    ck_assert_int_eq(metrics_close(&m2, &e), 0);
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(metrics_step(&m1, 2, 1, 0.1, 1.5, 5, -1, &e), 0);
+    ck_assert_int_eq(metrics_close(&m1, &e), 0);
+    char *got = read_all(csv, NULL), want[256];
+    snprintf(want, sizeof want, "%s1,1,0.1,2,5,,\n2,1,0.1,1.5,5,,\n", hdr);
+    ck_assert_str_eq(got, want);            /* not truncated, not spliced */
+    free(got);
+    /* released at close: the next run opens the CSV, and the directory's
+     * lock is free (a new event file in the same second and pid would
+     * collide by name, so the lock is tried directly) */
+    ck_assert_msg(metrics_open(&m2, &jc, 0, -1, NULL, 0, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(metrics_close(&m2, &e), 0);
+    char *lockf = path_in(tb, ".ddpc.lock");
+    int lfd = open(lockf, O_RDWR);
+    ck_assert_int_ge(lfd, 0);
+    ck_assert_int_eq(flock(lfd, LOCK_EX | LOCK_NB), 0);
+    ck_assert_int_eq(close(lfd), 0);
+    free(lockf);
+
+    /* a symbolic link to a file, or to nothing yet: refused, target untouched */
+    char *target = path_in(dir, "other.txt"), *link = path_in(dir, "link.csv");
+    char *dangling = path_in(dir, "dangling.csv");
+    ck_assert_int_eq(write_file(target, "precious\n", 9), 0);
+    ck_assert_int_eq(symlink(target, link), 0);
+    ck_assert_int_eq(symlink("nowhere/x.csv", dangling), 0);
+    const char *bad[2] = { link, dangling };
+    for (int i = 0; i < 2; i++) {
+        ddpc_err_clear(&e);
+        struct ddpc_job jl = job_for(bad[i], NULL, DDPC_PROGRESS_OFF, 1);
+        ck_assert_int_eq(metrics_open(&m2, &jl, 0, -1, NULL, 0, &e), DDPC_E_INVALID);
+        ck_assert_msg(strstr(e.msg, "symbolic link") && strstr(e.msg, bad[i]), "%s", e.msg);
+        ck_assert_int_eq(metrics_close(&m2, &e), 0);
+    }
+    got = read_all(target, NULL);
+    ck_assert_str_eq(got, "precious\n");
+    free(got);
+    /* a link to a device (like /dev/stdout) is written through */
+    char *devlink = path_in(dir, "null.csv");
+    ck_assert_int_eq(symlink("/dev/null", devlink), 0);
+    ddpc_err_clear(&e);
+    struct ddpc_job jd = job_for(devlink, NULL, DDPC_PROGRESS_OFF, 1);
+    ck_assert_msg(metrics_open(&m2, &jd, 0, -1, NULL, 0, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(metrics_step(&m2, 1, 1, 0.1, 2, 5, -1, &e), 0);
+    ck_assert_int_eq(metrics_close(&m2, &e), 0);
+    free(devlink);
+    free(target);
+    free(link);
+    free(dangling);
+    free(csv);
+    free(tb);
     ck_assert_int_eq(rm_tree(dir), 0);
     free(dir);
 }
@@ -274,6 +371,7 @@ struct ev {
     double  wall_time;
     int64_t step;
     char    file_version[32];
+    int     session_status;     /* SessionLog.status; 0: none */
     int     n_values;
     char    tag[MAX_VALUES][32];
     float   value[MAX_VALUES];
@@ -325,6 +423,15 @@ static void parse_event(const uint8_t *p, const uint8_t *end, struct ev *ev)
             ck_assert_uint_lt(n, sizeof ev->file_version);
             memcpy(ev->file_version, p, n);
             p += n;
+        } else if (key == ((7 << 3) | 2)) {         /* SessionLog */
+            uint64_t n = rd_varint(&p, end);
+            ck_assert_uint_le(n, (uint64_t)(end - p));
+            const uint8_t *s = p, *send = p + n;
+            while (s < send) {
+                ck_assert_uint_eq(rd_varint(&s, send), (1 << 3) | 0);   /* status */
+                ev->session_status = (int)rd_varint(&s, send);
+            }
+            p = send;
         } else if (key == ((5 << 3) | 2)) {         /* Summary */
             uint64_t n = rd_varint(&p, end);
             ck_assert_uint_le(n, (uint64_t)(end - p));
@@ -404,7 +511,7 @@ START_TEST(tfrecord_framing)
     struct ddpc_job j = job_for(NULL, tbdir, DDPC_PROGRESS_OFF, 2);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 0, 0, NULL, 0, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, -1, NULL, 0, &e), 0);
     for (int s = 1; s <= 4; s++)
         ck_assert_int_eq(metrics_step(&m, s, 1, 0.5, 2.0 / s, 100.0 * s, -1, &e), 0);
     ck_assert_int_eq(metrics_eval(&m, 4, 1, 0.25, 0.75, &e), 0);
@@ -445,7 +552,25 @@ START_TEST(tfrecord_framing)
     ck_assert_int_eq(ev[4].step, 300);
     ck_assert_int_eq(ev[4].n_values, 1);
     ck_assert_str_eq(ev[4].tag[0], "eval/loss");
+    free(path);
 
+    /* Resumed from step 2: a new file that starts with a SessionLog START
+     * at step 3, so TensorBoard drops the old file's points from step 3 on */
+    char *tb2 = path_in(dir, "runs/exp2");
+    j = job_for(NULL, tb2, DDPC_PROGRESS_OFF, 2);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, 2, NULL, 0, &e), 0);
+    ck_assert_int_eq(metrics_step(&m, 4, 1, 0.5, 0.5, 400, -1, &e), 0);
+    ck_assert_int_eq(metrics_close(&m, &e), 0);
+    path = event_file(tb2);
+    n = read_events(path, ev, 8);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(ev[0].file_version, "brain.Event:2");
+    ck_assert_int_eq(ev[1].session_status, 1);      /* START */
+    ck_assert_int_eq(ev[1].step, 3);
+    ck_assert_int_eq(ev[1].n_values, 0);
+    ck_assert_int_eq(ev[2].step, 4);
+    ck_assert_int_eq(ev[2].session_status, 0);
+    free(tb2);
     free(path);
     free(tbdir);
     ck_assert_int_eq(rm_tree(dir), 0);
@@ -460,7 +585,7 @@ START_TEST(tensorboard_reads_it)
     struct ddpc_job j = job_for(NULL, dir, DDPC_PROGRESS_OFF, 1);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 0, 0, NULL, 0, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, -1, NULL, 0, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 1, 1, 0.01, 2.5, 64, -1, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 2, 1, 0.02, 1.75, 128, -1, &e), 0);
     ck_assert_int_eq(metrics_eval(&m, 2, 1, 1.5, 0.625, &e), 0);
@@ -517,7 +642,7 @@ START_TEST(progress_on_exact)
     struct ddpc_job j = job_for(NULL, NULL, DDPC_PROGRESS_ON, 50);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 100, 0, out, 1, &e), 0);   /* on, a terminal */
+    ck_assert_int_eq(metrics_open(&m, &j, 100, -1, out, 1, &e), 0);   /* on, a terminal */
     m.min_redraw_s = 0;                                              /* see every redraw */
     ck_assert_int_eq(metrics_step(&m, 1, 1, 0.1, 2.5, 1234.4, 65, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 2, 1, 0.1, 2.25, 1500, 3725, &e), 0);
@@ -538,7 +663,7 @@ START_TEST(progress_on_exact)
     buf = NULL;
     out = open_memstream(&buf, &len);
     ck_assert_ptr_nonnull(out);
-    ck_assert_int_eq(metrics_open(&m, &j, 0, 0, out, 1, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, -1, out, 1, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 7, 2, 0.1, 1, 10, -1, &e), 0);
     ck_assert_int_eq(metrics_close(&m, &e), 0);
     ck_assert_int_eq(fclose(out), 0);
@@ -557,7 +682,7 @@ START_TEST(progress_throttled)
     struct ddpc_job j = job_for(NULL, NULL, DDPC_PROGRESS_AUTO, 1);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 1000, 0, out, 1, &e), 0);   /* auto + tty: on */
+    ck_assert_int_eq(metrics_open(&m, &j, 1000, -1, out, 1, &e), 0);   /* auto + tty: on */
     double t0 = mono_s();
     for (int s = 1; s <= 1000; s++)
         ck_assert_int_eq(metrics_step(&m, s, 1, 0.1, 1.0, 1e4, 1000 - s, &e), 0);
@@ -591,7 +716,7 @@ START_TEST(progress_off_writes_nothing)
         struct ddpc_job j = job_for(NULL, NULL, cases[c].p, 1);
         struct ddpc_metrics m;
         struct ddpc_err e = { 0 };
-        ck_assert_int_eq(metrics_open(&m, &j, 10, 0, out, cases[c].tty, &e), 0);
+        ck_assert_int_eq(metrics_open(&m, &j, 10, -1, out, cases[c].tty, &e), 0);
         m.min_redraw_s = 0;
         for (int s = 1; s <= 10; s++)
             ck_assert_int_eq(metrics_step(&m, s, 1, 0.1, 1.0, 5, 1, &e), 0);
@@ -618,7 +743,7 @@ START_TEST(progress_lines_without_terminal)
         struct ddpc_job j = job_for(NULL, NULL, modes[c], 4);
         struct ddpc_metrics m;
         struct ddpc_err e = { 0 };
-        ck_assert_int_eq(metrics_open(&m, &j, 10, 0, out, 0, &e), 0);
+        ck_assert_int_eq(metrics_open(&m, &j, 10, -1, out, 0, &e), 0);
         for (int s = 1; s <= 10; s++)
             ck_assert_int_eq(metrics_step(&m, s, 1 + (s > 5), 0.1, 1.0 / s, 1000.0 * s,
                                           10 - s, &e), 0);
@@ -655,7 +780,7 @@ START_TEST(close_is_safe)
     char *tb = path_in(dir, "file/tb");
     ck_assert_int_eq(write_file(file, "x", 1), 0);
     struct ddpc_job j = job_for(csv, tb, DDPC_PROGRESS_OFF, 1);
-    ck_assert_int_lt(metrics_open(&m, &j, 0, 0, NULL, 0, &e), 0);
+    ck_assert_int_lt(metrics_open(&m, &j, 0, -1, NULL, 0, &e), 0);
     ck_assert_int_eq(e.code, DDPC_E_SYS);
     ck_assert_ptr_nonnull(strstr(e.msg, "logging.tensorboard"));
     ck_assert_ptr_nonnull(strstr(e.msg, tb));
@@ -668,14 +793,14 @@ START_TEST(close_is_safe)
     ddpc_err_clear(&e);
     char *badcsv = path_in(dir, "file/m.csv");
     j = job_for(badcsv, NULL, DDPC_PROGRESS_OFF, 1);
-    ck_assert_int_lt(metrics_open(&m, &j, 0, 0, NULL, 0, &e), 0);
+    ck_assert_int_lt(metrics_open(&m, &j, 0, -1, NULL, 0, &e), 0);
     ck_assert_ptr_nonnull(strstr(e.msg, "logging.metrics_csv"));
     ck_assert_int_eq(metrics_close(&m, &e), 0);
 
     /* Nothing configured: every call is a cheap no-op. */
     ddpc_err_clear(&e);
     j = job_for(NULL, "", DDPC_PROGRESS_OFF, 1);
-    ck_assert_int_eq(metrics_open(&m, &j, 0, 0, NULL, 1, &e), 0);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, -1, NULL, 1, &e), 0);
     ck_assert_int_eq(metrics_step(&m, 1, 1, 0.1, 1, 1, 1, &e), 0);
     ck_assert_int_eq(metrics_eval(&m, 1, 1, 1, 1, &e), 0);
     ck_assert_int_eq(metrics_close(&m, &e), 0);
@@ -701,7 +826,7 @@ START_TEST(write_error_reported)
     struct ddpc_job j = job_for("/dev/full", NULL, DDPC_PROGRESS_OFF, 1);
     struct ddpc_metrics m;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(metrics_open(&m, &j, 0, 0, NULL, 0, &e), DDPC_E_SYS);
+    ck_assert_int_eq(metrics_open(&m, &j, 0, -1, NULL, 0, &e), DDPC_E_SYS);
     ck_assert_ptr_nonnull(strstr(e.msg, "metrics CSV"));
     ck_assert_ptr_null(m.csv);
     ck_assert_int_eq(metrics_close(&m, &e), 0);
@@ -721,6 +846,7 @@ Suite *metrics_suite(void)
     tc = tcase_create("files");
     tcase_add_test(tc, csv_exact);
     tcase_add_test(tc, csv_resume_repairs_and_replaces);
+    tcase_add_test(tc, second_writer_and_symlinks_refused);
     tcase_add_test(tc, tfrecord_framing);
     tcase_add_test(tc, close_is_safe);
     tcase_add_test(tc, write_error_reported);
