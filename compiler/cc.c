@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include "buf.h"
 #include "cc.h"
+#include "interrupt.h"
 #include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
 
 #ifndef DDPC_SANFLAGS
@@ -174,8 +175,9 @@ static char *read_output(int fd)
 
 int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
 {
-    int rc = -1, out_fd = -1, have_fa = 0;
-    char *tmp = NULL;
+    int rc = -1, out_fd = -1, have_fa = 0, tmp_slot = -1;
+    char *tmp = NULL, *cc_tmp = NULL, *tmp_env = NULL;
+    char **envp = NULL;
     struct argv_list a = { 0 };
     posix_spawn_file_actions_t fa;
     FILE *log = o->log ? o->log : stderr;
@@ -200,6 +202,44 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         tmp = NULL;
         goto oom;
     }
+    tmp_slot = intr_track(tmp);     /* the compiler creates it; a signal removes it */
+
+    /* The compiler's own temp files (cc*.s, cc*.o) go to a private
+     * TMPDIR, emptied and removed afterwards and on a signal: a compiler
+     * killed mid-step cannot leave them in the user's TMPDIR. */
+    const char *t = getenv("TMPDIR");
+    if (asprintf(&cc_tmp, "%s/ddpc-cc-XXXXXX", t && t[0] ? t : "/tmp") < 0) {
+        cc_tmp = NULL;
+        goto oom;
+    }
+    sigset_t held;
+    intr_hold(&held);
+    int made = mkdtemp(cc_tmp) != NULL;
+    int mk_err = errno;
+    if (made)
+        intr_track_wipe(cc_tmp);
+    intr_release(&held);
+    if (!made) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot create a temporary directory "
+                 "%s: %s; set TMPDIR to a writable directory", cc_tmp, strerror(mk_err));
+        free(cc_tmp);
+        cc_tmp = NULL;
+        goto done;
+    }
+    size_t n_env = 0;
+    while (environ[n_env])
+        n_env++;
+    envp = calloc(n_env + 2, sizeof *envp);
+    if (!envp || asprintf(&tmp_env, "TMPDIR=%s", cc_tmp) < 0) {
+        tmp_env = NULL;
+        goto oom;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "TMPDIR=", 7) != 0)
+            envp[k++] = environ[i];
+    envp[k++] = tmp_env;
+    envp[k] = NULL;
 
     argv_add_words(&a, DDPC_CC);
     argv_add_words(&a, DDPC_SANFLAGS);
@@ -255,7 +295,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         posix_spawn_file_actions_adddup2(&fa, out_fd, 2) != 0)
         goto oom;
     pid_t pid;
-    int err = posix_spawnp(&pid, a.v[0], &fa, NULL, a.v, environ);
+    int err = intr_spawnpe(&pid, a.v[0], &fa, a.v, envp);
     if (err != 0) {
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run the C compiler %s: %s%s", a.v[0],
                  strerror(err),
@@ -263,11 +303,9 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
         goto done;
     }
     int st;
-    while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR) {
-            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
-            goto done;
-        }
+    if (intr_wait(pid, &st) < 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+        goto done;
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         if (WIFEXITED(st)) {
@@ -304,6 +342,12 @@ done:
         unlink(tmp);
         free(tmp);
     }
+    intr_untrack(tmp_slot);
+    if (cc_tmp)
+        intr_wipe_now(cc_tmp);
+    free(cc_tmp);
+    free(tmp_env);
+    free(envp);
     argv_free(&a);
     if (out_fd >= 0)
         close(out_fd);

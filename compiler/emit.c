@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include "buf.h"
 #include "emit.h"
+#include "interrupt.h"
 #include "keytab.h"
 
 extern char **environ;
@@ -324,7 +325,7 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
 int emit_m4(const char *m4, const char *prologue, const char *template_path,
             const char *out_path, FILE *log, struct ddpc_diag *d)
 {
-    int rc = -1, in_fd = -1, out_fd = -1, have_fa = 0;
+    int rc = -1, in_fd = -1, out_fd = -1, have_fa = 0, tmp_slot = -1;
     char *tmp = NULL;
     posix_spawn_file_actions_t fa;
     if (!m4)
@@ -364,6 +365,7 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
         goto done;
     }
+    tmp_slot = intr_track(tmp);     /* before it exists: a signal removes it */
     out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out_fd < 0) {
         diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "cannot create: %s", strerror(errno));
@@ -385,18 +387,16 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
     if (log)
         fprintf(log, "%s -P -E - %s < (definitions) > %s\n", m4, template_path, tmp);
     pid_t pid;
-    int err = posix_spawnp(&pid, m4, &fa, NULL, argv, environ);
+    int err = intr_spawnp(&pid, m4, &fa, argv);
     if (err != 0) {
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run %s: %s%s", m4, strerror(err),
                  err == ENOENT ? " (install GNU m4: apt-get install m4)" : "");
         goto done;
     }
     int st;
-    while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR) {
-            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
-            goto done;
-        }
+    if (intr_wait(pid, &st) < 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+        goto done;
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         diag_add(d, DDPC_SEV_ERROR, template_path, 0, 0, "",
@@ -430,6 +430,7 @@ done:
         unlink(tmp);    /* a failed run leaves no partial file */
         free(tmp);
     }
+    intr_untrack(tmp_slot);
     return rc;
 }
 

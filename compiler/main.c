@@ -18,6 +18,7 @@
  * (spec/ does), computes plan numbers (plan.c), or runs a shell.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "cc.h"
 #include "check.h"    /* cmd_check, cmd_schema: the spec front end's commands */
 #include "emit.h"
+#include "interrupt.h"
 #include "paths.h"
 #include "plan.h"
 #include "spec.h"
@@ -193,11 +195,15 @@ done:
     return rc;
 }
 
+/* The files emit may write in a temporary emit dir. */
+static const char *const emit_names[] = { "job_config.h", "job.plan.json", "job.sbatch" };
+
 /* Removes the files emit may have written in a temporary emit dir, then it. */
 static void remove_emit_dir(const char *dir)
 {
-    static const char *const names[] = { "job_config.h", "job.plan.json", "job.sbatch" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *const *names = emit_names;
+    intr_track_dir(NULL, NULL, 0);
+    for (size_t i = 0; i < sizeof emit_names / sizeof emit_names[0]; i++) {
         char *p;
         if (asprintf(&p, "%s/%s", dir, names[i]) < 0)
             continue;
@@ -207,6 +213,72 @@ static void remove_emit_dir(const char *dir)
     }
     if (rmdir(dir) != 0)
         fprintf(stderr, "ddpc: warning: cannot remove %s: %s\n", dir, strerror(errno));
+}
+
+/* Before anything is written: OUT must be a place for a program. Never
+ * the spec itself (`ddpc build x` of a spec named x, or -o the spec), never
+ * an existing file that is not an executable program (a typo'd -o over
+ * notes.txt), and its directory must exist. A rebuild over the program an
+ * earlier build wrote is fine. Returns 0, or -1 with a diagnostic. */
+static int check_output(const char *out, const char *spec, int defaulted, struct ddpc_diag *d)
+{
+    const char *how = defaulted ? "the program's name (the spec's name, the default for -o)"
+                                : "-o";
+    struct stat so, ss;
+    if (stat(out, &so) == 0) {
+        if (stat(spec, &ss) == 0 && so.st_dev == ss.st_dev && so.st_ino == ss.st_ino) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "%s is the spec file itself: building "
+                     "would overwrite it with the program; choose another output with -o%s",
+                     how, defaulted ? ", or give the spec file an extension (.yaml)" : "");
+            return -1;
+        }
+        if (S_ISDIR(so.st_mode)) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "%s names a directory; give the "
+                     "program a file name, e.g. -o %s/%s", how, out, "job");
+            return -1;
+        }
+        unsigned char magic[4] = { 0 };
+        int is_prog = 0;
+        if (S_ISREG(so.st_mode) && (so.st_mode & 0111)) {
+            int fd = open(out, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+            if (fd >= 0) {
+                is_prog = read(fd, magic, 4) == 4 && memcmp(magic, "\177ELF", 4) == 0;
+                (void)close(fd);   /* read-only */
+            }
+        }
+        if (!is_prog) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "%s names an existing file that is not "
+                     "a program (%s): refusing to overwrite it; remove it first or choose "
+                     "another output with -o", how,
+                     !S_ISREG(so.st_mode) ? "not a regular file" :
+                     !(so.st_mode & 0111) ? "not executable" : "not an ELF executable");
+            return -1;
+        }
+    } else if (errno != ENOENT) {
+        diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "cannot write the program here: %s",
+                 strerror(errno));
+        return -1;
+    }
+    char dir[PATH_MAX];
+    const char *slash = strrchr(out, '/');
+    if (slash) {
+        size_t n = slash == out ? 1 : (size_t)(slash - out);
+        if (n >= sizeof dir) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "path too long");
+            return -1;
+        }
+        memcpy(dir, out, n);
+        dir[n] = '\0';
+        struct stat sd;
+        int there = stat(dir, &sd) == 0;
+        if (!there || !S_ISDIR(sd.st_mode)) {
+            diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "the output's directory %s %s; "
+                     "create it first (mkdir -p %s) or choose another output with -o", dir,
+                     !there ? "does not exist" : "is not a directory", dir);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* How the plan and the sbatch script name the program: ./BASENAME, the
@@ -276,6 +348,7 @@ static int cmd_build(int argc, char **argv)
     char *sbatch = NULL, *cc_output = NULL;
     diag_init(&d);
 
+    intr_install();     /* an interrupt leaves no temp file or directory behind */
     int rc = load(file, no_data, &sets, &job, &doc, &d);
     if (rc != EXIT_OK)
         goto done;
@@ -291,6 +364,8 @@ static int cmd_build(int argc, char **argv)
     }
     if (!(program = program_name(out)))
         goto oom;
+    if (check_output(out, file, out == out_default, &d) != 0)
+        goto fail;
 
     rc = EXIT_INVALID;
     if (plan_build(&job, program, &plan, &d) != 0)
@@ -308,9 +383,15 @@ static int cmd_build(int argc, char **argv)
         const char *t = getenv("TMPDIR");
         if (asprintf(&tmp_dir, "%s/ddpc-XXXXXX", t && t[0] ? t : "/tmp") < 0)
             goto oom;
-        if (!mkdtemp(tmp_dir)) {
-            diag_add(&d, DDPC_SEV_ERROR, tmp_dir, 0, 0, "", "cannot create: %s",
-                     strerror(errno));
+        sigset_t held;
+        intr_hold(&held);           /* created and tracked as one step */
+        int made = mkdtemp(tmp_dir) != NULL;
+        int err = errno;
+        if (made)
+            intr_track_dir(tmp_dir, emit_names, (int)(sizeof emit_names / sizeof emit_names[0]));
+        intr_release(&held);
+        if (!made) {
+            diag_add(&d, DDPC_SEV_ERROR, tmp_dir, 0, 0, "", "cannot create: %s", strerror(err));
             free(tmp_dir);
             tmp_dir = NULL;
             goto fail;

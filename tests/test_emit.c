@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <check.h>
 #include "suites.h"
@@ -789,6 +791,178 @@ START_TEST(cli_exit_statuses)
 }
 END_TEST
 
+/* Issue 12: `ddpc build x` of a spec file named x (the job's name) wrote
+ * the program over the spec. The output must be a place for a program:
+ * never the spec, never an existing non-program, in a directory that
+ * exists. A rebuild over its own program is fine. */
+static const char small_yaml[] =
+    "version: 1\nname: x\ndevices: 1\naccelerator: cpu\nepochs: 1\nbatch_size: 8\n"
+    "model: {type: mlp, layers: [4, 8, 2]}\n"
+    "data:\n  train: {format: synthetic, samples: 64, features: 4, classes: 2}\n";
+
+START_TEST(build_never_overwrites_the_spec_or_a_non_program)
+{
+    char *ddpc = ddpc_bin(), *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(ddpc) || !exists(lib)) {
+        fprintf(stderr, "SKIP build_never_overwrites: ddpc or libddprt.a not built\n");
+        free(ddpc);
+        free(lib);
+        return;
+    }
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *x, *yaml, *notes, *prog;
+    ck_assert_int_ge(asprintf(&x, "%s/x", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&yaml, "%s/x.yaml", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&notes, "%s/notes.txt", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&prog, "%s/prog", fx.dir), 0);
+    ck_assert_int_eq(write_file(x, small_yaml, sizeof small_yaml - 1), 0);
+    ck_assert_int_eq(write_file(yaml, small_yaml, sizeof small_yaml - 1), 0);
+    ck_assert_int_eq(write_file(notes, "keep me\n", 8), 0);
+    struct {
+        char *argv[6];
+        const char *cwd, *file, *want;
+    } cases[] = {
+        /* default output: the job's name, which is the spec file */
+        { { ddpc, "build", "x", NULL }, fx.dir, x, "is the spec file itself" },
+        { { ddpc, "build", yaml, "-o", yaml, NULL }, NULL, yaml, "is the spec file itself" },
+        { { ddpc, "build", yaml, "-o", notes, NULL }, NULL, notes, "not executable" },
+        { { ddpc, "build", yaml, "-o", fx.dir, NULL }, NULL, NULL, "names a directory" },
+        { { ddpc, "build", yaml, "-o", "/nonexistent/dir/job", NULL }, NULL, NULL,
+          "directory /nonexistent/dir does not exist" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t before_n = 0, after_n = 0;
+        char *before = cases[i].file ? slurp(cases[i].file, &before_n) : NULL;
+        struct run_result r;
+        ck_assert_int_eq(run_capture(cases[i].argv, cases[i].cwd, NULL, 60, &r), 0);
+        ck_assert_msg(r.exited && r.code == 2 && strstr(r.err, cases[i].want),
+                      "case %zu: exit %d, want 2 and '%s':\n%s", i, r.code, cases[i].want, r.err);
+        printf("emit: refused: %s", r.err);
+        run_result_free(&r);
+        if (before) {
+            char *after = slurp(cases[i].file, &after_n);
+            ck_assert_msg(before_n == after_n && memcmp(before, after, before_n) == 0,
+                          "case %zu: %s changed", i, cases[i].file);
+            free(after);
+            free(before);
+        }
+    }
+    /* an executable that is not a program (a script) is refused too; the
+     * program of an earlier build is rebuilt in place */
+    ck_assert_int_eq(chmod(notes, 0755), 0);
+    char *argv[] = { ddpc, "build", yaml, "-o", notes, "--cpu-only", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 2 && strstr(r.err, "not an ELF executable"), "%s", r.err);
+    run_result_free(&r);
+    argv[4] = prog;
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "build %d: %d\n%s", k, r.code, r.err);
+        run_result_free(&r);
+    }
+    ck_assert(exists(prog));
+    free(x);
+    free(yaml);
+    free(notes);
+    free(prog);
+    free(lib);
+    free(ddpc);
+    fixture_free(&fx);
+}
+END_TEST
+
+/* Issue 12: SIGTERM to ddpc alone (the compiler keeps running unless ddpc
+ * stops it) and Ctrl-C to the process group, while the C compiler runs:
+ * no temp directory, no OUT.tmp.PID, no OUT, no compiler left running. */
+START_TEST(interrupted_build_leaves_nothing)
+{
+    char *ddpc = ddpc_bin(), *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(ddpc) || !exists(lib)) {
+        fprintf(stderr, "SKIP interrupted_build_leaves_nothing: ddpc or libddprt.a not built\n");
+        free(ddpc);
+        free(lib);
+        return;
+    }
+    adopt_orphans();
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *yaml, *out, *tmpdir, *envtmp;
+    ck_assert_int_ge(asprintf(&yaml, "%s/x.yaml", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/prog", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&tmpdir, "%s/tmp", fx.dir), 0);
+    ck_assert_int_eq(mkdir(tmpdir, 0755), 0);
+    ck_assert_int_ge(asprintf(&envtmp, "TMPDIR=%s", tmpdir), 0);
+    ck_assert_int_eq(write_file(yaml, small_yaml, sizeof small_yaml - 1), 0);
+    char *env[] = { envtmp, NULL };
+    int sigs[2] = { SIGTERM, SIGINT };
+    for (int k = 0; k < 2; k++) {
+        char *argv[] = { ddpc, "build", yaml, "-o", out, "--cpu-only", NULL };
+        struct run_proc p;
+        ck_assert_int_eq(run_start(argv, NULL, env, &p), 0);
+        /* the compiler runs once the generated header is in place */
+        pid_t child = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            pid_t kids[4];
+            int n = child_pids(p.pid, kids, 4);
+            DIR *d = opendir(tmpdir);
+            ck_assert_ptr_nonnull(d);
+            struct dirent *de;
+            int generated = 0;
+            char gen[512] = "";
+            while ((de = readdir(d)) != NULL)
+                if (de->d_name[0] != '.') {
+                    char path[1024];
+                    snprintf(path, sizeof path, "%s/%s/job.plan.json", tmpdir, de->d_name);
+                    int g = exists(path);
+                    snprintf(path, sizeof path, "%s/%s/job_config.h", tmpdir, de->d_name);
+                    generated |= g && exists(path);
+                    snprintf(gen, sizeof gen, "%s", de->d_name);
+                }
+            closedir(d);
+            if (n >= 1 && generated) {
+                child = kids[0];
+                break;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            ck_assert_msg(t1.tv_sec - t0.tv_sec < 60, "the compiler never started (%s)", gen);
+            usleep(1000);
+        }
+        ck_assert_int_eq(kill(k == 0 ? p.pid : -p.pid, sigs[k]), 0);
+        struct run_result r;
+        ck_assert_int_eq(run_finish(&p, 60, &r), 0);
+        ck_assert_msg(!r.exited && r.code == sigs[k], "ddpc: exited %d code %d\n%s", r.exited,
+                      r.code, r.err);
+        run_result_free(&r);
+        ck_assert_int_eq(wait_gone(&child, 1, 5.0), 0);
+        DIR *d = opendir(tmpdir);
+        ck_assert_ptr_nonnull(d);
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL)
+            ck_assert_msg(de->d_name[0] == '.', "left in TMPDIR: %s", de->d_name);
+        closedir(d);
+        d = opendir(fx.dir);
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d)) != NULL)
+            ck_assert_msg(strncmp(de->d_name, "prog", 4) != 0, "left: %s", de->d_name);
+        closedir(d);
+    }
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(yaml);
+    free(out);
+    free(tmpdir);
+    free(envtmp);
+    free(lib);
+    free(ddpc);
+    fixture_free(&fx);
+}
+END_TEST
+
 START_TEST(cc_failure_hints)
 {
     ck_assert_ptr_null(cc_failure_hint(NULL));
@@ -1147,6 +1321,8 @@ Suite *emit_suite(void)
     tcase_add_test(tc, cc_builds_a_job);
     tcase_add_test(tc, cli_build_hostile_yaml);
     tcase_add_test(tc, cli_exit_statuses);
+    tcase_add_test(tc, build_never_overwrites_the_spec_or_a_non_program);
+    tcase_add_test(tc, interrupted_build_leaves_nothing);
     tcase_add_test(tc, cc_failure_hints);
     tcase_add_test(tc, installed_ddpc_works_anywhere);
     suite_add_tcase(s, tc);
