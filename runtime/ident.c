@@ -177,8 +177,10 @@ int ident_format(const struct ddpc_job *j, int world, const char *backend, char 
     put_d(&b, 'C', "nccl_timeout", j->nccl_timeout_s);
     put_d(&b, 'C', "rank_sync_timeout", j->rank_sync_timeout_s);
     put(&b, 'C', "data.has_test", "%d", (int)j->data.has_test);
-    if (j->data.has_test)
+    if (j->data.has_test) {
         put_source(&b, 'C', "data.test", &j->data.test);
+        put(&b, 'C', "data.test_every_n_epochs", "%d", (int)j->data.test_every_n_epochs);
+    }
     put(&b, 'C', "checkpoint.every_n_epochs", "%d", (int)j->checkpoint.every_n_epochs);
     put(&b, 'C', "checkpoint.every_n_steps", "%lld", (long long)j->checkpoint.every_n_steps);
     put_d(&b, 'C', "checkpoint.every_n_minutes", j->checkpoint.every_n_minutes);

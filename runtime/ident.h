@@ -21,8 +21,8 @@
  *      total steps)
  *   C  epochs (other decays: raising it continues the run), devices,
  *      accelerator, strategy, bucket_cap_mb (slices the same sum),
- *      checkpoint_dir, nccl_timeout, rank_sync_timeout, data.test and
- *      has_test (evaluation only), checkpoint.every_n_epochs /
+ *      checkpoint_dir, nccl_timeout, rank_sync_timeout, data.test,
+ *      has_test and test_every_n_epochs (evaluation only), checkpoint.every_n_epochs /
  *      every_n_steps / every_n_minutes / keep_last / export,
  *      logging.*, launch.*
  * Not described: name (it is already in every checkpoint's file name),
