@@ -3,6 +3,7 @@
 #   make            build/bin/ddpc, build/lib/libddprt.a (+ libddprt_cuda.so iff nvcc)
 #   make test       the whole Check suite (CPU only; GPU cases say SKIP)
 #   make demo       train the Fashion-MNIST example end to end
+#   make docs       regenerate spec/README.md and docs/coming-from.md
 #   make sanitize   the suite under ASan + UBSan
 #   make bench      build/bench/allreduce (see bench/README.md)
 #   make install PREFIX=/usr/local
@@ -108,7 +109,7 @@ SHARE     := $(B)/share/ddpc
 STAGED    := $(addprefix $(B)/include/ddpc/,$(notdir $(RT_HEADERS))) $(TEMPLATES:%=$(SHARE)/%) \
              $(SHARE)/job.c $(SHARE)/ddpc.schema.json $(B)/share/man/man1/ddpc.1
 
-.PHONY: all deps test check demo sanitize install clean cuda fuzz bench
+.PHONY: all deps test check demo sanitize install clean cuda fuzz bench docs
 all: $(DDPC) $(RT_LIB) $(CUDA_LIB) $(CUDA_SO) $(GLOO_SO) $(STAGED)
 
 deps:
@@ -285,6 +286,11 @@ bench: $(BENCH_BIN)
 $(B)/bench/%: bench/%.c $(RT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(RT_LIB) $(LDFLAGS) $(RT_LIBS)
+
+# The generated documents (a test fails when a committed one is stale).
+docs: $(DDPC)
+	$(DDPC) schema --format markdown > spec/README.md
+	$(DDPC) schema --format coming-from > docs/coming-from.md
 
 demo: deps all
 	$(DDPC) build examples/fashion-mnist.yaml -o fashion-mnist && ./fashion-mnist

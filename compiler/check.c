@@ -363,17 +363,23 @@ int cmd_schema(int argc, char **argv)
             md = 0;
         } else if (v && (strcmp(v, "markdown") == 0 || strcmp(v, "md") == 0)) {
             md = 1;
+        } else if (v && strcmp(v, "coming-from") == 0) {
+            md = 2;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: ddpc schema [--format json|markdown]\n"
+            puts("usage: ddpc schema [--format json|markdown|coming-from]\n"
                  "  json: JSON Schema 2020-12 of the spec language (for editors and CI)\n"
-                 "  markdown: the reference document (spec/README.md)");
+                 "  markdown: the reference document (spec/README.md)\n"
+                 "  coming-from: Lightning, torchrun, PyTorch and TrainingParams names and\n"
+                 "    ddpc's (docs/coming-from.md)");
             return 0;
         } else {
-            fprintf(stderr, "ddpc schema: usage: ddpc schema [--format json|markdown]\n");
+            fprintf(stderr, "ddpc schema: usage: ddpc schema [--format json|markdown|coming-from]\n");
             return 2;
         }
     }
-    if (md)
+    if (md == 2)
+        spec_write_coming_from(stdout);
+    else if (md)
         spec_write_reference(stdout);
     else
         spec_write_schema(stdout);

@@ -58,6 +58,9 @@ int spec_world_size(const struct ddpc_job *job, int available);
 void spec_write_schema(FILE *out);
 /* Writes the reference document (Markdown), generated from keys.def. */
 void spec_write_reference(FILE *out);
+/* Writes docs/coming-from.md: other tools' names and values and ddpc's
+ * (spec/aliases.def, keys.def), with the validator's own messages. */
+void spec_write_coming_from(FILE *out);
 
 /* Hex SHA-256 of len bytes into out[65]. Used for the spec hash that
  * checkpoints and the job_config.h banner carry. */

@@ -128,7 +128,7 @@ const struct ddpc_alias *validate_alias_find(const char *name, size_t len)
             continue;
         const char *last = a->target ? strrchr(a->target, '.') : NULL;
         last = last ? last + 1 : a->target;
-        if (last && strcmp(last, a->name) == 0)
+        if ((last && strcmp(last, a->name) == 0) || (!a->target && validate_key_exists(a->name)))
             continue;   /* ddpc's own key: the caller's "wrong block" message fits */
         return a;
     }

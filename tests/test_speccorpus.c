@@ -6,6 +6,7 @@
  *                               present, holds its exact warnings
  *   examples/ *.yaml            must be valid (warnings allowed)
  *   spec/README.md              must equal `ddpc schema --format markdown`
+ *   docs/coming-from.md         must equal `ddpc schema --format coming-from`
  *
  * Paths in .expect files are relative to the repository root, which comes
  * from DDPC_TOP (`make test` sets it; "." otherwise). The CLI cases run
@@ -188,9 +189,39 @@ START_TEST(test_reference_up_to_date)
     if (strcmp(got, want) != 0) {
         char diff[1024];
         first_difference(got, want, diff, sizeof diff);
-        ck_abort_msg("spec/README.md is stale; regenerate it with "
-                     "`build/bin/ddpc schema --format markdown > spec/README.md` (%s)", diff);
+        ck_abort_msg("spec/README.md is stale; regenerate it with `make docs` "
+                     "(build/bin/ddpc schema --format markdown > spec/README.md) (%s)", diff);
     }
+    free(got);
+    free(want);
+    leave_top(fd);
+}
+END_TEST
+
+/* docs/coming-from.md is generated from spec/aliases.def and keys.def */
+START_TEST(test_coming_from_up_to_date)
+{
+    int fd = enter_top();
+    char *want = slurp("docs/coming-from.md"), *got = NULL;
+    size_t sz;
+    ck_assert_msg(want != NULL, "docs/coming-from.md is missing");
+    FILE *f = open_memstream(&got, &sz);
+    spec_write_coming_from(f);
+    fclose(f);
+    if (strcmp(got, want) != 0) {
+        char diff[1024];
+        first_difference(got, want, diff, sizeof diff);
+        ck_abort_msg("docs/coming-from.md is stale; regenerate it with `make docs` (%s)", diff);
+    }
+    /* the brief's names each have their row */
+    static const char *const rows[] = {
+        "| `accumulate_grad_batches` | `grad_accumulation` |", "| `gradient_clip_val` | `grad_clip_norm` |",
+        "| `max_epochs` | `epochs` |", "| `log_every_n_steps` | `logging.every_n_steps` |",
+        "| `num_nodes` | `launch.num_nodes` |", "| `default_root_dir` | `checkpoint_dir` |",
+        "| `dirpath` | `checkpoint_dir` |", "| `--nnodes` | `launch.num_nodes` |",
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        ck_assert_msg(strstr(got, rows[i]) != NULL, "docs/coming-from.md lacks %s", rows[i]);
     free(got);
     free(want);
     leave_top(fd);
@@ -645,6 +676,95 @@ START_TEST(test_set_overrides_spec)
 }
 END_TEST
 
+/* The README's commands work as printed: its `export PATH=...` line and
+ * every `ddpc ...` line of its code blocks run, in order, with /bin/sh from
+ * a directory laid out like the repository's top (examples/, build/), and
+ * each must succeed. Lines that train (./job) are not run: the e2e suite
+ * trains. */
+START_TEST(test_readme_commands)
+{
+    int fd = enter_top();
+    const char *b = getenv("DDPC_BUILD");
+    if (!b || !b[0] || access("/usr/share/datasets/fashion-mnist", R_OK) != 0) {
+        fprintf(stderr, "SKIP readme commands: %s\n", !b || !b[0] ? "DDPC_BUILD is not set"
+                : "the examples' data (dataset-fashion-mnist) is not installed");
+        leave_top(fd);
+        return;
+    }
+    char *readme = slurp("README.md");
+    ck_assert_ptr_nonnull(readme);
+    char dir[] = "/tmp/ddpc-readme-XXXXXX", cwd[4096], p[4200];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    char *script = NULL;
+    size_t sl = 0;
+    FILE *sf = open_memstream(&script, &sl);
+    ck_assert_ptr_nonnull(sf);
+    fprintf(sf, "cd '%s' || exit 1\n", dir);
+    int fenced = 0, n_ddpc = 0, n_export = 0;
+    for (char *line = readme; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strncmp(line, "```", 3) == 0)
+            fenced = !fenced;
+        else if (!fenced && strncmp(line, "    ", 4) == 0) {
+            char *cmd = line + 4, *c;
+            if ((c = strstr(cmd, "  #")))
+                *c = '\0';
+            if ((c = strstr(cmd, " && ./")))
+                *c = '\0';   /* builds, but does not train */
+            size_t l = strlen(cmd);
+            while (l && cmd[l - 1] == ' ')
+                cmd[--l] = '\0';
+            int is_ddpc = strncmp(cmd, "ddpc ", 5) == 0 || strncmp(cmd, "build/bin/ddpc ", 15) == 0;
+            int is_export = strncmp(cmd, "export PATH=", 12) == 0;
+            if (is_ddpc || is_export) {
+                fprintf(sf, "%s || { echo 'README command failed: %s' >&2; exit 1; }\n", cmd, cmd);
+                n_ddpc += is_ddpc;
+                n_export += is_export;
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    ck_assert_int_eq(fclose(sf), 0);
+    ck_assert_msg(n_export == 1, "README has %d `export PATH=` lines", n_export);
+    ck_assert_msg(n_ddpc >= 6, "README has only %d ddpc commands", n_ddpc);
+    /* the repository's layout: examples/ and build/ (the build under test) */
+    snprintf(p, sizeof p, "%s/examples", dir);
+    char target[4200];
+    snprintf(target, sizeof target, "%s/examples", cwd);
+    ck_assert_int_eq(symlink(target, p), 0);
+    snprintf(p, sizeof p, "%s/build", dir);
+    if (b[0] == '/')
+        snprintf(target, sizeof target, "%s", b);
+    else
+        snprintf(target, sizeof target, "%s/%s", cwd, b);
+    ck_assert_int_eq(symlink(target, p), 0);
+    pid_t pid;
+    char *args[] = { "/bin/sh", "-c", script, NULL };
+    ck_assert_int_eq(posix_spawn(&pid, "/bin/sh", NULL, NULL, args, environ), 0);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    snprintf(p, sizeof p, "%s/fashion-mnist", dir);
+    int built = access(p, X_OK) == 0;
+    /* clean up what the commands wrote, then judge */
+    static const char *const made[] = { "fashion-mnist", "quick", "ddpc.schema.json", "examples",
+                                        "build" };
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, made[i]);
+        unlink(p);
+    }
+    int left = rmdir(dir) != 0;
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "README commands failed:\n%s", script);
+    ck_assert_msg(built, "the README's build did not write ./fashion-mnist");
+    ck_assert_msg(!left, "README commands left files in %s", dir);
+    free(script);
+    free(readme);
+    leave_top(fd);
+}
+END_TEST
+
 static int collect(const char *pattern, char **dst)
 {
     char full[4096];
@@ -671,6 +791,7 @@ Suite *speccorpus_suite(void)
     tcase_add_loop_test(tc, test_invalid_spec, 0, n_invalid);
     tcase_add_loop_test(tc, test_valid_spec, 0, n_valid);
     tcase_add_test(tc, test_reference_up_to_date);
+    tcase_add_test(tc, test_coming_from_up_to_date);
     suite_add_tcase(s, tc);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 60);
@@ -678,6 +799,7 @@ Suite *speccorpus_suite(void)
     tcase_add_test(cli, test_cli_formats);
     tcase_add_test(cli, test_cli_throughput);
     tcase_add_test(cli, test_cli_help);
+    tcase_add_test(cli, test_readme_commands);
     tcase_add_test(cli, test_cli_check_dir);
     tcase_add_test(cli, test_cli_set);
     tcase_add_test(tc, test_set_overrides_spec);

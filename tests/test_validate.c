@@ -527,6 +527,9 @@ START_TEST(test_alias_table_consistent)
         const struct ddpc_alias *f = validate_alias_find(a->name, strlen(a->name));
         ck_assert_msg(!f || !validate_key_exists(a->name), "aliases.def: %s is a ddpc key",
                       a->name);
+        /* every name is answered: by the alias message, or as ddpc's own key */
+        ck_assert_msg(f || validate_key_exists(a->target ? a->target : a->name),
+                      "aliases.def: %s is neither an alias nor a ddpc key", a->name);
         /* the first row for a name decides the message: same target for all */
         if (f && a->target != f->target)
             ck_assert_msg(a->target && f->target && strcmp(a->target, f->target) == 0,
