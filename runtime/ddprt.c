@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,7 +225,12 @@ static int ddprt_cpu_plan(struct ddprt_run *r, struct ddpc_err *e)
     const struct ddpc_job *j = &r->job;
     int n = j->n_devices;
     if (j->devices_all) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        /* the CPUs this process may run on (taskset, a cgroup cpuset, SLURM's
+         * binding), not every CPU of the machine: more workers than that
+         * would only take turns */
+        cpu_set_t set;
+        long ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                : sysconf(_SC_NPROCESSORS_ONLN);
         n = ncpu > 0 ? (int)ncpu : 1;
         if (n > DDPC_MAX_DEVICES)
             n = DDPC_MAX_DEVICES;
@@ -978,6 +984,22 @@ static void ddprt_remove_stale_temps(const struct ddprt_run *r)
         fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
 }
 
+/* ddpc check's rule, batch_size x world <= training samples, for what only
+ * the run can resolve: devices: -1 / all (check knew only the machine it
+ * ran on, and warned with that machine's count). */
+static int ddprt_batch_rule(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    long long global = (long long)j->batch_size * r->world;
+    if (!j->devices_all || global <= r->train.n)
+        return 0;
+    return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d x %d worker%s (devices: -1 on this "
+                     "machine: %s) = %lld is larger than the training set (%lld samples); "
+                     "lower batch_size or list the devices", j->batch_size, r->world,
+                     r->world == 1 ? "" : "s", r->use_cuda ? "its GPUs"
+                     : "the CPUs this process may run on", global, (long long)r->train.n);
+}
+
 /* ===== memory limits, from the launcher ===== */
 
 /* What a CPU worker maps beyond what it inherits, from the job alone:
@@ -1250,7 +1272,7 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         goto done;
     }
 
-    if (ddprt_memory_preflight(r, &e) < 0) {
+    if (ddprt_batch_rule(r, &e) < 0 || ddprt_memory_preflight(r, &e) < 0) {
         ddprt_report(&e);
         goto done;
     }

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -385,6 +386,10 @@ static int string_check(struct ddpc_vctx *c, const struct ddpc_node *n, const ch
 {
     if (nonempty && n->len == 0) {
         vdiag(c, DDPC_SEV_ERROR, n, path, "must not be empty");
+        return -1;
+    }
+    if (nonempty && strspn(n->str, " \t") == n->len) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "must not be blank");
         return -1;
     }
     for (size_t i = 0; i < n->len; i++) {
@@ -1364,8 +1369,8 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
  * little-endian (or single-byte) integers of elem bytes after hdr header
  * bytes. Reads the whole file, so only up to 16 MiB of labels; leaves
  * *max = -1 when it cannot tell. */
-static void label_range(const char *p, size_t hdr, int elem, int is_signed, int64_t count,
-                        int64_t *min, int64_t *max)
+static void label_range(const char *p, size_t hdr, int elem, int is_signed, int big_endian,
+                        int64_t count, int64_t *min, int64_t *max, int *known)
 {
     char why[256];
     *min = 0;
@@ -1382,8 +1387,8 @@ static void label_range(const char *p, size_t hdr, int elem, int is_signed, int6
         for (int64_t i = 0; i < count; i++) {
             const unsigned char *q = b + hdr + (size_t)i * (size_t)elem;
             uint64_t u = 0;
-            for (int k = elem - 1; k >= 0; k--)
-                u = u << 8 | q[k];
+            for (int k = 0; k < elem; k++)
+                u = u << 8 | q[big_endian ? k : elem - 1 - k];
             int64_t v = (int64_t)u;
             if (is_signed && elem < 8 && (u >> (8 * elem - 1)) & 1)
                 v = (int64_t)(u | ~((UINT64_C(1) << (8 * elem)) - 1));
@@ -1392,6 +1397,7 @@ static void label_range(const char *p, size_t hdr, int elem, int is_signed, int6
         }
         *min = lo;
         *max = hi;
+        *known = 1;
     }
     free(b);
 }
@@ -1405,7 +1411,8 @@ struct file_facts {
     char descr[32];         /* npy dtype */
     int64_t cols;           /* csv */
     struct csv_look look;   /* csv */
-    int64_t min_label, max_label;   /* integer label files; max -1 unknown */
+    int64_t min_label, max_label;   /* integer label files, when labels_known */
+    int labels_known;
 };
 
 enum { ROLE_INPUTS, ROLE_LABELS, ROLE_CSV };
@@ -1429,11 +1436,15 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
         return;
     /* class labels: IDX ubyte, or NPY integers in little-endian or byte order */
     const char *d = f->descr;
-    if (fmt == DDPC_DATA_IDX && type == 0x08)
-        label_range(p, hdr, 1, 0, f->dims[0], &f->min_label, &f->max_label);
+    /* IDX integers: 08 ubyte, 09 sbyte, 0B short, 0C int, big-endian */
+    int idx_size = type == 0x08 || type == 0x09 ? 1 : type == 0x0B ? 2 : type == 0x0C ? 4 : 0;
+    if (fmt == DDPC_DATA_IDX && idx_size)
+        label_range(p, hdr, idx_size, type != 0x08, 1, f->dims[0], &f->min_label,
+                    &f->max_label, &f->labels_known);
     else if (fmt == DDPC_DATA_NPY && (d[0] == '<' || d[0] == '|') && (d[1] == 'i' || d[1] == 'u') &&
              d[2] >= '1' && d[2] <= '8' && d[3] == '\0')
-        label_range(p, hdr, d[2] - '0', d[1] == 'i', f->dims[0], &f->min_label, &f->max_label);
+        label_range(p, hdr, d[2] - '0', d[1] == 'i', 0, f->dims[0], &f->min_label,
+                    &f->max_label, &f->labels_known);
 }
 
 /* ---- spec_cache: file facts memoized by identity across specs ---- */
@@ -1623,14 +1634,15 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             for (int i = 1; i < f.nd; i++)
                 feat *= f.dims[i];
             info->features = feat;
+        } else if (f.labels_known && f.min_label < 0) {
+            /* the loader refuses negative integer labels whatever the loss */
+            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has a negative label (%lld); class labels "
+                  "start at 0", shown_path(c, n, shown, sizeof shown), (long long)f.min_label);
         } else if (c->job->loss == DDPC_LOSS_CROSS_ENTROPY) {
             if (s->format == DDPC_DATA_NPY && f.descr[1] == 'f')
                 vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' holds floats (%s); cross_entropy needs "
                       "integer class labels", shown_path(c, n, shown, sizeof shown), f.descr);
-            else if (f.max_label >= 0 && f.min_label < 0)
-                vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has a negative label (%lld); class labels "
-                      "start at 0", shown_path(c, n, shown, sizeof shown), (long long)f.min_label);
-            else
+            else if (f.labels_known)
                 info->max_label = f.max_label;
         }
     }
@@ -1650,8 +1662,42 @@ static const struct ddpc_node *at(struct ddpc_vctx *c, const char *dotted)
     return load_lookup(c->root, dotted);
 }
 
+/* An output path that exists must be the kind the job writes there, or the
+ * job refuses to start (runtime/ddprt.c): a directory for checkpoint_dir
+ * and tensorboard, a regular file for the export and metrics_csv (a FIFO
+ * would block, /dev/null would be replaced by the export's rename).
+ * Absolute paths are the same wherever the job runs: an error. Relative
+ * ones resolve in the run's working directory, which check can only guess
+ * is its own: a warning. Absent paths are created by the job. */
+static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
+{
+    const struct ddpc_node *n = at(c, key);
+    struct stat st;
+    if (!n || n->kind != DDPC_NODE_SCALAR || !n->str[0] || stat(n->str, &st) != 0)
+        return;
+    if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
+        return;
+    const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                     : S_ISREG(st.st_mode) ? "a regular file"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket" : "a special file";
+    if (n->str[0] == '/')
+        vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' is %s, not %s; the job would refuse it", n->str,
+              kind, want_dir ? "a directory" : "a regular file");
+    else
+        vdiag(c, DDPC_SEV_WARNING, n, key, "'%s' is %s here, not %s; a job run from this "
+              "directory would refuse it", n->str, kind, want_dir ? "a directory"
+                                                              : "a regular file");
+}
+
 static void cross_rules(struct ddpc_vctx *c)
 {
+    outpath_kind(c, "checkpoint_dir", 1);
+    outpath_kind(c, "logging.tensorboard", 1);
+    outpath_kind(c, "checkpoint.export", 0);
+    outpath_kind(c, "logging.metrics_csv", 0);
+
     struct ddpc_job *j = c->job;
     const struct ddpc_node *n;
     char num[32], num2[32];
@@ -1796,6 +1842,7 @@ static void cross_rules(struct ddpc_vctx *c)
               ln ? "loss" : "data.train.classes", "cross_entropy needs class labels, but "
               "data.train is regression data (classes: 0); use loss: mse");
     }
+    /* devices: -1 resolves at run time; at least one device per node is sure */
     int eff_world = world > 0 ? world : nodes;
     if (tr.samples >= 0 && (int64_t)j->batch_size * eff_world > tr.samples &&
         (n = at(c, "batch_size")))
@@ -1803,6 +1850,20 @@ static void cross_rules(struct ddpc_vctx *c)
               "than the training set (%lld samples)", j->batch_size, eff_world,
               eff_world == 1 ? "" : "s", (long long)j->batch_size * eff_world,
               (long long)tr.samples);
+    else if (tr.samples >= 0 && j->devices_all && j->accelerator == DDPC_ACCEL_CPU &&
+             (n = at(c, "batch_size"))) {
+        /* accelerator cpu: -1 means the CPUs the job's process may use where
+         * it runs, which check can only guess from where it runs itself: a
+         * warning (the job refuses it at start where it is true) */
+        cpu_set_t set;
+        int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        long long g = (long long)j->batch_size * ncpu * nodes;
+        if (ncpu > 0 && g > tr.samples)
+            vdiag(c, DDPC_SEV_WARNING, n, "batch_size", "devices: -1 is one CPU worker per CPU "
+                  "the job may use; on this machine that is %d: batch_size %d × %d = %lld is "
+                  "larger than the training set (%lld samples), and the job refuses that at "
+                  "start", ncpu * nodes, j->batch_size, ncpu * nodes, g, (long long)tr.samples);
+    }
 }
 
 /* ===================== entry ===================== */

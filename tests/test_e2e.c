@@ -3,6 +3,7 @@
  * printed) and that no process is left behind. Runs the real binaries from
  * $DDPC_BUILD; writes only into temporary directories. */
 #include <check.h>
+#include <sched.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -498,6 +499,65 @@ START_TEST(job_start_refusals_name_the_cause)
 }
 END_TEST
 
+/* devices: -1 on CPU is one worker per CPU this process may run on
+ * (sched_getaffinity: taskset, cpusets, SLURM binding), resolved at run
+ * time, and ddpc check's batch rule holds for what it resolves to. */
+START_TEST(devices_all_follows_cpu_affinity)
+{
+    adopt_orphans();
+    cpu_set_t orig;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof orig, &orig), 0);
+    int ncpu = CPU_COUNT(&orig);
+    char *dir = make_temp_dir("e2e-affinity"), *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/a.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/a", dir), 0);
+    const char *text =
+        "version: 1\nname: a\ndevices: -1\naccelerator: cpu\nlr_scaling: linear\nepochs: 1\n"
+        "batch_size: 600\nmodel: {layers: [16, 8, 2]}\n"
+        "data: {train: {format: synthetic, samples: 1000}}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    build_job(spec, job);   /* check warns with this machine's count; it builds */
+    char *argv[] = { job, NULL };
+    struct run_result r;
+    /* pinned to one CPU: one worker, 600 of 1000 samples per step */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &orig)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    int rc = run_capture(argv, dir, NULL, 60, &r);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof orig, &orig), 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "\ndone "), "exit %d:\n%s%s",
+                  r.code, r.out, r.err);
+    /* one worker: ceil(1000 / 600) = 2 steps (two workers would take 1) */
+    ck_assert_msg(strstr(r.out, "\ndone epochs=1 steps=2 "), "not one worker:\n%s", r.out);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    if (ncpu < 2) {
+        printf("SKIP devices: -1 over two CPUs: this process may use only %d\n", ncpu);
+    } else {
+        /* two or more CPUs: 600 x N > 1000, refused at start naming why */
+        ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+        char want[96];
+        snprintf(want, sizeof want, "batch_size 600 x %d workers (devices: -1 on this machine",
+                 ncpu > 64 ? 64 : ncpu);
+        ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, want) &&
+                      strstr(r.err, "larger than the training set (1000 samples)"),
+                      "exit %d:\n%s%s", r.code, r.out, r.err);
+        run_result_free(&r);
+        ck_assert_int_eq(leftover_children(1.0), 0);
+    }
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+}
+END_TEST
+
 Suite *e2e_suite(void)
 {
     Suite *s = suite_create("e2e");
@@ -511,6 +571,7 @@ Suite *e2e_suite(void)
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
     tcase_add_test(run, job_start_refusals_name_the_cause);
+    tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);

@@ -2,6 +2,8 @@
  * exact diagnostics for each kind of mistake, cross-key rules, and the key
  * table's own consistency. */
 #include <math.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +298,87 @@ START_TEST(test_cross_rules)
                              "dir/t.yaml:6:21: error: launch.num_nodes: 2 nodes with launcher local "
                              "need launch.master_addr, the address of node 0\n");
     checked_free(&c);
+}
+END_TEST
+
+/* What the job would refuse at start and check can know, check refuses:
+ * output paths of the wrong kind (absolute: an error; relative: a warning,
+ * since they resolve where the job runs), blank paths, and with devices: -1
+ * on CPU the batch rule for this machine's CPUs (a warning: the job
+ * resolves -1 where it runs, and refuses there). */
+START_TEST(test_check_knows_what_the_job_refuses)
+{
+    char dir[] = "/tmp/ddpc-outpath-XXXXXX", file[64], fifo[64], y[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/afile", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    struct checked c;
+
+    snprintf(y, sizeof y, "checkpoint_dir: %s\n" MINIMAL, file);
+    check(&c, y);
+    ck_assert_int_ne(c.rc, 0);
+    ck_assert_msg(strstr(c.text, "error: checkpoint_dir: '") &&
+                  strstr(c.text, "afile' is a regular file, not a directory"), "%s", c.text);
+    checked_free(&c);
+
+    check(&c, "checkpoint_dir: /dev/null\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:17: error: checkpoint_dir: '/dev/null' is a character "
+                             "device, not a directory; the job would refuse it\n");
+    checked_free(&c);
+
+    snprintf(y, sizeof y, MINIMAL "logging: {metrics_csv: %s}\ncheckpoint: {export: /dev/null}\n",
+             fifo);
+    check(&c, y);
+    ck_assert_msg(strstr(c.text, "error: logging.metrics_csv: '") &&
+                  strstr(c.text, "fifo' is a FIFO, not a regular file") &&
+                  strstr(c.text, "error: checkpoint.export: '/dev/null' is a character device"),
+                  "%s", c.text);
+    checked_free(&c);
+
+    check(&c, "checkpoint_dir: '  '\n" MINIMAL);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:17: error: checkpoint_dir: must not be blank\n");
+    checked_free(&c);
+
+    /* relative: resolved where the job runs, so only a warning here (the
+     * test runs in the repository root, where Makefile is a file) */
+    check(&c, "checkpoint_dir: Makefile\n" MINIMAL);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:17: warning: checkpoint_dir: 'Makefile' is a regular "
+                             "file here, not a directory; a job run from this directory would "
+                             "refuse it\n");
+    checked_free(&c);
+
+    /* devices: -1 on CPU: as many workers as this process's CPUs */
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int ncpu = CPU_COUNT(&set);
+    check(&c, "devices: -1\naccelerator: cpu\nlr_scaling: linear\nepochs: 1\nbatch_size: 600\n"
+              "model: {layers: [16, 2]}\ndata: {train: {format: synthetic, samples: 1000}}\n");
+    ck_assert_int_eq(c.rc, 0);
+    if (ncpu >= 2) {
+        char want[256];
+        snprintf(want, sizeof want, "on this machine that is %d: batch_size 600 × %d = %d is "
+                 "larger than the training set (1000 samples)", ncpu, ncpu, 600 * ncpu);
+        ck_assert_msg(strstr(c.text, "warning: batch_size: devices: -1 is one CPU worker per CPU") &&
+                      strstr(c.text, want), "%s", c.text);
+    } else {
+        ck_assert_str_eq(c.text, "");
+    }
+    checked_free(&c);
+    /* one worker at least: batch_size over the samples is an error anyway */
+    check(&c, "devices: -1\naccelerator: cpu\nlr_scaling: linear\nepochs: 1\nbatch_size: 1200\n"
+              "model: {layers: [16, 2]}\ndata: {train: {format: synthetic, samples: 1000}}\n");
+    ck_assert_msg(strstr(c.text, "error: batch_size: batch_size 1200 × 1 device = 1200 is larger"),
+                  "%s", c.text);
+    checked_free(&c);
+
+    unlink(fifo);
+    unlink(file);
+    rmdir(dir);
 }
 END_TEST
 
@@ -875,6 +958,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_paths_resolved);
     tcase_add_test(tc, test_did_you_mean);
     tcase_add_test(tc, test_cross_rules);
+    tcase_add_test(tc, test_check_knows_what_the_job_refuses);
     tcase_add_test(tc, test_type_specific_keys);
     tcase_add_test(tc, test_data_headers);
     tcase_add_test(tc, test_data_cache);
