@@ -1171,7 +1171,7 @@ static int ddprt_load_data(struct ddprt_run *r, struct ddpc_err *e)
 static void ddprt_report(const struct ddpc_err *e)
 {
     fprintf(stderr, "ddpc: error: %s", e->msg);
-    if (e->file)
+    if (e->file && env_get()->debug)   /* ddpc's own source: for bug reports only */
         fprintf(stderr, " (%s:%d)", e->file, e->line);
     fputc('\n', stderr);
 }

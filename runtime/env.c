@@ -53,6 +53,7 @@ static int env_int(const char *name, long long lo, long long hi, const char *wha
 static int env_read(struct ddpc_env *v, struct ddpc_err *e)
 {
     int rc = 0;
+    v->debug = 0;
     v->profile = DDPC_PROFILE_OFF;
     v->shm_spin_us = -1;
     v->bench_t0 = 0;
@@ -60,6 +61,14 @@ static int env_read(struct ddpc_env *v, struct ddpc_err *e)
     v->test_ckpt_slow_s = 0;
     v->test_cuda_probe_error = -1;
 
+    const char *d = getenv("DDPC_DEBUG");
+    if (d && *d) {
+        if (strcmp(d, "0") == 0 || strcmp(d, "1") == 0)
+            v->debug = d[0] == '1';
+        else
+            rc = DDPC_FAIL(e, DDPC_E_INVALID, "DDPC_DEBUG='%s': expected 0 or 1 (unset it to "
+                           "use the default)", d);
+    }
     const char *p = getenv("DDPC_PROFILE");
     if (p && *p) {
         if (strcmp(p, "0") == 0)

@@ -3,6 +3,8 @@
  * A job's behaviour comes from its baked spec; these are the few knobs for
  * measuring it and for testing failure paths, never for configuring a run:
  *
+ *   DDPC_DEBUG=0|1           1: errors also name the ddpc source file and line
+ *                            that raised them (for a bug report); 0: default
  *   DDPC_PROFILE=0|1|all     step-time breakdown at the end: rank 0 on its
  *                            report stream (1), or every rank (all)
  *   DDPC_SHM_SPIN_US=US      shared-memory collectives spin this long before
@@ -35,6 +37,7 @@ extern "C" {
 enum ddpc_profile { DDPC_PROFILE_OFF, DDPC_PROFILE_RANK0, DDPC_PROFILE_ALL };
 
 struct ddpc_env {
+    int debug;                      /* DDPC_DEBUG=1 */
     enum ddpc_profile profile;
     double shm_spin_us;             /* < 0: unset */
     double bench_t0;                /* wall-clock seconds; 0: unset */

@@ -27,6 +27,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include "comm.h"
+#include "env.h"
 #include "launch.h"
 
 /* Provided by OpenBLAS when it is linked; weak so launch.c does not force
@@ -145,8 +146,10 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
         comm_shm_abort_all(w->grad_region, why);
         comm_shm_abort_all(w->sync_region, why);
         (void)fflush(stdout);
-        fprintf(stderr, "[rank %d] error: %s (%s:%d)\n", w->rank, e.msg,
-                e.file ? e.file : "?", e.line);
+        if (e.file && env_get()->debug)   /* ddpc's own source: for bug reports only */
+            fprintf(stderr, "[rank %d] error: %s (%s:%d)\n", w->rank, e.msg, e.file, e.line);
+        else
+            fprintf(stderr, "[rank %d] error: %s\n", w->rank, e.msg);
         (void)fflush(stderr);
         _exit(launch_exit_code(e.code < 0 ? e.code : rc));
     }

@@ -406,6 +406,9 @@ static void expect_refusal(char *const argv[], const char *cwd, const char *cons
                   r.err);
     for (int i = 0; what[i]; i++)
         ck_assert_msg(strstr(r.err, what[i]), "error lacks '%s':\n%s", what[i], r.err);
+    /* ddpc's own source positions only with DDPC_DEBUG=1 */
+    ck_assert_msg(!strstr(r.err, "(runtime/") && !strstr(r.err, ".c:"),
+                  "a source position in a user's message:\n%s", r.err);
     ck_assert_msg(!strstr(r.out, "epoch 1/"), "it trained before refusing:\n%s", r.out);
     ck_assert_int_eq(leftover_children(1.0), 0);
     run_result_free(&r);
@@ -451,6 +454,12 @@ START_TEST(job_start_refusals_name_the_cause)
     ck_assert_int_eq(unlink(s.images), 0);
     ck_assert_int_eq(mkfifo(s.images, 0600), 0);
     expect_refusal(job, s.dir, (const char *const[]){ s.images, "FIFO", NULL });
+    char *debug_env[] = { "DDPC_DEBUG=1", NULL };
+    ck_assert_int_eq(run_capture(job, s.dir, debug_env, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "on disk (runtime/data.c:"),
+                  "DDPC_DEBUG=1 does not name the source position (exit %d):\n%s", r.code,
+                  r.err);
+    run_result_free(&r);
     ck_assert_int_eq(unlink(s.images), 0);
     write_idx(s.images, s.labels, 240, 1);
 
