@@ -579,7 +579,19 @@ static int composer_alias(struct composer *c, const yaml_event_t *e)
         if (strcmp(c->anchors[i].name, name) == 0) {
             if (composer_count(c, c->anchors[i].size, e->start_mark) < 0)
                 return -1;
-            return composer_attach(c, c->anchors[i].node, c->anchors[i].size);
+            struct ddpc_node *n = c->anchors[i].node;
+            if (n->kind == DDPC_NODE_SCALAR) {
+                /* a scalar used through an alias is placed where the alias
+                 * is, so a key duplicated by an alias ("*k: 2") shows both
+                 * positions, not the anchor's twice */
+                struct ddpc_node *cp = arena_alloc(c->a, sizeof *cp);
+                if (!cp)
+                    return composer_error(c, e->start_mark, "%s", "out of memory");
+                *cp = *n;
+                mark_pos(c, e->start_mark, &cp->line, &cp->col);
+                n = cp;
+            }
+            return composer_attach(c, n, c->anchors[i].size);
         }
     }
     /* an anchor still open (a node aliasing itself) is not registered yet,
@@ -633,6 +645,12 @@ int load_yaml(const char *file, const char *buf, size_t len, struct ddpc_arena *
     if (!c) {
         diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "out of memory");
         goto out;
+    }
+    /* A UTF-8 byte-order mark (Windows editors write one): libyaml told the
+     * encoding would read it as content. It takes no column. */
+    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
+        buf += 3;
+        len -= 3;
     }
     c->file = file;
     c->buf = buf;

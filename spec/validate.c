@@ -466,6 +466,31 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
     case DDPC_T_INT64:
     case DDPC_T_U64:
         if (n->quoted || units_int64(n->str, &iv) < 0) {
+            /* U64 keys (seeds) take 0 .. 2^64-1: above INT64_MAX, or out of
+             * range, say so rather than "expected an integer" */
+            char digits[64];
+            size_t o = 0;
+            for (const char *q = n->str; *q && o + 1 < sizeof digits; q++)
+                if (*q != '_')
+                    digits[o++] = *q;
+            digits[o] = '\0';
+            int all_digits = !n->quoted && o > 0 && strspn(digits, "0123456789") == o;
+            if (all_digits) {
+                errno = 0;
+                char *end;
+                unsigned long long u = strtoull(digits, &end, 10);
+                if (k->type == DDPC_T_U64 && errno == 0 && *end == '\0') {
+                    memcpy(field, &(uint64_t){ (uint64_t)u }, sizeof(uint64_t));
+                    break;
+                }
+                vdiag(c, DDPC_SEV_ERROR, n, path, "%s is out of range: must be between %s and "
+                      "%s", describe(n, found, sizeof found),
+                      k->type == DDPC_T_U64 ? "0" : k->type == DDPC_T_INT64
+                          ? "-9223372036854775808" : "-2147483648",
+                      k->type == DDPC_T_U64 ? "18446744073709551615"
+                          : k->type == DDPC_T_INT64 ? "9223372036854775807" : "2147483647");
+                return -1;
+            }
             vdiag(c, DDPC_SEV_ERROR, n, path, "expected an integer, found %s",
                   describe(n, found, sizeof found));
             return -1;
@@ -546,6 +571,12 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         memcpy(field, &n->str, sizeof n->str);
         break;
     case DDPC_T_NAME:
+        if (n->len > 0 && n->str[0] == '-') {
+            vdiag(c, DDPC_SEV_ERROR, n, path, "must not start with '-' (it names files, and "
+                  "would read as a command-line option), found %s",
+                  describe(n, found, sizeof found));
+            return -1;
+        }
         if (!name_ok(n->str, n->len) || strlen(n->str) != n->len) {
             vdiag(c, DDPC_SEV_ERROR, n, path,
                   "must be 1 to 64 characters from A-Z a-z 0-9 . _ - (it names files), found %s",
