@@ -32,7 +32,11 @@ struct ddpc_comm {
      * The async pair lets a bucket's reduction overlap the rest of backward:
      * start may return before the data moved; wait completes it. Backends
      * without real asynchrony do the work in start. One outstanding
-     * operation per tag (bucket index) at a time. */
+     * operation per tag (bucket index) at a time. On a device backend
+     * (NCCL), wait completes it in the compute stream's order: device work
+     * issued after wait sees recv reduced, and the host may get back before
+     * the data moved (reading recv from the host goes through that stream:
+     * ops->to_host). */
     int (*all_reduce_start)(struct ddpc_comm *c, int tag, const float *send, float *recv,
                             size_t n, enum ddpc_reduce op, double deadline,
                             struct ddpc_err *e);

@@ -8,9 +8,16 @@
  *   all_reduce_start: record "ready" on the compute stream, make the comm
  *     stream wait for it, enqueue ncclAllReduce there, record "done". The host
  *     does not wait, so backward keeps issuing kernels while NCCL reduces.
- *   all_reduce_wait: poll "done" and ncclCommGetAsyncError until the
- *     deadline; then make the compute stream wait for "done", so the
- *     optimizer (issued next on the compute stream) reads reduced gradients.
+ *   all_reduce_wait: check ncclCommGetAsyncError once and make the compute
+ *     stream wait for "done", so the optimizer (issued next on the compute
+ *     stream) reads reduced gradients, without the host waiting for it: the
+ *     host goes on issuing the optimizer and gathering the next batch. The
+ *     collective's deadline is still kept: the next collective on this
+ *     communicator first confirms every such wait (confirm_waits, polling
+ *     "done" until that bucket's own deadline), and every host wait of the
+ *     compute stream is bounded too (ops_cuda.cu, o->wait_timeout_s).
+ *   broadcast and barrier: the host polls until done (their callers want
+ *     the result now).
  *
  * The rank-sync communicator is split from the gradient one (ncclCommSplit,
  * comm_nccl_split): same ranks, its own stream and NCCL channels, no second
@@ -51,6 +58,8 @@ struct nccl_slot {
     cudaEvent_t ready;        /* on compute: the inputs are written */
     cudaEvent_t done;         /* on the comm stream: the collective finished */
     int         pending;
+    int         unconfirmed;  /* waited for on the GPU only: done not yet seen fired */
+    double      deadline;     /* of the unconfirmed wait */
     int         ordered;      /* 1: compute must wait for done (all-reduce, broadcast) */
     const char *what;         /* "all_reduce", "broadcast", "barrier" */
     size_t      n;            /* floats */
@@ -212,6 +221,45 @@ static int slot_get(struct ddpc_comm *c, int tag, struct nccl_slot **out, struct
     return slot_events(*out, e);
 }
 
+/* Every all-reduce waited for on the GPU only (coll_wait) has finished:
+ * polled until its own deadline, so a hung collective is still named and
+ * aborted, one collective later at most. Usually each fired long ago. */
+static int confirm_waits(struct ddpc_comm *c, struct ddpc_err *e)
+{
+    struct comm_nccl *k = impl_of(c);
+    for (int tag = 0; tag < k->n_slots; tag++) {
+        struct nccl_slot *s = &k->slots[tag];
+        for (unsigned spins = 0; s->unconfirmed; spins++) {
+            cudaError_t q = cudaEventQuery(s->done);
+            if (q == cudaSuccess) {
+                s->unconfirmed = 0;
+                break;
+            }
+            if (q != cudaErrorNotReady) {
+                s->unconfirmed = 0;
+                kill_comm(k, "a CUDA error while confirming a collective");
+                return DDPC_FAIL(e, DDPC_E_DEVICE,
+                                 "nccl %s %s (tag %d): cudaEventQuery: %s (%s); the "
+                                 "communicator was aborted\n" DDPC_CUDA_HINT,
+                                 c->purpose, s->what, tag, cudaGetErrorName(q),
+                                 cudaGetErrorString(q));
+            }
+            ncclResult_t ae = ncclSuccess;
+            NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &ae));
+            if (ae != ncclSuccess && ae != ncclInProgress) {
+                s->unconfirmed = 0;
+                return async_err(c, s->what, ae, e);
+            }
+            if (s->deadline > 0 && ddpc_now() > s->deadline) {
+                s->unconfirmed = 0;
+                return timeout_err(c, s, tag, s->deadline, e);
+            }
+            poll_pause(spins);
+        }
+    }
+    return 0;
+}
+
 enum coll { COLL_ALL_REDUCE, COLL_BROADCAST, COLL_BARRIER };
 
 static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum coll kind,
@@ -224,6 +272,7 @@ static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum co
         return DDPC_FAIL(e, DDPC_E_INVALID,
                          "nccl %s %s: tag %d still has a %s outstanding; wait for it first",
                          c->purpose, names[kind], tag, s->what);
+    DDPC_TRY(confirm_waits(c, e));
     s->what = names[kind];
     s->n = n;
     s->t_start = ddpc_now();
@@ -274,6 +323,20 @@ static int coll_wait(struct ddpc_comm *c, struct nccl_slot *s, int tag, double d
     if (!s->pending)
         return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: wait on tag %d, which has nothing "
                          "outstanding", c->purpose, tag);
+    if (tag >= 0 && s->ordered) {
+        /* a bucket: the GPU waits, not the host (see the file header) */
+        ncclResult_t ae = ncclSuccess;
+        NCCL_CHECK(e, ncclCommGetAsyncError(k->comm, &ae));
+        if (ae != ncclSuccess && ae != ncclInProgress) {
+            s->pending = 0;
+            return async_err(c, s->what, ae, e);
+        }
+        CUDA_CHECK(e, cudaStreamWaitEvent(k->compute, s->done, 0));
+        s->pending = 0;
+        s->unconfirmed = 1;
+        s->deadline = deadline;
+        return 0;
+    }
     for (unsigned spins = 0;; spins++) {
         /* NCCL reports a peer's failure (or a network error) here, while the
          * event would simply never fire. */
@@ -381,7 +444,8 @@ static void nccl_destroy(struct ddpc_comm *c)
     if (k->comm) {
         int pending = k->sys.pending;
         for (int i = 0; i < k->n_slots; i++)
-            pending |= k->slots[i].pending;
+            pending |= k->slots[i].pending ||
+                       (k->slots[i].unconfirmed && cudaEventQuery(k->slots[i].done) != cudaSuccess);
         /* non-blocking: finalize answers ncclInProgress and completes in the
          * background; poll it for a bounded time */
         ncclResult_t st = pending ? ncclInvalidUsage : ncclCommFinalize(k->comm);

@@ -139,6 +139,24 @@ struct ddpc_ops {
      * scratch after set_weights/reserve, i.e. inside steps (each one a
      * device synchronisation). tests/gpu asserts 0 after training. */
     long scratch_grows;
+
+    /* Device waits (to_host, to_device, synchronize, sumsq, fence) give up
+     * after this many seconds with DDPC_E_TIMEOUT: the stream may be waiting
+     * for a collective that will never finish (a hung or dead peer), and
+     * no host wait may be unbounded. 0: no bound. The caller sets it after
+     * init (worker.c: nccl_timeout). CPU: unused (nothing waits). */
+    double wait_timeout_s;
+    /* Optional (NULL: batches go through to_device, which waits; the CPU
+     * needs neither). Pinned host memory for staging batches, and a copy to
+     * the device that does not wait: host_src must stay untouched until
+     * fence(slot) returns, which waits (bounded) for every copy issued with
+     * that slot (0 or 1), so two staging buffers alternate and the host
+     * gathers batch b+1 while batch b is copied and computed. */
+    int  (*host_alloc)(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e);
+    void (*host_free)(struct ddpc_ops *o, void *p);
+    int  (*to_device_async)(struct ddpc_ops *o, void *dst, const void *host_src, size_t bytes,
+                            int slot, struct ddpc_err *e);
+    int  (*fence)(struct ddpc_ops *o, int slot, struct ddpc_err *e);
 };
 
 /* ops_cpu.c */

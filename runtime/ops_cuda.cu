@@ -3,9 +3,11 @@
  * Owns: ops_cuda_init / ops_cuda_stream (ops_cuda.h) and the ops struct they
  * fill. Every op runs on ONE compute stream, in issue order, so the training
  * loop needs no synchronisation of its own; only the calls that hand a number
- * to the host (sumsq, to_host) and to_device (whose host buffer the caller
- * reuses at once) wait for the stream. The loss adds into a device
- * accumulator the caller reads when it wants the numbers.
+ * to the host (sumsq, to_host), to_device (whose host buffer the caller
+ * reuses at once) and fence wait for the stream, each for at most
+ * o->wait_timeout_s (a collective the stream waits on may never finish).
+ * The loss adds into a device accumulator the caller reads when it wants
+ * the numbers; batches come from pinned staging by to_device_async.
  *
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
@@ -36,10 +38,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "comm.h"          /* ddpc_now */
 #include "ops.h"
 #include "ops_kernels.h"
 #include "cuda_check.h"
@@ -79,6 +83,8 @@ struct ops_cuda_ctx {
     int             tf32;            /* cuBLAS math mode set: 1 TF32, 0 pedantic fp32 */
     int             reserving;       /* 1 inside reserve/set_weights: growth not counted */
     struct ddpc_ops *ops;            /* for scratch_grows */
+    cudaEvent_t     ev_wait;         /* stream_wait's marker */
+    cudaEvent_t     ev_slot[2];      /* to_device_async: the last copy of each slot */
 };
 
 /* A scratch allocation or free outside reserve/set_weights: a step paid a
@@ -269,6 +275,42 @@ __global__ static void k_to_half(const float *x, __half *y, size_t n)
 
 /* ===== ops ===== */
 
+/* Waits until the stream has run everything issued so far, for at most
+ * o->wait_timeout_s (ops.h): the stream may wait on a collective's event,
+ * and a hung peer must cost a deadline, not a hang. Spins briefly, then
+ * sleeps 20 us between polls, as comm_nccl.cu does. */
+static int event_wait(struct ddpc_ops *o, cudaEvent_t ev, const char *what,
+                      struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    double deadline = o->wait_timeout_s > 0 ? ddpc_now() + o->wait_timeout_s : 0;
+    for (unsigned spins = 0;; spins++) {
+        cudaError_t q = cudaEventQuery(ev);
+        if (q == cudaSuccess)
+            return 0;
+        if (q != cudaErrorNotReady)
+            CUDA_CHECK(e, q);
+        if (deadline > 0 && ddpc_now() > deadline)
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT,
+                             "cuda:%d: %s: the device did not finish its queued work within "
+                             "%.0f s; it is probably waiting for a collective that a hung or "
+                             "dead peer never joins\n---> HINT: if steps are legitimately "
+                             "this slow, raise nccl_timeout", c->device, what,
+                             o->wait_timeout_s);
+        if (spins >= 200) {
+            struct timespec ts = {0, 20000};
+            (void)nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static int stream_wait(struct ddpc_ops *o, const char *what, struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    CUDA_CHECK(e, cudaEventRecord(c->ev_wait, c->stream));
+    return event_wait(o, c->ev_wait, what, e);
+}
+
 static int cuda_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
 {
     struct ops_cuda_ctx *c = ctx_of(o);
@@ -308,11 +350,51 @@ static int cuda_to_device(struct ddpc_ops *o, void *dst, const void *host_src, s
     if (d < base + c->w_n * sizeof(float) && d + bytes > base)
         c->w_lo_prec = 0;         /* the parameters changed: their copy is stale */
     CUDA_CHECK(e, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
-    /* Wait: the caller may reuse host_src as soon as we return (the next
-     * batch is gathered into the same buffer), and a pinned source would
-     * otherwise still be read by the DMA engine. */
-    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    /* Wait: the caller may reuse host_src as soon as we return, and a
+     * pinned source would otherwise still be read by the DMA engine
+     * (batches take to_device_async instead). */
+    return stream_wait(o, "to_device", e);
+}
+
+static int cuda_to_device_async(struct ddpc_ops *o, void *dst, const void *host_src,
+                                size_t bytes, int slot, struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    if (slot < 0 || slot > 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda to_device_async: slot %d is not 0 or 1", slot);
+    if (bytes == 0)
+        return 0;
+    /* from pinned memory: a DMA the host does not wait for; fence(slot)
+     * does, before the caller writes host_src again */
+    CUDA_CHECK(e, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(e, cudaEventRecord(c->ev_slot[slot], c->stream));
     return 0;
+}
+
+static int cuda_fence(struct ddpc_ops *o, int slot, struct ddpc_err *e)
+{
+    if (slot < 0 || slot > 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda fence: slot %d is not 0 or 1", slot);
+    /* an event never recorded counts as done */
+    return event_wait(o, ctx_of(o)->ev_slot[slot], "the copy of a staged batch", e);
+}
+
+static int cuda_host_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
+{
+    *p = NULL;
+    cudaError_t st = cudaMallocHost(p, bytes ? bytes : 1);
+    if (st != cudaSuccess) {
+        *p = NULL;
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "cuda:%d: cannot allocate %zu bytes of pinned host "
+                         "memory: %s", ctx_of(o)->device, bytes, cudaGetErrorString(st));
+    }
+    return 0;
+}
+
+static void cuda_host_free(struct ddpc_ops *o, void *p)
+{
+    if (p)
+        (void)cudaFreeHost(p);   /* cannot report; see cuda_release */
 }
 
 static int cuda_to_host(struct ddpc_ops *o, void *host_dst, const void *src, size_t bytes,
@@ -323,14 +405,12 @@ static int cuda_to_host(struct ddpc_ops *o, void *host_dst, const void *src, siz
         return 0;
     /* On the compute stream, so the copy sees every op issued before it. */
     CUDA_CHECK(e, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
-    return 0;
+    return stream_wait(o, "to_host", e);
 }
 
 static int cuda_synchronize(struct ddpc_ops *o, struct ddpc_err *e)
 {
-    CUDA_CHECK(e, cudaStreamSynchronize(ctx_of(o)->stream));
-    return 0;
+    return stream_wait(o, "synchronize", e);
 }
 
 /* Copies a row-major [rows, cols] matrix with row stride ld (fp32) into
@@ -567,7 +647,7 @@ static int cuda_sumsq(struct ddpc_ops *o, const float *x, size_t n, double *host
     KERNEL_CHECK(e, "k_sum_partials");
     CUDA_CHECK(e, cudaMemcpyAsync(c->h_result, c->d_result, sizeof *c->h_result,
                                   cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(e, cudaStreamSynchronize(c->stream));
+    DDPC_TRY(stream_wait(o, "sumsq", e));
     *host_out = c->h_result[0];
     return 0;
 }
@@ -680,6 +760,11 @@ static void cuda_destroy(struct ddpc_ops *o)
             (void)cudaFree(c->d_lo[i]);
     if (c->d_w_lo)
         (void)cudaFree(c->d_w_lo);
+    if (c->ev_wait)
+        (void)cudaEventDestroy(c->ev_wait);
+    for (int i = 0; i < 2; i++)
+        if (c->ev_slot[i])
+            (void)cudaEventDestroy(c->ev_slot[i]);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
     free(c);
@@ -709,6 +794,9 @@ static int ctx_init(struct ops_cuda_ctx *c, int device, struct ddpc_err *e)
      * switches the mode when o->matmul_tf32 changes). */
     CUBLAS_CHECK(e, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
     c->tf32 = 0;
+    CUDA_CHECK(e, cudaEventCreateWithFlags(&c->ev_wait, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++)
+        CUDA_CHECK(e, cudaEventCreateWithFlags(&c->ev_slot[i], cudaEventDisableTiming));
     CUDA_CHECK(e, cudaMalloc(&c->d_partial, RED_BLOCKS * sizeof *c->d_partial));
     CUDA_CHECK(e, cudaMalloc(&c->d_result, 3 * sizeof *c->d_result));
     CUDA_CHECK(e, cudaMallocHost(&c->h_result, 3 * sizeof *c->h_result));
@@ -741,6 +829,10 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     o->optim_step = cuda_optim_step;
     o->set_weights = cuda_set_weights;
     o->reserve = cuda_reserve;
+    o->host_alloc = cuda_host_alloc;
+    o->host_free = cuda_host_free;
+    o->to_device_async = cuda_to_device_async;
+    o->fence = cuda_fence;
     c->ops = o;
     return 0;
 }

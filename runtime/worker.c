@@ -79,6 +79,11 @@ struct ddpc_run {
     float   *hx;            /* [max_rows, in] */
     int32_t *hlab;          /* [max_rows] */
     float   *hy;            /* [max_rows, out] */
+    /* with ops->to_device_async: two pinned sets of the three above that
+     * alternate (hx, hlab, hy point at the one in use), so a batch's copy
+     * to the device never makes the host wait (ops.h fence) */
+    void    *stage[2][3];
+    int      staged, stage_slot;
     float   *dx;            /* backend copies of the same */
     int32_t *dlab;
     float   *dy;
@@ -394,6 +399,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
      * CPU backend ignores the field and stays fp32, so it needs no scaler */
     r->ops->gemm_precision = (int)j->precision;
     r->ops->matmul_tf32 = j->matmul_precision == DDPC_MATMUL_HIGH;
+    r->ops->wait_timeout_s = j->nccl_timeout_s;   /* device waits are bounded (ops.h) */
     r->amp = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->loss_scale = 65536.0f;
     int max_rows = r->batch > DDPC_EVAL_BATCH ? r->batch : DDPC_EVAL_BATCH;
@@ -462,6 +468,15 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         r->hx = r->dx;
         r->hlab = r->dlab;
         r->hy = r->dy;
+    } else if (o->host_alloc && o->to_device_async && o->fence) {
+        size_t bytes[3] = { xb, lb, yb };
+        r->staged = 1;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++)
+                DDPC_TRY(o->host_alloc(o, &r->stage[k][i], bytes[i], e));
+        r->hx = r->stage[0][0];
+        r->hlab = r->stage[0][1];
+        r->hy = r->stage[0][2];
     } else {
         r->hx = malloc(xb);
         r->hlab = malloc(lb);
@@ -501,7 +516,11 @@ static void run_free(struct ddpc_run *r)
     struct ddpc_ops *o = r->ops;
     if (!o)
         return;
-    if (!o->host_memory) {
+    if (r->staged) {
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++)
+                o->host_free(o, r->stage[k][i]);
+    } else if (!o->host_memory) {
         free(r->hx);
         free(r->hlab);
         free(r->hy);
@@ -534,6 +553,15 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
 {
     struct ddpc_ops *o = r->ops;
     int want_lab = !r->use_y || r->onehot;
+    int k = r->stage_slot;
+    if (r->staged) {
+        /* this set's last copy (two batches ago) has left host memory */
+        DDPC_TRY(o->fence(o, k, e));
+        r->stage_slot ^= 1;
+        r->hx = r->stage[k][0];
+        r->hlab = r->stage[k][1];
+        r->hy = r->stage[k][2];
+    }
     data_gather(ds, idx, rows, r->hx, want_lab ? r->hlab : NULL,
                 r->use_y && !r->onehot ? r->hy : NULL);
     if (r->onehot) {
@@ -541,13 +569,21 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
         for (int i = 0; i < rows; i++)
             r->hy[(size_t)i * r->out_dim + r->hlab[i]] = 1.0f;
     }
-    if (!o->host_memory) {
-        DDPC_TRY(o->to_device(o, r->dx, r->hx, (size_t)rows * r->in_dim * sizeof(float), e));
+    size_t xbytes = (size_t)rows * r->in_dim * sizeof(float);
+    size_t ybytes = (size_t)rows * r->out_dim * sizeof(float);
+    size_t lbytes = (size_t)rows * sizeof(int32_t);
+    if (r->staged) {
+        DDPC_TRY(o->to_device_async(o, r->dx, r->hx, xbytes, k, e));
         if (r->use_y)
-            DDPC_TRY(o->to_device(o, r->dy, r->hy, (size_t)rows * r->out_dim * sizeof(float),
-                                  e));
+            DDPC_TRY(o->to_device_async(o, r->dy, r->hy, ybytes, k, e));
         else
-            DDPC_TRY(o->to_device(o, r->dlab, r->hlab, (size_t)rows * sizeof(int32_t), e));
+            DDPC_TRY(o->to_device_async(o, r->dlab, r->hlab, lbytes, k, e));
+    } else if (!o->host_memory) {
+        DDPC_TRY(o->to_device(o, r->dx, r->hx, xbytes, e));
+        if (r->use_y)
+            DDPC_TRY(o->to_device(o, r->dy, r->hy, ybytes, e));
+        else
+            DDPC_TRY(o->to_device(o, r->dlab, r->hlab, lbytes, e));
     }
     return 0;
 }

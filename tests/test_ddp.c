@@ -438,14 +438,53 @@ static int counting_to_host(struct ddpc_ops *o, void *dst, const void *src, size
     return real_to_host(o, dst, src, n, e);
 }
 
+/* Pinned staging (ops.h to_device_async/fence) played by host memory: the
+ * worker alternates two staging sets, fences each before refilling it, and
+ * never copies a batch through the waiting to_device. */
+static int fence_calls, async_calls, async_slot_bad, last_fenced = -1;
+
+static int fake_host_alloc(struct ddpc_ops *o, void **p, size_t bytes, struct ddpc_err *e)
+{
+    (void)o;
+    *p = calloc(1, bytes ? bytes : 1);
+    return *p ? 0 : DDPC_FAIL(e, DDPC_E_NOMEM, "fake host_alloc");
+}
+
+static void fake_host_free(struct ddpc_ops *o, void *p)
+{
+    (void)o;
+    free(p);
+}
+
+static int fake_to_device_async(struct ddpc_ops *o, void *dst, const void *src, size_t bytes,
+                                int slot, struct ddpc_err *e)
+{
+    (void)o;
+    (void)e;
+    async_calls++;
+    async_slot_bad += slot != last_fenced;   /* a copy uses the set just fenced */
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int fake_fence(struct ddpc_ops *o, int slot, struct ddpc_err *e)
+{
+    (void)o;
+    (void)e;
+    async_slot_bad += slot == last_fenced;   /* the sets alternate */
+    last_fenced = slot;
+    fence_calls++;
+    return 0;
+}
+
 START_TEST(device_loss_is_read_at_epoch_ends_only)
 {
     struct ddpc_job j;
     job_small(&j, 8, DDPC_OPTIM_ADAMW);   /* 32 steps per epoch, 2 epochs */
     struct ddpc_dataset tr, te;
     load_synthetic(&tr, &te);
-    struct ddpc_worker_result res[2];
-    for (int dev = 0; dev <= 1; dev++) {
+    struct ddpc_worker_result res[3];
+    for (int dev = 0; dev <= 2; dev++) {
         struct ddpc_ops ops;
         struct ddpc_err e = {0};
         ops_cpu_init(&ops, &e);
@@ -453,6 +492,14 @@ START_TEST(device_loss_is_read_at_epoch_ends_only)
         real_to_host = ops.to_host;
         ops.to_host = counting_to_host;
         to_host_calls = 0;
+        if (dev == 2) {         /* and batches staged through two pinned sets */
+            ops.host_alloc = fake_host_alloc;
+            ops.host_free = fake_host_free;
+            ops.to_device_async = fake_to_device_async;
+            ops.fence = fake_fence;
+            fence_calls = async_calls = async_slot_bad = 0;
+            last_fenced = -1;
+        }
         struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
                                       .train = &tr, .test = &te };
         memset(&res[dev], 0, sizeof res[dev]);
@@ -462,13 +509,20 @@ START_TEST(device_loss_is_read_at_epoch_ends_only)
         if (dev)   /* per epoch: the training loss and the evaluation's; the params */
             ck_assert_msg(to_host_calls == 2 * 2 + 1, "%d reads from the device",
                           to_host_calls);
+        if (dev == 2) {   /* 64 training batches and 2 x 1 evaluation batches */
+            ck_assert_int_eq(fence_calls, 64 + 2);
+            ck_assert_int_eq(async_calls, 2 * fence_calls);   /* inputs and labels */
+            ck_assert_int_eq(async_slot_bad, 0);
+        }
         ops.destroy(&ops);
     }
-    ck_assert_mem_eq(res[0].params, res[1].params, res[0].n_params * sizeof(float));
-    ck_assert(memcmp(&res[0].train_loss, &res[1].train_loss, sizeof(double)) == 0);
-    ck_assert(memcmp(&res[0].test_loss, &res[1].test_loss, sizeof(double)) == 0);
-    free(res[0].params);
-    free(res[1].params);
+    for (int dev = 1; dev <= 2; dev++) {
+        ck_assert_mem_eq(res[0].params, res[dev].params, res[0].n_params * sizeof(float));
+        ck_assert(memcmp(&res[0].train_loss, &res[dev].train_loss, sizeof(double)) == 0);
+        ck_assert(memcmp(&res[0].test_loss, &res[dev].test_loss, sizeof(double)) == 0);
+    }
+    for (int dev = 0; dev <= 2; dev++)
+        free(res[dev].params);
     data_free(&tr);
     data_free(&te);
 }
