@@ -281,7 +281,7 @@ fuzz: $(B)/fuzz/fuzz_spec
 	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
 
 # Benchmarks (never installed, never run by test): build/bench/<name>.
-BENCH_BIN := $(B)/bench/allreduce
+BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c
 bench: $(BENCH_BIN)
 $(B)/bench/%: bench/%.c $(RT_LIB)
 	@mkdir -p $(@D)

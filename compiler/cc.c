@@ -20,13 +20,12 @@
 #include "buf.h"
 #include "cc.h"
 #include "interrupt.h"
+#include "spawn.h"
 #include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
 
 #ifndef DDPC_SANFLAGS
 #define DDPC_SANFLAGS ""
 #endif
-
-extern char **environ;
 
 /* argv under construction: every string owned */
 struct argv_list {
@@ -294,19 +293,10 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     if (posix_spawn_file_actions_adddup2(&fa, out_fd, 1) != 0 ||
         posix_spawn_file_actions_adddup2(&fa, out_fd, 2) != 0)
         goto oom;
-    pid_t pid;
-    int err = intr_spawnpe(&pid, a.v[0], &fa, a.v, envp);
-    if (err != 0) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run the C compiler %s: %s%s", a.v[0],
-                 strerror(err),
-                 err == ENOENT ? " (install one: apt-get install gcc)" : "");
-        goto done;
-    }
     int st;
-    if (intr_wait(pid, &st) < 0) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+    if (spawn_wait(a.v, &fa, envp, "the C compiler ", " (install one: apt-get install gcc)",
+                   &st, d) != 0)
         goto done;
-    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         if (WIFEXITED(st)) {
             /* read now: the hint comes from it, and goes before it */

@@ -36,9 +36,8 @@
 #include "buf.h"
 #include "emit.h"
 #include "interrupt.h"
+#include "spawn.h"
 #include "keytab.h"
-
-extern char **environ;
 
 #define QL "\xc2\xab"    /* U+00AB, m4's open quote while templates run */
 #define QR "\xc2\xbb"    /* U+00BB, its close quote */
@@ -386,18 +385,9 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
     char *argv[] = { (char *)m4, "-P", "-E", "-", (char *)template_path, NULL };
     if (log)
         fprintf(log, "%s -P -E - %s < (definitions) > %s\n", m4, template_path, tmp);
-    pid_t pid;
-    int err = intr_spawnp(&pid, m4, &fa, argv);
-    if (err != 0) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "cannot run %s: %s%s", m4, strerror(err),
-                 err == ENOENT ? " (install GNU m4: apt-get install m4)" : "");
-        goto done;
-    }
     int st;
-    if (intr_wait(pid, &st) < 0) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "waitpid: %s", strerror(errno));
+    if (spawn_wait(argv, &fa, NULL, "", " (install GNU m4: apt-get install m4)", &st, d) != 0)
         goto done;
-    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         diag_add(d, DDPC_SEV_ERROR, template_path, 0, 0, "",
                  "m4 failed (%s %d) on this template; its messages are above",

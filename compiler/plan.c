@@ -18,89 +18,23 @@
 #include "buf.h"
 #include "keytab.h"
 #include "plan.h"
+#include "probe.h"
 
 /* ======================= counting samples ======================= */
 
-/* IDX: 0 0 type ndim, then ndim big-endian uint32 sizes; the first is the
- * sample count. gzread reads plain files as they are, so one path serves
- * both .gz and uncompressed files. */
-static int64_t count_idx(const char *path, char *why, size_t why_len)
+/* IDX and NPY: the first dimension of the header (probe.c, the prober
+ * `ddpc check` uses too). */
+static int64_t count_header(const char *path, int npy, char *why, size_t why_len)
 {
-    int64_t n = -1;
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
-        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno ? errno : ENOMEM));
+    struct ddpc_probe pr;
+    char r[256];
+    int rc = npy ? probe_npy(path, &pr, r, sizeof r) : probe_idx(path, &pr, r, sizeof r);
+    if (rc < 0 || pr.nd < 1) {
+        snprintf(why, why_len, "cannot read %s: %s", path, rc < 0 ? r : "no dimensions");
         return -1;
     }
-    unsigned char h[8];
-    if (gzread(f, h, sizeof h) != (int)sizeof h) {
-        snprintf(why, why_len, "%s: too short for an IDX header", path);
-        goto done;
-    }
-    if (h[0] != 0 || h[1] != 0 || h[3] == 0) {
-        snprintf(why, why_len, "%s: not an IDX file (bad magic)", path);
-        goto done;
-    }
-    n = ((int64_t)h[4] << 24) | ((int64_t)h[5] << 16) | ((int64_t)h[6] << 8) | h[7];
-    snprintf(why, why_len, "IDX header of %s", path);
-done:
-    gzclose(f);
-    return n;
-}
-
-/* NPY: "\x93NUMPY", version, header length, then a Python dict literal with
- * 'shape': (N, ...). Only the first dimension is needed. */
-static int64_t count_npy(const char *path, char *why, size_t why_len)
-{
-    int64_t n = -1;
-    char *hdr = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
-    unsigned char m[12];
-    if (fread(m, 1, 10, f) != 10 || memcmp(m, "\x93NUMPY", 6) != 0) {
-        snprintf(why, why_len, "%s: not an NPY file (bad magic)", path);
-        goto done;
-    }
-    size_t hlen = (size_t)m[8] | ((size_t)m[9] << 8);
-    if (m[6] >= 2) {    /* versions 2 and 3 have a 4-byte length */
-        if (fread(m + 10, 1, 2, f) != 2) {
-            snprintf(why, why_len, "%s: truncated NPY header", path);
-            goto done;
-        }
-        hlen |= ((size_t)m[10] << 16) | ((size_t)m[11] << 24);
-    }
-    if (hlen > (1u << 20)) {
-        snprintf(why, why_len, "%s: NPY header too long", path);
-        goto done;
-    }
-    hdr = malloc(hlen + 1);
-    if (!hdr || fread(hdr, 1, hlen, f) != hlen) {
-        snprintf(why, why_len, "%s: truncated NPY header", path);
-        goto done;
-    }
-    hdr[hlen] = '\0';
-    const char *s = strstr(hdr, "'shape'");
-    s = s ? strchr(s, '(') : NULL;
-    if (!s) {
-        snprintf(why, why_len, "%s: NPY header has no shape", path);
-        goto done;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(s + 1, &end, 10);
-    if (end == s + 1 || errno || v < 0) {
-        snprintf(why, why_len, "%s: NPY shape is not (N, ...)", path);
-        goto done;
-    }
-    n = v;
-    snprintf(why, why_len, "NPY header of %s", path);
-done:
-    free(hdr);
-    fclose(f);
-    return n;
+    snprintf(why, why_len, "%s header of %s", npy ? "NPY" : "IDX", path);
+    return pr.dims[0];
 }
 
 /* One CSV field is a number the way the runtime reads it (runtime/data.c):
@@ -208,11 +142,11 @@ int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t
     case DDPC_DATA_IDX:
         if (!src->inputs)
             break;
-        return count_idx(src->inputs, why, why_len);
+        return count_header(src->inputs, 0, why, why_len);
     case DDPC_DATA_NPY:
         if (!src->inputs)
             break;
-        return count_npy(src->inputs, why, why_len);
+        return count_header(src->inputs, 1, why, why_len);
     case DDPC_DATA_CSV:
         if (!src->path)
             break;
@@ -483,20 +417,20 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     /* ---- world ---- */
     p->num_nodes = job->launch.num_nodes > 0 ? job->launch.num_nodes : 1;
     p->world_known = !job->devices_all;
-    if (job->n_devices < 0 || job->n_devices > DDPC_MAX_DEVICES) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "devices", "%d devices: at most %d per node",
+    if (job->n_devices < (p->world_known ? 1 : 0) || job->n_devices > DDPC_MAX_DEVICES) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "devices", "%d devices: 1 to %d per node",
                  job->n_devices, DDPC_MAX_DEVICES);
         goto done;
     }
     if (p->world_known) {
-        p->devices_per_node = job->n_devices > 0 ? job->n_devices : 1;
-        if ((int64_t)p->num_nodes * p->devices_per_node > (1 << 20)) {
+        p->devices_per_node = job->n_devices;
+        if (ddpc_job_world_size(job, 0) > (1 << 20)) {
             diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "launch.num_nodes",
                      "%d nodes x %d devices is more ranks than a plan can list",
                      p->num_nodes, p->devices_per_node);
             goto done;
         }
-        p->world_size = p->num_nodes * p->devices_per_node;
+        p->world_size = (int)ddpc_job_world_size(job, 0);
         p->ranks = calloc((size_t)p->world_size, sizeof *p->ranks);
         if (!p->ranks)
             goto oom;

@@ -122,20 +122,11 @@ static int cuda_probe(struct ddpc_device_info *info, struct ddpc_err *e)
 {
     memset(info, 0, sizeof *info);
     int fds[2];
-    SYS_CHECK(e, pipe2(fds, O_CLOEXEC));
-    fflush(NULL);                 /* the child must not inherit unflushed output */
-    pid_t pid = fork();
-    if (pid < 0) {
-        int err = errno;
-        close(fds[0]);
-        close(fds[1]);
-        return DDPC_FAIL(e, DDPC_E_SYS, "fork for the CUDA probe: %s", strerror(err));
-    }
-    if (pid == 0) {
-        close(fds[0]);
+    pid_t pid = child_msg_fork(fds);
+    if (pid < 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "fork for the CUDA probe: %s", strerror(errno));
+    if (pid == 0)
         probe_child(fds[1]);
-    }
-    close(fds[1]);
 
     static struct probe_msg m;
     memset(&m, 0, sizeof m);

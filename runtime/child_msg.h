@@ -11,12 +11,35 @@
 #define DDPC_CHILD_MSG_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* Forks a helper child with a pipe for its answer, after flushing stdio
+ * (the child must not inherit unflushed output). Returns the child's pid to
+ * the parent, which keeps fds[0] (the read end); 0 in the child, which
+ * keeps fds[1] (the write end); -1 with errno and nothing left open. */
+static inline pid_t child_msg_fork(int fds[2])
+{
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(fds[0]);
+        close(fds[1]);
+        errno = err;
+        return -1;
+    }
+    close(fds[pid == 0 ? 0 : 1]);
+    return pid;
+}
 
 /* Child side: writes all len bytes of msg to fd and _exit()s: 0 when the
  * whole answer went out, 3 when it could not. _exit, not exit: atexit

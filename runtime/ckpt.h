@@ -3,7 +3,7 @@
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
  *          ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export, ckpt_file_size,
- *          ckpt_export_safetensors, ckpt_remove_stale_export_temps, ckpt_crc32c,
+ *          ckpt_export_safetensors, ckpt_remove_stale_export_temps,
  *          ckpt_set_fault, ckpt_set_slow (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
@@ -179,10 +179,6 @@ int  ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e);
  * count the shapes imply. */
 int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
                              const float *params, size_t n_params, struct ddpc_err *e);
-
-/* CRC32C (Castagnoli), slicing-by-8. crc is the previous value (0 to
- * start); chain calls to checksum a stream. */
-uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t n);
 
 /* TEST ONLY: every checkpoint write sleeps this many seconds before its
  * rename (a slow file system). 0: off. */

@@ -223,6 +223,24 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
+/* Sleeps until epoch moves from ep, the deadline (0: none) or the liveness
+ * poll period, whichever comes first. Returns 0, or the errno of a futex
+ * failure that is not one of those ends. */
+static int region_nap(struct comm_shm_region *r, uint32_t ep, double deadline, double now)
+{
+    double nap = SHM_SLEEP_CAP_S;
+    if (deadline > 0 && deadline - now < nap)
+        nap = deadline - now;
+    struct timespec ts = { (time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9) };
+    if (ts.tv_sec == 0 && ts.tv_nsec < 1000)
+        ts.tv_nsec = 1000;
+    atomic_fetch_add(&r->sleepers, 1);
+    long rc = futex(&r->epoch, FUTEX_WAIT, ep, &ts);
+    int err = errno;
+    atomic_fetch_sub(&r->sleepers, 1);
+    return rc == -1 && err != EAGAIN && err != ETIMEDOUT && err != EINTR ? err : 0;
+}
+
 static void region_wake(struct comm_shm_region *r, int always)
 {
     atomic_fetch_add(&r->epoch, 1);
@@ -396,17 +414,8 @@ static int shm_barrier_wait(struct shm_handle *h, int rank, const char *purpose,
             region_abort(r, DDPC_E_PEER, why);
             return fail_aborted(h, purpose, what, e);
         }
-        double nap = SHM_SLEEP_CAP_S;
-        if (deadline > 0 && deadline - now < nap)
-            nap = deadline - now;
-        struct timespec ts = { (time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9) };
-        if (ts.tv_sec == 0 && ts.tv_nsec < 1000)
-            ts.tv_nsec = 1000;
-        atomic_fetch_add(&r->sleepers, 1);
-        long rc = futex(&r->epoch, FUTEX_WAIT, ep, &ts);
-        int err = errno;
-        atomic_fetch_sub(&r->sleepers, 1);
-        if (rc == -1 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+        int err = region_nap(r, ep, deadline, now);
+        if (err) {
             h->broken = 1;
             return DDPC_FAIL(e, DDPC_E_SYS, "%s %s: futex wait: %s", purpose, what,
                              strerror(err));
@@ -800,17 +809,8 @@ static int zc_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_er
             region_abort(r, DDPC_E_PEER, why);
             return fail_aborted(h, c->purpose, what, e);
         }
-        double nap = SHM_SLEEP_CAP_S;
-        if (deadline > 0 && deadline - now < nap)
-            nap = deadline - now;
-        struct timespec ts = { (time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9) };
-        if (ts.tv_sec == 0 && ts.tv_nsec < 1000)
-            ts.tv_nsec = 1000;
-        atomic_fetch_add(&r->sleepers, 1);
-        long rc = futex(&r->epoch, FUTEX_WAIT, ep, &ts);
-        int err = errno;
-        atomic_fetch_sub(&r->sleepers, 1);
-        if (rc == -1 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+        int err = region_nap(r, ep, deadline, now);
+        if (err) {
             h->broken = 1;
             return DDPC_FAIL(e, DDPC_E_SYS, "%s all-reduce of bucket %d: futex wait: %s",
                              c->purpose, tag, strerror(err));

@@ -335,20 +335,12 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
 {
     memset(info, 0, sizeof *info);
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        return DDPC_FAIL(e, DDPC_E_SYS, "pipe for the CUDA probe: %s", strerror(errno));
-    fflush(NULL);                      /* the child must not inherit unflushed output */
-    pid_t pid = fork();
-    if (pid < 0) {
-        int err = errno;
-        close(fds[0]);
-        close(fds[1]);
-        return DDPC_FAIL(e, DDPC_E_SYS, "fork for the CUDA probe: %s", strerror(err));
-    }
+    pid_t pid = child_msg_fork(fds);
+    if (pid < 0)
+        return DDPC_FAIL(e, DDPC_E_SYS, "fork for the CUDA probe: %s", strerror(errno));
     if (pid == 0) {
         static struct ddprt_probe_msg m;
         struct ddpc_err ce = { 0 };
-        close(fds[0]);
         /* No driver library, no GPU: answered without loading the plugin,
          * whose CUDA libraries take ~0.1 s and ~100 MiB to map (the test
          * hook goes on to the plugin, whose probe answers for it) */
@@ -372,7 +364,6 @@ static int ddprt_plugin_probe(const char *path, struct ddpc_device_info *info,
         }
         child_msg_send_and_exit(fds[1], &m, sizeof m);
     }
-    close(fds[1]);
     static struct ddprt_probe_msg m;
     memset(&m, 0, sizeof m);
     struct child_msg_result r =

@@ -16,37 +16,31 @@
 static struct ddpc_env the_env;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* name's value as a finite double in [lo, hi]; 0 unset (v untouched), 1 set,
- * -1 bad (e says why). */
-static int env_double(const char *name, double lo, double hi, const char *what, double *v,
-                      struct ddpc_err *e)
+/* name's value, a decimal integer (iv set) or a finite number (dv set), in
+ * [lo, hi]: 0 unset (nothing set), 1 set, -1 bad (e says why). */
+static int env_number(const char *name, double lo, double hi, const char *what, double *dv,
+                      int64_t *iv, struct ddpc_err *e)
 {
     const char *s = getenv(name);
     if (!s || !*s)
         return 0;
     char *end = NULL;
     errno = 0;
-    double x = strtod(s, &end);
+    long long i = 0;
+    double x;
+    if (iv) {
+        i = strtoll(s, &end, 10);
+        x = (double)i;
+    } else {
+        x = strtod(s, &end);
+    }
     if (end == s || *end != '\0' || errno == ERANGE || !isfinite(x) || x < lo || x > hi)
         return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected %s (unset it to use the default)",
                          name, s, what);
-    *v = x;
-    return 1;
-}
-
-static int env_int(const char *name, long long lo, long long hi, const char *what, int64_t *v,
-                   struct ddpc_err *e)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return 0;
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE || x < lo || x > hi)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected %s (unset it to use the default)",
-                         name, s, what);
-    *v = x;
+    if (iv)
+        *iv = i;
+    else
+        *dv = x;
     return 1;
 }
 
@@ -81,21 +75,21 @@ static int env_read(struct ddpc_env *v, struct ddpc_err *e)
             rc = DDPC_FAIL(e, DDPC_E_INVALID, "DDPC_PROFILE='%s': expected 0, 1 or all "
                            "(unset it to use the default)", p);
     }
-    if (env_double("DDPC_SHM_SPIN_US", 0, 1e7, "microseconds from 0 to 1e7",
-                   &v->shm_spin_us, e) < 0)
+    if (env_number("DDPC_SHM_SPIN_US", 0, 1e7, "microseconds from 0 to 1e7",
+                   &v->shm_spin_us, NULL, e) < 0)
         rc = -1;
-    if (env_double("DDPC_BENCH_T0", 1, 1e12, "a wall-clock time in seconds since the epoch",
-                   &v->bench_t0, e) < 0)
+    if (env_number("DDPC_BENCH_T0", 1, 1e12, "a wall-clock time in seconds since the epoch",
+                   &v->bench_t0, NULL, e) < 0)
         rc = -1;
-    if (env_int("DDPC_TEST_CKPT_STOP_AFTER_BYTES", 0, INT64_MAX, "a byte count >= 0",
-                &v->test_ckpt_stop_after, e) < 0)
+    if (env_number("DDPC_TEST_CKPT_STOP_AFTER_BYTES", 0, 1e18, "a byte count >= 0",
+                   NULL, &v->test_ckpt_stop_after, e) < 0)
         rc = -1;
-    if (env_double("DDPC_TEST_CKPT_SLOW_S", 0, 3600, "seconds from 0 to 3600",
-                   &v->test_ckpt_slow_s, e) < 0)
+    if (env_number("DDPC_TEST_CKPT_SLOW_S", 0, 3600, "seconds from 0 to 3600",
+                   &v->test_ckpt_slow_s, NULL, e) < 0)
         rc = -1;
     int64_t pe = -1;
-    if (env_int("DDPC_TEST_CUDA_PROBE_ERROR", 1, 99999, "a cudaError_t number from 1 to 99999",
-                &pe, e) < 0)
+    if (env_number("DDPC_TEST_CUDA_PROBE_ERROR", 1, 99999, "a cudaError_t number from 1 to 99999",
+                   NULL, &pe, e) < 0)
         rc = -1;
     v->test_cuda_probe_error = (int)pe;
     return rc;

@@ -1,7 +1,7 @@
 /* metrics.h - rank 0's observability: progress line, metrics CSV, TensorBoard.
  *
  * defines: metrics_open, metrics_step, metrics_eval, metrics_clear_progress,
- *          metrics_close, metrics_format_eta, metrics_crc32c, metrics_crc32c_masked
+ *          metrics_close, metrics_format_eta, metrics_crc32c_masked
  *
  * Only rank 0 calls any of this: the files are written by one process, so
  * there is no rank in the file names (the locks are against other jobs). The caller guarantees it
@@ -117,10 +117,7 @@ int metrics_close(struct ddpc_metrics *m, struct ddpc_err *e);
  * (NUL included); 16 is always enough. Returns buf. */
 char *metrics_format_eta(double eta_s, char *buf, size_t n);
 
-/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord uses:
- * metrics_crc32c("123456789", 9) == 0xE3069283. */
-uint32_t metrics_crc32c(const void *data, size_t n);
-/* TFRecord's masked form: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+/* TFRecord's masked CRC-32C (crc32c.h): ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 uint32_t metrics_crc32c_masked(const void *data, size_t n);
 
 #endif /* DDPC_METRICS_H */

@@ -647,25 +647,38 @@ static int train_loss_read(struct ddpc_run *r, double *cur, struct ddpc_err *e)
 
 /* ===== metrics ===== */
 
-/* Sums v[n] (doubles) over ranks through a float all-reduce: each value goes
- * as a float pair hi + lo, which keeps ~48 bits (counts exact below 2^48). */
-static int metrics_reduce(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
+/* Doubles through the small metric buffer as float pairs hi + lo, which
+ * keep ~48 bits (counts exact below 2^48): summed over ranks (bcast 0) or
+ * rank 0's sent to all (bcast 1). */
+static int doubles_collective(struct ddpc_run *r, double *v, int n, int bcast,
+                              struct ddpc_err *e)
 {
     if (!r->comm_on)
         return 0;
     struct ddpc_ops *o = r->ops;
+    struct ddpc_comm *c = r->a->grad_comm;
+    double deadline = ddpc_deadline_after(r->job->nccl_timeout_s);
     float h[DDPC_N_METRICS];
     for (int i = 0; i < n; i++) {
         h[2 * i] = (float)v[i];
         h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
     }
     DDPC_TRY(o->to_device(o, r->metric, h, (size_t)2 * n * sizeof(float), e));
-    DDPC_TRY(comm_all_reduce(r->a->grad_comm, r->metric, r->metric, (size_t)2 * n,
-                             DDPC_REDUCE_SUM, ddpc_deadline_after(r->job->nccl_timeout_s), e));
+    if (bcast)
+        DDPC_TRY(c->broadcast(c, r->metric, (size_t)2 * n, 0, deadline, e));
+    else
+        DDPC_TRY(comm_all_reduce(c, r->metric, r->metric, (size_t)2 * n, DDPC_REDUCE_SUM,
+                                 deadline, e));
     DDPC_TRY(o->to_host(o, h, r->metric, (size_t)2 * n * sizeof(float), e));
     for (int i = 0; i < n; i++)
         v[i] = (double)h[2 * i] + (double)h[2 * i + 1];
     return 0;
+}
+
+/* Sums v[n] over ranks. */
+static int metrics_reduce(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
+{
+    return doubles_collective(r, v, n, 0, e);
 }
 
 /* This rank's strided shard of the test set: r, r+W, ... (no padding). */
@@ -772,25 +785,10 @@ static int ckpt_due(struct ddpc_run *r, struct ddpc_err *e)
     return due;
 }
 
-/* Doubles through the small metric buffer, from rank 0 to all (hi/lo floats). */
+/* Rank 0's v[n] to every rank. */
 static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
 {
-    if (!r->comm_on)
-        return 0;
-    struct ddpc_ops *o = r->ops;
-    float h[DDPC_N_METRICS];
-    for (int i = 0; i < n; i++) {
-        h[2 * i] = (float)v[i];
-        h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
-    }
-    DDPC_TRY(o->to_device(o, r->metric, h, (size_t)2 * n * sizeof(float), e));
-    struct ddpc_comm *c = r->a->grad_comm;
-    DDPC_TRY(c->broadcast(c, r->metric, (size_t)2 * n, 0,
-                          ddpc_deadline_after(r->job->nccl_timeout_s), e));
-    DDPC_TRY(o->to_host(o, h, r->metric, (size_t)2 * n * sizeof(float), e));
-    for (int i = 0; i < n; i++)
-        v[i] = (double)h[2 * i] + (double)h[2 * i + 1];
-    return 0;
+    return doubles_collective(r, v, n, 1, e);
 }
 
 /* Rank 0, after resuming from c with this run's identity: one "note:"

@@ -214,6 +214,16 @@ struct ddpc_job {
     } launch;
 };
 
+/* The world size, the one rule: devices per node (`devices_here`, what the
+ * caller counted, for devices: all; the listed devices otherwise) times
+ * launch.num_nodes. `ddpc check` and the plan call it with devices_here 0
+ * (unknown until the job runs). */
+static inline int64_t ddpc_job_world_size(const struct ddpc_job *job, int devices_here)
+{
+    int64_t per_node = job->devices_all ? devices_here : job->n_devices;
+    return per_node * (job->launch.num_nodes > 0 ? job->launch.num_nodes : 1);
+}
+
 /* The factor lr_scaling `how` multiplies learning_rate by in a world of
  * `world` ranks: world × grad_accumulation (linear), its square root (sqrt),
  * 1 (none). The one rule: the plan, the optimizer and `ddpc check`'s

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "load.h"
+#include "probe.h"
 #include "validate.h"
 
 struct spec_doc {
@@ -29,20 +30,10 @@ static int read_file(const char *path, char **out, size_t *len, char *why, size_
 {
     int rc = -1;
     char *buf = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(why, cap, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
-        goto out;
-    }
+    int fd = probe_open(path, &st, why, cap);
+    if (fd < 0)
+        return -1;
     if ((unsigned long long)st.st_size > DDPC_LOAD_MAX_BYTES) {
         snprintf(why, cap, "file is larger than %u MiB; not a job spec", DDPC_LOAD_MAX_BYTES >> 20);
         rc = -2;
@@ -179,11 +170,4 @@ void spec_doc_free(struct spec_doc *doc)
     arena_free(&doc->arena);
     free(doc->text);
     free(doc);
-}
-
-int spec_world_size(const struct ddpc_job *job, int available)
-{
-    int per_node = job->devices_all ? available : job->n_devices;
-    int nodes = job->launch.num_nodes > 0 ? job->launch.num_nodes : 1;
-    return per_node * nodes;
 }

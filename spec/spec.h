@@ -50,10 +50,6 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
 const char *spec_doc_text(const struct spec_doc *doc, size_t *len);
 void spec_doc_free(struct spec_doc *doc);
 
-/* The world size of the job when each node has `available` devices
- * (resolves "all"/-1): devices per node × launch.num_nodes. */
-int spec_world_size(const struct ddpc_job *job, int available);
-
 /* Writes the JSON Schema (2020-12) of the language, generated from keys.def. */
 void spec_write_schema(FILE *out);
 /* Writes the reference document (Markdown), generated from keys.def. */

@@ -11,7 +11,6 @@
 #include "validate.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
@@ -22,8 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "probe.h"
 #include "units.h"
 
 /* The shortest deadline a duration key takes: below a scheduler tick, every
@@ -1146,177 +1145,6 @@ struct data_info {
     int64_t max_label;  /* label files: the largest label; -1 unknown */
 };
 
-/* Opens a data file for a header read: read-only, non-blocking (a FIFO must
- * not hang check), and only if it is a regular file. Returns fd or -1 with
- * why set. */
-static int data_open(const char *p, char *why, size_t cap)
-{
-    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        snprintf(why, cap, "%s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(why, cap, "not a regular file");
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t l = strlen(s), sl = strlen(suffix);
-    return l >= sl && strcmp(s + l - sl, suffix) == 0;
-}
-
-/* Reads up to cap bytes of the file's start (inflated if it ends in .gz).
- * Returns bytes read or -1 with why. */
-static long data_head(const char *p, unsigned char *buf, size_t cap, char *why, size_t whycap)
-{
-    int fd = data_open(p, why, whycap);
-    if (fd < 0)
-        return -1;
-    long got = 0;
-    if (ends_with(p, ".gz")) {
-        gzFile gz = gzdopen(fd, "rb");
-        if (!gz) {
-            close(fd);
-            snprintf(why, whycap, "cannot start gzip decompression");
-            return -1;
-        }
-        int r = gzread(gz, buf, (unsigned)cap);
-        if (r < 0) {
-            int zerr;
-            snprintf(why, whycap, "gzip: %s", gzerror(gz, &zerr));
-            gzclose(gz);
-            return -1;
-        }
-        got = r;
-        gzclose(gz);
-        return got;
-    }
-    while ((size_t)got < cap) {
-        ssize_t r = read(fd, buf + got, cap - (size_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            snprintf(why, whycap, "%s", strerror(errno));
-            close(fd);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        got += r;
-    }
-    close(fd);
-    return got;
-}
-
-/* IDX: 0 0 type ndims, then ndims big-endian u32 sizes. */
-static int idx_header(const char *p, int64_t *dims, int *nd, int *type, size_t *hdr, char *why,
-                      size_t cap)
-{
-    unsigned char b[4 + 4 * 8];
-    long got = data_head(p, b, sizeof b, why, cap);
-    if (got < 0)
-        return -1;
-    if (got < 4 || b[0] || b[1] || !(b[2] == 0x08 || b[2] == 0x09 || (b[2] >= 0x0B && b[2] <= 0x0E)) ||
-        b[3] < 1 || b[3] > 8 || got < 4 + 4 * (long)b[3]) {
-        snprintf(why, cap, "not an IDX file (bad header)");
-        return -1;
-    }
-    *nd = b[3];
-    *type = b[2];
-    *hdr = 4 + 4 * (size_t)b[3];
-    for (int i = 0; i < *nd; i++) {
-        const unsigned char *q = b + 4 + 4 * i;
-        dims[i] = ((int64_t)q[0] << 24) | ((int64_t)q[1] << 16) | ((int64_t)q[2] << 8) | q[3];
-    }
-    return 0;
-}
-
-/* NPY: "\x93NUMPY" major minor, header length, then a Python dict literal
- * with 'descr', 'fortran_order' and 'shape'. */
-static int npy_header(const char *p, int64_t *dims, int *nd, char *descr, size_t dcap,
-                      size_t *hdr, char *why, size_t cap)
-{
-    unsigned char b[4096 + 16];
-    long got = data_head(p, b, sizeof b - 1, why, cap);
-    if (got < 0)
-        return -1;
-    if (got < 10 || memcmp(b, "\x93NUMPY", 6) != 0) {
-        snprintf(why, cap, "not an NPY file (bad magic)");
-        return -1;
-    }
-    size_t hl, off;
-    if (b[6] == 1) {
-        hl = (size_t)b[8] | (size_t)b[9] << 8;
-        off = 10;
-    } else {
-        hl = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
-        off = 12;
-    }
-    if (off + hl > (size_t)got) {
-        snprintf(why, cap, "NPY header longer than 4096 bytes");
-        return -1;
-    }
-    b[off + hl] = '\0';
-    *hdr = off + hl;
-    const char *h = (const char *)b + off;
-    if (strstr(h, "'fortran_order': True")) {
-        snprintf(why, cap, "Fortran-order NPY arrays are not supported; save with C order");
-        return -1;
-    }
-    const char *d = strstr(h, "'descr':");
-    const char *s = strstr(h, "'shape':");
-    if (!d || !s) {
-        snprintf(why, cap, "NPY header lacks descr or shape");
-        return -1;
-    }
-    d = strchr(d + 8, '\'');
-    const char *de = d ? strchr(d + 1, '\'') : NULL;
-    if (!d || !de || (size_t)(de - d - 1) >= dcap) {
-        snprintf(why, cap, "NPY header has a malformed descr");
-        return -1;
-    }
-    memcpy(descr, d + 1, (size_t)(de - d - 1));
-    descr[de - d - 1] = '\0';
-    s = strchr(s, '(');
-    if (!s) {
-        snprintf(why, cap, "NPY header has a malformed shape");
-        return -1;
-    }
-    s++;
-    *nd = 0;
-    while (*nd < 8) {
-        while (*s == ' ')
-            s++;
-        if (*s == ')')
-            break;
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || errno || v < 0) {
-            snprintf(why, cap, "NPY header has a malformed shape");
-            return -1;
-        }
-        dims[(*nd)++] = v;
-        s = end;
-        while (*s == ' ')
-            s++;
-        if (*s == ',')
-            s++;
-    }
-    return 0;
-}
-
 /* What the first CSV_SEEN columns of a CSV's head look like, to tell which
  * one holds class labels. */
 #define CSV_SEEN 64
@@ -1335,7 +1163,7 @@ struct csv_look {
 static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char *why, size_t cap)
 {
     static unsigned char b[65536 + 1];   /* check is single-threaded */
-    long got = data_head(p, b, sizeof b - 1, why, cap);
+    long got = probe_head(p, b, sizeof b - 1, why, cap);
     if (got < 0)
         return -1;
     int64_t n = 1;
@@ -1413,7 +1241,7 @@ static void label_range(const char *p, size_t hdr, int elem, int is_signed, int 
     if (!b)
         return;
     /* short or unreadable: the runtime reports it with more context */
-    if (data_head(p, b, want, why, sizeof why) == (long)want) {
+    if (probe_head(p, b, want, why, sizeof why) == (long)want) {
         int64_t lo = INT64_MAX, hi = INT64_MIN;
         for (int64_t i = 0; i < count; i++) {
             const unsigned char *q = b + hdr + (size_t)i * (size_t)elem;
@@ -1458,11 +1286,17 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
         f->ok = csv_columns(p, &f->cols, &f->look, f->why, sizeof f->why) == 0;
         return;
     }
-    int rc = fmt == DDPC_DATA_IDX
-                 ? idx_header(p, f->dims, &f->nd, &type, &hdr, f->why, sizeof f->why)
-                 : npy_header(p, f->dims, &f->nd, f->descr, sizeof f->descr, &hdr, f->why,
-                              sizeof f->why);
+    struct ddpc_probe pr;
+    int rc = fmt == DDPC_DATA_IDX ? probe_idx(p, &pr, f->why, sizeof f->why)
+                                  : probe_npy(p, &pr, f->why, sizeof f->why);
     f->ok = rc == 0;
+    if (f->ok) {
+        memcpy(f->dims, pr.dims, sizeof f->dims);
+        f->nd = pr.nd;
+        type = pr.idx_type;
+        hdr = pr.header_bytes;
+        snprintf(f->descr, sizeof f->descr, "%s", pr.descr);
+    }
     if (!f->ok || role != ROLE_LABELS || f->nd < 1)
         return;
     /* class labels: IDX ubyte, or NPY integers in little-endian or byte order */
@@ -1733,7 +1567,7 @@ static void cross_rules(struct ddpc_vctx *c)
     const struct ddpc_node *n;
     char num[32], num2[32];
     int nodes = j->launch.num_nodes > 0 ? j->launch.num_nodes : 1;
-    int world = j->n_devices * nodes;
+    int world = (int)ddpc_job_world_size(j, 0);
     int several = j->devices_all || world > 1;
 
     j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
@@ -1898,6 +1732,12 @@ static void cross_rules(struct ddpc_vctx *c)
 }
 
 /* ===================== entry ===================== */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t l = strlen(s), sl = strlen(suffix);
+    return l >= sl && strcmp(s + l - sl, suffix) == 0;
+}
 
 /* The default job name: the spec file's base name without .yaml/.yml,
  * reduced to the name alphabet. */

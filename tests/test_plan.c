@@ -475,10 +475,10 @@ START_TEST(count_idx_gz_npy_csv)
     unsigned char bad[8] = { 'P', 'K', 3, 4, 0, 0, 0, 1 };
     ck_assert_int_eq(write_file(path, bad, sizeof bad), 0);
     ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), -1);
-    ck_assert_ptr_nonnull(strstr(why, "bad magic"));
+    ck_assert_ptr_nonnull(strstr(why, "not an IDX file"));
     s.inputs = "/nonexistent/ddpc/x.gz";
     ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), -1);
-    ck_assert_ptr_nonnull(strstr(why, "cannot open"));
+    ck_assert_ptr_nonnull(strstr(why, "No such file or directory"));
 
     /* NPY v1 */
     snprintf(path, sizeof path, "%s/x.npy", dir);

@@ -122,7 +122,7 @@ START_TEST(test_defaults_filled)
     ck_assert_str_eq(j->launch.master_addr, "127.0.0.1");
     ck_assert_int_eq(j->launch.master_port, 29500);
     ck_assert_int_eq(j->launch.max_restarts, 0);
-    ck_assert_int_eq(spec_world_size(j, 8), 1);
+    ck_assert_int_eq(ddpc_job_world_size(j, 8), 1);
     checked_free(&c);
 
     /* adamw's weight decay defaults to 0.01, like torch.optim.AdamW */
@@ -156,7 +156,7 @@ START_TEST(test_devices_forms)
     }
     struct checked c;
     check(&c, "devices: all\nlr_scaling: linear\n" MINIMAL);
-    ck_assert_int_eq(spec_world_size(&c.job, 8), 8);
+    ck_assert_int_eq(ddpc_job_world_size(&c.job, 8), 8);
     checked_free(&c);
     check(&c, "devices: [0, 0]\n" MINIMAL);
     ck_assert_str_eq(c.text, "dir/t.yaml:1:14: error: devices[1]: device 0 is listed twice\n");

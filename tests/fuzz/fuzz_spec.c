@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (doc) {
         size_t len;
         (void)spec_doc_text(doc, &len);
-        (void)spec_world_size(&job, 4);
+        (void)ddpc_job_world_size(&job, 4);
     }
     spec_doc_free(doc);
     diag_free(&d);
