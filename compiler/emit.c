@@ -277,9 +277,25 @@ static void def_sbatch(struct defs *df, const struct ddpc_job *j, const struct d
     def_i64(df, "M_LAUNCH_NUM_NODES", j->launch.num_nodes);
     def_i64(df, "M_SH_GPUS",
             j->accelerator == DDPC_ACCEL_CPU || !p->world_known ? 0 : p->devices_per_node);
-    /* devices: all on GPUs: no count to ask for, so whole nodes; each node
-     * counts its own GPUs at launch */
-    def_i64(df, "M_SH_EXCLUSIVE", j->accelerator != DDPC_ACCEL_CPU && !p->world_known);
+    /* devices: all: no count to ask for, so whole nodes; each node counts
+     * its own GPUs or cores at launch */
+    def_i64(df, "M_SH_EXCLUSIVE", !p->world_known);
+    /* one core per worker: a CPU worker computes on one BLAS thread (its
+     * comm thread mostly sleeps), a GPU worker's host thread feeds one GPU */
+    def_i64(df, "M_SH_CPUS", p->world_known ? p->devices_per_node : 0);
+    /* the names are checked (check_slurm_name): safe in #SBATCH lines,
+     * which sbatch reads without a shell */
+    def(df, "M_SH_PARTITION", j->launch.partition ? j->launch.partition : "");
+    def(df, "M_SH_ACCOUNT", j->launch.account ? j->launch.account : "");
+    char t[40] = "";
+    if (j->launch.time_limit_s > 0) {
+        /* D-HH:MM:SS, whole seconds rounded up (Slurm then rounds to minutes) */
+        double s = j->launch.time_limit_s;
+        long long secs = (long long)s + ((double)(long long)s < s);
+        snprintf(t, sizeof t, "%lld-%02lld:%02lld:%02lld", secs / 86400, secs / 3600 % 24,
+                 secs / 60 % 60, secs % 60);
+    }
+    def(df, "M_SH_TIME", t);
 }
 
 char *emit_prologue(const struct emit_input *in, const char *plan_json, struct ddpc_diag *d)

@@ -65,6 +65,7 @@
 #include "env.h"
 #include "keytab.h"
 #include "launch.h"
+#include "slurm.h"
 #include "store.h"
 #include "worker.h"
 
@@ -265,8 +266,26 @@ static int ddprt_gpu_plan(struct ddprt_run *r, struct ddpc_err *e)
             r->devices[i] = i;
     } else {
         int n = j->strategy == DDPC_STRATEGY_NONE ? 1 : j->n_devices;
+        int listed[DDPC_MAX_DEVICES];
+        for (int i = 0; i < n; i++)
+            listed[i] = j->devices[i];
+        /* under Slurm (--gpus-per-node), the GPUs it gave are renumbered
+         * 0..n-1 in this process: translate the spec's indices (slurm.h) */
+        if (getenv("SLURM_JOB_ID") && (getenv("SLURM_JOB_GPUS") || getenv("SLURM_STEP_GPUS") ||
+                                       getenv("SLURM_GPUS_ON_NODE"))) {
+            char note[400];
+            int mapped[DDPC_MAX_DEVICES];
+            int m = slurm_gpu_map(listed, n, getenv("CUDA_VISIBLE_DEVICES"), count, mapped,
+                                  note, sizeof note);
+            if (m < 0)
+                return DDPC_FAIL(e, DDPC_E_DEVICE, "devices: %s", note);
+            if (m > 0) {
+                fprintf(stderr, "%s\n", note);
+                memcpy(listed, mapped, (size_t)n * sizeof *listed);
+            }
+        }
         for (int i = 0; i < n; i++) {
-            int d = j->devices[i];
+            int d = listed[i];
             if (d >= count) {
                 if (count == 0)
                     return DDPC_FAIL(e, DDPC_E_DEVICE,

@@ -195,6 +195,9 @@ int ident_format(const struct ddpc_job *j, int world, const char *backend, char 
     put_s(&b, 'C', "launch.master_addr", j->launch.master_addr);
     put(&b, 'C', "launch.master_port", "%d", (int)j->launch.master_port);
     put(&b, 'C', "launch.max_restarts", "%d", (int)j->launch.max_restarts);
+    put_d(&b, 'C', "launch.time_limit", j->launch.time_limit_s);
+    put_s(&b, 'C', "launch.partition", j->launch.partition);
+    put_s(&b, 'C', "launch.account", j->launch.account);
     return b.over ? -1 : (int)b.len;
 }
 

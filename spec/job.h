@@ -211,6 +211,9 @@ struct ddpc_job {
         const char *master_addr;
         int32_t master_port;
         int32_t max_restarts;
+        double time_limit_s;            /* sbatch --time; 0 = the partition's default */
+        const char *partition;          /* sbatch --partition; NULL = default */
+        const char *account;            /* sbatch --account; NULL = default */
     } launch;
 };
 

@@ -48,6 +48,8 @@ static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
 static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                            const char *path);
 
 #define NOLO     DDPC_NOLO
 #define NOHI     DDPC_NOHI
@@ -1131,6 +1133,27 @@ static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     if (!ok) {
         vdiag(c, DDPC_SEV_ERROR, n, path, "expected a host name or IP address, found %s",
               describe(n, found, sizeof found));
+        return -1;
+    }
+    return 0;
+}
+
+/* Slurm partition and account names go into #SBATCH lines, which sbatch
+ * reads itself (no shell): letters, digits, `_ . -` and commas only. */
+static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                            const char *path)
+{
+    char found[96];
+    (void)field;
+    int ok = n->len >= 1 && n->len <= 128 && strlen(n->str) == n->len;
+    for (size_t i = 0; ok && i < n->len; i++) {
+        char ch = n->str[i];
+        ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+             ch == '.' || ch == '-' || ch == '_' || ch == ',';
+    }
+    if (!ok) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a Slurm name (letters, digits, `_ . -`, "
+              "commas between several), found %s", describe(n, found, sizeof found));
         return -1;
     }
     return 0;

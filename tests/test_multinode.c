@@ -28,6 +28,7 @@
 #include "suites.h"
 #include "testutil.h"
 #include "comm.h"   /* ddpc_now */
+#include "slurm.h"
 
 #define TIMEOUT_S 2   /* nccl_timeout of the jobs that must fail */
 
@@ -357,6 +358,40 @@ START_TEST(cut_link_ends_both_nodes)
 }
 END_TEST
 
+/* ===== Slurm's GPU renumbering (runtime/slurm.c) ===== */
+
+START_TEST(slurm_gpu_renumbering)
+{
+    int out[4];
+    char note[400];
+    /* Slurm gave exactly the listed GPUs: their positions */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 2, 3 }, 2, "2,3", 2, out, note, sizeof note), 1);
+    ck_assert_int_eq(out[0], 0);
+    ck_assert_int_eq(out[1], 1);
+    ck_assert_msg(strstr(note, "devices [2, 3] are the GPUs Slurm gave") &&
+                  strstr(note, "cuda:0, 1"), "%s", note);
+    /* out of order */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 5, 1 }, 2, "1,5", 2, out, note, sizeof note), 1);
+    ck_assert_int_eq(out[0], 1);
+    ck_assert_int_eq(out[1], 0);
+    /* other GPUs than listed: used in order, said so */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 2, 3 }, 2, "0,1", 2, out, note, sizeof note), 1);
+    ck_assert_int_eq(out[0], 0);
+    ck_assert_int_eq(out[1], 1);
+    ck_assert_ptr_nonnull(strstr(note, "did not give"));
+    /* nothing to change */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 0, 1 }, 2, "0,1", 2, out, note, sizeof note), 0);
+    ck_assert_str_eq(note, "");
+    /* UUIDs: positional */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 3 }, 1, "GPU-8f2a", 1, out, note, sizeof note), 1);
+    ck_assert_int_eq(out[0], 0);
+    /* too few */
+    ck_assert_int_eq(slurm_gpu_map((int[]){ 0, 1, 2 }, 3, "4,5", 2, out, note, sizeof note), -1);
+    ck_assert_msg(strstr(note, "gave this node 2 GPUs") && strstr(note, "--gpus-per-node=3"),
+                  "%s", note);
+}
+END_TEST
+
 Suite *multinode_suite(void)
 {
     Suite *s = suite_create("multinode");
@@ -369,5 +404,8 @@ Suite *multinode_suite(void)
     tcase_add_test(t, node_0_alone_names_what_it_waited_for);
     tcase_add_test(t, cut_link_ends_both_nodes);
     suite_add_tcase(s, t);
+    TCase *u = tcase_create("slurm_env");
+    tcase_add_test(u, slurm_gpu_renumbering);
+    suite_add_tcase(s, u);
     return s;
 }
