@@ -171,8 +171,9 @@ struct built {
 };
 
 /* Builds a 2-node job with `per_node` workers per node (and, if twin, the
- * same world on one host). epochs: how long it runs. */
-static void build(struct built *b, int per_node, int epochs, int twin)
+ * same world on one host). epochs: how long it runs; extra: more spec text
+ * (launch keys go in as "  key: value" lines). */
+static void build_x(struct built *b, int per_node, int epochs, int twin, const char *extra)
 {
     memset(b, 0, sizeof *b);
     b->dir = make_temp_dir("multinode");
@@ -191,13 +192,13 @@ static void build(struct built *b, int per_node, int epochs, int twin)
         "logging: {every_n_steps: 8}\n"
         "data:\n"
         "  train: {format: synthetic, samples: 1024, features: 16, classes: 4}\n"
-        "launch: {num_nodes: %d, master_addr: %s, master_port: 29555}\n";
+        "launch:\n  num_nodes: %d\n  master_addr: %s\n  master_port: 29555\n%s";
     for (int k = 0; k < 1 + twin; k++) {
         char *spec, *text, *out, *ddpc;
         ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", b->dir, k ? "one" : "two"), 0);
         ck_assert_int_ge(asprintf(&out, "%s/%s", b->dir, k ? "one" : "two"), 0);
         ck_assert_int_ge(asprintf(&text, fmt, k ? "one" : "two", k ? 2 * per_node : per_node,
-                                  epochs, TIMEOUT_S, k ? 1 : 2, net.ip[0]), 0);
+                                  epochs, TIMEOUT_S, k ? 1 : 2, net.ip[0], extra), 0);
         ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
         ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
         char *argv[] = { ddpc, "build", spec, "-o", out, NULL };
@@ -213,6 +214,11 @@ static void build(struct built *b, int per_node, int epochs, int twin)
         free(text);
         free(ddpc);
     }
+}
+
+static void build(struct built *b, int per_node, int epochs, int twin)
+{
+    build_x(b, per_node, epochs, twin, "");
 }
 
 static void built_free(struct built *b)
@@ -327,6 +333,41 @@ START_TEST(node_0_alone_names_what_it_waited_for)
 }
 END_TEST
 
+/* max_restarts across nodes: a worker of node 1 dies; node 1 restarts its
+ * workers, node 0's see a dead peer and restart theirs, both meet again at
+ * the rendezvous (the next attempt's keys) and the job resumes from its
+ * last checkpoint and completes. */
+START_TEST(restart_after_a_dead_worker_on_node_1)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build_x(&b, 1, 60, 0, "  max_restarts: 1\ncheckpoint_dir: ckpt\n");
+    struct run_proc p[2];
+    struct run_result r[2];
+    start_node(&p[1], &b, 1);
+    start_node(&p[0], &b, 0);
+    ck_assert_msg(run_wait_output(&p[0], "epoch 3/", 30), "node 0 never trained:\n%s%s",
+                  p[0].out, p[0].err);
+    pid_t w[4];
+    ck_assert_int_eq(child_pids(p[1].pid, w, 4), 1);   /* node 1's one worker */
+    ck_assert_int_eq(kill(w[0], SIGKILL), 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 60, &r[k]), 0);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(r[k].exited && r[k].code == 0, "node %d status %d:\n%s", k, r[k].code,
+                      r[k].err);
+        ck_assert_msg(strstr(r[k].err, "restarting (1 of 1) from the last checkpoint"),
+                      "node %d:\n%s", k, r[k].err);
+    }
+    ck_assert_msg(strstr(r[0].out, "resumed from") && strstr(r[0].out, "done "), "%s",
+                  r[0].out);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    built_free(&b);
+}
+END_TEST
+
 START_TEST(cut_link_ends_both_nodes)
 {
     if (skipped())
@@ -402,6 +443,7 @@ Suite *multinode_suite(void)
     tcase_add_test(t, two_nodes_match_one_host);
     tcase_add_test(t, killed_node_ends_node_0);
     tcase_add_test(t, node_0_alone_names_what_it_waited_for);
+    tcase_add_test(t, restart_after_a_dead_worker_on_node_1);
     tcase_add_test(t, cut_link_ends_both_nodes);
     suite_add_tcase(s, t);
     TCase *u = tcase_create("slurm_env");
