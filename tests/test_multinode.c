@@ -399,6 +399,58 @@ START_TEST(cut_link_ends_both_nodes)
 }
 END_TEST
 
+/* ===== a real Slurm cluster (tests/slurm_cluster.sh) ===== */
+
+/* The script builds the cluster, runs the sbatch script `ddpc build`
+ * generated (completed, scancel, requeue after a lost node) and tears it
+ * all down. Whatever it left if it was killed is removed here: its two
+ * namespaces (TAGa, TAGb) with everything in them, and its munged. */
+START_TEST(slurm_runs_the_generated_sbatch)
+{
+    char *dir = make_temp_dir("slurm");
+    ck_assert_ptr_nonnull(dir);
+    char script[4096], ddpc[4096], tag[32];
+    snprintf(script, sizeof script, "%s/tests/slurm_cluster.sh", test_top());
+    snprintf(ddpc, sizeof ddpc, "%s/bin/ddpc", test_build());
+    snprintf(tag, sizeof tag, "ds%d", (int)getpid());
+    char *argv[] = { "bash", script, dir, ddpc, tag, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 280, &r), 0);
+
+    char ns[40], pidf[4200];
+    for (int k = 0; k < 2; k++) {
+        snprintf(ns, sizeof ns, "%s%c", tag, 'a' + k);
+        ns_delete(ns);
+    }
+    snprintf(pidf, sizeof pidf, "%s/munge/pid", dir);
+    FILE *f = fopen(pidf, "r");
+    long mpid = 0;
+    if (f) {
+        if (fscanf(f, "%ld", &mpid) == 1 && mpid > 1)
+            (void)kill((pid_t)mpid, SIGKILL);
+        fclose(f);
+    }
+
+    if (r.exited && r.code == 77) {
+        printf("%s", r.out);   /* its SKIP line */
+    } else {
+        ck_assert_msg(!r.timed_out, "the Slurm cases ran past 280 s:\n%s%s", r.out, r.err);
+        printf("%s", r.out);
+        ck_assert_msg(r.exited && r.code == 0, "Slurm cases failed (status %d):\n%s%s", r.code,
+                      r.out, r.err);
+        static const char *const cases[] = { "completed", "scancel", "requeue" };
+        for (int i = 0; i < 3; i++) {
+            char want[64];
+            snprintf(want, sizeof want, "case %s: ok", cases[i]);
+            ck_assert_msg(strstr(r.out, want), "no '%s':\n%s", want, r.out);
+        }
+    }
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ===== Slurm's GPU renumbering (runtime/slurm.c) ===== */
 
 START_TEST(slurm_gpu_renumbering)
@@ -446,6 +498,10 @@ Suite *multinode_suite(void)
     tcase_add_test(t, restart_after_a_dead_worker_on_node_1);
     tcase_add_test(t, cut_link_ends_both_nodes);
     suite_add_tcase(s, t);
+    TCase *sl = tcase_create("slurm");
+    tcase_set_timeout(sl, 300);
+    tcase_add_test(sl, slurm_runs_the_generated_sbatch);
+    suite_add_tcase(s, sl);
     TCase *u = tcase_create("slurm_env");
     tcase_add_test(u, slurm_gpu_renumbering);
     suite_add_tcase(s, u);
