@@ -10,9 +10,10 @@
  *   - one thread talks to gloo (the comm thread), in the order operations
  *     were started, which is the same on every rank; the caller's thread
  *     only queues and waits on a condition variable with its deadline;
- *   - never waits without a deadline: an operation started with deadline 0
- *     gets default_timeout_s, and the caller gives up 1 s after gloo
- *     should have, so a gloo that never returns cannot hang the worker;
+ *   - waits only as long as asked: an operation started with deadline 0
+ *     gets default_timeout_s (the job's nccl_timeout; 0 only when the spec
+ *     says `none`: then no deadline at all), and the caller gives up 1 s
+ *     after gloo should have, so a gloo that never returns cannot hang it;
  *   - a broken communicator is never used again, and destroy never joins a
  *     thread that is still inside gloo (it is left to the process's exit).
  */
@@ -242,7 +243,8 @@ void classify(Gloo &g, Op &op, const char *what)
 void run_op(Gloo &g, Op &op)
 {
     double left = op.deadline - ddpc_now();
-    auto ms = std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1);
+    auto ms = op.deadline == 0 ? gloo::kNoTimeout
+            : std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1);
     try {
         switch (op.kind) {
         case Kind::AllReduce: {
@@ -321,7 +323,8 @@ int check_usable(struct ddpc_comm *c, Gloo &g, struct ddpc_err *e)
 
 double effective(const Gloo &g, double deadline)
 {
-    return deadline > 0 ? deadline : ddpc_now() + g.default_timeout_s;
+    return deadline > 0 ? deadline
+         : g.default_timeout_s > 0 ? ddpc_now() + g.default_timeout_s : 0;   /* 0: none */
 }
 
 int enqueue(struct ddpc_comm *c, std::shared_ptr<Op> op, struct ddpc_err *e)
@@ -341,7 +344,9 @@ int finish(struct ddpc_comm *c, const std::shared_ptr<Op> &op, double deadline,
 {
     Gloo &g = *impl_of(c);
     std::unique_lock<std::mutex> lk(g.mu);
-    double until = (deadline > 0 ? deadline : op->deadline) + kCallerSlackS;
+    double until = deadline > 0 ? deadline : op->deadline;   /* 0: none (nccl_timeout none) */
+    if (until > 0)
+        until += kCallerSlackS;
     for (;;) {
         if (op->done)
             break;
@@ -350,6 +355,10 @@ int finish(struct ddpc_comm *c, const std::shared_ptr<Op> &op, double deadline,
         if (g.broken && g.why.rfind("aborted:", 0) == 0)
             return DDPC_FAIL(e, DDPC_E_ABORTED, "gloo %s %s: %s", c->purpose,
                              kind_name(op->kind), g.why.c_str() + 9);
+        if (until == 0) {
+            g.cv.wait(lk);
+            continue;
+        }
         double left = until - ddpc_now();
         if (left <= 0) {
             if (!g.broken) {
@@ -537,7 +546,7 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
     g->rank = in->rank;
     g->world = in->world;
     g->rpn = in->ranks_per_node > 0 ? in->ranks_per_node : 1;
-    g->default_timeout_s = in->default_timeout_s > 0 ? in->default_timeout_s : 1800;
+    g->default_timeout_s = in->default_timeout_s > 0 ? in->default_timeout_s : 0;
     if (in->rank < 0 || in->rank >= in->world)
         return DDPC_FAIL(e, DDPC_E_INVALID, "gloo %s: rank %d outside world %d", in->purpose,
                          in->rank, in->world);
@@ -620,13 +629,17 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
         }
 
         g->ctx = std::make_shared<gloo::rendezvous::Context>(in->rank, in->world);
-        double left = in->deadline > 0 ? in->deadline - ddpc_now() : g->default_timeout_s;
-        g->ctx->setTimeout(std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1));
-        StoreAdapter adapter(&sc, in->deadline > 0 ? in->deadline : ddpc_now() + left,
-                             g->rpn);
+        /* gloo's exchange is bounded by the adapter's deadline, its
+         * connections by the context's timeout */
+        double left = in->deadline - ddpc_now();
+        g->ctx->setTimeout(in->deadline <= 0 ? gloo::kNoTimeout
+                           : std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1));
+        StoreAdapter adapter(&sc, in->deadline, g->rpn);
         gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);
         g->ctx->connectFullMesh(ps, g->dev);
-        g->ctx->setTimeout(std::chrono::milliseconds((long long)(g->default_timeout_s * 1000)));
+        g->ctx->setTimeout(g->default_timeout_s > 0
+                           ? std::chrono::milliseconds((long long)(g->default_timeout_s * 1000))
+                           : gloo::kNoTimeout);
     } catch (const std::exception &ex) {
         std::string peers = peers_at(*g, ex.what());
         rc = DDPC_FAIL(e, strstr(ex.what(), "never arrived") || strstr(ex.what(), "Timed out")

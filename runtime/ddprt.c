@@ -72,10 +72,6 @@
 #define DDPRT_EXIT_USAGE   2
 #define DDPRT_EXIT_FAIL    1
 #define DDPRT_DEFAULT_PORT 29500
-/* With no nccl_timeout, the rendezvous and every collective of a multi-node
- * job still get a deadline: a missing node ends the job, it is not waited
- * for forever. */
-#define DDPRT_DEFAULT_TIMEOUT_S 1800.0
 /* Collective pieces: 4 MiB per rank for gradients (a bucket of 25 MB goes
  * through in a few pieces); the rank-sync communicator only runs barriers. */
 #define DDPRT_GRAD_SLOT    ((size_t)1 << 20)
@@ -745,11 +741,8 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
     else if (r->use_cuda)
         fprintf(f, "  %-34s 127.0.0.1, a free port pair picked at launch\n", "master");
     if (r->job.nccl_timeout_s > 0)
-        fprintf(f, "  %-34s %.17g s per gradient all-reduce\n", "nccl_timeout",
-                r->job.nccl_timeout_s);
-    else if (r->gloo)
-        fprintf(f, "  %-34s none: %.17g s per rendezvous and collective\n", "nccl_timeout",
-                DDPRT_DEFAULT_TIMEOUT_S);
+        fprintf(f, "  %-34s %.17g s per gradient all-reduce%s\n", "nccl_timeout",
+                r->job.nccl_timeout_s, r->gloo ? " and for the rendezvous" : "");
     else
         fprintf(f, "  %-34s none\n", "nccl_timeout");
     if (r->job.rank_sync_timeout_s > 0 && r->world > 1)
@@ -829,7 +822,9 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         /* CPU workers on several nodes: gloo, through node 0's store */
         char prefix[32];
         (void)snprintf(prefix, sizeof prefix, "a%d", r->attempt);
-        double t = j->nccl_timeout_s > 0 ? j->nccl_timeout_s : DDPRT_DEFAULT_TIMEOUT_S;
+        /* nccl_timeout (30 min unless the spec says otherwise) bounds the
+         * rendezvous too: a node that never comes is named when it passes */
+        double t = j->nccl_timeout_s;
         struct ddpc_gloo_init in = {
             .purpose = "gradient", .rank = w->rank, .world = w->world,
             .ranks_per_node = r->local_world, .store_host = r->master_addr,
