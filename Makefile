@@ -101,7 +101,7 @@ RT_LIB    := $(B)/lib/libddprt.a
 CUDA_LIB  := $(if $(NVCC),$(B)/lib/libddprt_cuda.a)
 CUDA_SO   := $(if $(NVCC),$(B)/lib/libddprt_cuda.so)
 # what the plugin needs from the C runtime, compiled -fPIC into it
-CUDA_SO_C := runtime/err.c runtime/clock.c runtime/devprobe.c runtime/env.c
+CUDA_SO_C := runtime/err.c runtime/clock.c runtime/devprobe.c runtime/env.c runtime/store.c
 CUDA_SO_COBJ := $(CUDA_SO_C:%.c=$(B)/obj/pic/%.o)
 DDPC      := $(B)/bin/ddpc
 TESTS     := $(B)/tests/run_tests

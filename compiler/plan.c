@@ -499,27 +499,29 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     p->sync_comm = p->grad_comm && job->rank_sync_timeout_s > 0;
     p->sync_timeout_s = p->sync_comm ? job->rank_sync_timeout_s : 0;
     p->grad_port = job->launch.master_port;
-    p->sync_port = job->launch.master_port + 1;
-    /* as runtime/ddprt.c decides: several nodes rendezvous at the spec's
-     * master; one node uses shared memory (CPU workers) or a free loopback
-     * port pair picked at launch (GPUs), unless --master overrides it */
+    p->sync_port = job->launch.master_port;   /* the same store; NCCL splits it off */
+    /* as runtime/ddprt.c decides: several nodes meet at the store node 0
+     * hosts at the spec's master; one node uses shared memory (CPU workers)
+     * or the store on a free loopback port picked at launch (GPUs), unless
+     * --master overrides it */
     p->ports_fixed = p->num_nodes > 1;
     if (p->num_nodes > 1 && job->accelerator == DDPC_ACCEL_CPU)
         p->rendezvous = "gloo, through the store node 0 hosts at launch.master_addr:"
                         "master_port (or --master HOST:PORT)";
     else if (p->num_nodes > 1 && job->accelerator == DDPC_ACCEL_GPU)
-        p->rendezvous = "NCCL_COMM_ID at launch.master_addr:port (or --master HOST:PORT)";
+        p->rendezvous = "NCCL, its unique id through the store node 0 hosts at "
+                        "launch.master_addr:master_port (or --master HOST:PORT)";
     else if (p->num_nodes > 1)
-        p->rendezvous = "GPUs: NCCL_COMM_ID at launch.master_addr:port; CPU workers: gloo, "
-                        "through the store node 0 hosts there (or --master HOST:PORT)";
+        p->rendezvous = "the store node 0 hosts at launch.master_addr:master_port (or --master "
+                        "HOST:PORT): NCCL's unique id on GPUs, gloo's addresses on CPU workers";
     else if (job->accelerator == DDPC_ACCEL_CPU)
         p->rendezvous = "shared memory between the CPU workers (no port)";
     else if (job->accelerator == DDPC_ACCEL_GPU)
-        p->rendezvous = "NCCL on a free loopback port pair picked at launch (--master "
-                        "HOST:PORT fixes it)";
+        p->rendezvous = "NCCL, its unique id through the store on a free loopback port picked "
+                        "at launch (--master HOST:PORT fixes it)";
     else
-        p->rendezvous = "GPUs: NCCL on a free loopback port pair picked at launch; CPU "
-                        "workers: shared memory";
+        p->rendezvous = "GPUs: NCCL through the store on a free loopback port picked at launch; "
+                        "CPU workers: shared memory";
 
     /* ---- checkpoints ---- */
     p->ckpt_enabled = job->checkpoint_dir && job->checkpoint_dir[0];

@@ -41,12 +41,14 @@ struct ddpc_backend {
     int (*probe)(struct ddpc_device_info *info, struct ddpc_err *e);
     /* Worker, after fork: select `device` and fill ops. */
     int (*ops_init)(struct ddpc_ops *ops, int device, struct ddpc_err *e);
-    /* Worker: a communicator over all ranks, bootstrapped from master:port
-     * (NCCL_COMM_ID): the "gradient" one. Only for world > 1: a one-GPU job
-     * makes none. Init itself is bounded by deadline. */
+    /* Worker: a communicator over all ranks, bootstrapped through the job's
+     * store (store.h) at master_addr:master_port, under keys starting with
+     * prefix (one per attempt: "a0", "a1", ...): the "gradient" one. Only
+     * for world > 1: a one-GPU job makes none. Init itself is bounded by
+     * deadline. */
     int (*comm_init)(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                     const char *master_addr, int master_port, double deadline,
-                     struct ddpc_err *e);
+                     const char *master_addr, int master_port, const char *prefix,
+                     double deadline, struct ddpc_err *e);
     /* Worker: another communicator over parent's ranks, split from it
      * (ncclCommSplit: no second bootstrap): the "rank-sync" one. Every rank
      * calls it; bounded by deadline. Destroy c before parent. */

@@ -169,14 +169,14 @@ static int cuda_ops_init(struct ddpc_ops *ops, int device, struct ddpc_err *e)
 }
 
 static int cuda_comm_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                          const char *master_addr, int master_port, double deadline,
-                          struct ddpc_err *e)
+                          const char *master_addr, int master_port, const char *prefix,
+                          double deadline, struct ddpc_err *e)
 {
     if (!g_compute_stream)
         return DDPC_FAIL(e, DDPC_E_INVALID,
                          "cuda comm_init(%s) before ops_init: the communicator needs the "
                          "device selected and the compute stream made first", purpose);
-    return comm_nccl_init(c, purpose, rank, world, master_addr, master_port,
+    return comm_nccl_init(c, purpose, rank, world, master_addr, master_port, prefix,
                           g_compute_stream, deadline, e);
 }
 

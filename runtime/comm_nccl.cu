@@ -51,6 +51,7 @@
 #include "comm.h"
 #include "cuda_check.h"
 #include "comm_nccl.h"
+#include "store.h"
 
 /* One operation in flight on a tag (gradient bucket), or the internal slot
  * used by broadcast and barrier. */
@@ -528,7 +529,7 @@ static int init_settle(struct ddpc_comm *c, ncclResult_t st, double t0, double d
             break;
         if (st != ncclInProgress) {
             int r = DDPC_FAIL(e, DDPC_E_DEVICE,
-                              "nccl %s communicator %s (rank %d of %d, NCCL_COMM_ID=%s) "
+                              "nccl %s communicator %s (rank %d of %d, store %s) "
                               "failed: %s (%s)\n" DDPC_NCCL_HINT,
                               purpose, how, rank, world, k->addr, ncclGetErrorString(st),
                               k->comm ? ncclGetLastError(k->comm) : "");
@@ -538,11 +539,11 @@ static int init_settle(struct ddpc_comm *c, ncclResult_t st, double t0, double d
         if (deadline > 0 && ddpc_now() > deadline) {
             kill_comm(k, "init passed its deadline");
             return DDPC_FAIL(e, DDPC_E_TIMEOUT,
-                             "nccl %s communicator %s (rank %d of %d, NCCL_COMM_ID=%s) did "
+                             "nccl %s communicator %s (rank %d of %d, store %s) did "
                              "not complete within %.1f s; it was aborted.\n---> HINT: every "
-                             "rank must start and reach rank 0 at that address: check "
-                             "master_addr/master_port, firewalls, and that the port is free "
-                             "on rank 0's node",
+                             "rank must start and reach the others: check that every node "
+                             "runs the job, firewalls between the nodes, and NCCL_SOCKET_IFNAME "
+                             "if the hosts have several interfaces",
                              purpose, how, rank, world, k->addr, deadline - t0);
         }
         poll_pause(spins);
@@ -562,24 +563,57 @@ static void comm_ready(struct ddpc_comm *c)
     c->barrier = nccl_barrier;
 }
 
+/* The unique id of a communicator, through the job's store (comm_nccl.h):
+ * rank 0 makes and publishes it, the others wait for it. */
+static int bootstrap_id(const char *purpose, int rank, const char *host, int port,
+                        const char *prefix, double deadline, ncclUniqueId *id,
+                        struct ddpc_err *e)
+{
+    struct store_client sc;
+    char key[160];
+    snprintf(key, sizeof key, "%s/nccl/%s/id", prefix && *prefix ? prefix : "a0", purpose);
+    int rc = store_client_connect(&sc, host, port, deadline, e);
+    if (rc == 0 && rank == 0) {
+        ncclResult_t st = ncclGetUniqueId(id);
+        if (st != ncclSuccess)
+            rc = DDPC_FAIL(e, DDPC_E_DEVICE, "nccl %s: ncclGetUniqueId: %s\n" DDPC_NCCL_HINT,
+                           purpose, ncclGetErrorString(st));
+        else
+            rc = store_set(&sc, key, id, sizeof *id, e);
+    } else if (rc == 0) {
+        void *v = NULL;
+        size_t n = 0;
+        rc = store_get(&sc, key, &v, &n, deadline, "rank 0 (node 0)'s NCCL unique id", e);
+        if (rc == 0 && n != sizeof *id)
+            rc = DDPC_FAIL(e, DDPC_E_PEER, "nccl %s: the unique id in the store has %zu bytes, "
+                           "not %zu: is another program using this store?", purpose, n,
+                           sizeof *id);
+        else if (rc == 0)
+            memcpy(id, v, sizeof *id);
+        free(v);
+    }
+    store_client_close(&sc);
+    return rc;
+}
+
 int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                   const char *master_addr, int master_port, cudaStream_t compute,
-                   double deadline, struct ddpc_err *e)
+                   const char *master_addr, int master_port, const char *prefix,
+                   cudaStream_t compute, double deadline, struct ddpc_err *e)
 {
     DDPC_TRY(comm_prepare(c, purpose, rank, world, compute, e));
     struct comm_nccl *k = impl_of(c);
-    snprintf(k->addr, sizeof k->addr, "%s:%d", master_addr, master_port);
+    store_format_addr(k->addr, sizeof k->addr, master_addr, master_port);
 
-    /* With NCCL_COMM_ID=host:port set, ncclGetUniqueId derives the id from
-     * the address alone, so every rank (on every node) computes the same id
-     * with no out-of-band exchange, and rank 0's init listens on that port.
-     * It must stay set until init completes (rank 0 reads it in
-     * ncclCommInitRankConfig); the next communicator overwrites it. */
-    if (setenv("NCCL_COMM_ID", k->addr, 1) != 0)
-        return DDPC_FAIL(e, DDPC_E_SYS, "setenv NCCL_COMM_ID=%s: %s", k->addr,
-                         strerror(errno));
+    /* One rendezvous for every engine: the id comes through node 0's store */
     ncclUniqueId id;
-    NCCL_CHECK(e, ncclGetUniqueId(&id));
+    if (bootstrap_id(purpose, rank, master_addr, master_port, prefix, deadline, &id, e) < 0) {
+        char why[sizeof e->msg];
+        snprintf(why, sizeof why, "%s", e->msg);
+        int code = e->code;
+        ddpc_err_clear(e);
+        return DDPC_FAIL(e, code, "nccl %s communicator init (rank %d of %d): %s", purpose,
+                         rank, world, why);
+    }
 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     /* Non-blocking: init and every collective return at once (possibly with

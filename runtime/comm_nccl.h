@@ -11,9 +11,12 @@
 #include <cuda_runtime.h>
 #include "comm.h"
 
-/* Fills c with a non-blocking NCCL communicator over `world` ranks,
- * bootstrapped from NCCL_COMM_ID=master_addr:master_port (so every rank
- * derives the same unique id without an out-of-band exchange). `compute` is
+/* Fills c with a non-blocking NCCL communicator over `world` ranks. The
+ * unique id goes through the job's store (store.h) at master_addr:
+ * master_port, key <prefix>/nccl/<purpose>/id: rank 0 calls ncclGetUniqueId
+ * and publishes it, every other rank waits for it until deadline (a rank 0
+ * that never comes is named). No NCCL_COMM_ID: NCCL binds no port of ours
+ * and needs no host name. `compute` is
  * the ops' compute stream: all-reduce and broadcast wait for the work issued
  * on it before they start, and it waits for them in all_reduce_wait. NULL is
  * allowed for a communicator that only runs barriers (rank-sync).
@@ -22,8 +25,8 @@
  * c->destroy is safe after a failed init. Destroy communicators before the
  * ops whose stream they borrow. */
 int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                   const char *master_addr, int master_port, cudaStream_t compute,
-                   double deadline, struct ddpc_err *e);
+                   const char *master_addr, int master_port, const char *prefix,
+                   cudaStream_t compute, double deadline, struct ddpc_err *e);
 
 /* Fills c with a communicator over the same ranks as parent, made by
  * ncclCommSplit on the parent's connections (no second bootstrap), with its

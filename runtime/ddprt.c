@@ -2,8 +2,10 @@
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
  * --master), the backend and device choice (cpu / gpu / auto), the dry-run
- * report of the baked job, the NCCL rendezvous address (a free loopback
- * port pair for one-node GPU jobs), loading the datasets once before fork,
+ * report of the baked job, the rendezvous (node 0 hosts the job's store,
+ * store.h, for gloo and NCCL alike: at master_addr:master_port, or on an
+ * ephemeral loopback port for a one-node GPU job), the node rank and the
+ * Slurm checks, the gloo plugin, loading the datasets once before fork,
  * the max_restarts loop, and the worker body that launch.c runs in each
  * forked process (ops + communicators + worker_run).
  * Never parses YAML, never trains (worker.c does), never forks workers or
@@ -504,6 +506,12 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     (void)snprintf(r->master_addr, sizeof r->master_addr, "%s",
                    j->launch.master_addr && *j->launch.master_addr ? j->launch.master_addr
                                                                    : "127.0.0.1");
+    /* master_addr: [v6] is the v6 address (brackets only separate a port) */
+    size_t ml = strlen(r->master_addr);
+    if (ml > 2 && r->master_addr[0] == '[' && r->master_addr[ml - 1] == ']') {
+        memmove(r->master_addr, r->master_addr + 1, ml - 2);
+        r->master_addr[ml - 2] = '\0';
+    }
     r->master_port = j->launch.master_port > 0 ? j->launch.master_port : DDPRT_DEFAULT_PORT;
     if (f->master && ddprt_split_master(f->master, r->master_addr, sizeof r->master_addr,
                                         &r->master_port) < 0)
@@ -583,53 +591,6 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     if (!r->use_cuda && r->num_nodes > 1)
         DDPC_TRY(ddprt_gloo_open(r, e));
     return 0;
-}
-
-/* A free loopback port p whose neighbour p + 1 is free too (gradient and
- * rank-sync communicators), so two single-node GPU jobs on one machine do
- * not collide on the spec's fixed port, like torchrun --standalone. The
- * ports are released before NCCL binds them; the window is microseconds. */
-static int ddprt_free_port_pair(int *port, struct ddpc_err *e)
-{
-    for (int attempt = 0; attempt < 16; attempt++) {
-        int fd[2] = { -1, -1 };
-        int p = 0, ok = 1;
-        for (int k = 0; k < 2 && ok; k++) {
-            struct sockaddr_in a;
-            socklen_t len = sizeof a;
-            memset(&a, 0, sizeof a);
-            a.sin_family = AF_INET;
-            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            a.sin_port = htons((uint16_t)(k == 0 ? 0 : p + 1));
-            fd[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            if (fd[k] < 0) {
-                int err = errno;
-                if (fd[0] >= 0)
-                    (void)close(fd[0]);
-                return DDPC_FAIL(e, DDPC_E_SYS, "socket for a free port: %s", strerror(err));
-            }
-            if (bind(fd[k], (struct sockaddr *)&a, sizeof a) == -1) {
-                ok = 0;   /* p + 1 taken (or p at 65535): try another p */
-            } else if (k == 0) {
-                if (getsockname(fd[0], (struct sockaddr *)&a, &len) == -1) {
-                    int err = errno;
-                    (void)close(fd[0]);
-                    return DDPC_FAIL(e, DDPC_E_SYS, "getsockname: %s", strerror(err));
-                }
-                p = ntohs(a.sin_port);
-                ok = p > 0 && p < 65535;
-            }
-        }
-        for (int k = 0; k < 2; k++)
-            if (fd[k] >= 0)
-                (void)close(fd[k]);
-        if (ok) {
-            *port = p;
-            return 0;
-        }
-    }
-    return DDPC_FAIL(e, DDPC_E_SYS, "found no two adjacent free loopback ports; pass "
-                     "--master 127.0.0.1:PORT");
 }
 
 /* ===== --dry-run: every field of the job, exactly as baked ===== */
@@ -732,14 +693,12 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
     fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
             r->num_nodes == 1 ? "" : "s", r->local_world);
     fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
-    if (r->gloo)
+    if (r->gloo || r->num_nodes > 1 || (r->use_cuda && fl->master))
         fprintf(f, "  %-34s %s:%d (the store node 0 hosts)\n", "rendezvous", r->master_addr,
                 r->master_port);
-    else if (r->num_nodes > 1 || (r->use_cuda && fl->master))
-        fprintf(f, "  %-34s %s:%d (rank-sync on port %d)\n", "master", r->master_addr,
-                r->master_port, r->master_port + 1);
     else if (r->use_cuda)
-        fprintf(f, "  %-34s 127.0.0.1, a free port pair picked at launch\n", "master");
+        fprintf(f, "  %-34s the store on 127.0.0.1, a free port picked at launch\n",
+                "rendezvous");
     if (r->job.nccl_timeout_s > 0)
         fprintf(f, "  %-34s %.17g s per gradient all-reduce%s\n", "nccl_timeout",
                 r->job.nccl_timeout_s, r->gloo ? " and for the rendezvous" : "");
@@ -806,8 +765,10 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
          * gradient one (no second bootstrap). */
         double dl = ddpc_deadline_after(j->nccl_timeout_s);
         if (r->world > 1) {
+            char prefix[32];
+            (void)snprintf(prefix, sizeof prefix, "a%d", r->attempt);
             rc = r->cuda->comm_init(&grad, "gradient", w->rank, w->world, r->master_addr,
-                                    r->master_port, dl, e);
+                                    r->master_port, prefix, dl, e);
             have_grad = 1;   /* destroy is safe after a failed init */
             if (rc < 0)
                 goto out;
@@ -1282,21 +1243,21 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         goto done;
     }
 
-    if (r->use_cuda && r->num_nodes == 1 && !fl.master) {
-        (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
-        if (ddprt_free_port_pair(&r->master_port, &e) < 0) {
+    /* One rendezvous for every engine: node 0 hosts the store (store.h)
+     * for the job's whole life (every attempt) whenever ranks must meet:
+     * gloo between nodes, NCCL between GPUs. A port in use is reported
+     * here, before any worker starts. A one-node GPU job without --master
+     * takes an ephemeral loopback port (no collision between two jobs on
+     * one machine, like torchrun --standalone). */
+    if (r->node_rank == 0 && (r->gloo || (r->use_cuda && r->world > 1))) {
+        int standalone = r->use_cuda && r->num_nodes == 1 && !fl.master;
+        if (standalone)
+            (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
+        if (store_host_start(&store, r->master_addr, standalone ? 0 : r->master_port, &e) < 0) {
             ddprt_report(&e);
             goto done;
         }
-    }
-
-    /* Node 0 hosts the rendezvous of a multi-node CPU job for its whole
-     * life (every attempt); a port in use is reported here, before any
-     * worker starts. */
-    if (r->gloo && r->node_rank == 0 &&
-        store_host_start(&store, r->master_addr, r->master_port, &e) < 0) {
-        ddprt_report(&e);
-        goto done;
+        r->master_port = store.port;
     }
 
     struct launch_opts o;

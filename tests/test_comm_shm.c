@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "comm_shm.h"
 #include "launch.h"
+#include "store.h"
 #include "ddprt.h"
 #include "env.h"
 #include "ops.h"
@@ -1126,13 +1127,16 @@ END_TEST
 
 /* A stand-in for the CUDA backend: CPU ops, and "NCCL" communicators that
  * are shm regions mapped by the test before ddprt_main forks. Checks the GPU
- * plumbing: device indices, both purposes, the rank-sync port = port + 1. */
+ * plumbing: device indices, both purposes, and that the launcher hosts the
+ * store the ranks bootstrap through (the fake passes a value from rank 0 to
+ * the others through it, as NCCL's unique id goes). */
 static struct comm_shm_region *fake_grad, *fake_sync;
 static struct fake_calls {
     int ops_device[4];
     int grad_port[4];
     int sync_split[4];   /* rank-sync made by comm_split of the gradient comm */
     int world[4];
+    int via_store[4];    /* rank 0's value came through the store */
 } *fake_calls;
 
 static int fake_probe2(struct ddpc_device_info *info, struct ddpc_err *e)
@@ -1150,15 +1154,32 @@ static int fake_ops_init(struct ddpc_ops *ops, int device, struct ddpc_err *e)
 }
 
 static int fake_comm_init(struct ddpc_comm *c, const char *purpose, int rank, int world,
-                          const char *master_addr, int master_port, double deadline,
-                          struct ddpc_err *e)
+                          const char *master_addr, int master_port, const char *prefix,
+                          double deadline, struct ddpc_err *e)
 {
-    (void)master_addr;
-    (void)deadline;
     if (rank >= 0 && rank < 4) {
         fake_calls->grad_port[rank] = master_port;
         fake_calls->world[rank] = world;
     }
+    struct store_client sc;
+    char key[64];
+    snprintf(key, sizeof key, "%s/fake/%s/id", prefix, purpose);
+    DDPC_TRY(store_client_connect(&sc, master_addr, master_port, deadline, e));
+    int rc = 0;
+    if (rank == 0) {
+        rc = store_set(&sc, key, "id-0", 4, e);
+    } else {
+        void *v = NULL;
+        size_t n = 0;
+        rc = store_get(&sc, key, &v, &n, deadline, "rank 0's id", e);
+        if (rc == 0 && n == 4 && memcmp(v, "id-0", 4) == 0 && rank < 4)
+            fake_calls->via_store[rank] = 1;
+        free(v);
+    }
+    store_client_close(&sc);
+    if (rank == 0 && rc == 0)
+        fake_calls->via_store[0] = 1;
+    DDPC_TRY(rc);
     return comm_shm_attach(c, fake_grad, rank, purpose, e);
 }
 
@@ -1201,10 +1222,12 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
     ck_assert(fake_calls->ops_device[1] && fake_calls->ops_device[3]);
     ck_assert(!fake_calls->ops_device[0] && !fake_calls->ops_device[2]);
-    /* one node, no --master: a free port pair, the same on every rank */
+    /* one node, no --master: the store on an ephemeral port, the same on
+     * every rank, and the ranks met through it */
     ck_assert_int_gt(fake_calls->grad_port[0], 0);
     for (int r = 0; r < 2; r++) {
         ck_assert_int_eq(fake_calls->grad_port[r], fake_calls->grad_port[0]);
+        ck_assert_int_eq(fake_calls->via_store[r], 1);
         ck_assert_int_eq(fake_calls->sync_split[r], 1);   /* split, not a second init */
         ck_assert_int_eq(fake_calls->world[r], 2);
     }
@@ -1213,10 +1236,23 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     comm_shm_region_free(fake_sync);
     ck_assert_int_eq(comm_shm_create(&fake_grad, 2, 0, &e), 0);
     ck_assert_int_eq(comm_shm_create(&fake_sync, 2, 64, &e), 0);
-    st = run_main(&j, &fake, "--master", "127.0.0.1:31000");
+    /* a port free a moment ago: the launcher binds it for the store */
+    int port = 0;
+    {
+        struct store_host h;
+        ck_assert_msg(store_host_start(&h, "127.0.0.1", 0, &e) == 0, "%s", e.msg);
+        port = h.port;
+        store_host_stop(&h);
+    }
+    char master[40];
+    snprintf(master, sizeof master, "127.0.0.1:%d", port);
+    memset(fake_calls, 0, sizeof *fake_calls);
+    st = run_main(&j, &fake, "--master", master);
     ck_assert_msg(st == 0, "status %d\n%s\n%s", st, main_out, main_err);
-    for (int r = 0; r < 2; r++)
-        ck_assert_int_eq(fake_calls->grad_port[r], 31000);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(fake_calls->grad_port[r], port);
+        ck_assert_int_eq(fake_calls->via_store[r], 1);
+    }
     /* the dry run names the devices */
     st = run_main(&j, &fake, "--dry-run", NULL);
     ck_assert_int_eq(st, 0);

@@ -408,11 +408,11 @@ START_TEST(ranks_shards_rendezvous_memory)
     free(text);
     plan_free(&p);
 
-    /* one node of GPUs: a port pair picked at launch, not the spec's */
+    /* one node of GPUs: the store on a port picked at launch, not the spec's */
     j.accelerator = DDPC_ACCEL_GPU;
     j.precision = DDPC_PRECISION_BF16;
     build(&j, &p);
-    ck_assert_ptr_nonnull(strstr(p.rendezvous, "free loopback port pair"));
+    ck_assert_ptr_nonnull(strstr(p.rendezvous, "free loopback port picked at launch"));
     /* 784-256-10 at batch 64: A max 64 x 784 (x, forward layer 0), B max
      * 256 x 784 (W0) */
     ck_assert_int_eq(p.cast_a_elems, 64 * 784);

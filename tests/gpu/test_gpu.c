@@ -66,6 +66,7 @@
 #include "devprobe.h"
 #include "ops.h"
 #include "ops_kernels.h"
+#include "store.h"
 #include "worker.h"
 
 #define TOL_ELEM 2e-6   /* fp32 element-wise: a few ulps (device expf/erff/tanhf) */
@@ -858,29 +859,17 @@ static void test_end_to_end(int gpus)
 
 /* ===== NCCL: one process per GPU ===== */
 
-/* Two distinct free TCP ports on the loopback interface: both sockets stay
- * bound until both ports are read, so the kernel cannot hand out one twice. */
-static int free_ports(int *p0, int *p1)
+/* The job's store on an ephemeral loopback port, hosted the way a job's
+ * launcher hosts it: the ranks bootstrap NCCL through it (comm_nccl.h). */
+static int store_up(struct store_host *h, int *port)
 {
-    int s[2] = {-1, -1}, port[2] = {-1, -1};
-    for (int i = 0; i < 2; i++) {
-        s[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (s[i] < 0)
-            break;
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        if (bind(s[i], (struct sockaddr *)&a, sizeof a) == 0 &&
-            getsockname(s[i], (struct sockaddr *)&a, &len) == 0)
-            port[i] = ntohs(a.sin_port);
+    struct ddpc_err e = {0};
+    if (store_host_start(h, "127.0.0.1", 0, &e) < 0) {
+        printf("FAIL store: %s\n", e.msg);
+        return -1;
     }
-    for (int i = 0; i < 2; i++)
-        if (s[i] >= 0)
-            close(s[i]);
-    *p0 = port[0];
-    *p1 = port[1];
-    return port[0] > 0 && port[1] > 0 ? 0 : -1;
+    *port = h->port;
+    return 0;
 }
 
 static float rank_value(int rank, size_t i)   /* small integers: sums are exact in fp32 */
@@ -904,7 +893,7 @@ static int nccl_rank(const struct ddpc_backend *b, int rank, int world, int port
     memset(&sync, 0, sizeof sync);
     (void)port_sync;
     if (rank_env(world) < 0 || b->ops_init(&ops, rank % g_gpus, &e) < 0 ||
-        b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port_grad, dl, &e) < 0 ||
+        b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port_grad, "a0", dl, &e) < 0 ||
         b->comm_split(&grad, &sync, "rank-sync", dl, &e) < 0) {
         RFAIL("init: %s (%s:%d)", e.msg, e.file ? e.file : "?", e.line);
         return bad;
@@ -1011,7 +1000,8 @@ static int nccl_init_timeout_child(const struct ddpc_backend *b, int port)
         return 1;
     }
     double t0 = ddpc_now();
-    int rc = b->comm_init(&c, "gradient", 0, 2, "127.0.0.1", port, ddpc_deadline_after(2), &e);
+    int rc = b->comm_init(&c, "gradient", 0, 2, "127.0.0.1", port, "a0", ddpc_deadline_after(2),
+                          &e);
     double took = ddpc_now() - t0;
     int ok = rc == DDPC_E_TIMEOUT && strstr(e.msg, "init") && strstr(e.msg, "gradient") &&
              took < 20;
@@ -1026,11 +1016,11 @@ static int nccl_init_timeout_child(const struct ddpc_backend *b, int port)
 
 static void run_nccl_init_timeout(const struct ddpc_backend *b)
 {
-    int port, unused;
+    int port;
+    struct store_host h;
     checks++;
-    if (free_ports(&port, &unused) < 0) {
+    if (store_up(&h, &port) < 0) {
         failures++;
-        printf("FAIL init-timeout: no free loopback port\n");
         return;
     }
     fflush(stdout);
@@ -1047,19 +1037,21 @@ static void run_nccl_init_timeout(const struct ddpc_backend *b)
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         failures++;
+        store_host_stop(&h);
         return;
     }
+    store_host_stop(&h);
     if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         failures++;
 }
 
 static void run_nccl_tests(const struct ddpc_backend *b, int world)
 {
-    int pg, ps;
-    if (free_ports(&pg, &ps) < 0) {
+    int pg, ps = 0;
+    struct store_host h;
+    if (store_up(&h, &pg) < 0) {
         checks++;
         failures++;
-        printf("FAIL nccl: no free loopback ports\n");
         return;
     }
     pid_t pids[64];
@@ -1106,6 +1098,7 @@ static void run_nccl_tests(const struct ddpc_backend *b, int world)
         }
         usleep(10000);
     }
+    store_host_stop(&h);
     for (int r = 0; r < world; r++) {
         char what[64];
         snprintf(what, sizeof what, "nccl rank %d of %d (exit status)", r, world);
@@ -1177,7 +1170,7 @@ static int ovl_rank(const struct ddpc_backend *b, int gpu, int precision, int ra
         rc = b->ops_init(&ops, rank % g_gpus, &e);
         have_ops = 1;
         if (rc == 0) {
-            rc = b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port, dl, &e);
+            rc = b->comm_init(&grad, "gradient", rank, world, "127.0.0.1", port, "a0", dl, &e);
             have_grad = 1;
         }
         if (rc == 0) {
@@ -1286,12 +1279,13 @@ static struct ovl_out *ovl_train(const struct ddpc_backend *b, int gpu, int prec
     memset(out, 0, sizeof *out);
     struct comm_shm_region *gr = NULL, *sr = NULL;
     struct ddpc_err e = {0};
-    int port = 0, unused = 0;
-    if (gpu ? free_ports(&port, &unused) < 0
+    int port = 0;
+    struct store_host h = { 0, -1, 0 };
+    if (gpu ? store_up(&h, &port) < 0
             : comm_shm_create(&gr, world, 0, &e) < 0 || comm_shm_create(&sr, world, 0, &e) < 0) {
         checks++;
         failures++;
-        printf("FAIL %s: setup: %s\n", what, gpu ? "no free loopback port" : e.msg);
+        printf("FAIL %s: setup: %s\n", what, gpu ? "no store" : e.msg);
         comm_shm_region_free(gr);
         comm_shm_region_free(sr);
         munmap(out, sizeof *out);
@@ -1311,6 +1305,7 @@ static struct ovl_out *ovl_train(const struct ddpc_backend *b, int gpu, int prec
     }
     checks++;
     int bad = wait_ranks(pids, world, 300, what);
+    store_host_stop(&h);
     comm_shm_region_free(gr);
     comm_shm_region_free(sr);
     if (bad || out->n == 0 || out->n > OVL_MAX_PARAMS) {
