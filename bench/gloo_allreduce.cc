@@ -1,0 +1,194 @@
+/* gloo_allreduce.cc - all-reduce bandwidth: ddpc's gloo path against gloo's own ring.
+ *
+ *   gloo_allreduce MODE RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]
+ *
+ * MODE ddpc: the communicator jobs use (libddprt_gloo.so's code, linked in):
+ *   start/wait through its comm thread, gloo::allreduce underneath.
+ * MODE ring: gloo::AllreduceRing<float> on a context connected the same
+ *   way, with no ddpc code in the timed loop: gloo's own ring.
+ * Rank 0 hosts the store (store.h) when STORE_PORT's store is not up; run
+ * one process per host (bench/multinode.sh puts them in two network
+ * namespaces). Rank 0 prints, per size: bytes, median time of 20 calls
+ * (after 5 warm-up calls), algbw = bytes / time and busbw = algbw x
+ * 2(W-1)/W, in GB/s (1e9 bytes). Values are checked after the last call.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allreduce_ring.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+extern "C" {
+#include "comm.h"
+#include "comm_gloo.h"
+#include "store.h"
+}
+
+namespace {
+
+/* gloo's Store over ddpc's store, for the ring mode's rendezvous */
+class Adapter : public gloo::rendezvous::Store {
+  public:
+    explicit Adapter(store_client *c) : c_(c) {}
+    void set(const std::string &k, const std::vector<char> &d) override
+    {
+        ddpc_err e = {};
+        if (store_set(c_, k.c_str(), d.data(), d.size(), &e) < 0)
+            throw std::runtime_error(e.msg);
+    }
+    std::vector<char> get(const std::string &k) override
+    {
+        ddpc_err e = {};
+        void *v;
+        size_t n;
+        if (store_get(c_, k.c_str(), &v, &n, ddpc_deadline_after(60), nullptr, &e) < 0)
+            throw std::runtime_error(e.msg);
+        std::vector<char> out((char *)v, (char *)v + n);
+        free(v);
+        return out;
+    }
+    void wait(const std::vector<std::string> &keys) override
+    {
+        for (auto &k : keys)
+            (void)get(k);
+    }
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override
+    {
+        wait(keys);
+    }
+
+  private:
+    store_client *c_;
+};
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: %s ddpc|ring RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]\n",
+                argv[0]);
+        return 2;
+    }
+    std::string mode = argv[1];
+    int rank = atoi(argv[2]), world = atoi(argv[3]);
+    const char *host = argv[4];
+    int port = atoi(argv[5]);
+    size_t max_bytes = (size_t)(argc > 6 ? atof(argv[6]) : 64) * 1048576;
+    store_host sh = { 0, -1, 0 };
+    ddpc_err e = {};
+    if (rank == 0 && store_host_start(&sh, host, port, &e) < 0) {
+        fprintf(stderr, "store: %s\n", e.msg);
+        return 1;
+    }
+    std::vector<float> buf(max_bytes / sizeof(float));
+    const int warm = 5, iters = 20;
+
+    ddpc_comm c = {};
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    store_client sc = { -1, "" };
+    if (mode == "ddpc") {
+        ddpc_gloo_init in = {};
+        in.purpose = "gradient";
+        in.rank = rank;
+        in.world = world;
+        in.ranks_per_node = 1;
+        in.store_host = host;
+        in.store_port = port;
+        in.prefix = "bench";
+        in.deadline = ddpc_deadline_after(60);
+        in.default_timeout_s = 600;
+        if (ddpc_gloo_backend.comm_init(&c, &in, &e) < 0) {
+            fprintf(stderr, "comm_init: %s\n", e.msg);
+            return 1;
+        }
+    } else {
+        if (store_client_connect(&sc, host, port, ddpc_deadline_after(60), &e) < 0) {
+            fprintf(stderr, "store: %s\n", e.msg);
+            return 1;
+        }
+        /* the same interface ddpc's path uses: the one that reaches the store */
+        sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        getsockname(sc.fd, (sockaddr *)&ss, &sl);
+        char ip[64];
+        inet_ntop(ss.ss_family,
+                  ss.ss_family == AF_INET6 ? (void *)&((sockaddr_in6 *)&ss)->sin6_addr
+                                           : (void *)&((sockaddr_in *)&ss)->sin_addr,
+                  ip, sizeof ip);
+        gloo::transport::tcp::attr attr;
+        attr.hostname = ip;
+        auto dev = gloo::transport::tcp::CreateDevice(attr);
+        ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+        Adapter a(&sc);
+        gloo::rendezvous::PrefixStore ps("ring", a);
+        ctx->connectFullMesh(ps, dev);
+    }
+
+    if (rank == 0)
+        printf("# %s, world %d: bytes  median_us  algbw_GBps  busbw_GBps\n", mode.c_str(), world);
+    for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+        size_t n = bytes / sizeof(float);
+        std::vector<double> t;
+        std::unique_ptr<gloo::AllreduceRing<float>> ring;
+        if (mode == "ring") {
+            std::vector<float *> ptrs = { buf.data() };
+            ring.reset(new gloo::AllreduceRing<float>(ctx, ptrs, (int)n));
+        }
+        for (int it = 0; it < warm + iters; it++) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (float)(rank + 1);
+            double t0 = ddpc_now();
+            if (mode == "ddpc") {
+                if (comm_all_reduce(&c, buf.data(), buf.data(), n, DDPC_REDUCE_SUM,
+                                    ddpc_deadline_after(600), &e) < 0) {
+                    fprintf(stderr, "all_reduce: %s\n", e.msg);
+                    return 1;
+                }
+            } else {
+                ring->run();
+            }
+            if (it >= warm)
+                t.push_back(ddpc_now() - t0);
+        }
+        float want = (float)(world * (world + 1) / 2);
+        long wrong = 0;
+        for (size_t i = 0; i < n; i++)
+            wrong += buf[i] != want;
+        if (wrong) {
+            fprintf(stderr, "%zu bytes: %ld wrong elements\n", bytes, wrong);
+            return 1;
+        }
+        double m = median(t);
+        double alg = (double)bytes / m / 1e9;
+        if (rank == 0)
+            printf("%10zu  %10.1f  %8.3f  %8.3f\n", bytes, m * 1e6, alg,
+                   alg * 2.0 * (world - 1) / world);
+    }
+    fflush(stdout);
+    if (mode == "ddpc")
+        c.destroy(&c);
+    store_client_close(&sc);
+    store_host_stop(&sh);
+    return 0;
+}
