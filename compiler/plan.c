@@ -232,52 +232,75 @@ static void plan_schedule(const struct ddpc_job *job, struct ddpc_plan *p)
     }
 }
 
-/* Flat parameters W0[out,in], b0[out], ... and buckets filled backward. */
+/* The layers (layers_build, the runtime's own layout), their parameter
+ * tensors, and the buckets by layers_buckets, the runtime's function. mlp
+ * and linear keep their W<l>/b<l> names. */
 static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct ddpc_diag *d)
 {
-    int nl = job->model.n_layers;
-    if (nl < 2 || nl > DDPC_MAX_LAYERS) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model.layers",
-                 "the plan needs 2 to %d layer sizes, the job has %d", DDPC_MAX_LAYERS, nl);
+    char why[512];
+    int bad;
+    p->net = calloc(1, sizeof *p->net);
+    if (!p->net) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model", "out of memory");
         return -1;
     }
-    int64_t off = 0;
-    for (int l = 0; l + 1 < nl; l++) {
-        int32_t in = job->model.layers[l], out = job->model.layers[l + 1];
-        if (in <= 0 || out <= 0) {
-            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model.layers", "layer sizes must be positive");
-            return -1;
-        }
-        struct ddpc_plan_param *w = &p->params[p->n_params++];
-        snprintf(w->name, sizeof w->name, "W%d", l);
-        w->rows = out;
-        w->cols = in;
-        w->numel = (int64_t)out * in;
-        w->offset = off;
-        off += w->numel;
-        struct ddpc_plan_param *b = &p->params[p->n_params++];
-        snprintf(b->name, sizeof b->name, "b%d", l);
-        b->rows = out;
-        b->cols = 0;
-        b->numel = out;
-        b->offset = off;
-        off += b->numel;
+    if (layers_build(job, NULL, p->net, &bad, why, sizeof why) < 0) {
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "model.layers", "the plan needs the layers' "
+                 "shapes: %s", why);
+        free(p->net);
+        p->net = NULL;
+        return -1;
     }
-    p->total_params = off;
+    const struct ddpc_net *net = p->net;
+    int seq = job->model.type == DDPC_MODEL_SEQUENTIAL;
+    int pindex[DDPC_MAX_TENSORS];
+    for (int t = 0; t < net->n_tensors && p->n_params < DDPC_PLAN_MAX_PARAMS; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        pindex[t] = -1;
+        if (T->kind != DDPC_TENSOR_PARAM)
+            continue;
+        pindex[t] = p->n_params;
+        struct ddpc_plan_param *q = &p->params[p->n_params++];
+        int is_w = strstr(T->name, ".weight") != NULL;
+        if (seq)
+            snprintf(q->name, sizeof q->name, "%s", T->name);
+        else
+            snprintf(q->name, sizeof q->name, "%c%d", is_w ? 'W' : 'b', p->n_params / 2 - !is_w);
+        if (!seq && is_w)
+            snprintf(q->name, sizeof q->name, "W%d", (p->n_params - 1) / 2);
+        else if (!seq)
+            snprintf(q->name, sizeof q->name, "b%d", (p->n_params - 1) / 2);
+        q->rows = (int32_t)T->shape[0];
+        q->cols = T->nd == 2 ? (int32_t)T->shape[1] : 0;
+        struct ddpc_shape sh = { T->nd < 3 ? T->nd : 3, { 0, 0, 0 } };
+        size_t o = (size_t)snprintf(q->shape, sizeof q->shape, "[");
+        for (int i = 0; i < T->nd && o < sizeof q->shape; i++)
+            o += (size_t)snprintf(q->shape + o, sizeof q->shape - o, "%s%lld", i ? ", " : "",
+                                  (long long)T->shape[i]);
+        if (o < sizeof q->shape)
+            snprintf(q->shape + o, sizeof q->shape - o, "]");
+        (void)sh;
+        q->numel = (int64_t)T->numel;
+        q->offset = (int64_t)T->off;
+    }
+    p->total_params = (int64_t)net->n_params;
 
     /* bytes >= cap for whole bytes is bytes >= ceil(cap), the runtime's
      * comparison against the unrounded cap; cap 0 (or less) is one bucket */
     double cap = job->bucket_cap_mb * 1024.0 * 1024.0;
     p->bucket_cap_bytes = cap > 0 ? (int64_t)ceil(cap) : 0;
-    struct ddpc_plan_bucket *cur = NULL;
-    for (int i = p->n_params - 1; i >= 0; i--) {
-        if (!cur)
-            cur = &p->buckets[p->n_buckets++];
-        cur->params[cur->n++] = i;
-        cur->numel += p->params[i].numel;
-        cur->bytes += p->params[i].numel * 4;
-        if (p->bucket_cap_bytes > 0 && cur->bytes >= p->bucket_cap_bytes)
-            cur = NULL;
+    struct ddpc_bucket_span span[DDPC_MAX_BUCKETS_L];
+    int nb = layers_buckets(net, cap, span, DDPC_MAX_BUCKETS_L);
+    for (int i = 0; i < nb && i < DDPC_PLAN_MAX_PARAMS; i++) {
+        struct ddpc_plan_bucket *k = &p->buckets[p->n_buckets++];
+        for (int t = span[i].first_tensor, c = 0; t >= 0 && c < span[i].n_tensors; t--) {
+            if (pindex[t] < 0)
+                continue;
+            k->params[k->n++] = pindex[t];
+            c++;
+        }
+        k->numel = (int64_t)(span[i].hi - span[i].lo);
+        k->bytes = k->numel * 4;
     }
     return 0;
 }
@@ -466,7 +489,11 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     int64_t layer_sum = 0;
     for (int l = 0; l < job->model.n_layers; l++)
         layer_sum += job->model.layers[l];
-    p->activation_floats = (int64_t)job->batch_size * layer_sum * 2;
+    if (job->model.type == DDPC_MODEL_SEQUENTIAL)   /* outputs, gradients, argmaxes, scratch */
+        p->activation_floats = (int64_t)job->batch_size *
+                               (p->net->act_floats + p->net->scratch_floats);
+    else
+        p->activation_floats = (int64_t)job->batch_size * layer_sum * 2;
     p->mem_params = p->total_params * 4;
     p->mem_grads = p->total_params * 4;
     p->mem_optim = p->total_params * 4 * p->optim_states;
@@ -555,6 +582,7 @@ void plan_free(struct ddpc_plan *p)
     for (int i = 0; i < p->n_node_commands; i++)
         free(p->node_commands[i]);
     free(p->node_commands);
+    free(p->net);
     memset(p, 0, sizeof *p);
 }
 
@@ -686,10 +714,30 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_printf(&b, "    step %-8lld lr %-14g %s\n", (long long)p->lr_points[i].step,
                    p->lr_points[i].lr, p->lr_points[i].what);
 
+    if (job->model.type == DDPC_MODEL_SEQUENTIAL && p->net) {
+        const struct ddpc_net *net = p->net;
+        char sh[96];
+        buf_printf(&b, "\nlayers (input %s per sample; FLOPs and activations per sample)\n",
+                   layers_shape_str(&net->input, sh, sizeof sh));
+        buf_printf(&b, "  %-22s %-18s %-16s %10s %12s %12s %12s\n", "module", "layer", "output",
+                   "params", "fwd FLOPs", "bwd FLOPs", "act bytes");
+        for (int k = 0; k < net->n; k++) {
+            const struct ddpc_lnode *L = &net->node[k];
+            buf_printf(&b, "  %-22s %-18s %-16s %10lld %12.4g %12.4g %12lld\n", L->name,
+                       layers_type_name(L->it.type), layers_shape_str(&L->out, sh, sizeof sh),
+                       (long long)(L->w_numel + L->b_numel), L->fwd_flops, L->bwd_flops,
+                       (long long)(L->act_floats * 4));
+        }
+        buf_printf(&b, "  total: %.4g FLOPs forward + %.4g backward per sample = %.4g per step "
+                   "(batch %d)\n", net->fwd_flops, net->bwd_flops,
+                   (net->fwd_flops + net->bwd_flops) * job->batch_size, job->batch_size);
+    }
     buf_printf(&b, "\nparameters (%lld, flat in this order)\n", (long long)p->total_params);
     for (int i = 0; i < p->n_params; i++) {
         const struct ddpc_plan_param *q = &p->params[i];
-        if (q->cols)
+        if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+            buf_printf(&b, "  %s %s", q->name, q->shape);
+        else if (q->cols)
             buf_printf(&b, "  %-4s [%d, %d]", q->name, q->rows, q->cols);
         else
             buf_printf(&b, "  %-4s [%d]", q->name, q->rows);
@@ -918,7 +966,9 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     for (int i = 0; i < p->n_params; i++) {
         const struct ddpc_plan_param *q = &p->params[i];
         buf_printf(&b, "%s\n    {\"name\": \"%s\", ", i ? "," : "", q->name);
-        if (q->cols)
+        if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+            buf_printf(&b, "\"shape\": %s", q->shape);
+        else if (q->cols)
             buf_printf(&b, "\"shape\": [%d, %d]", q->rows, q->cols);
         else
             buf_printf(&b, "\"shape\": [%d]", q->rows);

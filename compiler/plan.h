@@ -35,8 +35,9 @@
 #include <stdio.h>
 #include "job.h"
 #include "diag.h"
+#include "layers.h"
 
-#define DDPC_PLAN_MAX_PARAMS (2 * (DDPC_MAX_LAYERS - 1))
+#define DDPC_PLAN_MAX_PARAMS (2 * DDPC_MAX_ITEMS)
 #define DDPC_PLAN_MAX_LR_POINTS 8
 
 struct ddpc_plan_rank {
@@ -44,8 +45,9 @@ struct ddpc_plan_rank {
 };
 
 struct ddpc_plan_param {
-    char    name[16];        /* "W0", "b0", ... */
+    char    name[80];        /* "W0", "b0", ... (mlp, linear); "layers.0.weight" (sequential) */
     int32_t rows, cols;      /* W: [out, in]; b: [out] (cols 0) */
+    char    shape[48];       /* "[32, 1, 3, 3]" */
     int64_t numel;
     int64_t offset;          /* in elements, in the flat parameter buffer */
 };
@@ -87,6 +89,9 @@ struct ddpc_plan {
     double  lr_base, lr_factor, lr_peak;
     int32_t n_lr_points;
     struct ddpc_plan_lr_point lr_points[DDPC_PLAN_MAX_LR_POINTS];
+
+    /* ---- layers (layers_build; NULL when the input shape is unknown) ---- */
+    struct ddpc_net *net;            /* owned */
 
     /* ---- parameters and buckets ---- */
     int32_t n_params;

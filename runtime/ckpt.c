@@ -30,6 +30,7 @@
 #include "ckpt.h"
 #include "crc32c.h"
 #include "ident.h"
+#include "layers.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "ckpt.c writes float32 data as raw bytes, which the format defines as little-endian");
@@ -1315,6 +1316,79 @@ static const char *act_name(enum ddpc_activation a)
     case DDPC_ACT_IDENTITY: return "identity";
     }
     return "unknown";
+}
+
+int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
+                    const float *params, const float *state, struct ddpc_err *e)
+{
+    if (!path || !path[0] || !job || !net || (net->n_params && !params) ||
+        (net->n_state && !state))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_export_net: no path, job, net or buffers");
+    struct sbuf b = { 0 };
+    uint64_t off = 0;
+    sb_printf(&b, "{");
+    for (int t = 0; t < net->n_tensors; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        uint64_t bytes = (T->is_count ? 8 : 4) * (uint64_t)T->numel;
+        sb_printf(&b, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", T->name, T->is_count ? "I64" : "F32");
+        for (int d = 0; d < T->nd; d++)
+            sb_printf(&b, "%s%lld", d ? "," : "", (long long)T->shape[d]);
+        sb_printf(&b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]},", off, off + bytes);
+        off += bytes;
+    }
+    sb_printf(&b, "\"__metadata__\":{\"format\":\"pt\",\"ddpc_job\":");
+    sb_json_str(&b, job->name ? job->name : "");
+    sb_printf(&b, ",\"ddpc_model\":\"sequential\",\"ddpc_layout\":\"torch.nn.Sequential held as "
+              "attribute layers; index = position in the spec's list; residual i: a module whose "
+              "body (nn.Sequential) is layers.<i>.body, output x + body(x)\"}}");
+    while (!b.oom && b.len % 8 != 0)
+        sb_printf(&b, " ");
+    if (b.oom) {
+        free(b.s);
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "export %s: out of memory building the header", path);
+    }
+    unsigned char lenbuf[8];
+    put_u64(lenbuf, (uint64_t)b.len);
+    char dir[PATH_MAX], what[PATH_MAX + 32];
+    size_t base_off = 0;
+    int rc = split_dir(path, dir, sizeof dir, &base_off, e);
+    const char *base = path + base_off;
+    struct ckpt_afile f;
+    f.fd = -1;
+    f.tmp[0] = '\0';
+    f.renamed = 0;
+    if (rc < 0)
+        goto out;
+    if (!base[0]) {
+        rc = DDPC_FAIL(e, DDPC_E_INVALID, "export %s: names a directory, not a file", path);
+        goto out;
+    }
+    (void)snprintf(what, sizeof what, "export %s", path);  /* message only */
+    if ((rc = dir_ready(dir, what, "checkpoint.export", e)) < 0)
+        goto out;
+    if ((rc = afile_open(&f, dir, base, 8 + b.len + off, what, "any earlier export is intact",
+                         e)) < 0)
+        goto out;
+    if ((rc = afile_write(&f, lenbuf, sizeof lenbuf, e)) < 0 ||
+        (rc = afile_write(&f, b.s, b.len, e)) < 0)
+        goto out;
+    for (int t = 0; t < net->n_tensors && rc == 0; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        const float *src = (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
+        if (T->is_count) {
+            unsigned char c8[8];
+            put_u64(c8, (uint64_t)(int64_t)src[0]);
+            rc = afile_write(&f, c8, 8, e);
+        } else {
+            rc = afile_write(&f, src, 4 * T->numel, e);
+        }
+    }
+    if (rc == 0)
+        rc = afile_commit(&f, e);
+out:
+    afile_abort(&f);
+    free(b.s);
+    return rc;
 }
 
 int ckpt_export_safetensors(const char *path, const struct ddpc_job *job,

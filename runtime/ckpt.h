@@ -180,6 +180,15 @@ int  ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e);
 int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
                              const float *params, size_t n_params, struct ddpc_err *e);
 
+/* Writes a layer list's tensors (spec/layers.h: names, shapes, order) as
+ * safetensors, atomically: parameters from params, batch-norm buffers from
+ * state (num_batches_tracked as I64, as PyTorch keeps it). A
+ * torch.nn.Module whose `layers` is the matching nn.Sequential loads it
+ * with strict=True (tests/torch_ref.py builds one). */
+struct ddpc_net;
+int  ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
+                     const float *params, const float *state, struct ddpc_err *e);
+
 /* TEST ONLY: every checkpoint write sleeps this many seconds before its
  * rename (a slow file system). 0: off. */
 void ckpt_set_slow(double seconds);

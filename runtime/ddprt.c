@@ -60,6 +60,7 @@
 #include <sys/wait.h>
 #include "child_msg.h"
 #include "ckpt.h"
+#include "layers.h"
 #include "comm_shm.h"
 #include "data.h"
 #include "ddprt.h"
@@ -863,15 +864,20 @@ out:
  * momentum). */
 static size_t ddprt_ckpt_bytes(const struct ddpc_job *j)
 {
-    size_t n = 0;
-    for (int l = 0; l + 1 < j->model.n_layers && l + 1 < DDPC_MAX_LAYERS; l++)
-        n += (size_t)j->model.layers[l + 1] * ((size_t)j->model.layers[l] + 1);
+    static struct ddpc_net net;   /* large; the launcher is one thread */
+    char why[512];
+    int bad;
+    size_t n = 0, n_state = 0;
+    if (layers_build(j, NULL, &net, &bad, why, sizeof why) == 0) {
+        n = net.n_params;
+        n_state = net.n_state;
+    }
     size_t n_opt = 0;
     if (j->optimizer.type == DDPC_OPTIM_ADAM || j->optimizer.type == DDPC_OPTIM_ADAMW)
         n_opt = 2 * n;
     else if (j->optimizer.type == DDPC_OPTIM_SGD && j->optimizer.momentum != 0.0)
         n_opt = n;
-    return ckpt_file_size(n, n_opt);
+    return ckpt_file_size(n + n_state, n_opt);
 }
 
 /* Before any worker starts (node 0, where rank 0 writes): the export's

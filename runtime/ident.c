@@ -140,6 +140,25 @@ int ident_format(const struct ddpc_job *j, int world, const char *backend, char 
           NAMES(activation));
     put_e(&b, 'T', "model.init", j->model.init,
           NAMES(init));
+    /* a sequential model: its input and every item (only then, so the
+     * identity of an mlp is what it was) */
+    if (j->model.n_input > 0)
+        put(&b, 'T', "model.input", "[%d,%d,%d]/%d", (int)j->model.input[0],
+            (int)j->model.input[1], (int)j->model.input[2], (int)j->model.n_input);
+    for (int i = 0; i < j->model.n_items && i < DDPC_MAX_ITEMS; i++) {
+        const struct ddpc_layer_item *it = &j->model.items[i];
+        char key[40];
+        (void)snprintf(key, sizeof key, "model.items[%d].type", i);
+        put_e(&b, 'T', key, it->type, NAMES(layer_type));
+        (void)snprintf(key, sizeof key, "model.items[%d]", i);
+        put(&b, 'T', key, "body=%d in=%d out=%d k=%d s=%d p=%d bias=%d os=%d gelu=%s "
+            "p=%.17g momentum=%.17g eps=%.17g slope=%.17g", (int)it->n_body, (int)it->in, (int)it->out, (int)it->kernel_size, (int)it->stride,
+            (int)it->padding, (int)it->bias, (int)it->output_size,
+            it->approximate == DDPC_GELU_TANH ? "tanh" : "none", it->p, it->momentum, it->eps,
+            it->negative_slope);
+    }
+    if (j->model.init_from)
+        put_s(&b, 'T', "model.init_from", j->model.init_from);
     put_e(&b, 'T', "loss", j->loss, NAMES(loss));
     put_source(&b, 'T', "data.train", &j->data.train);
     put(&b, 'T', "data.shuffle", "%d", (int)j->data.shuffle);

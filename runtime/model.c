@@ -1,9 +1,16 @@
-/* model.c - MLP / linear forward and backward over flat parameter buffers.
+/* model.c - forward and backward of a layer list over flat parameter buffers.
  *
- * Owns: the layer table, the params/grads buffers and the per-layer
- * activations (see model.h). Math only through struct ddpc_ops, so the same
- * code runs on the CPU and CUDA backends. Never communicates and never
- * allocates after model_init.
+ * Owns: the node buffers (outputs, their gradients, pooling argmaxes, norm
+ * statistics, the im2col scratch), parameter init, and each layer type's
+ * forward and backward as calls to struct ddpc_ops (gemm, bias_act_forward,
+ * act_backward, bias_grad, layer_kernel), so the same code runs on the CPU
+ * and CUDA backends. Never communicates and never allocates after
+ * model_init. See model.h for the contract and layers.h for the layout.
+ *
+ * Backward walks the nodes in reverse; a node's input gradient goes into
+ * its source's g buffer, overwriting on the first write of this backward
+ * and adding on later ones (a residual's input receives its skip and its
+ * body's gradient), so no buffer needs zeroing.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,91 +20,122 @@
 #include "ops_kernels.h"
 #include "rng.h"
 
+static int act_id(int type, const struct ddpc_layer_item *it)
+{
+    switch (type) {
+    case DDPC_LAYER_RELU:       return DDPC_K_RELU;
+    case DDPC_LAYER_GELU:       return it->approximate == DDPC_GELU_TANH ? DDPC_K_GELU_TANH
+                                                                         : DDPC_K_GELU;
+    case DDPC_LAYER_TANH:       return DDPC_K_TANH;
+    case DDPC_LAYER_SIGMOID:    return DDPC_K_SIGMOID;
+    case DDPC_LAYER_LEAKY_RELU: return DDPC_K_LEAKY_RELU;
+    case DDPC_LAYER_SILU:       return DDPC_K_SILU;
+    default:                    return -1;
+    }
+}
+
 int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job *job,
                int max_batch, struct ddpc_err *e)
 {
     memset(m, 0, sizeof *m);
     m->ops = ops;
-    int sizes = job->model.n_layers;
-    if (sizes < 2 || sizes > DDPC_MAX_LAYERS)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "model.layers needs 2..%d sizes, got %d",
-                         DDPC_MAX_LAYERS, sizes);
-    if (job->model.type == DDPC_MODEL_LINEAR && sizes != 2)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "a linear model has exactly [in, out] sizes");
     if (max_batch <= 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "model: max_batch %d", max_batch);
-    m->n_layers = sizes - 1;
+    if (job->model.type == DDPC_MODEL_SEQUENTIAL && job->model.n_input < 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "model.input is unknown (the job was built with "
+                         "--no-data); set model.input in the spec and build again");
+    char why[512];
+    int bad;
+    if (layers_build(job, NULL, &m->net, &bad, why, sizeof why) < 0) {
+        if (bad >= 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "model.layers[item %d]: %s", bad, why);
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s", why);
+    }
+    if (!ops->layer_kernel && job->model.type == DDPC_MODEL_SEQUENTIAL)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "backend %s has no layer kernels", ops->name);
+    struct ddpc_net *net = &m->net;
     m->max_batch = max_batch;
-    size_t off = 0;
-    int width = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        struct ddpc_layer *L = &m->layer[l];
-        L->in = job->model.layers[l];
-        L->out = job->model.layers[l + 1];
-        if (L->in <= 0 || L->out <= 0)
-            return DDPC_FAIL(e, DDPC_E_INVALID, "model.layers[%d]: sizes must be positive", l);
-        L->act = (l == m->n_layers - 1 || job->model.type == DDPC_MODEL_LINEAR)
-                     ? DDPC_K_IDENTITY : (int)job->model.activation;
-        L->w_off = off;
-        off += (size_t)L->in * L->out;
-        L->b_off = off;
-        off += (size_t)L->out;
-        if (L->in > width) width = L->in;
-        if (L->out > width) width = L->out;
+    m->n_params = net->n_params;
+    m->n_state = net->n_state;
+    size_t B = (size_t)max_batch;
+    DDPC_TRY(ops->alloc(ops, (void **)&m->params, (m->n_params ? m->n_params : 1) * sizeof(float), e));
+    DDPC_TRY(ops->alloc(ops, (void **)&m->grads, (m->n_params ? m->n_params : 1) * sizeof(float), e));
+    if (m->n_state)
+        DDPC_TRY(ops->alloc(ops, (void **)&m->state, m->n_state * sizeof(float), e));
+    for (int k = 0; k < net->n; k++) {
+        const struct ddpc_lnode *L = &net->node[k];
+        size_t bytes = B * (size_t)L->out_numel * sizeof(float);
+        DDPC_TRY(ops->alloc(ops, (void **)&m->y[k], bytes, e));
+        DDPC_TRY(ops->alloc(ops, (void **)&m->g[k], bytes, e));
+        if (L->it.type == DDPC_LAYER_MAXPOOL2D)
+            DDPC_TRY(ops->alloc(ops, (void **)&m->idx[k], B * (size_t)L->out_numel * sizeof(int32_t), e));
+        if (L->it.type == DDPC_LAYER_BATCHNORM1D || L->it.type == DDPC_LAYER_BATCHNORM2D)
+            DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 4 * (size_t)L->channels * sizeof(float), e));
+        if (L->it.type == DDPC_LAYER_LAYERNORM)
+            DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 2 * B * (size_t)L->rows * sizeof(float), e));
+        /* linear + a plain activation: one fused pass (the MLP's hot path) */
+        if (L->it.type == DDPC_LAYER_LINEAR && L->b_numel && k + 1 < net->n &&
+            net->node[k + 1].src == k) {
+            int a = act_id(net->node[k + 1].it.type, &net->node[k + 1].it);
+            m->fused[k] = a >= DDPC_K_RELU && a <= DDPC_K_SIGMOID;
+        }
     }
-    m->n_params = off;
-    m->max_width = width;
-
-    DDPC_TRY(ops->alloc(ops, (void **)&m->params, off * sizeof(float), e));
-    DDPC_TRY(ops->alloc(ops, (void **)&m->grads, off * sizeof(float), e));
-    for (int l = 0; l < m->n_layers; l++) {
-        size_t bytes = (size_t)max_batch * m->layer[l].out * sizeof(float);
-        DDPC_TRY(ops->alloc(ops, (void **)&m->z[l], bytes, e));
-        if (m->layer[l].act == DDPC_K_IDENTITY)
-            m->a[l] = m->z[l];
-        else
-            DDPC_TRY(ops->alloc(ops, (void **)&m->a[l], bytes, e));
-    }
-    for (int i = 0; i < 2; i++)
-        DDPC_TRY(ops->alloc(ops, (void **)&m->dbuf[i],
-                            (size_t)max_batch * width * sizeof(float), e));
-    m->logits = m->a[m->n_layers - 1];
+    if (net->scratch_floats)
+        DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)net->scratch_floats * sizeof(float), e));
+    m->logits = m->y[net->n - 1];
+    m->dbuf[0] = m->g[net->n - 1];
+    m->training = 1;
     return 0;
 }
 
-/* Draw order is fixed (W0, b0, W1, b1, ...), from one stream seeded by seed,
- * so every rank draws the same values before the broadcast makes it certain.
- *   pytorch:        W, b ~ U(-1/sqrt(in), 1/sqrt(in))   (nn.Linear default)
- *   xavier_uniform: W ~ U(-a, a), a = sqrt(6/(in+out));  b = 0
- *   kaiming_normal: W ~ N(0, 2/in) (relu gain, fan_in);  b = 0 */
+/* Draw order is fixed (node order; weight, then bias), from one stream
+ * seeded by seed, so every rank draws the same values before the broadcast
+ * makes it certain. For linear and conv2d, fan_in = in_features or
+ * in_channels x k x k, fan_out = out x k x k:
+ *   pytorch:        W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))   (PyTorch's defaults)
+ *   xavier_uniform: W ~ U(-a, a), a = sqrt(6/(fan_in+fan_out));  b = 0
+ *   kaiming_normal: W ~ N(0, 2/fan_in) (relu gain);  b = 0
+ * Norm layers: weight 1, bias 0; running mean 0, variance 1, count 0. */
 int model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
                       struct ddpc_err *e)
 {
-    float *host = malloc(m->n_params * sizeof *host);
+    size_t np = m->n_params ? m->n_params : 1;
+    float *host = calloc(np + m->n_state, sizeof *host);
     if (!host)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "model: cannot allocate %zu parameters",
                          m->n_params);
+    float *st = host + np;
     struct ddpc_rng r;
     rng_seed(&r, seed);
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct ddpc_layer *L = &m->layer[l];
-        float *w = host + L->w_off;   /* [out, in] */
-        float *b = host + L->b_off;   /* [out] */
-        size_t nw = (size_t)L->in * L->out;
-        double fan_in = L->in, fan_out = L->out;
+    for (int k = 0; k < m->net.n; k++) {
+        const struct ddpc_lnode *L = &m->net.node[k];
+        float *w = host + L->w_off, *b = host + L->b_off;
+        int t = L->it.type;
+        if (t == DDPC_LAYER_BATCHNORM1D || t == DDPC_LAYER_BATCHNORM2D ||
+            t == DDPC_LAYER_LAYERNORM) {
+            for (size_t i = 0; i < L->w_numel; i++)
+                w[i] = 1.0f;
+            if (t != DDPC_LAYER_LAYERNORM)
+                for (int c = 0; c < L->channels; c++)
+                    st[L->s_off + (size_t)L->channels + (size_t)c] = 1.0f;
+            continue;
+        }
+        if (!L->w_numel)
+            continue;
+        size_t nw = L->w_numel;
+        double ksz = t == DDPC_LAYER_CONV2D ? (double)L->it.kernel_size * L->it.kernel_size : 1;
+        double fan_in = (double)nw / L->it.out, fan_out = L->it.out * ksz;
         switch (init) {
         case DDPC_INIT_XAVIER_UNIFORM: {
             double a = sqrt(6.0 / (fan_in + fan_out));
             for (size_t i = 0; i < nw; i++)
                 w[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * a);
-            memset(b, 0, (size_t)L->out * sizeof *b);
             break;
         }
         case DDPC_INIT_KAIMING_NORMAL: {
             double sd = sqrt(2.0 / fan_in);
             for (size_t i = 0; i < nw; i++)
                 w[i] = (float)(rng_normal(&r) * sd);
-            memset(b, 0, (size_t)L->out * sizeof *b);
             break;
         }
         case DDPC_INIT_PYTORCH:
@@ -105,33 +143,320 @@ int model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
             double a = 1.0 / sqrt(fan_in);
             for (size_t i = 0; i < nw; i++)
                 w[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * a);
-            for (int i = 0; i < L->out; i++)
+            for (size_t i = 0; i < L->b_numel; i++)
                 b[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * a);
             break;
         }
         }
     }
     int rc = m->ops->to_device(m->ops, m->params, host, m->n_params * sizeof *host, e);
+    if (rc == 0 && m->n_state)
+        rc = m->ops->to_device(m->ops, m->state, st, m->n_state * sizeof *host, e);
     free(host);
     return rc;
 }
 
-int model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_err *e)
+void model_set_mode(struct ddpc_model *m, int training, uint64_t seed)
+{
+    m->training = training;
+    m->drop_seed = seed;
+}
+
+static uint64_t node_seed(const struct ddpc_model *m, int k)
+{
+    return m->drop_seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(k + 1));
+}
+
+static int lk(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a, struct ddpc_err *e)
+{
+    return o->layer_kernel(o, kind, n, a, e);
+}
+
+/* dst = src (copy through the accumulate kernel with accx 0) */
+static int copy_f(struct ddpc_ops *o, float *dst, const float *src, size_t n, int acc,
+                  struct ddpc_err *e)
+{
+    struct ddpc_lk a;
+    memset(&a, 0, sizeof a);
+    a.dy = src;
+    a.dx = dst;
+    a.accx = acc;
+    return lk(o, DDPC_LK_ACCUM, n, &a, e);
+}
+
+static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
+                        struct ddpc_err *e)
 {
     struct ddpc_ops *o = m->ops;
+    const struct ddpc_lnode *L = &m->net.node[k];
+    const struct ddpc_layer_item *it = &L->it;
+    const float *in = L->src < 0 ? x : m->y[L->src];
+    float *y = m->y[k];
+    size_t n_out = (size_t)rows * (size_t)L->out_numel;
+    struct ddpc_lk a;
+    memset(&a, 0, sizeof a);
+    a.x = in;
+    a.y = y;
+    a.N = rows;
+    a.C = L->channels;
+    a.H = L->spatial;
+    int act = act_id(it->type, it);
+    if (act >= 0) {
+        if (k > 0 && m->fused[k - 1] && L->src == k - 1)
+            return 0;   /* computed with the linear layer before it */
+        a.act = act;
+        a.f0 = (float)it->negative_slope;
+        return lk(o, DDPC_LK_ACT_FWD, n_out, &a, e);
+    }
+    switch (it->type) {
+    case DDPC_LAYER_LINEAR: {
+        int R = rows * L->rows, in_f = L->channels, out_f = it->out;
+        DDPC_TRY(o->gemm(o, 0, 1, R, out_f, in_f, 1.0f, in, in_f, m->params + L->w_off, in_f,
+                         0.0f, y, out_f, e));
+        if (m->fused[k])
+            return o->bias_act_forward(o, y, m->params + L->b_off, m->y[k + 1], R, out_f,
+                                       act_id(m->net.node[k + 1].it.type, &m->net.node[k + 1].it),
+                                       e);
+        if (L->b_numel)
+            return o->bias_act_forward(o, y, m->params + L->b_off, y, R, out_f, DDPC_K_IDENTITY, e);
+        return 0;
+    }
+    case DDPC_LAYER_CONV2D: {
+        int C = L->channels, K = it->kernel_size, OH = L->out.d[1], OW = L->out.d[2];
+        size_t ckk = (size_t)C * K * K, ohw = (size_t)OH * OW;
+        a.C = C; a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = OH; a.OW = OW;
+        a.K = K; a.S = it->stride; a.P = it->padding;
+        a.y = m->col;
+        DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)rows * ckk * ohw, &a, e));
+        for (int s = 0; s < rows; s++)
+            DDPC_TRY(o->gemm(o, 0, 0, it->out, (int)ohw, (int)ckk, 1.0f, m->params + L->w_off,
+                             (int)ckk, m->col + (size_t)s * ckk * ohw, (int)ohw, 0.0f,
+                             y + (size_t)s * it->out * ohw, (int)ohw, e));
+        if (!L->b_numel)
+            return 0;
+        memset(&a, 0, sizeof a);
+        a.y = y;
+        a.w = m->params + L->b_off;
+        a.C = it->out;
+        a.H = (int)ohw;
+        return lk(o, DDPC_LK_CHAN_BIAS, n_out, &a, e);
+    }
+    case DDPC_LAYER_MAXPOOL2D:
+    case DDPC_LAYER_AVGPOOL2D:
+        a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = L->out.d[1]; a.OW = L->out.d[2];
+        a.K = it->kernel_size; a.S = it->stride; a.P = it->padding;
+        a.act = it->type == DDPC_LAYER_MAXPOOL2D ? 0 : 1;
+        a.idx = m->idx[k];
+        return lk(o, DDPC_LK_POOL_FWD, n_out, &a, e);
+    case DDPC_LAYER_ADAPTIVEAVGPOOL2D:
+        return lk(o, DDPC_LK_GAP_FWD, n_out, &a, e);
+    case DDPC_LAYER_BATCHNORM1D:
+    case DDPC_LAYER_BATCHNORM2D:
+        a.s0 = m->stat[k];
+        a.s1 = m->stat[k] + L->channels;
+        a.rs = m->state + L->s_off;
+        a.training = m->training;
+        a.f1 = (float)it->momentum;
+        a.f2 = (float)it->eps;
+        a.w = m->params + L->w_off;
+        a.b = m->params + L->b_off;
+        DDPC_TRY(lk(o, DDPC_LK_BN_STATS, (size_t)L->channels, &a, e));
+        return lk(o, DDPC_LK_BN_FWD, n_out, &a, e);
+    case DDPC_LAYER_LAYERNORM: {
+        size_t R = (size_t)rows * L->rows;
+        a.s0 = m->stat[k];
+        a.s1 = m->stat[k] + (size_t)m->max_batch * L->rows;
+        a.f2 = (float)it->eps;
+        a.w = m->params + L->w_off;
+        a.b = m->params + L->b_off;
+        return lk(o, DDPC_LK_LN_FWD, R, &a, e);
+    }
+    case DDPC_LAYER_DROPOUT:
+        if (!m->training || it->p <= 0.0)
+            return copy_f(o, y, in, n_out, 0, e);
+        a.f0 = (float)it->p;
+        a.f1 = (float)(1.0 / (1.0 - it->p));
+        a.seed = node_seed(m, k);
+        return lk(o, DDPC_LK_DROPOUT_FWD, n_out, &a, e);
+    case DDPC_LAYER_FLATTEN:
+        return copy_f(o, y, in, n_out, 0, e);
+    case DDPC_LAYER_RESIDUAL:
+        a.aux = L->skip < 0 ? x : m->y[L->skip];
+        return lk(o, DDPC_LK_ADD, n_out, &a, e);
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "model: node %d has unknown type %d", k, (int)it->type);
+    }
+}
+
+int model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_err *e)
+{
     if (rows > m->max_batch)
         return DDPC_FAIL(e, DDPC_E_INVALID, "model: batch of %d rows > max %d", rows,
                          m->max_batch);
-    const float *in = x;   /* [rows, L->in] */
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct ddpc_layer *L = &m->layer[l];
-        /* Z[rows, out] = in[rows, in] . W[out, in]^T */
-        DDPC_TRY(o->gemm(o, 0, 1, rows, L->out, L->in, 1.0f, in, L->in,
-                         m->params + L->w_off, L->in, 0.0f, m->z[l], L->out, e));
-        DDPC_TRY(o->bias_act_forward(o, m->z[l], m->params + L->b_off, m->a[l], rows,
-                                     L->out, L->act, e));
-        in = m->a[l];
+    for (int k = 0; k < m->net.n; k++)
+        DDPC_TRY(node_forward(m, k, x, rows, e));
+    return 0;
+}
+
+/* Node k's backward: parameter gradients (beta: accumulate) and, when its
+ * source is a node, the input gradient into that node's g (written[] says
+ * whether this backward wrote it already). */
+static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, float beta,
+                         int *written, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = m->ops;
+    const struct ddpc_lnode *L = &m->net.node[k];
+    const struct ddpc_layer_item *it = &L->it;
+    const float *in = L->src < 0 ? x : m->y[L->src];
+    const float *dy = m->g[k];
+    int want_dx = L->src >= 0;
+    float *dx = want_dx ? m->g[L->src] : NULL;
+    int accx = want_dx && written[L->src];
+    size_t n_out = (size_t)rows * (size_t)L->out_numel, n_in = (size_t)rows * (size_t)L->in_numel;
+    struct ddpc_lk a;
+    memset(&a, 0, sizeof a);
+    a.x = in;
+    a.dy = dy;
+    a.dx = dx;
+    a.accx = accx;
+    a.accg = beta != 0.0f;
+    a.N = rows;
+    a.C = L->channels;
+    a.H = L->spatial;
+    int act = act_id(it->type, it);
+    int rc = 0;
+    if (act >= 0) {
+        if (want_dx) {
+            if (!accx && act <= DDPC_K_SIGMOID)
+                rc = o->act_backward(o, in, dy, dx, n_out, act, e);
+            else {
+                a.act = act;
+                a.f0 = (float)it->negative_slope;
+                rc = lk(o, DDPC_LK_ACT_BWD, n_out, &a, e);
+            }
+        }
+        goto out;
     }
+    switch (it->type) {
+    case DDPC_LAYER_LINEAR: {
+        int R = rows * L->rows, in_f = L->channels, out_f = it->out;
+        /* dW[out, in] (+)= dY[R, out]^T . X[R, in] */
+        DDPC_TRY(o->gemm(o, 1, 0, out_f, in_f, R, 1.0f, dy, out_f, in, in_f, beta,
+                         m->grads + L->w_off, in_f, e));
+        if (L->b_numel)
+            DDPC_TRY(o->bias_grad(o, dy, m->grads + L->b_off, R, out_f, beta, e));
+        if (want_dx)
+            rc = o->gemm(o, 0, 0, R, in_f, out_f, 1.0f, dy, out_f, m->params + L->w_off, in_f,
+                         accx ? 1.0f : 0.0f, dx, in_f, e);
+        break;
+    }
+    case DDPC_LAYER_CONV2D: {
+        int C = L->channels, K = it->kernel_size, OH = L->out.d[1], OW = L->out.d[2];
+        int OC = it->out;
+        size_t ckk = (size_t)C * K * K, ohw = (size_t)OH * OW;
+        a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = OH; a.OW = OW;
+        a.K = K; a.S = it->stride; a.P = it->padding;
+        a.y = m->col;
+        DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)rows * ckk * ohw, &a, e));
+        for (int s = 0; s < rows; s++) {
+            float *col = m->col + (size_t)s * ckk * ohw;
+            const float *dys = dy + (size_t)s * OC * ohw;
+            /* dW[OC, ckk] (+)= dY_s[OC, ohw] . col_s[ckk, ohw]^T */
+            DDPC_TRY(o->gemm(o, 0, 1, OC, (int)ckk, (int)ohw, 1.0f, dys, (int)ohw, col, (int)ohw,
+                             s == 0 ? beta : 1.0f, m->grads + L->w_off, (int)ckk, e));
+            /* dcol_s[ckk, ohw] = W^T . dY_s, in place of col_s (read above) */
+            if (want_dx)
+                DDPC_TRY(o->gemm(o, 1, 0, (int)ckk, (int)ohw, OC, 1.0f, m->params + L->w_off,
+                                 (int)ckk, dys, (int)ohw, 0.0f, col, (int)ohw, e));
+        }
+        if (L->b_numel) {
+            struct ddpc_lk b;
+            memset(&b, 0, sizeof b);
+            b.dy = dy;
+            b.db = m->grads + L->b_off;
+            b.N = rows;
+            b.C = OC;
+            b.H = (int)ohw;
+            b.accg = beta != 0.0f;
+            DDPC_TRY(lk(o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)OC, &b, e));
+        }
+        if (want_dx) {
+            a.aux = m->col;
+            rc = lk(o, DDPC_LK_COL2IM, n_in, &a, e);
+        }
+        break;
+    }
+    case DDPC_LAYER_MAXPOOL2D:
+    case DDPC_LAYER_AVGPOOL2D:
+        if (want_dx) {
+            a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = L->out.d[1]; a.OW = L->out.d[2];
+            a.K = it->kernel_size; a.S = it->stride; a.P = it->padding;
+            a.act = it->type == DDPC_LAYER_MAXPOOL2D ? 0 : 1;
+            a.idx = m->idx[k];
+            rc = lk(o, DDPC_LK_POOL_BWD, n_in, &a, e);
+        }
+        break;
+    case DDPC_LAYER_ADAPTIVEAVGPOOL2D:
+        if (want_dx)
+            rc = lk(o, DDPC_LK_GAP_BWD, n_in, &a, e);
+        break;
+    case DDPC_LAYER_BATCHNORM1D:
+    case DDPC_LAYER_BATCHNORM2D:
+        a.s0 = m->stat[k];
+        a.s1 = m->stat[k] + L->channels;
+        a.t = m->stat[k] + 2 * (size_t)L->channels;
+        a.w = m->params + L->w_off;
+        a.dw = m->grads + L->w_off;
+        a.db = m->grads + L->b_off;
+        DDPC_TRY(lk(o, DDPC_LK_BN_BWD_REDUCE, (size_t)L->channels, &a, e));
+        if (want_dx)
+            rc = lk(o, DDPC_LK_BN_BWD_DX, n_in, &a, e);
+        break;
+    case DDPC_LAYER_LAYERNORM: {
+        size_t R = (size_t)rows * L->rows;
+        a.s0 = m->stat[k];
+        a.s1 = m->stat[k] + (size_t)m->max_batch * L->rows;
+        a.w = m->params + L->w_off;
+        a.dw = m->grads + L->w_off;
+        a.db = m->grads + L->b_off;
+        a.N = (int)R;
+        DDPC_TRY(lk(o, DDPC_LK_LN_BWD_DW, (size_t)L->channels, &a, e));
+        if (want_dx)
+            rc = lk(o, DDPC_LK_LN_BWD_DX, R, &a, e);
+        break;
+    }
+    case DDPC_LAYER_DROPOUT:
+        if (!want_dx)
+            break;
+        if (!m->training || it->p <= 0.0) {
+            rc = copy_f(o, dx, dy, n_in, accx, e);
+            break;
+        }
+        a.f0 = (float)it->p;
+        a.f1 = (float)(1.0 / (1.0 - it->p));
+        a.seed = node_seed(m, k);
+        rc = lk(o, DDPC_LK_DROPOUT_BWD, n_in, &a, e);
+        break;
+    case DDPC_LAYER_FLATTEN:
+        if (want_dx)
+            rc = copy_f(o, dx, dy, n_in, accx, e);
+        break;
+    case DDPC_LAYER_RESIDUAL:
+        if (want_dx)
+            DDPC_TRY(copy_f(o, dx, dy, n_in, accx, e));
+        if (L->skip >= 0) {
+            DDPC_TRY(copy_f(o, m->g[L->skip], dy, n_in, written[L->skip], e));
+            written[L->skip] = 1;
+        }
+        break;
+    default:
+        return DDPC_FAIL(e, DDPC_E_INVALID, "model: node %d has unknown type %d", k, (int)it->type);
+    }
+out:
+    if (rc < 0)
+        return rc;
+    if (want_dx)
+        written[L->src] = 1;
     return 0;
 }
 
@@ -140,29 +465,16 @@ int model_backward(struct ddpc_model *m, const float *x, const float *dlogits, i
 {
     struct ddpc_ops *o = m->ops;
     float beta = accumulate ? 1.0f : 0.0f;
-    const float *dz = dlogits;   /* [rows, out_l]: dLoss/dZ_l (output layer is identity) */
-    int p = dlogits == m->dbuf[0] ? 1 : 0;   /* dbuf[p] is free to write */
-    for (int l = m->n_layers - 1; l >= 0; l--) {
-        const struct ddpc_layer *L = &m->layer[l];
-        const float *in = l > 0 ? m->a[l - 1] : x;   /* [rows, in] */
-        /* dW[out, in] (+)= dZ[rows, out]^T . in[rows, in] */
-        DDPC_TRY(o->gemm(o, 1, 0, L->out, L->in, rows, 1.0f, dz, L->out, in, L->in, beta,
-                         m->grads + L->w_off, L->in, e));
-        DDPC_TRY(o->bias_grad(o, dz, m->grads + L->b_off, rows, L->out, beta, e));
-        /* layer l's gradients are final: its bucket may start reducing while
+    int last = m->net.n - 1;
+    int written[DDPC_MAX_ITEMS] = { 0 };
+    if (dlogits != m->g[last])
+        DDPC_TRY(copy_f(o, m->g[last], dlogits, (size_t)rows * m->net.out_numel, 0, e));
+    for (int k = last; k >= 0; k--) {
+        DDPC_TRY(node_backward(m, k, x, rows, beta, written, e));
+        /* node k's gradients are final: its bucket may start reducing while
          * the rest of backward runs (it never writes them again) */
-        if (done)
-            DDPC_TRY(done(ctx, l, e));
-        if (l > 0) {
-            /* dA_{l-1}[rows, in] = dZ[rows, out] . W[out, in]; then dZ_{l-1} in place */
-            float *da = m->dbuf[p];
-            DDPC_TRY(o->gemm(o, 0, 0, rows, L->in, L->out, 1.0f, dz, L->out,
-                             m->params + L->w_off, L->in, 0.0f, da, L->in, e));
-            DDPC_TRY(o->act_backward(o, m->z[l - 1], da, da, (size_t)rows * L->in,
-                                     m->layer[l - 1].act, e));
-            dz = da;
-            p ^= 1;
-        }
+        if (done && (m->net.node[k].w_numel || m->net.node[k].b_numel))
+            DDPC_TRY(done(ctx, k, e));
     }
     return 0;
 }
@@ -188,22 +500,23 @@ void model_free(struct ddpc_model *m)
     struct ddpc_ops *o = m->ops;
     if (!o)
         return;
-    for (int l = 0; l < DDPC_MAX_LAYERS; l++) {
-        if (m->a[l] && m->a[l] != m->z[l])
-            o->release(o, m->a[l]);
-        if (m->z[l])
-            o->release(o, m->z[l]);
-        m->a[l] = m->z[l] = NULL;
+    for (int k = 0; k < DDPC_MAX_ITEMS; k++) {
+        void *bufs[4] = { m->y[k], m->g[k], m->idx[k], m->stat[k] };
+        for (int i = 0; i < 4; i++)
+            if (bufs[i])
+                o->release(o, bufs[i]);
+        m->y[k] = m->g[k] = m->stat[k] = NULL;
+        m->idx[k] = NULL;
     }
-    for (int i = 0; i < 2; i++) {
-        if (m->dbuf[i])
-            o->release(o, m->dbuf[i]);
-        m->dbuf[i] = NULL;
-    }
+    if (m->col)
+        o->release(o, m->col);
+    if (m->state)
+        o->release(o, m->state);
     if (m->params && !m->params_borrowed)
         o->release(o, m->params);
     if (m->grads && !m->grads_borrowed)
         o->release(o, m->grads);
-    m->params = m->grads = NULL;
+    m->col = m->state = m->params = m->grads = NULL;
     m->logits = NULL;
+    m->dbuf[0] = m->dbuf[1] = NULL;
 }

@@ -1,14 +1,24 @@
-/* model.h - the network: MLP / linear layers over one flat parameter buffer.
+/* model.h - the network: a list of layers (spec/layers.h) over flat buffers.
  *
- * defines: model_init, model_init_params, model_forward, model_backward, model_free
+ * defines: model_init, model_init_params, model_set_mode, model_forward,
+ *          model_backward, model_borrow_grads, model_borrow_params, model_free
  *
- * Parameters live in ONE flat backend buffer with named views in PyTorch's
- * order: W0 [out0, in0], b0 [out0], W1 [out1, in1], b1, ... Gradients are a
- * second buffer with the same offsets, so a gradient bucket is a slice.
- * Forward keeps Z (pre-activation) and A (activation) per layer for backward.
- * All buffers are allocated once in model_init for up to max_batch rows;
- * forward/backward never allocate. Never communicates: the backward hook
- * tells the caller when a layer's gradients are final.
+ * One runtime path for every model: mlp and linear specs are lowered by
+ * layers_build to the same node list a sequential spec gives. Parameters
+ * live in ONE flat backend buffer in PyTorch's named_parameters() order
+ * (layers.h); gradients are a second buffer with the same offsets, so a
+ * gradient bucket is a slice. Batch-norm running statistics are a third,
+ * private buffer (state): never all-reduced, each rank's own (rank 0's are
+ * checkpointed, exported and broadcast before evaluation by the worker).
+ * Forward keeps every node's output for backward; all buffers are
+ * allocated once in model_init for up to max_batch rows; forward/backward
+ * never allocate. Never communicates: the backward hook tells the caller
+ * when a node's gradients are final.
+ *
+ * Train vs eval (model_set_mode), as PyTorch's module.train()/eval():
+ * dropout is the identity in eval; batch norm normalizes with the batch's
+ * statistics and updates the running ones in training, and uses the running
+ * ones in eval.
  */
 #ifndef DDPC_MODEL_H
 #define DDPC_MODEL_H
@@ -16,45 +26,53 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "job.h"
+#include "layers.h"
 #include "ops.h"
-
-struct ddpc_layer {
-    int    in, out;
-    int    act;             /* DDPC_K_* activation after this layer */
-    size_t w_off;           /* floats into params/grads: W [out, in] */
-    size_t b_off;           /* b [out] */
-};
 
 struct ddpc_model {
     struct ddpc_ops  *ops;
-    int               n_layers;             /* linear layers (sizes - 1) */
-    struct ddpc_layer layer[DDPC_MAX_LAYERS];
+    struct ddpc_net   net;
     int               max_batch;
-    int               max_width;            /* widest layer input or output */
     size_t            n_params;
+    size_t            n_state;              /* batch-norm buffers (floats) */
     float  *params;     /* [n_params] backend memory; owned unless params_borrowed */
     int     params_borrowed;  /* params live in memory the ranks share */
     float  *grads;      /* [n_params] same offsets; owned unless grads_borrowed */
     int     grads_borrowed;   /* grads live in a communicator's shared buffer */
-    float  *z[DDPC_MAX_LAYERS];   /* [max_batch, out_l] pre-activation */
-    float  *a[DDPC_MAX_LAYERS];   /* [max_batch, out_l]; == z for identity layers */
-    float  *dbuf[2];              /* [max_batch, max_width] backward ping-pong */
-    float  *logits;               /* == a[n_layers-1] after forward */
+    float  *state;      /* [n_state] this rank's running statistics */
+    float  *y[DDPC_MAX_ITEMS];    /* [max_batch, out_numel] each node's output */
+    float  *g[DDPC_MAX_ITEMS];    /* [max_batch, out_numel] its gradient */
+    int32_t *idx[DDPC_MAX_ITEMS]; /* max pooling: argmax per output */
+    float  *stat[DDPC_MAX_ITEMS]; /* norms: mean and 1/std (per channel or row), then
+                                     batch norm's backward sums */
+    float  *col;                  /* conv im2col scratch [max_batch * scratch_floats] */
+    int     fused[DDPC_MAX_ITEMS];/* 1: a linear node whose following activation node
+                                     is computed with it (bias_act_forward) */
+    float  *logits;               /* == y[last] after forward */
+    float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */
+    int     training;             /* model_set_mode */
+    uint64_t drop_seed;           /* dropout masks of this forward */
 };
 
-/* Called by model_backward once layer l's dW and db are final (layers go
- * n_layers-1 down to 0). Returning < 0 stops backward with that code. */
-typedef int (*ddpc_layer_done_fn)(void *ctx, int layer, struct ddpc_err *e);
+/* Called by model_backward once node k's parameter gradients are final
+ * (nodes with parameters only, in reverse node order). Returning < 0 stops
+ * backward with that code. */
+typedef int (*ddpc_layer_done_fn)(void *ctx, int node, struct ddpc_err *e);
 
-/* Shapes from job->model (type linear: exactly two sizes, no activation). */
+/* Nodes from layers_build(job) with job->model.input as the input shape. */
 int  model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job *job,
                 int max_batch, struct ddpc_err *e);
-/* Seeded init on the host (same on every rank), copied to params. */
+/* Seeded init on the host (same on every rank), copied to params; batch
+ * norm: weight 1, bias 0, running mean 0, running var 1. Linear and conv
+ * layers draw in node order (weight, then bias) from one stream. */
 int  model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
                        struct ddpc_err *e);
-/* x [rows, in0] backend memory; logits end in m->logits [rows, out_last]. */
+/* training 1: train mode; seed: this forward's dropout masks (the caller
+ * mixes seed, rank and step). */
+void model_set_mode(struct ddpc_model *m, int training, uint64_t seed);
+/* x [rows, in_numel] backend memory; logits end in m->logits [rows, out]. */
 int  model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_err *e);
-/* dlogits [rows, out_last] (may be m->dbuf[0]); x is the forward input.
+/* dlogits [rows, out] (may be m->dbuf[0]); x is the forward input.
  * accumulate: add into grads (grad accumulation) instead of overwriting. */
 int  model_backward(struct ddpc_model *m, const float *x, const float *dlogits, int rows,
                     int accumulate, ddpc_layer_done_fn done, void *ctx, struct ddpc_err *e);

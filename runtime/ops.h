@@ -22,6 +22,8 @@
 extern "C" {
 #endif
 
+struct ddpc_lk;   /* ops_kernels.h */
+
 /* Hyper-parameters of one fused optimizer step (see ops_kernels.h). */
 struct ddpc_optim_step {
     int    type;          /* enum ddpc_optimizer_type */
@@ -100,6 +102,11 @@ struct ddpc_ops {
     /* One fused pass: param, grad, m, v are [n]; m/v unused by plain sgd. */
     int (*optim_step)(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
                       const float *grad, float *m, float *v, size_t n, struct ddpc_err *e);
+
+    /* One layer kernel of ops_kernels.h (enum ddpc_lk_kind) over elements
+     * [0, n); a's pointers are backend memory. */
+    int (*layer_kernel)(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
+                        struct ddpc_err *e);
 
     void (*destroy)(struct ddpc_ops *o);
 

@@ -318,6 +318,29 @@ static void cpu_destroy(struct ddpc_ops *o)
     (void)o;
 }
 
+/* Layer kernels: the element functions of ops_kernels.h in index order. */
+static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
+                            struct ddpc_err *e)
+{
+    (void)o;
+    if (kind < 0 || kind >= DDPC_LK_COUNT)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "layer_kernel: unknown kind %d", kind);
+    switch (kind) {   /* the hot element-wise kinds get their own loop */
+    case DDPC_LK_IM2COL:
+        for (size_t i = 0; i < n; i++)
+            ddpc_lk_im2col(i, a);
+        break;
+    case DDPC_LK_ACT_FWD:
+        for (size_t i = 0; i < n; i++)
+            a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0);
+        break;
+    default:
+        for (size_t i = 0; i < n; i++)
+            ddpc_lk_run(kind, i, a);
+    }
+    return 0;
+}
+
 int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
 {
     memset(o, 0, sizeof *o);
@@ -335,6 +358,7 @@ int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
     o->sumsq = cpu_sumsq;
     o->scale = cpu_scale;
     o->optim_step = cpu_optim_step;
+    o->layer_kernel = cpu_layer_kernel;
     o->destroy = cpu_destroy;
     o->host_memory = 1;
 #if defined(__x86_64__) || defined(__i386__)

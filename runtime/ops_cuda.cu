@@ -661,6 +661,28 @@ static int cuda_scale(struct ddpc_ops *o, float *x, size_t n, float s, struct dd
     return 0;
 }
 
+/* Layer kernels: one thread per element of ops_kernels.h's element
+ * functions, the arithmetic the CPU backend runs. Arguments by value. */
+__global__ static void k_layer(int kind, size_t n, struct ddpc_lk a)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride)
+        ddpc_lk_run(kind, i, &a);
+}
+
+static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
+                             struct ddpc_err *e)
+{
+    if (kind < 0 || kind >= DDPC_LK_COUNT)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "layer_kernel: unknown kind %d", kind);
+    if (n == 0)
+        return 0;
+    k_layer<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(kind, n, *a);
+    KERNEL_CHECK(e, "k_layer");
+    return 0;
+}
+
 static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
                            const float *grad, float *m, float *v, size_t n, struct ddpc_err *e)
 {
@@ -833,6 +855,7 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     o->host_free = cuda_host_free;
     o->to_device_async = cuda_to_device_async;
     o->fence = cuda_fence;
+    o->layer_kernel = cuda_layer_kernel;
     c->ops = o;
     return 0;
 }

@@ -9,6 +9,8 @@
 #define DDPC_OPS_KERNELS_H
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define DDPC_HD __host__ __device__ static inline
@@ -154,6 +156,380 @@ DDPC_HD double ddpc_k_mse_row(const float *x, const float *t, float *d, int cols
         d[j] = gs * diff;
     }
     return row / cols;
+}
+
+
+/* ===================== layer kernels (model.c's layers) =====================
+ *
+ * Each kernel computes ONE output element i of a layer operation; the CPU
+ * backend loops i over [0, n) in order, the CUDA backend runs one thread
+ * per i. Every output element is written by exactly one i, and every sum
+ * runs in a fixed order, so both backends are deterministic and the CPU
+ * tests check the arithmetic the GPU runs. Reductions over a batch
+ * (batch-norm statistics, parameter gradients) accumulate in double.
+ * Shapes are NCHW, row-major, as PyTorch's. */
+
+/* Extra activation ids (layer lists only; values after DDPC_K_IDENTITY). */
+#define DDPC_K_LEAKY_RELU 5
+#define DDPC_K_SILU       6
+#define DDPC_K_GELU_TANH  7
+
+DDPC_HD float ddpc_k_act2(int act, float z, float slope)
+{
+    switch (act) {
+    case DDPC_K_LEAKY_RELU: return z > 0.0f ? z : z * slope;
+    case DDPC_K_SILU:       return z / (1.0f + expf(-z));
+    case DDPC_K_GELU_TANH: {
+        float inner = 0.79788456080286536f * (z + 0.044715f * z * z * z);
+        return 0.5f * z * (1.0f + tanhf(inner));
+    }
+    default:                return ddpc_k_act(act, z);
+    }
+}
+
+DDPC_HD float ddpc_k_act2_grad(int act, float z, float slope)
+{
+    switch (act) {
+    case DDPC_K_LEAKY_RELU: return z > 0.0f ? 1.0f : slope;
+    case DDPC_K_SILU: {
+        float s = 1.0f / (1.0f + expf(-z));
+        return s * (1.0f + z * (1.0f - s));
+    }
+    case DDPC_K_GELU_TANH: {   /* PyTorch's GeluBackward, tanh form */
+        const float beta = 0.79788456080286536f, kappa = 0.044715f;
+        float x2 = z * z;
+        float t = tanhf(beta * (z + kappa * x2 * z));
+        return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * beta * (1.0f + 3.0f * kappa * x2);
+    }
+    default:                return ddpc_k_act_grad(act, z);
+    }
+}
+
+/* Kernel ids of struct ddpc_ops.layer_kernel. */
+enum ddpc_lk_kind {
+    DDPC_LK_IM2COL,        /* y[n][c*K*K][OH*OW] = x[n][c][..] (0 outside); i over N*C*K*K*OH*OW */
+    DDPC_LK_COL2IM,        /* dx[n][c][h][w] (+)= sum of aux (col) entries that read it; i over N*C*H*W */
+    DDPC_LK_CHAN_BIAS,     /* y[n][c][s] += w[c]; i over N*C*H (H = spatial) */
+    DDPC_LK_CHAN_BIAS_GRAD,/* db[c] (+)= sum over n, s of dy[n][c][s]; i over C */
+    DDPC_LK_POOL_FWD,      /* act 0 max (idx: argmax in the plane), 1 avg; i over N*C*OH*OW */
+    DDPC_LK_POOL_BWD,      /* dx (+)= gradient of the pooling; i over N*C*H*W */
+    DDPC_LK_GAP_FWD,       /* y[n][c] = mean over H (spatial) of x[n][c][.]; i over N*C */
+    DDPC_LK_GAP_BWD,       /* dx[n][c][s] (+)= dy[n][c] / H; i over N*C*H */
+    DDPC_LK_ACT_FWD,       /* y = act(x); i over n */
+    DDPC_LK_ACT_BWD,       /* dx (+)= dy * act'(x); i over n */
+    DDPC_LK_BN_STATS,      /* training: s0 = batch mean, s1 = 1/sqrt(var + eps), running
+                              stats updated (rs); eval: from rs; i over C */
+    DDPC_LK_BN_FWD,        /* y = (x - s0) s1 w + b; i over N*C*H */
+    DDPC_LK_BN_BWD_REDUCE, /* t[c] = sum dy, t[C + c] = sum dy xhat; dw, db (+)= them; i over C */
+    DDPC_LK_BN_BWD_DX,     /* dx (+)= w s1 (dy - t[c]/m - xhat t[C+c]/m); i over N*C*H */
+    DDPC_LK_LN_FWD,        /* per row of C: s0 = mean, s1 = rstd, y = xhat w + b; i over rows */
+    DDPC_LK_LN_BWD_DX,     /* i over rows */
+    DDPC_LK_LN_BWD_DW,     /* dw[j], db[j] (+)= sums over rows; i over C */
+    DDPC_LK_DROPOUT_FWD,   /* y = keep(i) ? x * f1 : 0, keep = uniform(seed, i) >= f0; i over n */
+    DDPC_LK_DROPOUT_BWD,   /* dx (+)= keep(i) ? dy * f1 : 0 */
+    DDPC_LK_ADD,           /* y = x + aux; i over n */
+    DDPC_LK_ACCUM,         /* dx (+)= dy; i over n */
+    DDPC_LK_COUNT
+};
+
+/* Arguments of one layer kernel; which fields a kind reads is stated above. */
+struct ddpc_lk {
+    const float *x, *w, *b, *dy, *aux;
+    float   *y, *dx, *dw, *db, *s0, *s1, *rs, *t;
+    int32_t *idx;
+    int      N, C, H, W, OH, OW, K, S, P;
+    int      act;
+    float    f0, f1, f2;       /* slope; p and 1/(1-p); eps, momentum */
+    uint64_t seed;
+    int      accx;             /* dx: add instead of overwrite */
+    int      accg;             /* dw, db: add instead of overwrite */
+    int      training;
+};
+
+/* splitmix64 of seed and i: the dropout draw of element i, in [0, 1). */
+DDPC_HD float ddpc_k_uniform(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+DDPC_HD void ddpc_k_put(float *dst, float v, int acc)
+{
+    *dst = acc ? *dst + v : v;
+}
+
+DDPC_HD void ddpc_lk_im2col(size_t i, const struct ddpc_lk *a)
+{
+    size_t ohw = (size_t)a->OH * a->OW, kk = (size_t)a->K * a->K, ckk = (size_t)a->C * kk;
+    size_t p = i % ohw, r = (i / ohw) % ckk, n = i / ohw / ckk;
+    int c = (int)(r / kk), ky = (int)(r / a->K % a->K), kx = (int)(r % a->K);
+    int iy = (int)(p / a->OW) * a->S - a->P + ky, ix = (int)(p % a->OW) * a->S - a->P + kx;
+    a->y[i] = iy >= 0 && iy < a->H && ix >= 0 && ix < a->W
+                  ? a->x[((n * a->C + c) * a->H + iy) * a->W + ix] : 0.0f;
+}
+
+DDPC_HD void ddpc_lk_col2im(size_t i, const struct ddpc_lk *a)
+{
+    size_t hw = (size_t)a->H * a->W, ohw = (size_t)a->OH * a->OW, kk = (size_t)a->K * a->K;
+    size_t nc = i / hw;
+    int c = (int)(nc % a->C), n = (int)(nc / a->C);
+    int iy = (int)(i % hw / a->W), ix = (int)(i % a->W);
+    const float *col = a->aux + (size_t)n * a->C * kk * ohw;
+    float s = 0.0f;
+    for (int ky = 0; ky < a->K; ky++) {
+        int ty = iy + a->P - ky;
+        if (ty < 0 || ty % a->S || ty / a->S >= a->OH)
+            continue;
+        for (int kx = 0; kx < a->K; kx++) {
+            int tx = ix + a->P - kx;
+            if (tx < 0 || tx % a->S || tx / a->S >= a->OW)
+                continue;
+            s += col[((size_t)c * kk + (size_t)ky * a->K + kx) * ohw +
+                     (size_t)(ty / a->S) * a->OW + tx / a->S];
+        }
+    }
+    ddpc_k_put(&a->dx[i], s, a->accx);
+}
+
+DDPC_HD void ddpc_lk_pool_fwd(size_t i, const struct ddpc_lk *a)
+{
+    size_t ohw = (size_t)a->OH * a->OW;
+    const float *x = a->x + i / ohw * (size_t)a->H * a->W;
+    int oy = (int)(i % ohw / a->OW), ox = (int)(i % a->OW);
+    if (a->act == 0) {
+        float best = -INFINITY;
+        int arg = -1;
+        for (int ky = 0; ky < a->K; ky++) {
+            int iy = oy * a->S - a->P + ky;
+            if (iy < 0 || iy >= a->H)
+                continue;
+            for (int kx = 0; kx < a->K; kx++) {
+                int ix = ox * a->S - a->P + kx;
+                if (ix < 0 || ix >= a->W)
+                    continue;
+                float v = x[iy * a->W + ix];
+                if (v > best || v != v || arg < 0) {   /* NaN propagates, as in PyTorch */
+                    best = v;
+                    arg = iy * a->W + ix;
+                }
+            }
+        }
+        a->y[i] = best;
+        a->idx[i] = arg;
+    } else {
+        float s = 0.0f;
+        for (int ky = 0; ky < a->K; ky++) {
+            int iy = oy * a->S - a->P + ky;
+            if (iy < 0 || iy >= a->H)
+                continue;
+            for (int kx = 0; kx < a->K; kx++) {
+                int ix = ox * a->S - a->P + kx;
+                if (ix >= 0 && ix < a->W)
+                    s += x[iy * a->W + ix];
+            }
+        }
+        a->y[i] = s / (float)(a->K * a->K);
+    }
+}
+
+DDPC_HD void ddpc_lk_pool_bwd(size_t i, const struct ddpc_lk *a)
+{
+    size_t hw = (size_t)a->H * a->W, ohw = (size_t)a->OH * a->OW;
+    size_t plane = i / hw;
+    int iy = (int)(i % hw / a->W), ix = (int)(i % a->W), me = iy * a->W + ix;
+    const float *dy = a->dy + plane * ohw;
+    const int32_t *idx = a->idx ? a->idx + plane * ohw : 0;
+    float s = 0.0f, inv = 1.0f / (float)(a->K * a->K);
+    for (int ky = 0; ky < a->K; ky++) {
+        int ty = iy + a->P - ky;
+        if (ty < 0 || ty % a->S || ty / a->S >= a->OH)
+            continue;
+        for (int kx = 0; kx < a->K; kx++) {
+            int tx = ix + a->P - kx;
+            if (tx < 0 || tx % a->S || tx / a->S >= a->OW)
+                continue;
+            size_t o = (size_t)(ty / a->S) * a->OW + tx / a->S;
+            if (a->act == 0) {
+                if (idx[o] == me)
+                    s += dy[o];
+            } else {
+                s += dy[o] * inv;
+            }
+        }
+    }
+    ddpc_k_put(&a->dx[i], s, a->accx);
+}
+
+DDPC_HD void ddpc_lk_bn_stats(size_t c, const struct ddpc_lk *a)
+{
+    float *rm = a->rs, *rv = a->rs + a->C;
+    if (!a->training) {
+        a->s0[c] = rm[c];
+        a->s1[c] = 1.0f / sqrtf(rv[c] + a->f2);
+        return;
+    }
+    size_t m = (size_t)a->N * a->H;
+    double sum = 0.0, sq = 0.0;
+    for (int n = 0; n < a->N; n++) {
+        const float *x = a->x + ((size_t)n * a->C + c) * a->H;
+        for (int s = 0; s < a->H; s++)
+            sum += x[s];
+    }
+    double mean = sum / (double)m;
+    for (int n = 0; n < a->N; n++) {
+        const float *x = a->x + ((size_t)n * a->C + c) * a->H;
+        for (int s = 0; s < a->H; s++) {
+            double d = x[s] - mean;
+            sq += d * d;
+        }
+    }
+    double var = sq / (double)m;
+    a->s0[c] = (float)mean;
+    a->s1[c] = (float)(1.0 / sqrt(var + (double)a->f2));
+    float mom = a->f1;
+    double unbiased = m > 1 ? sq / (double)(m - 1) : var;
+    rm[c] = (1.0f - mom) * rm[c] + mom * (float)mean;
+    rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+    if (c == 0)
+        a->rs[2 * a->C] += 1.0f;   /* num_batches_tracked */
+}
+
+DDPC_HD void ddpc_lk_bn_fwd(size_t i, const struct ddpc_lk *a)
+{
+    size_t c = i / a->H % a->C;
+    a->y[i] = (a->x[i] - a->s0[c]) * a->s1[c] * a->w[c] + a->b[c];
+}
+
+DDPC_HD void ddpc_lk_bn_bwd_reduce(size_t c, const struct ddpc_lk *a)
+{
+    double sdy = 0.0, sdyx = 0.0;
+    float mean = a->s0[c], inv = a->s1[c];
+    for (int n = 0; n < a->N; n++) {
+        size_t o = ((size_t)n * a->C + c) * a->H;
+        for (int s = 0; s < a->H; s++) {
+            float dy = a->dy[o + s];
+            sdy += dy;
+            sdyx += (double)dy * ((a->x[o + s] - mean) * inv);
+        }
+    }
+    a->t[c] = (float)sdy;
+    a->t[a->C + c] = (float)sdyx;
+    ddpc_k_put(&a->dw[c], (float)sdyx, a->accg);
+    ddpc_k_put(&a->db[c], (float)sdy, a->accg);
+}
+
+DDPC_HD void ddpc_lk_bn_bwd_dx(size_t i, const struct ddpc_lk *a)
+{
+    size_t c = i / a->H % a->C;
+    float m = (float)((size_t)a->N * a->H);
+    float xhat = (a->x[i] - a->s0[c]) * a->s1[c];
+    float v = a->w[c] * a->s1[c] * (a->dy[i] - a->t[c] / m - xhat * a->t[a->C + c] / m);
+    ddpc_k_put(&a->dx[i], v, a->accx);
+}
+
+DDPC_HD void ddpc_lk_ln_fwd(size_t r, const struct ddpc_lk *a)
+{
+    const float *x = a->x + r * a->C;
+    double sum = 0.0, sq = 0.0;
+    for (int j = 0; j < a->C; j++)
+        sum += x[j];
+    double mean = sum / a->C;
+    for (int j = 0; j < a->C; j++) {
+        double d = x[j] - mean;
+        sq += d * d;
+    }
+    float fm = (float)mean, rstd = (float)(1.0 / sqrt(sq / a->C + (double)a->f2));
+    a->s0[r] = fm;
+    a->s1[r] = rstd;
+    float *y = a->y + r * a->C;
+    for (int j = 0; j < a->C; j++)
+        y[j] = (x[j] - fm) * rstd * a->w[j] + a->b[j];
+}
+
+DDPC_HD void ddpc_lk_ln_bwd_dx(size_t r, const struct ddpc_lk *a)
+{
+    const float *x = a->x + r * a->C, *dy = a->dy + r * a->C;
+    float fm = a->s0[r], rstd = a->s1[r];
+    double s1 = 0.0, s2 = 0.0;
+    for (int j = 0; j < a->C; j++) {
+        float wdy = dy[j] * a->w[j];
+        s1 += wdy;
+        s2 += (double)wdy * ((x[j] - fm) * rstd);
+    }
+    float m1 = (float)(s1 / a->C), m2 = (float)(s2 / a->C);
+    float *dx = a->dx + r * a->C;
+    for (int j = 0; j < a->C; j++) {
+        float xhat = (x[j] - fm) * rstd;
+        ddpc_k_put(&dx[j], rstd * (dy[j] * a->w[j] - m1 - xhat * m2), a->accx);
+    }
+}
+
+DDPC_HD void ddpc_lk_ln_bwd_dw(size_t j, const struct ddpc_lk *a)
+{
+    double sw = 0.0, sb = 0.0;
+    for (int r = 0; r < a->N; r++) {
+        size_t o = (size_t)r * a->C + j;
+        float xhat = (a->x[o] - a->s0[r]) * a->s1[r];
+        sw += (double)a->dy[o] * xhat;
+        sb += a->dy[o];
+    }
+    ddpc_k_put(&a->dw[j], (float)sw, a->accg);
+    ddpc_k_put(&a->db[j], (float)sb, a->accg);
+}
+
+/* One element i of kernel `kind`. */
+DDPC_HD void ddpc_lk_run(int kind, size_t i, const struct ddpc_lk *a)
+{
+    switch (kind) {
+    case DDPC_LK_IM2COL:    ddpc_lk_im2col(i, a); break;
+    case DDPC_LK_COL2IM:    ddpc_lk_col2im(i, a); break;
+    case DDPC_LK_CHAN_BIAS: a->y[i] += a->w[i / a->H % a->C]; break;
+    case DDPC_LK_CHAN_BIAS_GRAD: {
+        double s = 0.0;
+        for (int n = 0; n < a->N; n++) {
+            const float *dy = a->dy + ((size_t)n * a->C + i) * a->H;
+            for (int k = 0; k < a->H; k++)
+                s += dy[k];
+        }
+        ddpc_k_put(&a->db[i], (float)s, a->accg);
+        break;
+    }
+    case DDPC_LK_POOL_FWD:  ddpc_lk_pool_fwd(i, a); break;
+    case DDPC_LK_POOL_BWD:  ddpc_lk_pool_bwd(i, a); break;
+    case DDPC_LK_GAP_FWD: {
+        const float *x = a->x + i * a->H;
+        float s = 0.0f;
+        for (int k = 0; k < a->H; k++)
+            s += x[k];
+        a->y[i] = s / (float)a->H;
+        break;
+    }
+    case DDPC_LK_GAP_BWD:   ddpc_k_put(&a->dx[i], a->dy[i / a->H] / (float)a->H, a->accx); break;
+    case DDPC_LK_ACT_FWD:   a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0); break;
+    case DDPC_LK_ACT_BWD:
+        ddpc_k_put(&a->dx[i], a->dy[i] * ddpc_k_act2_grad(a->act, a->x[i], a->f0), a->accx);
+        break;
+    case DDPC_LK_BN_STATS:  ddpc_lk_bn_stats(i, a); break;
+    case DDPC_LK_BN_FWD:    ddpc_lk_bn_fwd(i, a); break;
+    case DDPC_LK_BN_BWD_REDUCE: ddpc_lk_bn_bwd_reduce(i, a); break;
+    case DDPC_LK_BN_BWD_DX: ddpc_lk_bn_bwd_dx(i, a); break;
+    case DDPC_LK_LN_FWD:    ddpc_lk_ln_fwd(i, a); break;
+    case DDPC_LK_LN_BWD_DX: ddpc_lk_ln_bwd_dx(i, a); break;
+    case DDPC_LK_LN_BWD_DW: ddpc_lk_ln_bwd_dw(i, a); break;
+    case DDPC_LK_DROPOUT_FWD:
+        a->y[i] = ddpc_k_uniform(a->seed, i) >= a->f0 ? a->x[i] * a->f1 : 0.0f;
+        break;
+    case DDPC_LK_DROPOUT_BWD:
+        ddpc_k_put(&a->dx[i], ddpc_k_uniform(a->seed, i) >= a->f0 ? a->dy[i] * a->f1 : 0.0f,
+                   a->accx);
+        break;
+    case DDPC_LK_ADD:       a->y[i] = a->x[i] + a->aux[i]; break;
+    case DDPC_LK_ACCUM:     ddpc_k_put(&a->dx[i], a->dy[i], a->accx); break;
+    default: break;
+    }
 }
 
 #endif /* DDPC_OPS_KERNELS_H */

@@ -37,7 +37,7 @@
 #include "sampler.h"
 #include "worker.h"
 
-#define DDPC_MAX_BUCKETS (2 * DDPC_MAX_LAYERS)
+#define DDPC_MAX_BUCKETS DDPC_MAX_BUCKETS_L
 #define DDPC_N_METRICS   10
 
 /* A slice [lo, hi) of the flat gradient buffer, reduced as one collective.
@@ -46,7 +46,7 @@
  * (without its smaller first bucket). */
 struct ddpc_bucket {
     size_t lo, hi;          /* floats */
-    int    low_layer;       /* layer owning the tensor at lo: done => bucket ready */
+    int    low_node;        /* node owning the tensor at lo: done => bucket ready */
     int    started;
 };
 
@@ -61,6 +61,9 @@ struct ddpc_run {
     int      comm_on;       /* world > 1: gradients are all-reduced */
     int      batch;         /* per-rank batch size */
     int      in_dim, out_dim;
+    int      eval_rows;     /* rows per evaluation batch */
+    size_t   n_ck;          /* floats of a checkpoint's "params": parameters, then
+                               batch-norm running statistics (model.state) */
     int      use_y;         /* mse: float targets (from y, or one-hot labels) */
     /* fp16 dynamic loss scaling, like torch.cuda.amp.GradScaler: the loss
      * gradient is multiplied by loss_scale; a step whose averaged gradients
@@ -199,29 +202,17 @@ static int grads_check(struct ddpc_run *r, size_t lo, size_t hi, double ss, stru
 
 /* ===== buckets ===== */
 
+/* layers_buckets: the function `ddpc plan` prints the buckets with. */
 static void buckets_plan(struct ddpc_run *r)
 {
-    const struct ddpc_model *m = &r->model;
-    double cap = r->job->bucket_cap_mb * 1048576.0;   /* bytes */
-    int nb = 0;
-    size_t hi = m->n_params;
-    double bytes = 0;
-    for (int l = m->n_layers - 1; l >= 0; l--) {
-        const struct ddpc_layer *L = &m->layer[l];
-        size_t offs[2] = { L->b_off, L->w_off };
-        size_t lens[2] = { (size_t)L->out, (size_t)L->out * L->in };
-        for (int t = 0; t < 2; t++) {
-            bytes += (double)lens[t] * sizeof(float);
-            int last_tensor = l == 0 && t == 1;
-            if ((cap > 0 && bytes >= cap && nb < DDPC_MAX_BUCKETS - 1) || last_tensor) {
-                r->bucket[nb].lo = offs[t];
-                r->bucket[nb].hi = hi;
-                r->bucket[nb].low_layer = l;
-                hi = offs[t];
-                bytes = 0;
-                nb++;
-            }
-        }
+    struct ddpc_bucket_span span[DDPC_MAX_BUCKETS];
+    int nb = layers_buckets(&r->model.net, r->job->bucket_cap_mb * 1048576.0, span,
+                            DDPC_MAX_BUCKETS);
+    for (int i = 0; i < nb; i++) {
+        r->bucket[i].lo = span[i].lo;
+        r->bucket[i].hi = span[i].hi;
+        r->bucket[i].low_node = span[i].low_node;
+        r->bucket[i].started = 0;
     }
     r->n_buckets = nb;
 }
@@ -238,11 +229,11 @@ static int bucket_start(struct ddpc_run *r, int i, struct ddpc_err *e)
 }
 
 /* model_backward hook: start every bucket whose tensors are all final. */
-static int on_layer_done(void *ctx, int layer, struct ddpc_err *e)
+static int on_layer_done(void *ctx, int node, struct ddpc_err *e)
 {
     struct ddpc_run *r = ctx;
     for (int i = 0; i < r->n_buckets; i++)
-        if (!r->bucket[i].started && r->bucket[i].low_layer >= layer)
+        if (!r->bucket[i].started && r->bucket[i].low_node >= node)
             DDPC_TRY(bucket_start(r, i, e));
     return 0;
 }
@@ -378,8 +369,6 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->world = a->world;
     r->comm_on = a->world > 1;
     r->batch = j->batch_size;
-    r->in_dim = j->model.layers[0];
-    r->out_dim = j->model.layers[j->model.n_layers - 1];
     if (r->comm_on && !a->grad_comm)
         return DDPC_FAIL(e, DDPC_E_INVALID, "world %d needs a gradient communicator", a->world);
     if (!a->train)
@@ -387,6 +376,26 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (j->batch_size <= 0 || j->epochs < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
                          (int)j->epochs);
+    /* evaluation batches: DDPC_EVAL_BATCH rows unless the activations of
+     * that many would pass 256 MiB (CNNs); then the training batch */
+    {
+        struct ddpc_net *net = malloc(sizeof *net);
+        char why[512];
+        int bad;
+        if (!net)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: out of memory");
+        if (layers_build(j, NULL, net, &bad, why, sizeof why) < 0) {
+            free(net);
+            return DDPC_FAIL(e, DDPC_E_INVALID, "model: %s", why);
+        }
+        r->in_dim = (int)net->in_numel;
+        r->out_dim = (int)net->out_numel;
+        double per = (double)(net->act_floats + net->scratch_floats) * 4;
+        r->eval_rows = per * DDPC_EVAL_BATCH > 256.0 * 1048576 ? r->batch : DDPC_EVAL_BATCH;
+        if (r->eval_rows > DDPC_EVAL_BATCH)
+            r->eval_rows = DDPC_EVAL_BATCH;
+        free(net);
+    }
     DDPC_TRY(run_check_data(r, a->train, "train", e));
     if (a->test)
         DDPC_TRY(run_check_data(r, a->test, "test", e));
@@ -402,7 +411,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->ops->wait_timeout_s = j->nccl_timeout_s;   /* device waits are bounded (ops.h) */
     r->amp = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->loss_scale = 65536.0f;
-    int max_rows = r->batch > DDPC_EVAL_BATCH ? r->batch : DDPC_EVAL_BATCH;
+    int max_rows = r->batch > r->eval_rows ? r->batch : r->eval_rows;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
                           j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,
@@ -482,20 +491,21 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         r->hlab = malloc(lb);
         r->hy = malloc(yb);
     }
-    r->eidx = malloc(DDPC_EVAL_BATCH * sizeof *r->eidx);
+    r->eidx = malloc((size_t)r->eval_rows * sizeof *r->eidx);
     if (!r->hx || !r->hlab || !r->hy || !r->eidx)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
 
     r->ckpt_on = j->checkpoint_dir && *j->checkpoint_dir;
     r->n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
+    r->n_ck = r->model.n_params + r->model.n_state;
     if (r->rank == 0 && (r->ckpt_on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
-        r->host_state = malloc((r->model.n_params + r->n_opt) * sizeof(float));
+        r->host_state = malloc((r->n_ck + r->n_opt) * sizeof(float));
         if (!r->host_state)
             return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
     }
     if (r->rank == 0 && r->ckpt_on)
         DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
-                                ckpt_file_size(r->model.n_params, r->n_opt) +
+                                ckpt_file_size(r->n_ck, r->n_opt) +
                                 DDPC_CKPT_IDENT_MAX, e));
     if (r->rank == 0) {
         size_t cap = 16384;
@@ -688,13 +698,23 @@ static int evaluate(struct ddpc_run *r, double *loss_sum, double *correct, doubl
     const struct ddpc_dataset *ds = r->a->test;
     int64_t n = ds->n, mine = n > r->rank ? (n - r->rank + r->world - 1) / r->world : 0;
     DDPC_TRY(acc_zero(r, 1, e));
-    for (int64_t s = 0; s < mine; s += DDPC_EVAL_BATCH) {
-        int rows = (int)(mine - s < DDPC_EVAL_BATCH ? mine - s : DDPC_EVAL_BATCH);
+    int er = r->eval_rows;
+    /* evaluation mode, with rank 0's batch-norm statistics (the ones the
+     * export holds; PyTorch DDP broadcasts rank 0's buffers likewise) */
+    model_set_mode(&r->model, 0, 0);
+    if (r->model.n_state && r->comm_on) {
+        struct ddpc_comm *c = r->a->grad_comm;
+        DDPC_TRY(c->broadcast(c, r->model.state, r->model.n_state, 0,
+                              ddpc_deadline_after(r->job->nccl_timeout_s), e));
+    }
+    for (int64_t s = 0; s < mine; s += er) {
+        int rows = (int)(mine - s < er ? mine - s : er);
         for (int i = 0; i < rows; i++)
             r->eidx[i] = r->rank + (s + i) * r->world;
         DDPC_TRY(batch_load(r, ds, r->eidx, rows, e));
         DDPC_TRY(batch_forward(r, rows, 1.0f, r->acc + DDPC_LOSS_ACC, e));
     }
+    model_set_mode(&r->model, 1, 0);
     double h[DDPC_LOSS_ACC];
     DDPC_TRY(acc_read(r, 1, h, e));
     *loss_sum = h[0];
@@ -711,10 +731,14 @@ static int state_to_host(struct ddpc_run *r, int with_opt, struct ddpc_err *e)
     struct ddpc_ops *o = r->ops;
     size_t n = r->model.n_params;
     DDPC_TRY(o->to_host(o, r->host_state, r->model.params, n * sizeof(float), e));
+    if (r->model.n_state)
+        DDPC_TRY(o->to_host(o, r->host_state + n, r->model.state,
+                            r->model.n_state * sizeof(float), e));
+    float *opt = r->host_state + r->n_ck;
     if (with_opt && r->optim.m)
-        DDPC_TRY(o->to_host(o, r->host_state + n, r->optim.m, n * sizeof(float), e));
+        DDPC_TRY(o->to_host(o, opt, r->optim.m, n * sizeof(float), e));
     if (with_opt && r->optim.v)
-        DDPC_TRY(o->to_host(o, r->host_state + 2 * n, r->optim.v, n * sizeof(float), e));
+        DDPC_TRY(o->to_host(o, opt + n, r->optim.v, n * sizeof(float), e));
     return 0;
 }
 
@@ -739,7 +763,7 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     c.sampler_epoch = in_epoch;
     c.sampler_batches = batches;
     c.optim_step = r->optim.step;
-    c.n_params = r->model.n_params;
+    c.n_params = r->n_ck;
     c.n_opt = r->n_opt;
     if (r->amp) {   /* fp32/bf16 files keep these 0, as before they existed */
         c.loss_scale = r->loss_scale;
@@ -747,7 +771,7 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
         c.skipped_steps = r->skipped_steps;
     }
     c.params = r->host_state;
-    c.opt = r->n_opt ? r->host_state + r->model.n_params : NULL;
+    c.opt = r->n_opt ? r->host_state + r->n_ck : NULL;
     char path[4096];
     DDPC_TRY(ckpt_write(j->checkpoint_dir, j->name, &c, path, sizeof path, e));
     r->ckpt_last_t = ddpc_now();
@@ -833,11 +857,11 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             return found;
         if (found) {
             int rc = 0;
-            if (c.n_params != n || c.n_opt != r->n_opt)
+            if (c.n_params != r->n_ck || c.n_opt != r->n_opt)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s holds %zu parameters and %zu "
                                "optimizer values; this job's model and optimizer need %zu and "
                                "%zu. Point checkpoint_dir elsewhere or set checkpoint.resume: "
-                               "never", path, c.n_params, c.n_opt, n, r->n_opt);
+                               "never", path, c.n_params, c.n_opt, r->n_ck, r->n_opt);
             else if (c.world != r->world && c.sampler_batches != 0)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch by %d ranks; "
                                "resume it with %d ranks (this job has %d)", path, (int)c.world,
@@ -848,6 +872,9 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                                (unsigned long long)c.seed, (unsigned long long)j->seed);
             if (rc == 0)
                 rc = r->ops->to_device(r->ops, r->model.params, c.params, n * sizeof(float), e);
+            if (rc == 0 && r->model.n_state)
+                rc = r->ops->to_device(r->ops, r->model.state, c.params + n,
+                                       r->model.n_state * sizeof(float), e);
             if (rc == 0 && r->optim.m)
                 rc = r->ops->to_device(r->ops, r->optim.m, c.opt, n * sizeof(float), e);
             if (rc == 0 && r->optim.v)
@@ -1016,6 +1043,9 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             double t1 = ddpc_now();
             r->prof.sync += t1 - tp;
             float ls = r->amp ? r->loss_scale : 1.0f;
+            /* dropout masks: from seed, rank and micro-step, the same on a rerun */
+            model_set_mode(&r->model, 1, j->seed * 0x9E3779B97F4A7C15ull ^
+                           ((uint64_t)r->rank << 48) ^ (uint64_t)(epoch * r->sampler.n_batches + b));
             DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), r->acc, e));
             double t2 = ddpc_now();
             r->prof.fwd += t2 - t1;
@@ -1195,8 +1225,12 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     res->samples_per_s = train_time > 0 ? total_samples / train_time : 0;
     if (r->rank == 0 && j->checkpoint.export_path && *j->checkpoint.export_path) {
         DDPC_TRY(state_to_host(r, 0, e));
-        DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->host_state,
-                                         r->model.n_params, e));
+        if (j->model.type == DDPC_MODEL_SEQUENTIAL)
+            DDPC_TRY(ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
+                                     r->host_state, r->host_state + r->model.n_params, e));
+        else
+            DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->host_state,
+                                             r->model.n_params, e));
     }
     if (r->metrics_on) {
         r->metrics_on = 0;

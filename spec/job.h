@@ -20,6 +20,9 @@
 #define DDPC_JOB_VERSION   1    /* spec language version this build understands */
 #define DDPC_MAX_DEVICES   64
 #define DDPC_MAX_LAYERS    16   /* sizes, input and output included: 784-256-10 is 3 */
+#define DDPC_MAX_ITEMS     64   /* model.layers items of a sequential model, residual
+                                   blocks and their bodies included */
+#define DDPC_MAX_DIMS      3    /* model.input: [features], [C, L] or [C, H, W] */
 
 /* Every enum is one list, X-macro style, and that list alone makes the C
  * enum (here), its enumerator names in generated headers (compiler/emit.c)
@@ -47,7 +50,20 @@
 #define DDPC_ENUM_LIST_matmul_precision(V, A, H) \
     V(DDPC_MATMUL_HIGHEST, "highest") V(DDPC_MATMUL_HIGH, "high")
 #define DDPC_ENUM_LIST_model_type(V, A, H) \
-    V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear")
+    V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear") V(DDPC_MODEL_SEQUENTIAL, "sequential")
+/* The item types of a sequential model's `layers` list; keys.def's
+ * DDPC_ITEM rows name them (a test checks the spellings agree). */
+#define DDPC_ENUM_LIST_layer_type(V, A, H) \
+    V(DDPC_LAYER_LINEAR, "linear") V(DDPC_LAYER_CONV2D, "conv2d") \
+    V(DDPC_LAYER_MAXPOOL2D, "maxpool2d") V(DDPC_LAYER_AVGPOOL2D, "avgpool2d") \
+    V(DDPC_LAYER_ADAPTIVEAVGPOOL2D, "adaptiveavgpool2d") V(DDPC_LAYER_BATCHNORM1D, "batchnorm1d") \
+    V(DDPC_LAYER_BATCHNORM2D, "batchnorm2d") V(DDPC_LAYER_LAYERNORM, "layernorm") \
+    V(DDPC_LAYER_DROPOUT, "dropout") V(DDPC_LAYER_FLATTEN, "flatten") V(DDPC_LAYER_RELU, "relu") \
+    V(DDPC_LAYER_LEAKY_RELU, "leaky_relu") V(DDPC_LAYER_GELU, "gelu") V(DDPC_LAYER_SILU, "silu") \
+    V(DDPC_LAYER_TANH, "tanh") V(DDPC_LAYER_SIGMOID, "sigmoid") V(DDPC_LAYER_RESIDUAL, "residual") \
+    H(DDPC_LAYER_COUNT, "count")
+#define DDPC_ENUM_LIST_gelu_approx(V, A, H) \
+    V(DDPC_GELU_NONE, "none") V(DDPC_GELU_TANH, "tanh")
 /* identity: the output layer's; not a spec value */
 #define DDPC_ENUM_LIST_activation(V, A, H) \
     V(DDPC_ACT_RELU, "relu") V(DDPC_ACT_GELU, "gelu") V(DDPC_ACT_TANH, "tanh") \
@@ -78,7 +94,7 @@
     X(strategy) X(accelerator) X(lr_scaling) X(precision) X(matmul_precision) X(model_type) \
     X(activation) \
     X(init) X(loss) X(data_format) X(optimizer_type) X(decay) X(resume) X(progress) \
-    X(launcher)
+    X(launcher) X(layer_type) X(gelu_approx)
 
 #define DDPC_ENUMERATOR_(id, s) id,
 #define DDPC_NO_ENUMERATOR_(id, s)
@@ -100,6 +116,28 @@ enum ddpc_decay          { DDPC_ENUM_BODY_(decay) };
 enum ddpc_resume         { DDPC_ENUM_BODY_(resume) };
 enum ddpc_progress       { DDPC_ENUM_BODY_(progress) };
 enum ddpc_launcher       { DDPC_ENUM_BODY_(launcher) };
+enum ddpc_layer_type     { DDPC_ENUM_BODY_(layer_type) };
+enum ddpc_gelu_approx    { DDPC_ENUM_BODY_(gelu_approx) };
+
+/* One item of a sequential model's layer list: the arguments of every type
+ * side by side (a type reads only its own; the others stay 0). PyTorch's
+ * argument names; in_features/in_channels 0 = inferred from the shapes. */
+struct ddpc_layer_item {
+    enum ddpc_layer_type type;
+    int32_t n_body;         /* residual: the next n_body items (nested ones
+                               included) are its body */
+    int32_t in;             /* linear in_features, conv2d in_channels; 0 = inferred */
+    int32_t out;            /* linear out_features, conv2d out_channels */
+    int32_t kernel_size;    /* conv2d, pools */
+    int32_t stride;         /* conv2d, pools; pools: 0 = kernel_size (PyTorch's None) */
+    int32_t padding;        /* conv2d, pools */
+    int32_t bias;           /* linear, conv2d: bool */
+    int32_t output_size;    /* adaptiveavgpool2d: 1 */
+    enum ddpc_gelu_approx approximate;  /* gelu */
+    double  p;              /* dropout */
+    double  momentum, eps;  /* batchnorm (momentum, eps), layernorm (eps) */
+    double  negative_slope; /* leaky_relu */
+};
 
 /* One data source (data.train or data.test). Which fields matter depends on
  * format:
@@ -152,7 +190,13 @@ struct ddpc_job {
         int32_t layers[DDPC_MAX_LAYERS];/* [in, hidden..., out] */
         enum ddpc_activation activation;/* hidden layers; the output layer is identity */
         enum ddpc_init init;
+        int32_t n_input;                /* sequential: dims of model.input; 0 = from the data */
+        int32_t input[DDPC_MAX_DIMS];
+        int32_t n_items;                /* sequential: items of model.layers */
+        struct ddpc_layer_item items[DDPC_MAX_ITEMS];
+        const char *init_from;          /* safetensors file to start from; NULL = init */
     } model;
+    int32_t sync_batchnorm;             /* bool; true is refused (not implemented) */
 
     enum ddpc_loss loss;
 

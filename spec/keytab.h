@@ -15,13 +15,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "job.h"
 
 /* ---- blocks: one per mapping of the spec ---- */
 enum ddpc_block {
     DDPC_B_ROOT, DDPC_B_MODEL, DDPC_B_DATA, DDPC_B_SOURCE, DDPC_B_OPTIMIZER,
-    DDPC_B_SCHEDULE, DDPC_B_CHECKPOINT, DDPC_B_LOGGING, DDPC_B_LAUNCH, DDPC_B_COUNT
+    DDPC_B_SCHEDULE, DDPC_B_CHECKPOINT, DDPC_B_LOGGING, DDPC_B_LAUNCH,
+    /* model.layers: the item types (DDPC_ITEM rows), each type's keys, and
+     * ITEM, the fields of struct ddpc_layer_item for the output side */
+    DDPC_B_LAYERS, DDPC_B_L_LINEAR, DDPC_B_L_CONV2D, DDPC_B_L_POOL, DDPC_B_L_ADAPTIVE,
+    DDPC_B_L_BATCHNORM, DDPC_B_L_LAYERNORM, DDPC_B_L_DROPOUT, DDPC_B_L_LEAKY, DDPC_B_L_GELU,
+    DDPC_B_L_NONE, DDPC_B_ITEM, DDPC_B_COUNT
 };
 
 /* A row's field offset, from the start of its block's struct (a block row
@@ -36,6 +42,17 @@ enum ddpc_block {
 #define DDPC_OFF_CHECKPOINT(f) DDPC_OFF_IN_(checkpoint, f)
 #define DDPC_OFF_LOGGING(f)    DDPC_OFF_IN_(logging, f)
 #define DDPC_OFF_LAUNCH(f)     DDPC_OFF_IN_(launch, f)
+/* an item's keys: offsets into struct ddpc_layer_item */
+#define DDPC_OFF_ITEM(f)        offsetof(struct ddpc_layer_item, f)
+#define DDPC_OFF_L_LINEAR(f)    DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_CONV2D(f)    DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_POOL(f)      DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_ADAPTIVE(f)  DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_BATCHNORM(f) DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_LAYERNORM(f) DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_DROPOUT(f)   DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_LEAKY(f)     DDPC_OFF_ITEM(f)
+#define DDPC_OFF_L_GELU(f)      DDPC_OFF_ITEM(f)
 
 /* ---- enums: one table per list in job.h ---- */
 enum ddpc_enum_kind { DDPC_EK_VALUE, DDPC_EK_ALIAS, DDPC_EK_HIDDEN };
@@ -91,7 +108,9 @@ enum ddpc_ftype {
     DDPC_FT_BOOL,               /* int32_t 0/1 */
     DDPC_FT_STR,                /* const char *, NULL allowed */
     DDPC_FT_ENUM,               /* int-sized enum, spelled through e */
-    DDPC_FT_I32_LIST            /* int32_t[cap], count in the int32_t at count_off */
+    DDPC_FT_I32_LIST,           /* int32_t[cap], count in the int32_t at count_off */
+    DDPC_FT_ITEMS               /* struct ddpc_layer_item[cap], count at count_off: the
+                                   walk visits block ITEM's fields of each used item */
 };
 
 /* keys.def's types as output types */
@@ -126,6 +145,16 @@ struct ddpc_field {
 #define DDPC_FSIZE_CHECKPOINT(f) sizeof(((struct ddpc_job *)0)->checkpoint.f)
 #define DDPC_FSIZE_LOGGING(f)    sizeof(((struct ddpc_job *)0)->logging.f)
 #define DDPC_FSIZE_LAUNCH(f)     sizeof(((struct ddpc_job *)0)->launch.f)
+#define DDPC_FSIZE_ITEM(f)       sizeof(((struct ddpc_layer_item *)0)->f)
+#define DDPC_FSIZE_L_LINEAR(f)   DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_CONV2D(f)   DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_POOL(f)     DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_ADAPTIVE(f) DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_BATCHNORM(f) DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_LAYERNORM(f) DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_DROPOUT(f)  DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_LEAKY(f)    DDPC_FSIZE_ITEM(f)
+#define DDPC_FSIZE_L_GELU(f)     DDPC_FSIZE_ITEM(f)
 
 #define DDPC_KEY(b, n, t, f, lo, hi, fl, def, only, chk, doc) \
     { DDPC_B_##b, #f, DDPC_FT_OF_##t, DDPC_OFF_##b(f), DDPC_FSIZE_##b(f), NULL, 0, DDPC_B_ROOT },
@@ -143,6 +172,9 @@ struct ddpc_field {
 #define DDPC_OUT_LIST(b, f, count) \
     { DDPC_B_##b, #f, DDPC_FT_I32_LIST, DDPC_OFF_##b(f), DDPC_FSIZE_##b(f), NULL, \
       DDPC_OFF_##b(count), DDPC_B_ROOT },
+#define DDPC_OUT_ITEMS(b, f, count, ch) \
+    { DDPC_B_##b, #f, DDPC_FT_ITEMS, DDPC_OFF_##b(f), DDPC_FSIZE_##b(f), NULL, \
+      DDPC_OFF_##b(count), DDPC_B_##ch },
 static const struct ddpc_field ddpc_fields[] = {
 #include "keys.def"
 };
@@ -171,9 +203,20 @@ static inline void ddpc_fields_walk(enum ddpc_block b, const char *base, const c
         if (pl)
             path[pl++] = '.';
         memcpy(path + pl, f->member, ml + 1);
-        if (f->type == DDPC_FT_BLOCK)
+        if (f->type == DDPC_FT_BLOCK) {
             ddpc_fields_walk(f->child, base + f->off, path, fn, ctx);
-        else
+        } else if (f->type == DDPC_FT_ITEMS) {
+            /* "model.items[3].type": a C designator too */
+            int32_t n;
+            memcpy(&n, base + f->count_off, sizeof n);
+            size_t cap = f->size / sizeof(struct ddpc_layer_item);
+            for (int k = 0; k >= 0 && (size_t)k < cap && k < n; k++) {
+                char ipath[160];
+                snprintf(ipath, sizeof ipath, "%s[%d]", path, k);
+                ddpc_fields_walk(f->child, base + f->off + (size_t)k * sizeof(struct ddpc_layer_item),
+                                 ipath, fn, ctx);
+            }
+        } else
             fn(ctx, f, path, base + f->off, base);
     }
 }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "layers.h"
 #include "probe.h"
 #include "units.h"
 
@@ -38,6 +39,9 @@ struct ddpc_vctx {
     const struct ddpc_node *root;
     const char *dir;        /* the spec file's directory as written ("" for none) */
     const char *abs_dir;    /* the same, absolute; computed on first use */
+    /* model.layers items of a sequential model: where each was written */
+    const struct ddpc_node *item_node[DDPC_MAX_ITEMS];
+    const char *item_path[DDPC_MAX_ITEMS];
 };
 
 /* ===================== the key table ===================== */
@@ -50,12 +54,15 @@ static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
 static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
                             const char *path);
+static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int check_sync_bn(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 
 #define NOLO     DDPC_NOLO
 #define NOHI     DDPC_NOHI
 #define REQUIRED DDPC_F_REQUIRED
 #define LO_OPEN  DDPC_F_LO_OPEN
 #define HI_OPEN  DDPC_F_HI_OPEN
+#define LIST     DDPC_F_LIST
 
 #define DDPC_KEY(b, n, t, f, lo, hi, fl, def, only, chk, doc) \
     { DDPC_B_##b, #n, DDPC_T_##t, DDPC_OFF_##b(f), lo, hi, fl, def, NULL, only, DDPC_B_ROOT, \
@@ -70,6 +77,10 @@ static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void
     { DDPC_B_##b, #n, DDPC_T_CUSTOM, DDPC_OFF_##b(f), NOLO, NOHI, fl, def, NULL, only, DDPC_B_ROOT, \
       fn, schema, tt, doc },
 
+#define DDPC_ITEM(list, n, lt, ch, fl, doc) \
+    { DDPC_B_##list, #n, DDPC_T_ITEM, (size_t)(lt), NOLO, NOHI, fl, NULL, NULL, NULL, DDPC_B_##ch, \
+      NULL, NULL, NULL, doc },
+
 const struct ddpc_key ddpc_keys[] = {
 #include "keys.def"
 };
@@ -81,7 +92,7 @@ const struct ddpc_default_when ddpc_default_whens[] = {
     { DDPC_B_COUNT, NULL, NULL, NULL }   /* the end (the table may have no rows) */
 };
 
-#define MAX_KEYS 128   /* per-walk arrays; a test asserts ddpc_n_keys fits */
+#define MAX_KEYS 256   /* per-walk arrays; a test asserts ddpc_n_keys fits */
 
 /* ===================== other tools' names (aliases.def) ===================== */
 
@@ -142,6 +153,13 @@ static const char *const block_paths[DDPC_B_COUNT] = {
     [DDPC_B_SOURCE] = "data.train", [DDPC_B_OPTIMIZER] = "optimizer",
     [DDPC_B_SCHEDULE] = "schedule", [DDPC_B_CHECKPOINT] = "checkpoint",
     [DDPC_B_LOGGING] = "logging", [DDPC_B_LAUNCH] = "launch",
+    [DDPC_B_LAYERS] = "model.layers", [DDPC_B_L_LINEAR] = "model.layers[].linear",
+    [DDPC_B_L_CONV2D] = "model.layers[].conv2d", [DDPC_B_L_POOL] = "model.layers[].maxpool2d",
+    [DDPC_B_L_ADAPTIVE] = "model.layers[].adaptiveavgpool2d",
+    [DDPC_B_L_BATCHNORM] = "model.layers[].batchnorm2d",
+    [DDPC_B_L_LAYERNORM] = "model.layers[].layernorm", [DDPC_B_L_DROPOUT] = "model.layers[].dropout",
+    [DDPC_B_L_LEAKY] = "model.layers[].leaky_relu", [DDPC_B_L_GELU] = "model.layers[].gelu",
+    [DDPC_B_L_NONE] = "model.layers[]", [DDPC_B_ITEM] = "model.items",
 };
 
 const char *validate_block_path(enum ddpc_block b)
@@ -764,7 +782,9 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
     }
     /* the right key in the wrong block: say where it belongs */
     for (int i = 0; i < ddpc_n_keys; i++) {
-        if (ddpc_keys[i].block == b || strcmp(ddpc_keys[i].name, key->str) != 0)
+        /* (a layer's argument is no key of a block: not suggested here) */
+        if (ddpc_keys[i].block == b || ddpc_keys[i].block >= DDPC_B_LAYERS ||
+            strcmp(ddpc_keys[i].name, key->str) != 0)
             continue;
         char where[128];
         join_path(where, sizeof where, validate_block_path(ddpc_keys[i].block), key->str);
@@ -983,19 +1003,162 @@ static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *fie
     return rc;
 }
 
+/* The ITEM row of list block `list` named name[0..len), or -1. */
+static int item_index(enum ddpc_block list, const char *name, size_t len)
+{
+    for (int i = 0; i < ddpc_n_keys; i++)
+        if (ddpc_keys[i].block == list && ddpc_keys[i].type == DDPC_T_ITEM &&
+            strlen(ddpc_keys[i].name) == len && memcmp(ddpc_keys[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+static int item_has_required(const struct ddpc_key *row)
+{
+    for (int i = 0; i < ddpc_n_keys; i++)
+        if (ddpc_keys[i].block == row->child && (ddpc_keys[i].flags & REQUIRED))
+            return i;
+    return -1;
+}
+
+static void unknown_item(struct ddpc_vctx *c, const struct ddpc_node *n, const char *path)
+{
+    char found[96];
+    struct ddpc_node plain = *n;
+    plain.quoted = 0;
+    describe(&plain, found, sizeof found);
+    const char *best = NULL;
+    int bestd = 99;
+    for (int i = 0; i < ddpc_n_keys; i++) {
+        if (ddpc_keys[i].block != DDPC_B_LAYERS)
+            continue;
+        int dist = validate_distance(n->str, ddpc_keys[i].name);
+        if (dist < bestd && close_enough(n->str, ddpc_keys[i].name, dist)) {
+            bestd = dist;
+            best = ddpc_keys[i].name;
+        }
+    }
+    if (best)
+        vdiag(c, DDPC_SEV_ERROR, n, path, "unknown layer %s; did you mean '%s'?", found, best);
+    else
+        vdiag(c, DDPC_SEV_ERROR, n, path, "unknown layer %s; see `ddpc schema --format markdown` "
+              "for the layer types", found);
+}
+
+/* Parses the items of seq (a list of layers) into job->model.items,
+ * flattened: a residual item is followed by its body. */
+static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const char *path,
+                       int depth)
+{
+    struct ddpc_job *job = c->job;
+    char found[96], ipath[280];
+    int rc = 0;
+    for (int i = 0; i < seq->n; i++) {
+        const struct ddpc_node *it = seq->items[i], *name = it, *val = NULL;
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (it->kind == DDPC_NODE_MAP) {
+            if (it->n != 1) {
+                vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a layer: a name (`- relu`) or a "
+                      "mapping with one key (`- linear: {out_features: 10}`), found a mapping of "
+                      "%d keys", it->n);
+                rc = -1;
+                continue;
+            }
+            name = it->items[0];
+            val = it->items[1];
+            if (load_is_null(val))
+                val = NULL;
+        }
+        if (name->kind != DDPC_NODE_SCALAR || load_is_null(name)) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a layer: a name (`- relu`) or a mapping "
+                  "with one key (`- linear: {out_features: 10}`), found %s",
+                  describe(name, found, sizeof found));
+            rc = -1;
+            continue;
+        }
+        int r = item_index(DDPC_B_LAYERS, name->str, name->len);
+        if (r < 0) {
+            unknown_item(c, name, ipath);
+            rc = -1;
+            continue;
+        }
+        const struct ddpc_key *row = &ddpc_keys[r];
+        if (job->model.n_items >= DDPC_MAX_ITEMS) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "more than %d layers (residual bodies included)",
+                  DDPC_MAX_ITEMS);
+            return -1;
+        }
+        int k = job->model.n_items++;
+        struct ddpc_layer_item *item = &job->model.items[k];
+        memset(item, 0, sizeof *item);
+        item->type = (enum ddpc_layer_type)row->off;
+        c->item_node[k] = it;
+        c->item_path[k] = arena_strndup(c->a, ipath, strlen(ipath));
+        char kpath[300];
+        snprintf(kpath, sizeof kpath, "%s.%s", ipath, row->name);
+        if (row->flags & DDPC_F_LIST) {
+            if (!val || val->kind != DDPC_NODE_SEQ || val->n == 0) {
+                vdiag(c, DDPC_SEV_ERROR, val ? val : it, kpath, "%s takes a non-empty list of "
+                      "layers (`- %s: [linear: {out_features: 64}, relu]`), found %s", row->name,
+                      row->name, val ? describe(val, found, sizeof found) : "nothing");
+                rc = -1;
+                continue;
+            }
+            if (depth >= 16) {
+                vdiag(c, DDPC_SEV_ERROR, val, kpath, "%s blocks nested more than 16 deep",
+                      row->name);
+                return -1;
+            }
+            int before = job->model.n_items;
+            if (parse_items(c, val, kpath, depth + 1) < 0)
+                rc = -1;
+            job->model.items[k].n_body = job->model.n_items - before;
+            continue;
+        }
+        if (val && val->kind != DDPC_NODE_MAP) {
+            vdiag(c, DDPC_SEV_ERROR, val, kpath, "expected the arguments of %s as a mapping "
+                  "(`- %s: {...}`), found %s", row->name, row->name,
+                  describe(val, found, sizeof found));
+            rc = -1;
+            continue;
+        }
+        int req = item_has_required(row);
+        if (!val && req >= 0) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "%s needs %s: write `- %s: {%s: ...}`",
+                  row->name, ddpc_keys[req].name, row->name, ddpc_keys[req].name);
+            rc = -1;
+        }
+        int e0 = c->d->n_errors;
+        walk_block(c, row->child, val, (char *)item, kpath);
+        if (c->d->n_errors != e0)
+            rc = -1;
+        item->type = (enum ddpc_layer_type)row->off;
+    }
+    return rc;
+}
+
 static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
                       const char *path)
 {
     struct ddpc_job *job = c->job;
     char found[96], ipath[280];
+    int64_t v;
     (void)field;
     job->model.n_layers = 0;
+    job->model.n_items = 0;
     if (!n)
         return 0;
     if (n->kind != DDPC_NODE_SEQ) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of layer sizes [in, hidden..., out], "
-              "found %s", describe(n, found, sizeof found));
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of layer sizes [in, hidden..., out] "
+              "or of layers, found %s", describe(n, found, sizeof found));
         return -1;
+    }
+    /* a list of layers (sequential) unless it starts with a size */
+    if (n->n > 0 && plain_int(n->items[0], &v) < 0) {
+        int rc = parse_items(c, n, path, 0);
+        if (rc < 0)
+            job->model.n_items = 0;
+        return rc;
     }
     if (n->n < 2 || n->n > DDPC_MAX_LAYERS) {
         vdiag(c, DDPC_SEV_ERROR, n, path, "expected 2 to %d layer sizes [in, hidden..., out], "
@@ -1005,7 +1168,6 @@ static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     int rc = 0;
     for (int i = 0; i < n->n; i++) {
         const struct ddpc_node *it = n->items[i];
-        int64_t v;
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (plain_int(it, &v) < 0) {
             vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected an integer, found %s",
@@ -1022,6 +1184,56 @@ static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     if (rc == 0)
         job->model.n_layers = n->n;
     return rc;
+}
+
+static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                     const char *path)
+{
+    struct ddpc_job *job = c->job;
+    char found[96], ipath[280];
+    (void)field;
+    job->model.n_input = 0;
+    if (!n)
+        return 0;
+    if (n->kind != DDPC_NODE_SEQ || n->n < 1 || n->n > DDPC_MAX_DIMS) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected the shape of one sample: [features], "
+              "[channels, length] or [channels, height, width]; found %s",
+              n->kind == DDPC_NODE_SEQ ? "a list of another length" : describe(n, found, sizeof found));
+        return -1;
+    }
+    int64_t total = 1;
+    for (int i = 0; i < n->n; i++) {
+        int64_t v;
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (plain_int(n->items[i], &v) < 0 || v < 1 || v > (1 << 24)) {
+            vdiag(c, DDPC_SEV_ERROR, n->items[i], ipath, "expected an integer between 1 and %d, "
+                  "found %s", 1 << 24, describe(n->items[i], found, sizeof found));
+            return -1;
+        }
+        total *= v;
+        job->model.input[i] = (int32_t)v;
+    }
+    if (total > (1 << 28)) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "%lld floats per sample is more than %d",
+              (long long)total, 1 << 28);
+        return -1;
+    }
+    job->model.n_input = n->n;
+    return 0;
+}
+
+static int check_sync_bn(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                         const char *path)
+{
+    int32_t v;
+    memcpy(&v, field, sizeof v);
+    if (n && v) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "not implemented yet: batch-norm statistics are not "
+              "reduced across ranks (each rank normalizes with its own batch, as PyTorch DDP "
+              "without SyncBatchNorm); use sync_batchnorm: false");
+        return -1;
+    }
+    return 0;
 }
 
 static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
@@ -1166,6 +1378,8 @@ struct data_info {
     int64_t features;   /* -1 unknown */
     int64_t classes;    /* synthetic: exact (0 regression); -1 unknown */
     int64_t max_label;  /* label files: the largest label; -1 unknown */
+    int     nd;         /* dims of one sample (0 unknown): IDX images [1, rows, cols] */
+    int64_t dims[8];
 };
 
 /* What the first CSV_SEEN columns of a CSV's head look like, to tell which
@@ -1461,9 +1675,12 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
 {
     char key[64], shown[PATH_MAX + 64];
     info->samples = info->features = info->classes = info->max_label = -1;
+    info->nd = 0;
     if (s->format == DDPC_DATA_SYNTHETIC) {
         info->samples = s->samples;
         info->features = s->features;
+        info->nd = 1;
+        info->dims[0] = s->features;
         info->classes = s->classes;
         return;
     }
@@ -1493,6 +1710,8 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
         }
         info->features = cols - 1;
         csv_label_hint(c, s, spath, n, &f);
+        info->nd = 1;
+        info->dims[0] = cols - 1;
         return;
     }
     /* idx, npy: inputs [N, features...], labels [N] */
@@ -1522,6 +1741,20 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             for (int i = 1; i < f.nd; i++)
                 feat *= f.dims[i];
             info->features = feat;
+            /* one sample's shape: IDX images [N, rows, cols] are [1, rows, cols] */
+            if (s->format == DDPC_DATA_IDX && f.nd == 3) {
+                info->nd = 3;
+                info->dims[0] = 1;
+                info->dims[1] = f.dims[1];
+                info->dims[2] = f.dims[2];
+            } else if (f.nd == 1) {
+                info->nd = 1;
+                info->dims[0] = 1;
+            } else if (f.nd <= 9) {
+                info->nd = f.nd - 1;
+                for (int i = 1; i < f.nd; i++)
+                    info->dims[i - 1] = f.dims[i];
+            }
         } else if (f.labels_known && f.min_label < 0) {
             /* the loader refuses negative integer labels whatever the loss */
             vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has a negative label (%lld); class labels "
@@ -1577,6 +1810,120 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
         vdiag(c, DDPC_SEV_WARNING, n, key, "'%s' is %s here, not %s; a job run from this "
               "directory would refuse it", n->str, kind, want_dir ? "a directory"
                                                               : "a regular file");
+}
+
+/* A sequential model: the input shape (model.input or the data's), every
+ * layer's shapes and arguments (layers.c), then the output against the
+ * classes or targets. Findings go to the offending item. */
+static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
+                              const struct data_info *te)
+{
+    struct ddpc_job *j = c->job;
+    const struct ddpc_node *n, *ln = at(c, "model.layers"), *in_node = at(c, "model.input");
+    struct ddpc_shape shape;
+    char sh[96], why[512];
+    memset(&shape, 0, sizeof shape);
+    if (j->model.n_input) {
+        shape.n = j->model.n_input;
+        int64_t total = 1;
+        for (int i = 0; i < shape.n; i++) {
+            shape.d[i] = j->model.input[i];
+            total *= shape.d[i];
+        }
+        if (tr->features >= 0 && total != tr->features) {
+            vdiag(c, DDPC_SEV_ERROR, in_node, "model.input", "%s is %lld floats per sample, but "
+                  "data.train has %lld features per sample",
+                  layers_shape_str(&shape, sh, sizeof sh), (long long)total,
+                  (long long)tr->features);
+            return;
+        }
+    } else if (tr->nd >= 1 && tr->nd <= DDPC_MAX_DIMS) {
+        shape.n = tr->nd;
+        for (int i = 0; i < shape.n; i++)
+            shape.d[i] = (int32_t)tr->dims[i];
+    } else if (tr->nd > DDPC_MAX_DIMS) {
+        vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "data.train's samples have %d dimensions; "
+              "at most %d are supported: set model.input (e.g. [%lld])", tr->nd, DDPC_MAX_DIMS,
+              (long long)tr->features);
+        return;
+    } else {
+        return;   /* --no-data: the runtime checks against the data */
+    }
+    if (te->features >= 0 && tr->features >= 0 && te->features != tr->features)
+        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
+              "but data.train has %lld", (long long)te->features, (long long)tr->features);
+    static struct ddpc_net net;   /* large; validation is single-threaded */
+    int bad = -1;
+    if (layers_build(j, &shape, &net, &bad, why, sizeof why) < 0) {
+        if (bad >= 0 && bad < j->model.n_items && c->item_node[bad])
+            vdiag(c, DDPC_SEV_ERROR, c->item_node[bad], c->item_path[bad], "%s", why);
+        else
+            vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "%s", why);
+        return;
+    }
+    if (!j->model.n_input) {
+        /* bake the data's shape, so the runtime and the plan use the same */
+        j->model.n_input = shape.n;
+        for (int i = 0; i < shape.n; i++)
+            j->model.input[i] = shape.d[i];
+    }
+    const struct ddpc_lnode *last = &net.node[net.n - 1];
+    int li = last->item >= 0 ? last->item : 0;
+    n = c->item_node[li] ? c->item_node[li] : ln;
+    const char *lp = c->item_path[li] ? c->item_path[li] : "model.layers";
+    if (last->out.n != 1) {
+        vdiag(c, DDPC_SEV_ERROR, n, lp, "the model's output is %s per sample; the loss needs one "
+              "vector per sample ([classes] or [targets]): end with flatten and a linear layer",
+              layers_shape_str(&last->out, sh, sizeof sh));
+        return;
+    }
+    int64_t out = last->out_numel;
+    if (tr->classes > 0 && out != tr->classes)
+        vdiag(c, DDPC_SEV_ERROR, n, lp, "%s gives %lld outputs, but data.train has %lld classes",
+              layers_type_name(last->it.type), (long long)out, (long long)tr->classes);
+    for (int w = 0; w < 2; w++) {
+        const struct data_info *di = w ? te : tr;
+        if (di->max_label >= out)
+            vdiag(c, DDPC_SEV_ERROR, n, lp, "%s gives %lld outputs, too few: the labels of %s go "
+                  "up to %lld (%lld classes)", layers_type_name(last->it.type), (long long)out,
+                  w ? "data.test" : "data.train", (long long)di->max_label,
+                  (long long)di->max_label + 1);
+    }
+}
+
+/* An mlp or linear model: the first size against the features, the last
+ * against the classes or labels. */
+static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
+                       const struct data_info *tep)
+{
+    struct ddpc_job *j = c->job;
+    const struct ddpc_node *n;
+    struct data_info tr = *trp, te = *tep;
+    int in = j->model.layers[0], out = j->model.layers[j->model.n_layers - 1];
+    if (tr.features >= 0 && tr.features != in && (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n->items[0], "model.layers[0]", "input size %d does not match "
+              "the %lld features per sample of data.train", in, (long long)tr.features);
+    if (te.features >= 0 && tr.features >= 0 && te.features != tr.features)
+        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
+              "but data.train has %lld", (long long)te.features, (long long)tr.features);
+    if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers"))) {
+        char lp[48];
+        snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
+        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
+              "%lld classes of data.train", out, (long long)tr.classes);
+    }
+    /* every label needs an output: label 9 with 5 outputs would index past the logits */
+    for (int w = 0; w < 2; w++) {
+        const struct data_info *di = w ? &te : &tr;
+        if (di->max_label >= out && (n = at(c, "model.layers"))) {
+            char lp[48];
+            snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
+            vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d is too small: "
+                  "the labels of %s go up to %lld (%lld classes)", out,
+                  w ? "data.test" : "data.train", (long long)di->max_label,
+                  (long long)di->max_label + 1);
+        }
+    }
 }
 
 static void cross_rules(struct ddpc_vctx *c)
@@ -1662,6 +2009,13 @@ static void cross_rules(struct ddpc_vctx *c)
                   "launch.master_addr, the address of node 0", nodes);
     }
 
+    if (j->model.type == DDPC_MODEL_SEQUENTIAL && j->model.n_layers && (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "model type sequential takes a list of layers "
+              "(`- linear: {out_features: 10}`), found layer sizes; sizes are for type mlp or linear");
+    if (j->model.type != DDPC_MODEL_SEQUENTIAL && j->model.n_items && (n = at(c, "model.layers")))
+        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "a list of layers needs model.type: sequential "
+              "(type here is %s)", j->model.type == DDPC_MODEL_LINEAR ? "linear" : "mlp");
+
     if (j->model.type == DDPC_MODEL_LINEAR && j->model.n_layers && j->model.n_layers != 2 &&
         (n = at(c, "model.layers")))
         vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "model type linear takes exactly 2 sizes "
@@ -1689,7 +2043,8 @@ static void cross_rules(struct ddpc_vctx *c)
     }
 
     /* data vs model: only when the blocks themselves were valid */
-    if (!at(c, "data.train") || j->model.n_layers < 2)
+    int seq = j->model.type == DDPC_MODEL_SEQUENTIAL;
+    if (!at(c, "data.train") || (seq ? j->model.n_items < 1 : j->model.n_layers < 2))
         return;
     struct data_info tr, te;
     int before = c->d->n_errors;
@@ -1699,31 +2054,10 @@ static void cross_rules(struct ddpc_vctx *c)
         data_source_info(c, &j->data.test, "data.test", &te);
     if (c->d->n_errors != before)
         return;
-    int in = j->model.layers[0], out = j->model.layers[j->model.n_layers - 1];
-    if (tr.features >= 0 && tr.features != in && (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n->items[0], "model.layers[0]", "input size %d does not match "
-              "the %lld features per sample of data.train", in, (long long)tr.features);
-    if (te.features >= 0 && tr.features >= 0 && te.features != tr.features)
-        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
-              "but data.train has %lld", (long long)te.features, (long long)tr.features);
-    if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers"))) {
-        char lp[48];
-        snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
-        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
-              "%lld classes of data.train", out, (long long)tr.classes);
-    }
-    /* every label needs an output: label 9 with 5 outputs would index past the logits */
-    for (int w = 0; w < 2; w++) {
-        const struct data_info *di = w ? &te : &tr;
-        if (di->max_label >= out && (n = at(c, "model.layers"))) {
-            char lp[48];
-            snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
-            vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d is too small: "
-                  "the labels of %s go up to %lld (%lld classes)", out,
-                  w ? "data.test" : "data.train", (long long)di->max_label,
-                  (long long)di->max_label + 1);
-        }
-    }
+    if (seq)
+        sequential_shapes(c, &tr, &te);
+    else
+        mlp_shapes(c, &tr, &te);
     if (tr.classes == 0 && j->loss == DDPC_LOSS_CROSS_ENTROPY) {
         const struct ddpc_node *ln = at(c, "loss");
         vdiag(c, DDPC_SEV_ERROR, ln ? ln : at(c, "data.train.classes"),

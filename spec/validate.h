@@ -22,6 +22,7 @@
 
 enum ddpc_key_type {
     DDPC_T_BLOCK, DDPC_T_ENUM, DDPC_T_CUSTOM,
+    DDPC_T_ITEM,     /* an item type of a list (off: its enum value; child: its keys) */
     DDPC_T_INT,      /* int32_t */
     DDPC_T_INT64,    /* int64_t */
     DDPC_T_U64,      /* uint64_t */
@@ -37,6 +38,7 @@ enum ddpc_key_type {
 #define DDPC_F_REQUIRED 1u
 #define DDPC_F_LO_OPEN  2u   /* lo is exclusive */
 #define DDPC_F_HI_OPEN  4u   /* hi is exclusive */
+#define DDPC_F_LIST     8u   /* ITEM: the value is a nested list of the same items */
 
 #define DDPC_NOLO (-1e300)
 #define DDPC_NOHI (1e300)

@@ -311,7 +311,16 @@ START_TEST(hostile_values_baked_exactly)
      * test source, devices_all) set, so none of them can be forgotten */
     fx.job.devices_all = 1;
     fx.job.strategy = DDPC_STRATEGY_NONE;
-    fx.job.model.type = DDPC_MODEL_LINEAR;
+    fx.job.model.type = DDPC_MODEL_SEQUENTIAL;   /* every item field non-zero */
+    fx.job.model.n_input = 1;
+    fx.job.model.input[0] = 784;
+    fx.job.model.n_items = 1;
+    fx.job.model.items[0] = (struct ddpc_layer_item){
+        .type = DDPC_LAYER_LINEAR, .n_body = 0, .in = 784, .out = 10, .kernel_size = 3,
+        .stride = 2, .padding = 1, .bias = 1, .output_size = 1, .approximate = DDPC_GELU_TANH,
+        .p = 0.25, .momentum = 0.3, .eps = 1e-3, .negative_slope = 0.2 };
+    fx.job.model.init_from = fx.strings[1];
+    fx.job.sync_batchnorm = 1;
     fx.job.data.test.inputs = fx.strings[2];
     fx.job.data.test.labels = fx.strings[3];
     fx.job.data.test.samples = 77;

@@ -43,19 +43,29 @@ static double ref_loss(const struct ddpc_model *m, const double *p, const float 
 {
     double a[64], next[64], total = 0;
     for (int r = 0; r < rows; r++) {
-        int w = m->layer[0].in;
+        int w = m->net.node[0].channels;
         for (int i = 0; i < w; i++)
             a[i] = x[r * w + i];
-        for (int l = 0; l < m->n_layers; l++) {
-            const struct ddpc_layer *L = &m->layer[l];
-            for (int o = 0; o < L->out; o++) {
-                double s = p[L->b_off + o];
-                for (int i = 0; i < L->in; i++)
-                    s += p[L->w_off + (size_t)o * L->in + i] * a[i];
-                next[o] = act_d(L->act, s);
+        /* the lowered node list: linear, activation, linear, ... */
+        for (int k = 0; k < m->net.n; k++) {
+            const struct ddpc_lnode *L = &m->net.node[k];
+            if (L->it.type != DDPC_LAYER_LINEAR) {
+                int act = L->it.type == DDPC_LAYER_RELU ? DDPC_K_RELU
+                        : L->it.type == DDPC_LAYER_GELU ? DDPC_K_GELU
+                        : L->it.type == DDPC_LAYER_TANH ? DDPC_K_TANH : DDPC_K_SIGMOID;
+                for (int i = 0; i < w; i++)
+                    a[i] = act_d(act, a[i]);
+                continue;
             }
-            memcpy(a, next, sizeof(double) * L->out);
-            w = L->out;
+            int in = L->channels, out = L->it.out;
+            for (int o = 0; o < out; o++) {
+                double s = p[L->b_off + o];
+                for (int i = 0; i < in; i++)
+                    s += p[L->w_off + (size_t)o * in + i] * a[i];
+                next[o] = s;
+            }
+            memcpy(a, next, sizeof(double) * out);
+            w = out;
         }
         if (loss == DDPC_LOSS_CROSS_ENTROPY) {
             double mx = a[0], s = 0;
@@ -119,7 +129,7 @@ static void check_gradients(const int *sizes, int n, int act, int loss, uint64_t
     ck_assert_int_eq(model_backward(&m, x, m.dbuf[0], ROWS, 0, hook, &h, &e), 0);
     ck_assert_int_eq(h.calls, n - 1);
     for (int i = 0; i < n - 1; i++)
-        ck_assert_int_eq(h.order[i], n - 2 - i);   /* reverse layer order */
+        ck_assert_int_eq(h.order[i], 2 * (n - 2 - i));   /* reverse order: linear nodes */
 
     double *p = malloc(m.n_params * sizeof *p);
     for (size_t i = 0; i < m.n_params; i++)
@@ -176,13 +186,16 @@ START_TEST(layout_and_init)
     struct ddpc_model m, m2;
     ck_assert_int_eq(model_init(&m, &o, &j, 8, &e), 0);
     ck_assert_uint_eq(m.n_params, 784 * 256 + 256 + 256 * 10 + 10);
-    ck_assert_uint_eq(m.layer[0].w_off, 0);
-    ck_assert_uint_eq(m.layer[0].b_off, 784 * 256);
-    ck_assert_uint_eq(m.layer[1].w_off, 784 * 256 + 256);
-    ck_assert_uint_eq(m.layer[1].b_off, 784 * 256 + 256 + 2560);
-    ck_assert_int_eq(m.layer[0].act, DDPC_K_RELU);
-    ck_assert_int_eq(m.layer[1].act, DDPC_K_IDENTITY);
-    ck_assert_ptr_eq(m.logits, m.z[1]);
+    /* lowered: linear, relu, linear (no activation after the last) */
+    ck_assert_int_eq(m.net.n, 3);
+    ck_assert_uint_eq(m.net.node[0].w_off, 0);
+    ck_assert_uint_eq(m.net.node[0].b_off, 784 * 256);
+    ck_assert_uint_eq(m.net.node[2].w_off, 784 * 256 + 256);
+    ck_assert_uint_eq(m.net.node[2].b_off, 784 * 256 + 256 + 2560);
+    ck_assert_int_eq(m.net.node[1].it.type, DDPC_LAYER_RELU);
+    ck_assert_int_eq(m.net.node[2].it.type, DDPC_LAYER_LINEAR);
+    ck_assert_str_eq(m.net.tensor[2].name, "layers.1.weight");
+    ck_assert_ptr_eq(m.logits, m.y[2]);
 
     /* pytorch init: |W0|, |b0| <= 1/sqrt(784), roughly uniform; same seed same values */
     ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 42, &e), 0);
@@ -205,7 +218,7 @@ START_TEST(layout_and_init)
     for (size_t i = 0; i < 784 * 256; i++)
         mx = fmax(mx, fabs(m2.params[i]));
     ck_assert(mx <= sqrt(6.0 / (784 + 256)) && mx > 0.99 * sqrt(6.0 / (784 + 256)));
-    ck_assert_float_eq(m2.params[m2.layer[0].b_off + 3], 0.0f);
+    ck_assert_float_eq(m2.params[m2.net.node[0].b_off + 3], 0.0f);
     ck_assert_int_eq(model_init_params(&m2, DDPC_INIT_KAIMING_NORMAL, 1, &e), 0);
     double ss = 0;
     for (size_t i = 0; i < 784 * 256; i++)

@@ -654,7 +654,7 @@ END_TEST
 
 START_TEST(test_key_table_consistent)
 {
-    ck_assert_int_lt(ddpc_n_keys, 128);
+    ck_assert_int_lt(ddpc_n_keys, 256);
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
         ck_assert_msg(k->doc && k->doc[0], "%s has no doc", k->name);
@@ -829,6 +829,8 @@ static const char *skip_ws(const char *p)
 /* The member names a struct body declares, as dotted paths under prefix:
  * "struct { ... } name;" nests, "struct ddpc_data_source name;" expands
  * source's members, "T a, b[N], *c;" declares a, b and c. */
+static const char *item_src;   /* struct ddpc_layer_item's body */
+
 static void body_fields(struct field_set *fs, const char *body, const char *source,
                         const char *prefix)
 {
@@ -854,7 +856,15 @@ static void body_fields(struct field_set *fs, const char *body, const char *sour
         ck_assert_ptr_nonnull(semi);
         char decl[256];
         snprintf(decl, sizeof decl, "%.*s", (int)(semi - p), p);
-        if (strncmp(decl, "struct ddpc_data_source ", 24) == 0) {
+        if (strncmp(decl, "struct ddpc_layer_item ", 23) == 0) {
+            /* items[N]: the walk visits each used item; the test job has one */
+            char *br = strchr(decl, '[');
+            if (br)
+                *br = '\0';
+            snprintf(pre, sizeof pre, "%s%s%s[0]", prefix, prefix[0] ? "." : "",
+                     (const char *)skip_ws(decl + 23));
+            body_fields(fs, item_src, source, pre);
+        } else if (strncmp(decl, "struct ddpc_data_source ", 24) == 0) {
             snprintf(pre, sizeof pre, "%s%s%s", prefix, prefix[0] ? "." : "",
                      (const char *)skip_ws(decl + 24));
             body_fields(fs, source, source, pre);
@@ -918,12 +928,15 @@ START_TEST(test_key_table_reaches_every_field)
     *w = '\0';
 
     char *source = struct_body(text, "ddpc_data_source"), *job = struct_body(text, "ddpc_job");
+    char *item = struct_body(text, "ddpc_layer_item");
+    item_src = item;
     static struct field_set declared, walked;
     memset(&declared, 0, sizeof declared);
     memset(&walked, 0, sizeof walked);
     body_fields(&declared, job, source, "");
     struct ddpc_job j;
     memset(&j, 0, sizeof j);
+    j.model.n_items = 1;   /* items[0]'s fields */
     ddpc_job_walk(&j, walk_collect, &walked);
     ck_assert_int_gt(declared.n, 50);   /* the parser found the struct */
     for (int i = 0; i < declared.n; i++) {
@@ -945,6 +958,7 @@ START_TEST(test_key_table_reaches_every_field)
     }
     free(source);
     free(job);
+    free(item);
 }
 END_TEST
 

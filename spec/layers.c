@@ -1,0 +1,466 @@
+/* layers.c - shape inference, parameter layout, FLOPs and buckets (layers.h).
+ *
+ * Owns: the lowering of mlp/linear to nodes, each layer type's shape rule
+ * and argument checks, the flat parameter and state layout with PyTorch's
+ * tensor names, per-layer FLOPs and activation sizes, and the one bucket
+ * function. Never allocates, never prints.
+ */
+#include "layers.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- names from the key table ---- */
+
+#define DDPC_KEY(...)
+#define DDPC_ENUM(...)
+#define DDPC_BLOCK(...)
+#define DDPC_CUSTOM(...)
+#define DDPC_ITEM(list, n, lt, ch, fl, doc) [lt] = #n,
+static const char *const type_names[DDPC_LAYER_COUNT] = {
+#include "keys.def"
+};
+#undef DDPC_KEY
+#undef DDPC_ENUM
+#undef DDPC_BLOCK
+#undef DDPC_CUSTOM
+#undef DDPC_ITEM
+
+const char *layers_type_name(int type)
+{
+    return type >= 0 && type < DDPC_LAYER_COUNT && type_names[type] ? type_names[type] : "?";
+}
+
+const char *layers_shape_str(const struct ddpc_shape *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, cap - o, "[");
+    for (int i = 0; i < s->n && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%d", i ? ", " : "", (int)s->d[i]);
+    if (o < cap)
+        snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+static int64_t numel(const struct ddpc_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->n; i++)
+        n *= s->d[i];
+    return n;
+}
+
+/* ---- building ---- */
+
+struct bctx {
+    const struct ddpc_job *job;
+    struct ddpc_net *net;
+    int *bad;
+    char *why;
+    size_t cap;
+};
+
+static int fail(struct bctx *b, int item, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(struct bctx *b, int item, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->why, b->cap, fmt, ap);
+    va_end(ap);
+    *b->bad = item;
+    return -1;
+}
+
+static const struct ddpc_shape *shape_of(const struct ddpc_net *net, int src)
+{
+    return src < 0 ? &net->input : &net->node[src].out;
+}
+
+/* "linear after flatten", "conv2d after the input" */
+static void after(const struct ddpc_net *net, int type, int src, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s after %s", layers_type_name(type),
+             src < 0 ? "the input" : layers_type_name(net->node[src].it.type));
+}
+
+static void add_tensor(struct ddpc_net *net, int node, const char *suffix, int kind, int nd,
+                       const int64_t *shape, size_t off, size_t n, int is_count)
+{
+    struct ddpc_tensor *t = &net->tensor[net->n_tensors++];
+    char base[sizeof net->node[node].name];
+    memcpy(base, net->node[node].name, sizeof base);
+    snprintf(t->name, sizeof t->name, "%.47s.%s", base, suffix);
+    t->node = node;
+    t->kind = kind;
+    t->is_count = is_count;
+    t->nd = nd;
+    for (int i = 0; i < nd; i++)
+        t->shape[i] = shape[i];
+    t->off = off;
+    t->numel = n;
+}
+
+/* The shape rule, arguments check, parameters and costs of node k, whose
+ * it/src/item/name are set. */
+static int node_resolve(struct bctx *b, int k)
+{
+    struct ddpc_net *net = b->net;
+    struct ddpc_lnode *L = &net->node[k];
+    struct ddpc_layer_item *it = &L->it;
+    const struct ddpc_shape *in = shape_of(net, L->src);
+    char who[64], sh[96];
+    after(net, it->type, L->src, who, sizeof who);
+    layers_shape_str(in, sh, sizeof sh);
+    L->in = *in;
+    L->out = *in;
+    L->in_numel = numel(in);
+    L->spatial = 1;
+    L->rows = 1;
+    int64_t n = L->in_numel;
+    double f = 0, bw = 0;
+    switch (it->type) {
+    case DDPC_LAYER_LINEAR: {
+        int feat = in->d[in->n - 1];
+        if (it->in && it->in != feat)
+            return fail(b, L->item, "%s gets %d features (input %s), but in_features is %d",
+                        who, feat, sh, (int)it->in);
+        L->channels = feat;
+        L->rows = (int)(n / feat);
+        L->out.d[in->n - 1] = it->out;
+        L->w_numel = (size_t)it->out * (size_t)feat;
+        L->b_numel = it->bias ? (size_t)it->out : 0;
+        f = 2.0 * L->rows * feat * it->out + (it->bias ? (double)L->rows * it->out : 0);
+        bw = 4.0 * L->rows * feat * it->out + (it->bias ? (double)L->rows * it->out : 0);
+        break;
+    }
+    case DDPC_LAYER_CONV2D:
+    case DDPC_LAYER_MAXPOOL2D:
+    case DDPC_LAYER_AVGPOOL2D:
+    case DDPC_LAYER_ADAPTIVEAVGPOOL2D: {
+        if (in->n != 3)
+            return fail(b, L->item, "%s gets %s; it needs [channels, height, width] (set "
+                        "model.input, or move flatten after it)", who, sh);
+        int C = in->d[0], H = in->d[1], W = in->d[2];
+        if (it->type == DDPC_LAYER_ADAPTIVEAVGPOOL2D) {
+            it->kernel_size = 0;
+            L->out.d[1] = L->out.d[2] = 1;
+            L->channels = C;
+            L->spatial = H * W;
+            f = (double)n;
+            bw = (double)n;
+            break;
+        }
+        int ks = it->kernel_size, p = it->padding;
+        if (it->type != DDPC_LAYER_CONV2D && it->stride == 0)
+            it->stride = ks;
+        int s = it->stride;
+        if (s < 1)
+            return fail(b, L->item, "%s: stride must be at least 1, found %d", who, s);
+        if (it->type != DDPC_LAYER_CONV2D && 2 * p > ks)
+            return fail(b, L->item, "%s: padding %d is more than half of kernel_size %d",
+                        who, p, ks);
+        if (H + 2 * p < ks || W + 2 * p < ks)
+            return fail(b, L->item, "%s: kernel_size %d is larger than the padded input "
+                        "%dx%d (input %s, padding %d)", who, ks, H + 2 * p, W + 2 * p, sh, p);
+        int OH = (H + 2 * p - ks) / s + 1, OW = (W + 2 * p - ks) / s + 1;
+        L->channels = C;
+        L->spatial = H * W;
+        L->out.d[1] = OH;
+        L->out.d[2] = OW;
+        if (it->type == DDPC_LAYER_CONV2D) {
+            if (it->in && it->in != C)
+                return fail(b, L->item, "%s gets %d channels (input %s), but in_channels is %d",
+                            who, C, sh, (int)it->in);
+            L->out.d[0] = it->out;
+            L->w_numel = (size_t)it->out * C * ks * ks;
+            L->b_numel = it->bias ? (size_t)it->out : 0;
+            double macs = (double)it->out * C * ks * ks * OH * OW;
+            f = 2 * macs + (it->bias ? (double)it->out * OH * OW : 0);
+            bw = 4 * macs + (it->bias ? (double)it->out * OH * OW : 0);
+            L->scratch_floats = (int64_t)C * ks * ks * OH * OW;
+        } else {
+            f = (double)C * OH * OW * ks * ks;
+            bw = f;
+        }
+        break;
+    }
+    case DDPC_LAYER_BATCHNORM1D:
+    case DDPC_LAYER_BATCHNORM2D: {
+        int want2d = it->type == DDPC_LAYER_BATCHNORM2D;
+        if (want2d ? in->n != 3 : in->n > 2)
+            return fail(b, L->item, "%s gets %s; it needs %s", who, sh,
+                        want2d ? "[channels, height, width]" : "[features] or [channels, length]");
+        L->channels = in->d[0];
+        L->spatial = (int)(n / in->d[0]);
+        L->w_numel = L->b_numel = (size_t)L->channels;
+        f = 4.0 * n;
+        bw = 8.0 * n;
+        break;
+    }
+    case DDPC_LAYER_LAYERNORM:
+        L->channels = in->d[in->n - 1];
+        L->rows = (int)(n / L->channels);
+        L->w_numel = L->b_numel = (size_t)L->channels;
+        f = 6.0 * n;
+        bw = 10.0 * n;
+        break;
+    case DDPC_LAYER_FLATTEN:
+        L->out.n = 1;
+        L->out.d[0] = (int32_t)n;
+        L->out.d[1] = L->out.d[2] = 0;
+        break;
+    case DDPC_LAYER_DROPOUT:
+    case DDPC_LAYER_RELU:
+    case DDPC_LAYER_LEAKY_RELU:
+    case DDPC_LAYER_GELU:
+    case DDPC_LAYER_SILU:
+    case DDPC_LAYER_TANH:
+    case DDPC_LAYER_SIGMOID:
+        f = bw = (double)n;
+        break;
+    case DDPC_LAYER_RESIDUAL: {
+        /* the add node: in is the body's output, skip is the residual's input */
+        const struct ddpc_shape *x = shape_of(net, L->skip);
+        char xs[96];
+        if (numel(x) != n || x->n != in->n || memcmp(x->d, in->d, sizeof x->d) != 0)
+            return fail(b, L->item, "residual: its body turns %s into %s; the body must keep "
+                        "the shape of its input", layers_shape_str(x, xs, sizeof xs), sh);
+        f = bw = (double)n;
+        break;
+    }
+    default:
+        return fail(b, L->item, "unknown layer type %d", (int)it->type);
+    }
+    L->out_numel = numel(&L->out);
+    if (L->out_numel <= 0 || L->out_numel > (1 << 28))
+        return fail(b, L->item, "%s: output of %lld floats per sample is out of range", who,
+                    (long long)L->out_numel);
+    L->fwd_flops = f;
+    L->bwd_flops = bw;
+    /* output and its gradient; max pooling keeps the argmax of each output */
+    L->act_floats = 2 * L->out_numel + (it->type == DDPC_LAYER_MAXPOOL2D ? L->out_numel : 0);
+    if (it->type == DDPC_LAYER_BATCHNORM1D || it->type == DDPC_LAYER_BATCHNORM2D)
+        L->act_floats += 0;   /* mean and 1/std are per channel, not per sample */
+
+    /* parameters: weight then bias, PyTorch's order */
+    L->w_off = net->n_params;
+    net->n_params += L->w_numel;
+    L->b_off = net->n_params;
+    net->n_params += L->b_numel;
+    if (L->w_numel) {
+        int64_t shp[4];
+        int nd;
+        if (it->type == DDPC_LAYER_CONV2D) {
+            shp[0] = it->out; shp[1] = in->d[0]; shp[2] = shp[3] = it->kernel_size;
+            nd = 4;
+        } else if (it->type == DDPC_LAYER_LINEAR) {
+            shp[0] = it->out; shp[1] = L->channels;
+            nd = 2;
+        } else {
+            shp[0] = L->channels;
+            nd = 1;
+        }
+        add_tensor(net, k, "weight", DDPC_TENSOR_PARAM, nd, shp, L->w_off, L->w_numel, 0);
+    }
+    if (L->b_numel) {
+        int64_t shp[1] = { (int64_t)L->b_numel };
+        add_tensor(net, k, "bias", DDPC_TENSOR_PARAM, 1, shp, L->b_off, L->b_numel, 0);
+    }
+    if (it->type == DDPC_LAYER_BATCHNORM1D || it->type == DDPC_LAYER_BATCHNORM2D) {
+        int64_t c[1] = { L->channels }, none[1] = { 0 };
+        L->s_off = net->n_state;
+        add_tensor(net, k, "running_mean", DDPC_TENSOR_STATE, 1, c, L->s_off, (size_t)L->channels, 0);
+        add_tensor(net, k, "running_var", DDPC_TENSOR_STATE, 1, c, L->s_off + (size_t)L->channels,
+                   (size_t)L->channels, 0);
+        add_tensor(net, k, "num_batches_tracked", DDPC_TENSOR_STATE, 0, none,
+                   L->s_off + 2 * (size_t)L->channels, 1, 1);
+        net->n_state += 2 * (size_t)L->channels + 1;
+        net->has_batchnorm = 1;
+    }
+    if (it->type == DDPC_LAYER_DROPOUT)
+        net->has_dropout = 1;
+    return 0;
+}
+
+static int new_node(struct bctx *b, int item, const struct ddpc_layer_item *it, int src,
+                    const char *name)
+{
+    struct ddpc_net *net = b->net;
+    if (net->n >= DDPC_MAX_ITEMS)
+        return fail(b, item, "more than %d layers", DDPC_MAX_ITEMS);
+    int k = net->n++;
+    struct ddpc_lnode *L = &net->node[k];
+    memset(L, 0, sizeof *L);
+    L->it = *it;
+    L->item = item;
+    L->src = src;
+    L->skip = -1;
+    snprintf(L->name, sizeof L->name, "%s", name);
+    return k;
+}
+
+/* Items [first, first + count) form one list; prefix names its modules
+ * ("layers", "layers.3.body"). *src is the node feeding the list (-1: the
+ * model input) and becomes the list's last node. */
+static int build_list(struct bctx *b, int first, int count, int *src, const char *prefix,
+                      int depth)
+{
+    const struct ddpc_job *job = b->job;
+    if (depth > 16)
+        return fail(b, first, "residual blocks nested more than 16 deep");
+    int pos = 0;
+    for (int i = first; i < first + count; pos++) {
+        const struct ddpc_layer_item *it = &job->model.items[i];
+        char name[48];
+        snprintf(name, sizeof name, "%.36s.%d", prefix, pos);
+        if (it->type == DDPC_LAYER_RESIDUAL) {
+            if (it->n_body < 1 || i + 1 + it->n_body > first + count)
+                return fail(b, i, "residual needs a non-empty list of layers");
+            int in = *src, body = *src;
+            char bp[48];
+            snprintf(bp, sizeof bp, "%.42s.body", name);
+            if (build_list(b, i + 1, it->n_body, &body, bp, depth + 1) < 0)
+                return -1;
+            int k = new_node(b, i, it, body, name);
+            if (k < 0)
+                return -1;
+            b->net->node[k].skip = in;
+            if (node_resolve(b, k) < 0)
+                return -1;
+            *src = k;
+            i += 1 + it->n_body;
+        } else {
+            int k = new_node(b, i, it, *src, name);
+            if (k < 0 || node_resolve(b, k) < 0)
+                return -1;
+            *src = k;
+            i++;
+        }
+    }
+    return 0;
+}
+
+static int build_mlp(struct bctx *b)
+{
+    const struct ddpc_job *job = b->job;
+    int sizes = job->model.n_layers;
+    if (sizes < 2 || sizes > DDPC_MAX_LAYERS)
+        return fail(b, -1, "model.layers needs 2 to %d sizes, found %d", DDPC_MAX_LAYERS, sizes);
+    if (job->model.type == DDPC_MODEL_LINEAR && sizes != 2)
+        return fail(b, -1, "model type linear takes exactly 2 sizes [in, out], found %d", sizes);
+    for (int l = 0; l < sizes; l++)
+        if (job->model.layers[l] < 1)
+            return fail(b, -1, "model.layers[%d]: sizes must be positive", l);
+    b->net->input.n = 1;
+    b->net->input.d[0] = job->model.layers[0];
+    static const int acts[] = { DDPC_LAYER_RELU, DDPC_LAYER_GELU, DDPC_LAYER_TANH,
+                                DDPC_LAYER_SIGMOID };
+    int src = -1;
+    for (int l = 0; l + 1 < sizes; l++) {
+        struct ddpc_layer_item it;
+        memset(&it, 0, sizeof it);
+        it.type = DDPC_LAYER_LINEAR;
+        it.out = job->model.layers[l + 1];
+        it.bias = 1;
+        char name[48];
+        snprintf(name, sizeof name, "layers.%d", l);
+        int k = new_node(b, -1, &it, src, name);
+        if (k < 0 || node_resolve(b, k) < 0)
+            return -1;
+        src = k;
+        if (l + 2 < sizes) {
+            memset(&it, 0, sizeof it);
+            int a = (int)job->model.activation;
+            it.type = (enum ddpc_layer_type)acts[a >= 0 && a < 4 ? a : 0];
+            snprintf(name, sizeof name, "act.%d", l);
+            k = new_node(b, -1, &it, src, name);
+            if (k < 0 || node_resolve(b, k) < 0)
+                return -1;
+            src = k;
+        }
+    }
+    return 0;
+}
+
+int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
+                 struct ddpc_net *net, int *bad_item, char *why, size_t cap)
+{
+    struct bctx b = { job, net, bad_item, why, cap };
+    memset(net, 0, sizeof *net);
+    *bad_item = -1;
+    if (cap)
+        why[0] = '\0';
+    int rc;
+    if (job->model.type != DDPC_MODEL_SEQUENTIAL) {
+        rc = build_mlp(&b);
+    } else {
+        if (job->model.n_items < 1 || job->model.n_items > DDPC_MAX_ITEMS)
+            return fail(&b, -1, "a sequential model needs 1 to %d layers, found %d",
+                        DDPC_MAX_ITEMS, (int)job->model.n_items);
+        if (input) {
+            net->input = *input;
+        } else {
+            net->input.n = job->model.n_input;
+            for (int i = 0; i < job->model.n_input && i < DDPC_MAX_DIMS; i++)
+                net->input.d[i] = job->model.input[i];
+        }
+        if (net->input.n < 1 || net->input.n > DDPC_MAX_DIMS)
+            return fail(&b, -1, "the input shape is unknown; set model.input");
+        for (int i = 0; i < net->input.n; i++)
+            if (net->input.d[i] < 1)
+                return fail(&b, -1, "model.input has a dimension < 1");
+        int src = -1;
+        rc = build_list(&b, 0, job->model.n_items, &src, "layers", 0);
+    }
+    if (rc < 0)
+        return -1;
+    net->in_numel = numel(&net->input);
+    net->out_numel = net->n ? net->node[net->n - 1].out_numel : net->in_numel;
+    for (int k = 0; k < net->n; k++) {
+        net->fwd_flops += net->node[k].fwd_flops;
+        net->bwd_flops += net->node[k].bwd_flops;
+        net->act_floats += net->node[k].act_floats;
+        if (net->node[k].scratch_floats > net->scratch_floats)
+            net->scratch_floats = net->node[k].scratch_floats;
+    }
+    return 0;
+}
+
+int layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bucket_span *out,
+                   int max)
+{
+    int nb = 0;
+    size_t hi = net->n_params;
+    double bytes = 0;
+    int last = -1, first_t = -1, count = 0;
+    /* the first parameter tensor in layout order closes the last bucket */
+    for (int t = 0; t < net->n_tensors; t++)
+        if (net->tensor[t].kind == DDPC_TENSOR_PARAM) {
+            last = t;
+            break;
+        }
+    for (int t = net->n_tensors - 1; t >= 0 && max > 0; t--) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        if (T->kind != DDPC_TENSOR_PARAM)
+            continue;
+        if (first_t < 0)
+            first_t = t;
+        count++;
+        bytes += (double)T->numel * sizeof(float);
+        if ((cap_bytes > 0 && bytes >= cap_bytes && nb < max - 1) || t == last) {
+            out[nb].lo = T->off;
+            out[nb].hi = hi;
+            out[nb].low_node = T->node;
+            out[nb].first_tensor = first_t;
+            out[nb].n_tensors = count;
+            hi = T->off;
+            bytes = 0;
+            first_t = -1;
+            count = 0;
+            nb++;
+        }
+    }
+    return nb;
+}
