@@ -162,7 +162,7 @@ void model_set_mode(struct ddpc_model *m, int training, uint64_t seed)
     m->drop_seed = seed;
 }
 
-static uint64_t node_seed(const struct ddpc_model *m, int k)
+uint64_t model_dropout_seed(const struct ddpc_model *m, int k)
 {
     return m->drop_seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(k + 1));
 }
@@ -276,7 +276,7 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
             return copy_f(o, y, in, n_out, 0, e);
         a.f0 = (float)it->p;
         a.f1 = (float)(1.0 / (1.0 - it->p));
-        a.seed = node_seed(m, k);
+        a.seed = model_dropout_seed(m, k);
         return lk(o, DDPC_LK_DROPOUT_FWD, n_out, &a, e);
     case DDPC_LAYER_FLATTEN:
         return copy_f(o, y, in, n_out, 0, e);
@@ -434,7 +434,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         }
         a.f0 = (float)it->p;
         a.f1 = (float)(1.0 / (1.0 - it->p));
-        a.seed = node_seed(m, k);
+        a.seed = model_dropout_seed(m, k);
         rc = lk(o, DDPC_LK_DROPOUT_BWD, n_in, &a, e);
         break;
     case DDPC_LAYER_FLATTEN:

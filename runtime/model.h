@@ -70,6 +70,9 @@ int  model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
 /* training 1: train mode; seed: this forward's dropout masks (the caller
  * mixes seed, rank and step). */
 void model_set_mode(struct ddpc_model *m, int training, uint64_t seed);
+/* The seed of node k's dropout mask in this forward (ops_kernels.h's
+ * DDPC_LK_DROPOUT_FWD draws ddpc_k_uniform(seed, element)); for tests. */
+uint64_t model_dropout_seed(const struct ddpc_model *m, int k);
 /* x [rows, in_numel] backend memory; logits end in m->logits [rows, out]. */
 int  model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_err *e);
 /* dlogits [rows, out] (may be m->dbuf[0]); x is the forward input.

@@ -1,0 +1,438 @@
+/* test_layers.c - sequential models: PyTorch parity of every layer type,
+ * shapes, the plan's buckets are the runtime's, train/eval, determinism.
+ *
+ * Parity: each case is a spec; the model is built by the runtime (ops_cpu),
+ * given seeded weights (batch-norm weights nudged off 1/0), one forward in
+ * training mode and one backward of the mean cross-entropy; the weights, the
+ * batch, the loss, every gradient, the batch-norm buffers after the forward
+ * and the dropout masks go to a safetensors file, and tests/torch_ref.py
+ * rebuilds the same torch.nn.Sequential, loads the weights with
+ * strict=True and compares (1e-5 relative). SKIP without torch.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+#include "model.h"
+#include "ops.h"
+#include "ops_kernels.h"
+#include "plan.h"
+#include "rng.h"
+#include "spec.h"
+#include "testutil.h"
+
+/* ---- a tiny safetensors writer (F32 only) ---- */
+
+struct st_entry {
+    char   name[96];
+    int    nd;
+    int64_t shape[5];
+    float *data;      /* owned */
+    size_t n;
+};
+
+struct st_file {
+    struct st_entry e[256];
+    int n;
+};
+
+static void st_add(struct st_file *f, const char *name, int nd, const int64_t *shape,
+                   const float *data)
+{
+    ck_assert_int_lt(f->n, 256);
+    struct st_entry *t = &f->e[f->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->nd = nd;
+    t->n = 1;
+    for (int i = 0; i < nd; i++) {
+        t->shape[i] = shape[i];
+        t->n *= (size_t)shape[i];
+    }
+    t->data = malloc(t->n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(t->data);
+    memcpy(t->data, data, t->n * sizeof(float));
+}
+
+static void st_write(struct st_file *f, const char *path)
+{
+    char *hdr = NULL;
+    size_t hl = 0;
+    FILE *h = open_memstream(&hdr, &hl);
+    ck_assert_ptr_nonnull(h);
+    fputc('{', h);
+    size_t off = 0;
+    for (int i = 0; i < f->n; i++) {
+        struct st_entry *t = &f->e[i];
+        fprintf(h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[", i ? "," : "", t->name);
+        for (int d = 0; d < t->nd; d++)
+            fprintf(h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        fprintf(h, "],\"data_offsets\":[%zu,%zu]}", off, off + 4 * t->n);
+        off += 4 * t->n;
+    }
+    fputc('}', h);
+    while ((ftell(h) % 8) != 0)
+        fputc(' ', h);
+    fclose(h);
+    FILE *o = fopen(path, "wb");
+    ck_assert_ptr_nonnull(o);
+    uint64_t len = hl;
+    unsigned char lb[8];
+    for (int i = 0; i < 8; i++)
+        lb[i] = (unsigned char)(len >> (8 * i));
+    ck_assert_int_eq(fwrite(lb, 1, 8, o), 8);
+    ck_assert_uint_eq(fwrite(hdr, 1, hl, o), hl);
+    for (int i = 0; i < f->n; i++) {
+        ck_assert_uint_eq(fwrite(f->e[i].data, 4, f->e[i].n, o), f->e[i].n);
+        free(f->e[i].data);
+    }
+    ck_assert_int_eq(fclose(o), 0);
+    free(hdr);
+    f->n = 0;
+}
+
+/* ---- building a model from spec text ---- */
+
+struct built {
+    char *dir, *spec;
+    struct spec_doc *doc;
+    struct ddpc_job job;
+};
+
+static void build_spec(struct built *b, const char *yaml)
+{
+    b->dir = make_temp_dir("layers");
+    ck_assert_ptr_nonnull(b->dir);
+    ck_assert_int_ge(asprintf(&b->spec, "%s/spec.yaml", b->dir), 0);
+    ck_assert_int_eq(write_file(b->spec, yaml, strlen(yaml)), 0);
+    struct ddpc_diag d;
+    diag_init(&d);
+    struct spec_options opt = { .read_data_headers = 1 };
+    int rc = spec_load_job(b->spec, &opt, &b->job, &b->doc, &d);
+    if (rc != 0)
+        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
+    ck_assert_int_eq(rc, 0);
+    diag_free(&d);
+}
+
+static void built_free(struct built *b)
+{
+    spec_doc_free(b->doc);
+    rm_tree(b->dir);
+    free(b->dir);
+    free(b->spec);
+}
+
+/* Node shape [N, out...] for a tensor of rows samples. */
+static int node_shape(const struct ddpc_lnode *L, int rows, int64_t *shape)
+{
+    shape[0] = rows;
+    for (int i = 0; i < L->out.n; i++)
+        shape[1 + i] = L->out.d[i];
+    return 1 + L->out.n;
+}
+
+/* The parity run of one spec (see the file comment). */
+static void parity(const char *yaml, int rows, uint64_t seed)
+{
+    struct built b;
+    build_spec(&b, yaml);
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_model m;
+    ck_assert_msg(model_init(&m, &o, &b.job, rows, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, seed, &e), 0);
+    struct ddpc_rng r;
+    rng_seed(&r, seed + 7);
+    for (size_t i = 0; i < m.n_params; i++)   /* norms' weight 1 / bias 0 are too easy */
+        m.params[i] += (float)(0.2 * (rng_uniform(&r) - 0.5));
+    for (int k = 0; k < m.net.n; k++)
+        if (m.net.node[k].it.type == DDPC_LAYER_BATCHNORM1D ||
+            m.net.node[k].it.type == DDPC_LAYER_BATCHNORM2D)
+            for (int c = 0; c < m.net.node[k].channels; c++) {
+                m.state[m.net.node[k].s_off + (size_t)c] = (float)(rng_uniform(&r) - 0.5);
+                m.state[m.net.node[k].s_off + (size_t)m.net.node[k].channels + (size_t)c] =
+                    (float)(0.5 + rng_uniform(&r));
+            }
+
+    struct st_file *f = calloc(1, sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    for (int t = 0; t < m.net.n_tensors; t++) {
+        const struct ddpc_tensor *T = &m.net.tensor[t];
+        float count = 0;
+        const float *src = T->kind == DDPC_TENSOR_PARAM ? m.params + T->off : m.state + T->off;
+        if (T->is_count)
+            src = &count;   /* F32 here; torch_ref converts */
+        int64_t one = 1;
+        st_add(f, T->name, T->nd ? T->nd : 0, T->nd ? T->shape : &one, src);
+    }
+    size_t in = (size_t)m.net.in_numel, out = (size_t)m.net.out_numel;
+    float *x = malloc((size_t)rows * in * sizeof *x);
+    float *lab = malloc((size_t)rows * sizeof *lab);
+    int32_t *ilab = malloc((size_t)rows * sizeof *ilab);
+    for (size_t i = 0; i < (size_t)rows * in; i++)
+        x[i] = (float)(2 * rng_uniform(&r) - 1);
+    for (int i = 0; i < rows; i++) {
+        ilab[i] = (int32_t)rng_below(&r, out);
+        lab[i] = (float)ilab[i];
+    }
+    int64_t xs[4] = { rows };
+    for (int i = 0; i < m.net.input.n; i++)
+        xs[1 + i] = m.net.input.d[i];
+    st_add(f, "x", 1 + m.net.input.n, xs, x);
+    int64_t ls[1] = { rows };
+    st_add(f, "labels", 1, ls, lab);
+
+    model_set_mode(&m, 1, 0x1234 + seed);
+    ck_assert_msg(model_forward(&m, x, rows, &e) == 0, "%s", e.msg);
+    double acc[DDPC_LOSS_ACC] = { 0 };
+    ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, m.logits, ilab, NULL, m.dbuf[0], rows,
+                            (int)out, 1.0f / rows, acc, &e), 0);
+    double lsum = acc[0];
+    ck_assert_msg(model_backward(&m, x, m.dbuf[0], rows, 0, NULL, NULL, &e) == 0, "%s", e.msg);
+    float loss = (float)(lsum / rows);
+    int64_t one[1] = { 1 };
+    st_add(f, "loss", 1, one, &loss);
+    char name[160];
+    for (int t = 0; t < m.net.n_tensors; t++) {
+        const struct ddpc_tensor *T = &m.net.tensor[t];
+        if (T->kind == DDPC_TENSOR_PARAM) {
+            snprintf(name, sizeof name, "grad.%s", T->name);
+            st_add(f, name, T->nd, T->shape, m.grads + T->off);
+        } else {
+            snprintf(name, sizeof name, "after.%s", T->name);
+            st_add(f, name, T->nd ? T->nd : 1, T->nd ? T->shape : one, m.state + T->off);
+        }
+    }
+    /* dropout: the keep-mask this forward drew, as 0/1 */
+    for (int k = 0; k < m.net.n; k++) {
+        const struct ddpc_lnode *L = &m.net.node[k];
+        if (L->it.type != DDPC_LAYER_DROPOUT)
+            continue;
+        size_t n = (size_t)rows * (size_t)L->out_numel;
+        float *mask = malloc(n * sizeof *mask);
+        uint64_t s = model_dropout_seed(&m, k);
+        for (size_t i = 0; i < n; i++)
+            mask[i] = ddpc_k_uniform(s, i) >= (float)L->it.p ? 1.0f : 0.0f;
+        int64_t sh[4];
+        int nd = node_shape(L, rows, sh);
+        snprintf(name, sizeof name, "mask.%s", L->name);
+        st_add(f, name, nd, sh, mask);
+        free(mask);
+    }
+    char *data;
+    ck_assert_int_ge(asprintf(&data, "%s/data.safetensors", b.dir), 0);
+    st_write(f, data);
+
+    char *script;
+    ck_assert_int_ge(asprintf(&script, "%s/tests/torch_ref.py", test_top()), 0);
+    char *argv[] = { "/usr/bin/python3", script, "grads", b.spec, data, NULL };
+    struct run_result rr;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 300, &rr), 0);
+    if (rr.exited && rr.code == 77) {
+        printf("SKIP layers: PyTorch parity: %s", rr.out);
+    } else {
+        ck_assert_msg(rr.exited && rr.code == 0, "torch_ref.py for\n%s\n%s%s", yaml, rr.out,
+                      rr.err);
+        ck_assert_ptr_nonnull(strstr(rr.out, "\nOK"));
+    }
+    run_result_free(&rr);
+    free(script);
+    free(data);
+    free(x);
+    free(lab);
+    free(ilab);
+    free(f);
+    model_free(&m);
+    o.destroy(&o);
+    built_free(&b);
+}
+
+#define HEAD "version: 1\nepochs: 1\nbatch_size: 4\nseed: 3\n"
+
+START_TEST(parity_linear_and_activations)
+{
+    parity(HEAD "model:\n  type: sequential\n  input: [12]\n  layers:\n"
+           "    - linear: {out_features: 9}\n    - relu\n"
+           "    - linear: {out_features: 8, bias: false}\n    - leaky_relu: {negative_slope: 0.1}\n"
+           "    - linear: {out_features: 8}\n    - gelu\n"
+           "    - linear: {out_features: 8}\n    - gelu: {approximate: tanh}\n"
+           "    - linear: {out_features: 7}\n    - silu\n"
+           "    - linear: {out_features: 7}\n    - tanh\n"
+           "    - linear: {out_features: 6}\n    - sigmoid\n"
+           "    - linear: {out_features: 5}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 12, classes: 5}\n",
+           6, 1);
+}
+END_TEST
+
+START_TEST(parity_conv_pools)
+{
+    parity(HEAD "model:\n  type: sequential\n  input: [2, 9, 9]\n  layers:\n"
+           "    - conv2d: {out_channels: 4, kernel_size: 3, stride: 2, padding: 1}\n    - relu\n"
+           "    - maxpool2d: {kernel_size: 2, stride: 1}\n"
+           "    - conv2d: {out_channels: 3, kernel_size: 2, bias: false}\n"
+           "    - avgpool2d: {kernel_size: 2, padding: 1}\n"
+           "    - flatten\n    - linear: {out_features: 4}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 162, classes: 4}\n",
+           5, 2);
+    parity(HEAD "model:\n  type: sequential\n  input: [3, 7, 6]\n  layers:\n"
+           "    - maxpool2d: {kernel_size: 3, stride: 2, padding: 1}\n"
+           "    - conv2d: {out_channels: 5, kernel_size: 3, padding: 2}\n"
+           "    - adaptiveavgpool2d\n    - flatten\n    - linear: {out_features: 3}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 126, classes: 3}\n",
+           4, 3);
+}
+END_TEST
+
+START_TEST(parity_norms)
+{
+    parity(HEAD "model:\n  type: sequential\n  input: [3, 6, 6]\n  layers:\n"
+           "    - conv2d: {out_channels: 4, kernel_size: 3}\n"
+           "    - batchnorm2d: {momentum: 0.2, eps: 0.001}\n    - relu\n"
+           "    - flatten\n    - linear: {out_features: 10}\n    - batchnorm1d\n    - silu\n"
+           "    - linear: {out_features: 6}\n    - layernorm\n    - linear: {out_features: 4}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 108, classes: 4}\n",
+           6, 4);
+    /* batchnorm1d over [channels, length] and layernorm over the last dimension */
+    parity(HEAD "model:\n  type: sequential\n  input: [3, 5]\n  layers:\n"
+           "    - layernorm: {eps: 0.01}\n    - batchnorm1d\n    - linear: {out_features: 4}\n"
+           "    - flatten\n    - linear: {out_features: 3}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 15, classes: 3}\n",
+           5, 5);
+}
+END_TEST
+
+START_TEST(parity_residual_dropout)
+{
+    parity(HEAD "model:\n  type: sequential\n  input: [10]\n  layers:\n"
+           "    - linear: {out_features: 8}\n"
+           "    - residual:\n        - linear: {out_features: 8}\n        - relu\n"
+           "        - residual: [linear: {out_features: 8}, tanh]\n"
+           "    - dropout: {p: 0.3}\n    - linear: {out_features: 4}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 10, classes: 4}\n",
+           6, 6);
+}
+END_TEST
+
+START_TEST(parity_example_cnn)
+{
+    /* examples/fashion-mnist-cnn.yaml's layers (with batch norm and dropout) */
+    parity(HEAD "model:\n  type: sequential\n  input: [1, 28, 28]\n  layers:\n"
+           "    - conv2d: {out_channels: 32, kernel_size: 3, padding: 1}\n    - relu\n"
+           "    - maxpool2d: {kernel_size: 2}\n"
+           "    - conv2d: {out_channels: 64, kernel_size: 3, padding: 1}\n    - batchnorm2d\n"
+           "    - relu\n    - maxpool2d: {kernel_size: 2}\n    - flatten\n"
+           "    - dropout: {p: 0.25}\n    - linear: {out_features: 128}\n    - relu\n"
+           "    - linear: {out_features: 10}\n"
+           "data:\n  train: {format: synthetic, samples: 64, features: 784, classes: 10}\n",
+           8, 7);
+}
+END_TEST
+
+/* The plan's buckets are the runtime's: both come from layers_buckets over
+ * the same layers_build, and the plan lists them in fill order. */
+START_TEST(plan_buckets_are_runtime_buckets)
+{
+    struct built b;
+    build_spec(&b, HEAD "bucket_cap_mb: 0.001\nmodel:\n  type: sequential\n  input: [1, 28, 28]\n"
+               "  layers:\n    - conv2d: {out_channels: 8, kernel_size: 3}\n    - batchnorm2d\n"
+               "    - relu\n    - flatten\n    - linear: {out_features: 32}\n    - relu\n"
+               "    - linear: {out_features: 10}\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 784, classes: 10}\n");
+    struct ddpc_plan p;
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&b.job, "./x", &p, &d), 0);
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_model m;
+    ck_assert_int_eq(model_init(&m, &o, &b.job, 4, &e), 0);
+    struct ddpc_bucket_span span[DDPC_MAX_BUCKETS_L];
+    int nb = layers_buckets(&m.net, b.job.bucket_cap_mb * 1048576.0, span, DDPC_MAX_BUCKETS_L);
+    ck_assert_int_gt(nb, 2);
+    ck_assert_int_eq(p.n_buckets, nb);
+    for (int i = 0; i < nb; i++) {
+        ck_assert_int_eq(p.buckets[i].numel, (int64_t)(span[i].hi - span[i].lo));
+        /* the bucket's lowest tensor (filled last) starts at lo */
+        const struct ddpc_plan_param *q = &p.params[p.buckets[i].params[p.buckets[i].n - 1]];
+        ck_assert_int_eq(q->offset, (int64_t)span[i].lo);
+    }
+    ck_assert_int_eq(p.total_params, (int64_t)m.n_params);
+    model_free(&m);
+    o.destroy(&o);
+    plan_free(&p);
+    diag_free(&d);
+    built_free(&b);
+}
+END_TEST
+
+/* Evaluation differs from training where PyTorch's does: dropout is the
+ * identity, batch norm uses (and keeps) the running statistics. */
+START_TEST(train_and_eval_modes)
+{
+    struct built b;
+    build_spec(&b, HEAD "model:\n  type: sequential\n  input: [6]\n  layers:\n"
+               "    - batchnorm1d\n    - dropout: {p: 0.5}\n    - linear: {out_features: 3}\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 6, classes: 3}\n");
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_model m;
+    ck_assert_int_eq(model_init(&m, &o, &b.job, 8, &e), 0);
+    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 1, &e), 0);
+    float x[48];
+    for (int i = 0; i < 48; i++)
+        x[i] = (float)(i % 7) - 2.5f;
+    float state0[13];
+    ck_assert_uint_eq(m.n_state, 13);
+    memcpy(state0, m.state, sizeof state0);
+    model_set_mode(&m, 0, 0);
+    ck_assert_int_eq(model_forward(&m, x, 8, &e), 0);
+    ck_assert_mem_eq(m.state, state0, sizeof state0);   /* eval keeps the statistics */
+    /* eval: batch norm with running mean 0, var 1 and dropout off: y = x / sqrt(1 + eps) */
+    for (int i = 0; i < 48; i++)
+        ck_assert_float_eq_tol(m.y[1][i], x[i] / sqrtf(1.0f + 1e-5f), 1e-6f);
+    model_set_mode(&m, 1, 99);
+    ck_assert_int_eq(model_forward(&m, x, 8, &e), 0);
+    ck_assert_float_eq(m.state[12], 1.0f);               /* num_batches_tracked */
+    ck_assert(memcmp(m.state, state0, 12 * sizeof(float)) != 0);
+    int zeros = 0;
+    for (int i = 0; i < 48; i++)
+        zeros += m.y[1][i] == 0.0f;
+    ck_assert(zeros > 10 && zeros < 38);                 /* about half dropped */
+    /* same seed, same mask; another seed (rank or step), another mask */
+    float y1[48];
+    memcpy(y1, m.y[1], sizeof y1);
+    ck_assert_int_eq(model_forward(&m, x, 8, &e), 0);
+    ck_assert_mem_eq(m.y[1], y1, sizeof y1);
+    model_set_mode(&m, 1, 100);
+    ck_assert_int_eq(model_forward(&m, x, 8, &e), 0);
+    ck_assert(memcmp(m.y[1], y1, sizeof y1) != 0);
+    model_free(&m);
+    o.destroy(&o);
+    built_free(&b);
+}
+END_TEST
+
+Suite *layers_suite(void)
+{
+    Suite *s = suite_create("layers");
+    TCase *t = tcase_create("parity");
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, parity_linear_and_activations);
+    tcase_add_test(t, parity_conv_pools);
+    tcase_add_test(t, parity_norms);
+    tcase_add_test(t, parity_residual_dropout);
+    tcase_add_test(t, parity_example_cnn);
+    suite_add_tcase(s, t);
+    TCase *u = tcase_create("runtime");
+    tcase_add_test(u, plan_buckets_are_runtime_buckets);
+    tcase_add_test(u, train_and_eval_modes);
+    suite_add_tcase(s, u);
+    return s;
+}
