@@ -983,17 +983,20 @@ static int ddprt_batch_rule(const struct ddprt_run *r, struct ddpc_err *e)
 #define DDPRT_BLAS_BUFFER ((size_t)128 << 20)
 static size_t ddprt_worker_bytes(const struct ddpc_job *j)
 {
-    size_t n = 0, acts = 0;
-    int nl = j->model.n_layers < DDPC_MAX_LAYERS ? j->model.n_layers : DDPC_MAX_LAYERS;
-    for (int l = 0; l + 1 < nl; l++)
-        n += (size_t)j->model.layers[l + 1] * ((size_t)j->model.layers[l] + 1);
-    for (int l = 0; l < nl; l++)
-        acts += (size_t)j->model.layers[l];
-    size_t rows = (size_t)(j->batch_size > DDPC_EVAL_BATCH ? j->batch_size : DDPC_EVAL_BATCH);
+    static struct ddpc_net net;   /* large; the launcher is one thread */
+    char why[512];
+    int bad;
+    if (layers_build(j, NULL, &net, &bad, why, sizeof why) < 0)
+        return 0;   /* the worker reports it */
+    size_t n = net.n_params;
+    int eval = layers_eval_rows(&net, j->batch_size, DDPC_EVAL_BATCH);
+    size_t rows = (size_t)(j->batch_size > eval ? j->batch_size : eval);
     size_t n_opt = j->optimizer.type == DDPC_OPTIM_SGD ? (j->optimizer.momentum != 0.0 ? n : 0)
                                                        : 2 * n;
-    /* params, grads, state; z, a and their gradients per layer */
-    return (2 * n + n_opt) * sizeof(float) + 4 * rows * acts * sizeof(float);
+    /* params, grads, optimizer and batch-norm state; every node's output
+     * and its gradient (and pooling argmaxes), the im2col scratch */
+    return (2 * n + n_opt + net.n_state) * sizeof(float) +
+           rows * (size_t)(net.act_floats + net.scratch_floats) * sizeof(float);
 }
 
 /* Bytes of this process's address space (statm: size) or resident set

@@ -376,8 +376,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (j->batch_size <= 0 || j->epochs < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
                          (int)j->epochs);
-    /* evaluation batches: DDPC_EVAL_BATCH rows unless the activations of
-     * that many would pass 256 MiB (CNNs); then the training batch */
+    /* the model's input and output sizes, and the evaluation batch */
     {
         struct ddpc_net *net = malloc(sizeof *net);
         char why[512];
@@ -390,10 +389,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         }
         r->in_dim = (int)net->in_numel;
         r->out_dim = (int)net->out_numel;
-        double per = (double)(net->act_floats + net->scratch_floats) * 4;
-        r->eval_rows = per * DDPC_EVAL_BATCH > 256.0 * 1048576 ? r->batch : DDPC_EVAL_BATCH;
-        if (r->eval_rows > DDPC_EVAL_BATCH)
-            r->eval_rows = DDPC_EVAL_BATCH;
+        r->eval_rows = layers_eval_rows(net, r->batch, DDPC_EVAL_BATCH);
         free(net);
     }
     DDPC_TRY(run_check_data(r, a->train, "train", e));

@@ -464,3 +464,12 @@ int layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_buc
     }
     return nb;
 }
+
+int layers_eval_rows(const struct ddpc_net *net, int batch, int eval_batch)
+{
+    double per = (double)(net->act_floats + net->scratch_floats) * 4;
+    int rows = per * eval_batch > 256.0 * 1048576 ? batch : eval_batch;
+    if (rows > eval_batch)
+        rows = eval_batch;
+    return rows > 0 ? rows : 1;
+}

@@ -111,6 +111,12 @@ int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
 int  layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bucket_span *out,
                     int max);
 
+/* Rows of one evaluation batch: eval_batch, unless that many samples'
+ * activations would pass 256 MiB (CNNs), then max(batch, 1) capped at
+ * eval_batch. The worker evaluates with it; the launcher's memory estimate
+ * assumes it. */
+int  layers_eval_rows(const struct ddpc_net *net, int batch, int eval_batch);
+
 /* The spec name of a layer type ("conv2d"), from spec/keys.def. */
 const char *layers_type_name(int type);
 /* "[32, 14, 14]" */
