@@ -1020,28 +1020,55 @@ static void ddprt_mib(char *buf, size_t len, double bytes)
     (void)snprintf(buf, len, bytes < 10485760.0 ? "%.1f MiB" : "%.0f MiB", bytes / 1048576.0);
 }
 
-/* This process's cgroup v2 memory.max in bytes; 0 when there is none (no
- * cgroup v2, "max", unreadable). */
-static unsigned long long ddprt_cgroup_max(void)
+/* This process's cgroup memory limit in bytes: v2 memory.max, else v1
+ * memory.limit_in_bytes (its "unlimited" is a huge page-rounded number);
+ * 0 when there is none or it cannot be read. The path in /proc/self/cgroup
+ * is tried under the mount, then the mount itself (a cgroup namespace
+ * shows the container's own group there). */
+static unsigned long long ddprt_cgroup_read(const char *path)
 {
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[4096], path[4200];
+    FILE *f = fopen(path, "re");
     unsigned long long v = 0;
     if (!f)
         return 0;
-    int found = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "0::", 3) == 0) {
-            line[strcspn(line, "\n")] = '\0';
-            (void)snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
-            found = 1;
-            break;
-        }
+    if (fscanf(f, "%llu", &v) != 1 || v >= (1ULL << 62))
+        v = 0;   /* "max", or v1's unlimited */
     (void)fclose(f);
-    if (!found || !(f = fopen(path, "re")))
+    return v;
+}
+
+static unsigned long long ddprt_cgroup_max(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096], path[4300];
+    unsigned long long v = 0;
+    if (!f)
         return 0;
-    if (fscanf(f, "%llu", &v) != 1)
-        v = 0;   /* "max" */
+    while (!v && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *rel = NULL, *dir = NULL, *file = NULL;
+        if (strncmp(line, "0::", 3) == 0) {
+            rel = line + 3;
+            dir = "/sys/fs/cgroup";
+            file = "memory.max";
+        } else {
+            const char *c1 = strchr(line, ':');
+            const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (c1 && c2 && c2 - c1 - 1 == 6 && strncmp(c1 + 1, "memory", 6) == 0) {
+                rel = c2 + 1;
+                dir = "/sys/fs/cgroup/memory";
+                file = "memory.limit_in_bytes";
+            }
+        }
+        if (!rel)
+            continue;
+        (void)snprintf(path, sizeof path, "%s%s/%s", dir, rel, file);
+        v = ddprt_cgroup_read(path);
+        if (!v) {
+            (void)snprintf(path, sizeof path, "%s/%s", dir, file);
+            v = ddprt_cgroup_read(path);
+        }
+    }
     (void)fclose(f);
     return v;
 }
@@ -1093,9 +1120,10 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
             ddprt_mib(c, sizeof c, (double)rss);
             ddprt_mib(d, sizeof d, (double)model);
             return DDPC_FAIL(e, DDPC_E_NOMEM,
-                             "this job's cgroup allows %s (memory.max), but the job needs at "
-                             "least %s: %s resident already (the data), and %d worker%s x %s "
-                             "of model, optimizer state and activations. Raise memory.max, "
+                             "this job's cgroup allows %s (memory.max, or v1's "
+                             "memory.limit_in_bytes), but the job needs at least %s: %s "
+                             "resident already (the data), and %d worker%s x %s of model, "
+                             "optimizer state and activations. Raise the limit, "
                              "or lower batch_size or the devices", a, b, c, r->local_world,
                              r->local_world == 1 ? "" : "s", d);
         }

@@ -508,6 +508,49 @@ START_TEST(job_start_refusals_name_the_cause)
 }
 END_TEST
 
+/* A cgroup memory limit below what the job needs is an error before fork
+ * naming both numbers. The limit is faked where only this test sees it: a
+ * private mount namespace (unshare --mount, root) with a tmpfs over
+ * /sys/fs/cgroup holding memory.max = 2 MiB for the job's own cgroup. */
+START_TEST(cgroup_memory_limit_refused_before_fork)
+{
+    adopt_orphans();
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[512];
+    int v2 = 0;
+    while (f && fgets(line, sizeof line, f))
+        v2 |= strncmp(line, "0::", 3) == 0;
+    if (f)
+        fclose(f);
+    struct run_result r;
+    char *probe[] = { "unshare", "--mount", "true", NULL };
+    if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
+        if (v2 && geteuid() == 0)
+            run_result_free(&r);
+        printf("SKIP cgroup memory limit: needs cgroup v2 and root for a private mount "
+               "namespace (unshare --mount)\n");
+        return;
+    }
+    run_result_free(&r);
+    struct small_job s;
+    small_job_make(&s);
+    char *argv[] = { "unshare", "--mount", "/bin/sh", "-c",
+                     "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
+                     "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
+                     "echo 2097152 > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"",
+                     s.job, NULL };
+    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 30, &r), 0);
+    ck_assert_msg(!r.timed_out, "the job hung");
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "this job's cgroup allows 2.0 MiB") &&
+                  strstr(r.err, "but the job needs at least") && !strstr(r.out, "epoch 1/"),
+                  "exit %d:\n%s%s", r.code, r.out, r.err);
+    printf("e2e: memory.max 2 MiB:\n%s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    small_job_free(&s);
+}
+END_TEST
+
 /* devices: -1 on CPU is one worker per CPU this process may run on
  * (sched_getaffinity: taskset, cpusets, SLURM binding), resolved at run
  * time, and ddpc check's batch rule holds for what it resolves to. */
@@ -581,6 +624,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
     tcase_add_test(run, job_start_refusals_name_the_cause);
     tcase_add_test(run, devices_all_follows_cpu_affinity);
+    tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
