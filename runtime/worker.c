@@ -173,9 +173,11 @@ static int floats_finite(const float *x, size_t n)
  * non-finite loss, but a gradient can overflow with a finite loss, and relu
  * can hide NaN parameters from later losses). Checks g[lo, hi) of the
  * averaged gradients; ss: their sum of squares when clipping computed it, or
- * < 0. With host memory the scan runs on the slice this rank's optimizer is
- * about to read (warm in cache, 1/W of the gradients with sharded state); a
- * rank that finds one aborts the others with this message. */
+ * < 0. With host memory the scan runs every step on the slice this rank's
+ * optimizer is about to read (warm in cache, 1/W of the gradients with
+ * sharded state); a rank that finds one aborts the others with this
+ * message. A GPU's gradients are checked (sumsq) only where the host reads
+ * the loss anyway, like the loss itself. */
 static int grads_check(struct ddpc_run *r, size_t lo, size_t hi, double ss, struct ddpc_err *e)
 {
     if (ss < 0) {
@@ -1108,8 +1110,11 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                 }
             }
             double lr = optim_lr(&r->optim, r->optim.step);
-            /* fp32 without clipping: the optimizer's slice is checked */
-            DDPC_TRY(run_optim_step(r, gscale, !r->amp && j->grad_clip_norm <= 0, e));
+            /* fp32 without clipping: on the CPU the optimizer's slice is
+             * checked every step; a GPU's gradients where the loss is read
+             * (below), so that no step waits for a norm it did not ask for */
+            int fp32_plain = !r->amp && j->grad_clip_norm <= 0;
+            DDPC_TRY(run_optim_step(r, gscale, fp32_plain && o->host_memory, e));
             double t5 = ddpc_now();
             r->prof.opt += t5 - t4;
             r->prof.steps++;
@@ -1129,6 +1134,8 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             if (read) {
                 win_sum = cur[0] - win_base;
                 win_cnt = (double)(seen - win_seen);
+                if (fp32_plain && !o->host_memory)
+                    DDPC_TRY(grads_check(r, 0, r->model.n_params, -1, e));
             }
             int rc = window_loss(r, &win_sum, &win_cnt, r->optim.step, e);
             if (rc < 0)
