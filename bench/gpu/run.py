@@ -134,17 +134,19 @@ def torch_run(model, prec, batch, device, steps, warmup):
         m = m.to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=6e-4, weight_decay=0.1)
         pin = device == "cuda"
-        xs = [torch.randint(0, V, (batch, T + 1), pin_memory=pin) for _ in range(2)]
+        xs = [torch.randint(0, V, (batch, T + 1)) for _ in range(2)]
         per_step = batch * T
     else:
         m = torch_model(model, torch, nn).to(device)
         opt = torch.optim.Adam(m.parameters(), lr=1e-3)
         shape = (batch, 784) if model == "mlp" else (batch, 1, 28, 28)
         pin = device == "cuda"
-        xs = [(torch.randn(shape, pin_memory=pin), torch.randint(0, 10, (batch,), pin_memory=pin))
-              for _ in range(2)]
+        xs = [(torch.randn(shape), torch.randint(0, 10, (batch,))) for _ in range(2)]
         per_step = batch
     amp = prec == "bf16"
+    if pin:   # as a DataLoader with pin_memory=True hands them over
+        xs = [tuple(a.pin_memory() for a in x) if isinstance(x, tuple) else x.pin_memory()
+              for x in xs]
 
     def step(i):
         if model == "gpt":
