@@ -674,6 +674,53 @@ START_TEST(progress_on_exact)
 }
 END_TEST
 
+/* The worker reads a GPU's loss only where metrics_wants_loss says the
+ * step uses it: fed NaN everywhere else, no CSV row and no progress output
+ * may show a NaN, and every step it wants does use its loss. */
+START_TEST(wants_loss_exactly_where_a_step_uses_it)
+{
+    char *dir = make_temp_dir("metrics");
+    char *csv = path_in(dir, "m.csv");
+    const struct { const char *csv; enum ddpc_progress p; int tty, every; double redraw; } cases[] = {
+        { NULL, DDPC_PROGRESS_ON, 1, 1, 1e9 },     /* redraws: only first and last */
+        { NULL, DDPC_PROGRESS_ON, 1, 1, 0 },       /* redraws: every step */
+        { NULL, DDPC_PROGRESS_ON, 0, 5, 0 },       /* lines every 5 steps, and the last */
+        { csv, DDPC_PROGRESS_OFF, 1, 3, 0 },       /* CSV rows every 3 steps */
+        { NULL, DDPC_PROGRESS_OFF, 1, 1, 0 },      /* nothing: never */
+    };
+    static const int want_n[] = { 2, 20, 4, 6, 0 };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&buf, &len);
+        ck_assert_ptr_nonnull(out);
+        struct ddpc_job j = job_for(cases[c].csv, NULL, cases[c].p, cases[c].every);
+        struct ddpc_metrics m;
+        struct ddpc_err e = { 0 };
+        ck_assert_int_eq(metrics_open(&m, &j, 20, -1, out, cases[c].tty, &e), 0);
+        m.min_redraw_s = cases[c].redraw;
+        int wanted = 0;
+        for (int s = 1; s <= 20; s++) {
+            int w = metrics_wants_loss(&m, s);
+            wanted += w;
+            ck_assert_int_eq(metrics_step(&m, s, 1, 0.1, w ? 1.0 + s : NAN, 100, 1, &e), 0);
+        }
+        ck_assert_int_eq(metrics_close(&m, &e), 0);
+        ck_assert_int_eq(fclose(out), 0);
+        char *rows = cases[c].csv ? read_all(csv, NULL) : NULL;
+        ck_assert_msg(!strstr(buf, "nan") && !(rows && strstr(rows, "nan")),
+                      "case %zu used a loss it did not ask for:\n%s%s", c, buf, rows ? rows : "");
+        ck_assert_msg(wanted == want_n[c], "case %zu: %d steps wanted the loss, expected %d", c,
+                      wanted, want_n[c]);
+        free(rows);
+        free(buf);
+    }
+    free(csv);
+    ck_assert_int_eq(rm_tree(dir), 0);
+    free(dir);
+}
+END_TEST
+
 START_TEST(progress_throttled)
 {
     char *buf = NULL;
@@ -861,6 +908,7 @@ Suite *metrics_suite(void)
     tc = tcase_create("progress");
     tcase_add_test(tc, progress_on_exact);
     tcase_add_test(tc, progress_throttled);
+    tcase_add_test(tc, wants_loss_exactly_where_a_step_uses_it);
     tcase_add_test(tc, progress_off_writes_nothing);
     tcase_add_test(tc, progress_lines_without_terminal);
     suite_add_tcase(s, tc);
