@@ -458,9 +458,15 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (o->set_weights)
         DDPC_TRY(o->set_weights(o, r->model.params, r->model.n_params, e));
     if (o->reserve) {
-        int widest = 1;
-        for (int i = 0; i < j->model.n_layers; i++)
-            widest = j->model.layers[i] > widest ? j->model.layers[i] : widest;
+        /* the largest gemm operand that is not a weight: a node's input or
+         * output activations, or a convolution's im2col columns */
+        const struct ddpc_net *net = &r->model.net;
+        int64_t widest = net->scratch_floats > 1 ? net->scratch_floats : 1;
+        for (int k = 0; k < net->n; k++) {
+            const struct ddpc_lnode *nd = &net->node[k];
+            widest = nd->in_numel > widest ? nd->in_numel : widest;
+            widest = nd->out_numel > widest ? nd->out_numel : widest;
+        }
         DDPC_TRY(o->reserve(o, max_rows, (size_t)max_rows * (size_t)widest, e));
     }
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
