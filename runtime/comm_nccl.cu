@@ -29,7 +29,7 @@
  *   the next bucket's gradients among them, runs late), and one on the comm
  *   stream after the collective (so its result lands late). A missing
  *   event wait in either direction then reads stale data reliably instead
- *   of rarely. Read once, at init.
+ *   of rarely. Read once, at init (env.c parses it).
  *
  * Rules this file keeps:
  *   - communicators are non-blocking (config.blocking = 0), so no NCCL call
@@ -51,6 +51,7 @@
 #include "comm.h"
 #include "cuda_check.h"
 #include "comm_nccl.h"
+#include "env.h"
 #include "store.h"
 
 /* One operation in flight on a tag (gradient bucket), or the internal slot
@@ -498,8 +499,8 @@ static int comm_prepare(struct ddpc_comm *c, const char *purpose, int rank, int 
     c->impl = k;
     k->compute = compute;
     k->timeout_key = strcmp(purpose, "rank-sync") == 0 ? "rank_sync_timeout" : "nccl_timeout";
-    const char *d = getenv("DDPC_TEST_STREAM_DELAY_US");
-    k->delay_ns = d && *d ? 1000LL * atoll(d) : 0;
+    double d = env_get()->test_stream_delay_us;
+    k->delay_ns = d > 0 ? (long long)(d * 1000.0) : 0;
     if (rank < 0 || rank >= world)
         return DDPC_FAIL(e, DDPC_E_INVALID, "nccl %s: rank %d outside world %d", purpose,
                          rank, world);

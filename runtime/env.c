@@ -54,6 +54,7 @@ static int env_read(struct ddpc_env *v, struct ddpc_err *e)
     v->test_ckpt_stop_after = -1;
     v->test_ckpt_slow_s = 0;
     v->test_cuda_probe_error = -1;
+    v->test_stream_delay_us = -1;
 
     const char *d = getenv("DDPC_DEBUG");
     if (d && *d) {
@@ -92,6 +93,9 @@ static int env_read(struct ddpc_env *v, struct ddpc_err *e)
                    NULL, &pe, e) < 0)
         rc = -1;
     v->test_cuda_probe_error = (int)pe;
+    if (env_number("DDPC_TEST_STREAM_DELAY_US", 0, 1e6, "microseconds from 0 to 1e6",
+                   &v->test_stream_delay_us, NULL, e) < 0)
+        rc = -1;
     return rc;
 }
 

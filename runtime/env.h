@@ -17,6 +17,9 @@
  *                            S seconds before its rename (0 to 3600)
  *   DDPC_TEST_CUDA_PROBE_ERROR=N        tests: the CUDA probe answers
  *                            cudaError_t N (1..99999) without the driver
+ *   DDPC_TEST_STREAM_DELAY_US=US        tests: NCCL all-reduces start and
+ *                            end US microseconds late on the GPU (0..1e6;
+ *                            comm_nccl.cu), to widen any missing stream wait
  *
  * Each is parsed with an end pointer and a range: a value that is not what
  * the variable takes is an error naming the variable, not a silent 0.
@@ -44,6 +47,7 @@ struct ddpc_env {
     int64_t test_ckpt_stop_after;   /* bytes; < 0: unset */
     double test_ckpt_slow_s;        /* 0: unset */
     int test_cuda_probe_error;      /* cudaError_t; -1: unset */
+    double test_stream_delay_us;    /* < 0: unset */
 };
 
 /* Reads every variable into the process's copy; on a bad value returns -1
