@@ -75,6 +75,13 @@
 static int checks, failures;
 static uint64_t rng_state;
 static int g_gpus;            /* GPUs the probe saw; rank r runs on cuda:(r % g_gpus) */
+static int g_share_ok;        /* NCCL >= 2.30: more ranks than GPUs may share them */
+
+/* World `world` can run here: a GPU per rank, or ranks sharing them. */
+static int world_ok(int world)
+{
+    return world <= g_gpus || g_share_ok;
+}
 
 /* In a rank's process, before its ops and communicators exist: more ranks
  * than GPUs share them, which NCCL >= 2.30 allows with
@@ -1338,7 +1345,7 @@ static void test_overlap(const struct ddpc_backend *b)
     static const int worlds[2] = {2, 4};
     static const int precs[2] = {DDPC_PRECISION_FP32, DDPC_PRECISION_BF16};
     for (int wi = 0; wi < 2; wi++)
-        for (int pi = 0; pi < 2; pi++) {
+        for (int pi = 0; pi < 2 && world_ok(worlds[wi]); pi++) {
             int world = worlds[wi], prec = precs[pi];
             struct ovl_out *g = ovl_train(b, 1, prec, world, &tr);
             struct ovl_out *c = ovl_train(b, 0, prec, world, &tr);
@@ -1480,15 +1487,22 @@ int main(void)
            (unsigned long long)seed);
     /* world 2 and 4 on however many GPUs there are: more ranks than GPUs
      * need NCCL >= 2.30 (tests/gpu/README.md: the wheel) */
-    if (g_gpus < 4 && nccl < 23000) {
-        printf("FAIL test_gpu: world 2 and 4 on %d GPU(s) need NCCL >= 2.30 "
-               "(NCCL_MULTI_RANK_GPU_ENABLE); this is NCCL %d.%d.%d.\n---> HINT: "
-               "tests/gpu/README.md: LD_LIBRARY_PATH to the nvidia-nccl-cu13 wheel's lib\n",
-               g_gpus, nccl / 10000, nccl / 100 % 100, nccl % 100);
-        return 1;
+    g_share_ok = nccl >= 23000;
+    if (!world_ok(4)) {
+        /* a failure, but the rest still runs: the first session on a GPU
+         * should learn as much as it can from one run */
+        checks++;
+        failures++;
+        printf("FAIL test_gpu: world %s on %d GPU(s) need NCCL >= 2.30 "
+               "(NCCL_MULTI_RANK_GPU_ENABLE); this is NCCL %d.%d.%d: those cases do not run.\n"
+               "---> HINT: tests/gpu/README.md: LD_LIBRARY_PATH to the nvidia-nccl-cu13 "
+               "wheel's lib\n", world_ok(2) ? "4" : "2 and 4", g_gpus, nccl / 10000,
+               nccl / 100 % 100, nccl % 100);
+        fflush(stdout);
     }
-    run_nccl_tests(b, 2);
-    run_nccl_tests(b, 4);
+    for (int w = 2; w <= 4; w += 2)
+        if (world_ok(w))
+            run_nccl_tests(b, w);
     if (g_gpus > 4)
         run_nccl_tests(b, g_gpus > 64 ? 64 : g_gpus);
     run_nccl_init_timeout(b);
