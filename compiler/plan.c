@@ -768,8 +768,13 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                job->optimizer.type == DDPC_OPTIM_SGD
                    ? (p->optim_states ? " with momentum" : " without momentum") : "");
     put_bytes(&b, p->mem_optim);
-    buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
-               job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
+    if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+        buf_printf(&b, "\n  activations     %d batch x %lld floats (outputs, their gradients, "
+                   "argmaxes, im2col) x 4 B = ", job->batch_size,
+                   (long long)(p->activation_floats / (job->batch_size ? job->batch_size : 1)));
+    else
+        buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
+                   job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
     put_bytes(&b, p->mem_activations);
     buf_puts(&b, "\n  comm buffers    ");
     if (p->mem_comm)

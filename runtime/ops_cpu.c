@@ -318,17 +318,179 @@ static void cpu_destroy(struct ddpc_ops *o)
     (void)o;
 }
 
-/* Layer kernels: the element functions of ops_kernels.h in index order. */
+/* Layer kernels: the element functions of ops_kernels.h, looped in index
+ * order, except the hot ones below, which loop over rows instead of
+ * dividing every index into coordinates. They compute every element with
+ * the same arithmetic, in the same order of additions (col2im and pooling
+ * add their terms in (ky, kx) order, as the element functions do), so the
+ * results are the same bits. */
+static void cpu_im2col(const struct ddpc_lk *a)
+{
+    size_t ohw = (size_t)a->OH * a->OW, kk = (size_t)a->K * a->K;
+    for (int n = 0; n < a->N; n++)
+        for (int c = 0; c < a->C; c++) {
+            const float *x = a->x + ((size_t)n * a->C + c) * a->H * a->W;
+            float *col = a->y + ((size_t)n * a->C + c) * kk * ohw;
+            for (int ky = 0; ky < a->K; ky++)
+                for (int kx = 0; kx < a->K; kx++, col += ohw)
+                    for (int oy = 0; oy < a->OH; oy++) {
+                        int iy = oy * a->S - a->P + ky;
+                        float *dst = col + (size_t)oy * a->OW;
+                        if (iy < 0 || iy >= a->H) {
+                            memset(dst, 0, (size_t)a->OW * sizeof *dst);
+                            continue;
+                        }
+                        const float *row = x + (size_t)iy * a->W;
+                        /* ox in [lo, hi) reads inside the row */
+                        int lo = 0, hi = a->OW;
+                        while (lo < hi && lo * a->S - a->P + kx < 0)
+                            lo++;
+                        while (hi > lo && (hi - 1) * a->S - a->P + kx >= a->W)
+                            hi--;
+                        for (int ox = 0; ox < lo; ox++)
+                            dst[ox] = 0.0f;
+                        const float *src = row + (lo * a->S - a->P + kx);
+                        if (a->S == 1)
+                            memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof *dst);
+                        else
+                            for (int ox = lo; ox < hi; ox++)
+                                dst[ox] = src[(ox - lo) * a->S];
+                        for (int ox = hi; ox < a->OW; ox++)
+                            dst[ox] = 0.0f;
+                    }
+        }
+}
+
+/* dx[n][c] (+)= the col entries that read each pixel, added in (ky, kx)
+ * order into a zeroed plane, then into dx: the gather's sum, same bits. */
+static void cpu_col2im(const struct ddpc_lk *a, float *plane)
+{
+    size_t ohw = (size_t)a->OH * a->OW, kk = (size_t)a->K * a->K, hw = (size_t)a->H * a->W;
+    for (int n = 0; n < a->N; n++)
+        for (int c = 0; c < a->C; c++) {
+            const float *col = a->aux + ((size_t)n * a->C + c) * kk * ohw;
+            float *dx = a->dx + ((size_t)n * a->C + c) * hw;
+            float *acc = a->accx ? plane : dx;
+            memset(acc, 0, hw * sizeof *acc);
+            for (int ky = 0; ky < a->K; ky++)
+                for (int kx = 0; kx < a->K; kx++, col += ohw)
+                    for (int oy = 0; oy < a->OH; oy++) {
+                        int iy = oy * a->S - a->P + ky;
+                        if (iy < 0 || iy >= a->H)
+                            continue;
+                        float *row = acc + (size_t)iy * a->W;
+                        const float *src = col + (size_t)oy * a->OW;
+                        int lo = 0, hi = a->OW;
+                        while (lo < hi && lo * a->S - a->P + kx < 0)
+                            lo++;
+                        while (hi > lo && (hi - 1) * a->S - a->P + kx >= a->W)
+                            hi--;
+                        float *dst = row + (lo * a->S - a->P + kx);
+                        if (a->S == 1)
+                            for (int ox = lo; ox < hi; ox++)
+                                dst[ox - lo] += src[ox];
+                        else
+                            for (int ox = lo; ox < hi; ox++)
+                                dst[(ox - lo) * a->S] += src[ox];
+                    }
+            if (a->accx)
+                for (size_t i = 0; i < hw; i++)
+                    dx[i] += plane[i];
+        }
+}
+
 static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
                             struct ddpc_err *e)
 {
     (void)o;
     if (kind < 0 || kind >= DDPC_LK_COUNT)
         return DDPC_FAIL(e, DDPC_E_INVALID, "layer_kernel: unknown kind %d", kind);
-    switch (kind) {   /* the hot element-wise kinds get their own loop */
+    switch (kind) {
     case DDPC_LK_IM2COL:
-        for (size_t i = 0; i < n; i++)
-            ddpc_lk_im2col(i, a);
+        cpu_im2col(a);
+        break;
+    case DDPC_LK_COL2IM: {
+        float *plane = NULL;
+        if (a->accx && !(plane = malloc((size_t)a->H * a->W * sizeof *plane)))
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "col2im: out of memory");
+        cpu_col2im(a, plane);
+        free(plane);
+        break;
+    }
+    case DDPC_LK_CHAN_BIAS:
+        for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
+            float b = a->w[r % (size_t)a->C], *y = a->y + r * (size_t)a->H;
+            for (int k = 0; k < a->H; k++)
+                y[k] += b;
+        }
+        break;
+    case DDPC_LK_BN_FWD:
+        for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
+            size_t c = r % (size_t)a->C;
+            float m = a->s0[c], inv = a->s1[c], w = a->w[c], b = a->b[c];
+            const float *x = a->x + r * (size_t)a->H;
+            float *y = a->y + r * (size_t)a->H;
+            for (int k = 0; k < a->H; k++)
+                y[k] = (x[k] - m) * inv * w + b;
+        }
+        break;
+    case DDPC_LK_BN_BWD_DX:
+        for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
+            size_t c = r % (size_t)a->C, off = r * (size_t)a->H;
+            float m = (float)((size_t)a->N * a->H);
+            float mean = a->s0[c], inv = a->s1[c], t0 = a->t[c], t1 = a->t[a->C + c];
+            float wi = a->w[c] * inv;
+            for (int k = 0; k < a->H; k++) {
+                float xhat = (a->x[off + k] - mean) * inv;
+                float v = wi * (a->dy[off + k] - t0 / m - xhat * t1 / m);
+                a->dx[off + k] = a->accx ? a->dx[off + k] + v : v;
+            }
+        }
+        break;
+    case DDPC_LK_POOL_FWD:
+        /* planes of H x W; windows row by row (the element function's
+         * order within each window) */
+        for (size_t pl = 0, planes = n / ((size_t)a->OH * a->OW); pl < planes; pl++) {
+            struct ddpc_lk b = *a;
+            size_t ohw = (size_t)a->OH * a->OW;
+            b.x = a->x + pl * (size_t)a->H * a->W;
+            b.y = a->y + pl * ohw;
+            b.idx = a->idx ? a->idx + pl * ohw : NULL;
+            for (size_t i = 0; i < ohw; i++)
+                ddpc_lk_pool_fwd(i, &b);
+        }
+        break;
+    case DDPC_LK_POOL_BWD:
+        if (a->S < a->K || a->accx) {   /* overlapping windows: the gather's order */
+            for (size_t i = 0; i < n; i++)
+                ddpc_lk_run(kind, i, a);
+            break;
+        }
+        /* windows do not overlap: each input takes at most one term */
+        memset(a->dx, 0, n * sizeof *a->dx);
+        for (size_t pl = 0, planes = n / ((size_t)a->H * a->W); pl < planes; pl++) {
+            size_t ohw = (size_t)a->OH * a->OW;
+            float *dx = a->dx + pl * (size_t)a->H * a->W;
+            const float *dy = a->dy + pl * ohw;
+            if (a->act == 0) {
+                const int32_t *idx = a->idx + pl * ohw;
+                for (size_t o2 = 0; o2 < ohw; o2++)
+                    if (idx[o2] >= 0)
+                        dx[idx[o2]] += dy[o2];
+            } else {
+                float inv = 1.0f / (float)(a->K * a->K);
+                for (int oy = 0; oy < a->OH; oy++)
+                    for (int ox = 0; ox < a->OW; ox++)
+                        for (int ky = 0; ky < a->K; ky++) {
+                            int iy = oy * a->S - a->P + ky;
+                            for (int kx = 0; kx < a->K && iy >= 0 && iy < a->H; kx++) {
+                                int ix = ox * a->S - a->P + kx;
+                                if (ix >= 0 && ix < a->W)
+                                    dx[iy * a->W + ix] += dy[(size_t)oy * a->OW + ox] * inv;
+                            }
+                        }
+            }
+        }
         break;
     case DDPC_LK_ACT_FWD:
         for (size_t i = 0; i < n; i++)
