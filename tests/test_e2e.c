@@ -154,6 +154,64 @@ START_TEST(fashion_mnist_reaches_accuracy)
 }
 END_TEST
 
+/* ---- the CNN example: a short run, its export evaluated in PyTorch ---- */
+
+START_TEST(fashion_mnist_cnn_short_run_and_export)
+{
+    if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0)
+        ck_abort_msg("Fashion-MNIST missing: apt-get install dataset-fashion-mnist "
+                     "(scripts/install-deps does)");
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-cnn"), *spec = NULL, *job = NULL, *ddpc = ddpc_path();
+    ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist-cnn.yaml", test_top()), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/cnn", dir), 0);
+    /* 40 steps of 2 x 64 samples: about 5,000 of the 60,000 */
+    char *argv[] = { ddpc, "build", spec, "-o", job, "--set", "epochs=1", "--set",
+                     "limit_train_batches=40", "--set", "accelerator=cpu", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 600, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "job exit %d (timed out %d):\n%s%s", r.code,
+                  r.timed_out, r.out, r.err);
+    const char *done = strstr(r.out, "\ndone ");
+    ck_assert_msg(done, "no summary line in:\n%s", r.out);
+    double acc = find_kv(done, "test_accuracy"), loss = find_kv(done, "test_loss");
+    ck_assert_msg(acc >= 0.70, "test_accuracy %.4f < 0.70 after 40 steps:\n%s", acc, r.out);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+
+    /* the export, in PyTorch: strict load, the job's test accuracy and loss */
+    char *script = NULL, *model = NULL;
+    ck_assert_int_ge(asprintf(&script, "%s/tests/torch_ref.py", test_top()), 0);
+    ck_assert_int_ge(asprintf(&model, "%s/fashion-mnist-cnn.safetensors", dir), 0);
+    char *py[] = { "/usr/bin/python3", script, "accuracy", spec, model,
+                   FMNIST_DIR "/t10k-images-idx3-ubyte.gz", FMNIST_DIR "/t10k-labels-idx1-ubyte.gz",
+                   "1,28,28", NULL };
+    ck_assert_int_eq(run_capture(py, NULL, NULL, 300, &r), 0);
+    if (r.exited && r.code == 77) {
+        printf("SKIP e2e: CNN export in PyTorch: %s", r.out);
+    } else {
+        ck_assert_msg(r.exited && r.code == 0, "torch_ref.py accuracy:\n%s%s", r.out, r.err);
+        double tacc = find_kv(r.out, "accuracy"), tloss = find_kv(r.out, "loss");
+        /* the job prints 4 decimals; one borderline sample may round apart */
+        ck_assert_msg(fabs(tacc - acc) <= 1.5e-4, "torch accuracy %.6f, job %.4f", tacc, acc);
+        ck_assert_msg(fabs(tloss - loss) <= 1e-3 * (1 + loss), "torch loss %.6f, job %.4f",
+                      tloss, loss);
+    }
+    run_result_free(&r);
+    free(script);
+    free(model);
+    free(job);
+    free(spec);
+    free(ddpc);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---- bad data at run time: clear error naming the file, no hang, no orphan ---- */
 
 /* IDX images [n, 4, 4] and labels [n] of a learnable 3-class problem. */
@@ -642,6 +700,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
+    tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     suite_add_tcase(s, run);
     return s;
 }

@@ -25,6 +25,7 @@ Exit 77 when torch or yaml cannot be imported (the caller prints SKIP).
 safetensors files are read here directly (8-byte header length, JSON
 header, raw little-endian data): no safetensors package needed.
 """
+import gzip
 import json
 import struct
 import sys
@@ -248,7 +249,8 @@ def cmd_grads(spec_path, data_path):
 
 
 def read_idx(path):
-    with open(path, "rb") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
         blob = f.read()
     magic, = struct.unpack(">I", blob[:4])
     ndim = magic & 0xFF
