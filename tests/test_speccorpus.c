@@ -749,7 +749,8 @@ START_TEST(test_readme_commands)
     snprintf(p, sizeof p, "%s/fashion-mnist", dir);
     int built = access(p, X_OK) == 0;
     /* clean up what the commands wrote, then judge */
-    static const char *const made[] = { "fashion-mnist", "quick", "ddpc.schema.json", "examples",
+    static const char *const made[] = { "fashion-mnist", "fashion-mnist-cnn", "quick",
+                                        "ddpc.schema.json", "examples",
                                         "build" };
     for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, made[i]);
