@@ -6,6 +6,8 @@
  *   start/wait through its comm thread, gloo::allreduce underneath.
  * MODE ring: gloo::AllreduceRing<float> on a context connected the same
  *   way, with no ddpc code in the timed loop: gloo's own ring.
+ * MODE gloo: gloo::allreduce (the API ddpc's path calls) on that context,
+ *   in the calling thread: what ddpc's comm thread adds is ddpc - gloo.
  * Rank 0 hosts the store (store.h) when STORE_PORT's store is not up; run
  * one process per host (bench/multinode.sh puts them in two network
  * namespaces). Rank 0 prints, per size: bytes, median time of 20 calls
@@ -27,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include <gloo/allreduce.h>
 #include <gloo/allreduce_ring.h>
+#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -165,6 +169,13 @@ int main(int argc, char **argv)
                     fprintf(stderr, "all_reduce: %s\n", e.msg);
                     return 1;
                 }
+            } else if (mode == "gloo") {
+                gloo::AllreduceOptions o(ctx);
+                o.setOutput(buf.data(), n);
+                o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *,
+                                                         size_t)>(&gloo::sum<float>));
+                o.setTimeout(std::chrono::milliseconds(600000));
+                gloo::allreduce(o);
             } else {
                 ring->run();
             }

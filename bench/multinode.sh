@@ -37,7 +37,7 @@ in0() { nsenter --net=/run/netns/"$NS0" -- "$@"; }
 in1() { nsenter --net=/run/netns/"$NS1" -- "$@"; }
 
 echo "== all-reduce, 2 hosts (veth), world 2 =="
-for mode in ring ddpc; do
+for mode in ring gloo ddpc; do
     in1 "$B/bench/gloo_allreduce" $mode 1 2 "$IP0" 29661 "$MAX" >/dev/null &
     in0 "$B/bench/gloo_allreduce" $mode 0 2 "$IP0" 29661 "$MAX"
     wait

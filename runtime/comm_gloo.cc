@@ -12,8 +12,10 @@
  *     only queues and waits on a condition variable with its deadline;
  *   - waits only as long as asked: an operation started with deadline 0
  *     gets default_timeout_s (the job's nccl_timeout; 0 only when the spec
- *     says `none`: then no deadline at all), and the caller gives up 1 s
- *     after gloo should have, so a gloo that never returns cannot hang it;
+ *     says `none`: then no deadline at all); the caller stops waiting at
+ *     the deadline (the ring and barrier objects block until the pairs'
+ *     timeout, nccl_timeout, so the caller's deadline is the one that
+ *     counts) and the communicator is broken from then on;
  *   - a broken communicator is never used again, and destroy never joins a
  *     thread that is still inside gloo (it is left to the process's exit).
  */
@@ -26,6 +28,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -38,7 +41,9 @@
 #include <vector>
 
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/barrier.h>
+#include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -51,7 +56,7 @@
 
 namespace {
 
-constexpr double kCallerSlackS = 1.0;   /* after gloo's own timeout should have fired */
+constexpr double kCallerSlackS = 0.05;  /* after the deadline: gloo's own timeout (broadcast) fires first */
 
 /* ===== gloo's Store over the job's store ===== */
 
@@ -153,6 +158,20 @@ struct Gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host;      /* rank -> its host address */
 
+    /* The all-reduce of a (tag, n) is gloo's own ring algorithm object,
+     * made once (its buffers registered with the pairs) and run on a copy
+     * of the caller's floats held here: gloo::allreduce's unbound buffers
+     * cost ~4 ms per call on small sizes, the ring object ~30 us
+     * (bench/README.md). Made on the comm thread, in the order operations
+     * arrive, which is the same on every rank, so the ranks' slots match;
+     * the key never depends on a rank's own pointers. */
+    struct Ring {
+        std::vector<float> buf;
+        std::unique_ptr<gloo::AllreduceRing<float>> algo;
+    };
+    std::map<std::pair<int, size_t>, Ring> rings;
+    std::unique_ptr<gloo::BarrierAllToAll> barrier;
+
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::shared_ptr<Op>> queue;   /* started, not yet taken by the thread */
@@ -248,14 +267,22 @@ void run_op(Gloo &g, Op &op)
     try {
         switch (op.kind) {
         case Kind::AllReduce: {
-            gloo::AllreduceOptions o(g.ctx);
-            o.setOutput(op.buf, op.n);
-            o.setReduceFunction(
-                static_cast<void (*)(void *, const void *, const void *, size_t)>(
-                    &gloo::sum<float>));
-            o.setTag((uint32_t)(op.tag & 0x7fffffff));
-            o.setTimeout(ms);
-            gloo::allreduce(o);
+            if (op.n == 0)
+                break;
+            if (op.n > (size_t)INT32_MAX) {
+                op.rc = DDPC_FAIL(&op.err, DDPC_E_INVALID, "gloo %s all_reduce of %zu floats: "
+                                  "at most %d at once", g.purpose.c_str(), op.n, INT32_MAX);
+                break;
+            }
+            Gloo::Ring &ring = g.rings[std::make_pair(op.tag, op.n)];
+            if (!ring.algo) {
+                ring.buf.assign(op.n, 0.0f);
+                std::vector<float *> ptrs = { ring.buf.data() };
+                ring.algo.reset(new gloo::AllreduceRing<float>(g.ctx, ptrs, (int)op.n));
+            }
+            memcpy(ring.buf.data(), op.buf, op.n * sizeof(float));
+            ring.algo->run();
+            memcpy(op.buf, ring.buf.data(), op.n * sizeof(float));
             if (op.avg) {
                 const float inv = 1.0f / (float)g.world;
                 for (size_t i = 0; i < op.n; i++)
@@ -272,9 +299,9 @@ void run_op(Gloo &g, Op &op)
             break;
         }
         case Kind::Barrier: {
-            gloo::BarrierOptions o(g.ctx);
-            o.setTimeout(ms);
-            gloo::barrier(o);
+            if (!g.barrier)
+                g.barrier.reset(new gloo::BarrierAllToAll(g.ctx));
+            g.barrier->run();
             break;
         }
         }
@@ -629,17 +656,17 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
         }
 
         g->ctx = std::make_shared<gloo::rendezvous::Context>(in->rank, in->world);
-        /* gloo's exchange is bounded by the adapter's deadline, its
-         * connections by the context's timeout */
-        double left = in->deadline - ddpc_now();
-        g->ctx->setTimeout(in->deadline <= 0 ? gloo::kNoTimeout
-                           : std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1));
-        StoreAdapter adapter(&sc, in->deadline, g->rpn);
-        gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);
-        g->ctx->connectFullMesh(ps, g->dev);
+        /* gloo's exchange is bounded by the adapter's deadline. The pairs
+         * keep the context's timeout of this moment for every later wait:
+         * the job's nccl_timeout (the ring and barrier objects take no
+         * timeout of their own; each operation's deadline is also kept by
+         * the caller, finish()) */
         g->ctx->setTimeout(g->default_timeout_s > 0
                            ? std::chrono::milliseconds((long long)(g->default_timeout_s * 1000))
                            : gloo::kNoTimeout);
+        StoreAdapter adapter(&sc, in->deadline, g->rpn);
+        gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);
+        g->ctx->connectFullMesh(ps, g->dev);
     } catch (const std::exception &ex) {
         std::string peers = peers_at(*g, ex.what());
         rc = DDPC_FAIL(e, strstr(ex.what(), "never arrived") || strstr(ex.what(), "Timed out")
