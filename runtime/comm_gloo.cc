@@ -592,7 +592,7 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
         attr.hostname = host;
         attr.ai_family = family;
         g->dev = gloo::transport::tcp::CreateDevice(attr);
-        /* everyone's listening address (for naming a peer in gloo's
+        /* everyone's host address (for naming a peer's node in gloo's
          * messages) and world size; a rank that never arrives is named
          * here, before gloo's own exchange */
         std::string base = std::string(in->prefix) + "/" + in->purpose;
