@@ -558,6 +558,21 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
             p->ckpt_saves = 1;
         else
             p->ckpt_saves = job->epochs / every + (job->epochs % every != 0);
+        /* every_n_steps: each multiple of N is a save, one at an epoch's
+         * end merging with that epoch's (the worker saves it once, after
+         * the evaluation); every_n_minutes depends on the machine and is
+         * not counted */
+        int64_t n = job->checkpoint.every_n_steps, spe = p->optimizer_steps_per_epoch;
+        if (n > 0 && spe > 0) {
+            int64_t saves = 0;
+            for (int64_t ep = 0; ep < job->epochs; ep++) {
+                int64_t lo = ep * spe, hi = lo + spe;
+                int end_saves = ep + 1 == job->epochs || (every > 0 && (ep + 1) % every == 0);
+                int64_t multiples = hi / n - lo / n;
+                saves += multiples + (end_saves && hi % n != 0);
+            }
+            p->ckpt_saves = saves > INT32_MAX ? INT32_MAX : (int32_t)saves;
+        }
         p->ckpt_bytes = p->mem_params + p->mem_optim;
     }
 
@@ -822,13 +837,23 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     if (p->ckpt_enabled) {
         buf_puts(&b, "  dir             ");
         put_text(&b, job->checkpoint_dir);
-        if (job->checkpoint.every_n_epochs > 0)
+        int ep_every = job->checkpoint.every_n_epochs;
+        int ep_saves = ep_every <= 0 || ep_every >= job->epochs ? 1
+                     : job->epochs / ep_every + (job->epochs % ep_every != 0);
+        if (ep_every > 0)
             buf_printf(&b, "\n  schedule        every %d epoch%s and at the end: %d save%s\n",
-                       job->checkpoint.every_n_epochs,
-                       job->checkpoint.every_n_epochs == 1 ? "" : "s", p->ckpt_saves,
-                       p->ckpt_saves == 1 ? "" : "s");
-        else
+                       ep_every, ep_every == 1 ? "" : "s", ep_saves, ep_saves == 1 ? "" : "s");
+        else if (job->checkpoint.every_n_steps <= 0)
             buf_puts(&b, "\n  schedule        at the end only: 1 save\n");
+        else
+            buf_puts(&b, "\n");
+        if (job->checkpoint.every_n_steps > 0)
+            buf_printf(&b, "  steps           every %lld optimizer steps, mid-epoch too: %d "
+                       "saves in all\n", (long long)job->checkpoint.every_n_steps,
+                       p->ckpt_saves);
+        if (job->checkpoint.every_n_minutes > 0)
+            buf_printf(&b, "  time            also after every %g minutes of training (not "
+                       "counted above)\n", job->checkpoint.every_n_minutes);
         buf_puts(&b, "  size            ");
         put_bytes(&b, p->ckpt_bytes);
         buf_puts(&b, " (parameters + optimizer state)\n");
@@ -1035,6 +1060,12 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
         buf_printf(&b, ", \"every_n_epochs\": %d, \"saves\": %d, \"keep_last\": %d, "
                    "\"bytes\": %lld", job->checkpoint.every_n_epochs, p->ckpt_saves,
                    job->checkpoint.keep_last, (long long)p->ckpt_bytes);
+        /* only when set, so the plans of jobs without them keep their bytes */
+        if (job->checkpoint.every_n_steps > 0)
+            buf_printf(&b, ", \"every_n_steps\": %lld",
+                       (long long)job->checkpoint.every_n_steps);
+        if (job->checkpoint.every_n_minutes > 0)
+            buf_printf(&b, ", \"every_n_minutes\": %.17g", job->checkpoint.every_n_minutes);
     }
     buf_puts(&b, "}");
 

@@ -43,6 +43,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -898,6 +899,8 @@ static int ddprt_ckpt_preflight(const struct ddprt_run *r, struct ddpc_err *e)
         return 0;
     int every = j->checkpoint.every_n_epochs;
     long long writes = every > 0 ? j->epochs / every + (j->epochs % every != 0) : 1;
+    if (j->checkpoint.every_n_steps > 0 || j->checkpoint.every_n_minutes > 0)
+        writes = LLONG_MAX;     /* mid-epoch ones too: keep_last bounds what is held */
     long long held = 2;
     if (j->checkpoint.keep_last > 0)
         held = (long long)j->checkpoint.keep_last + 1 < writes

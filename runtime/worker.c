@@ -787,7 +787,8 @@ static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *
 /* All ranks, after each optimizer step: is a step- or time-cadence
  * checkpoint due? Every rank must answer alike (the save is preceded by a
  * collective), so every_n_minutes is rank 0's clock, broadcast together
- * with when to look next: about once a second of training, never per step.
+ * with when to look next: about once a second of training (4 times per
+ * period when that is shorter), not every step.
  * Returns 1, 0, or a negative error. */
 static int ckpt_due(struct ddpc_run *r, struct ddpc_err *e)
 {
@@ -801,7 +802,10 @@ static int ckpt_due(struct ddpc_run *r, struct ddpc_err *e)
             v[0] = now - r->ckpt_last_t >= j->checkpoint.every_n_minutes * 60.0;
             int64_t done = step - r->ckpt_check_step;
             double per = done > 0 ? (now - r->ckpt_check_t) / (double)done : 0;
-            double next = per > 0 ? 1.0 / per : 1;
+            /* look about once a second, or 4 times per period if shorter */
+            double look = j->checkpoint.every_n_minutes * 15.0 < 1.0
+                        ? j->checkpoint.every_n_minutes * 15.0 : 1.0;
+            double next = per > 0 ? look / per : 1;
             v[1] = next < 1 ? 1 : next > 4096 ? 4096 : (double)(int64_t)next;
             r->ckpt_check_t = now;
         }

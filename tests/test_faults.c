@@ -1149,6 +1149,40 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
 }
 END_TEST
 
+/* checkpoint.every_n_minutes: rank 0's clock decides, every rank follows
+ * (a mid-epoch save needs them all); the saves land mid-epoch, and they do
+ * not change the training: the export equals a run without them. */
+START_TEST(time_checkpoints_are_written_and_change_nothing)
+{
+    char *dir = make_temp_dir("faults-minutes");
+    struct fopts o = { .every = 100, .ckextra = ", every_n_minutes: 0.0005" };   /* 30 ms */
+    struct fopts o0 = { .every = 100 };
+    char *job = build_job(dir, "job", &o), *job0 = build_job(dir, "job0", &o0);
+    char *ref = reference_run(dir, job0);
+    char *cwd = subdir(dir, "run"), *ck = path_in(cwd, "ckpt"), names[16384];
+    struct run_result r;
+    run_ok(job, cwd, &r);
+    run_result_free(&r);
+    names_with(ck, ".ckpt", names, sizeof names);
+    int n = n_names_with(ck, ".ckpt");
+    printf("faults: every_n_minutes 0.0005: %d checkpoints: %s\n", n, names);
+    ck_assert_msg(n >= 3, "only %d checkpoints: %s", n, names);
+    /* one of them mid-epoch: a step number that is not a multiple of 256 */
+    int mid = 0;
+    for (const char *q = names; (q = strstr(q, "-s")) != NULL; q += 2)
+        mid |= strtol(q + 2, NULL, 10) % 256 != 0;
+    ck_assert_msg(mid, "no mid-epoch checkpoint: %s", names);
+    assert_same_model(ref, cwd);
+    free(ck);
+    free(cwd);
+    free(ref);
+    free(job);
+    free(job0);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A checkpoint write slower than rank_sync_timeout (test hook: 2.5 s per
  * write, timeout 1 s) is not data-loading skew: the run completes. */
 START_TEST(slow_checkpoint_write_does_not_trip_rank_sync_timeout)
@@ -1702,6 +1736,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, compatible_edit_resumes_and_matches_a_straight_run);
     tcase_add_test(t, step_checkpoint_resumes_mid_epoch_byte_identical);
     tcase_add_test(t, slow_checkpoint_write_does_not_trip_rank_sync_timeout);
+    tcase_add_test(t, time_checkpoints_are_written_and_change_nothing);
     tcase_add_test(t, summary_on_a_full_stdout_exits_nonzero);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);

@@ -313,6 +313,18 @@ START_TEST(comms_and_checkpoints)
     ck_assert_int_eq(p.ckpt_saves, 4);           /* epochs 3, 6, 9 and the end */
     ck_assert_int_eq(p.ckpt_bytes, 814120 * 3);  /* params + Adam's two moments */
     plan_free(&p);
+
+    /* every_n_steps 469 (one epoch): a save at every epoch's end, each
+     * merged with the epoch cadence's; every 1000 steps over 4690: 4 mid-
+     * epoch saves plus the 4 epoch ones */
+    j.checkpoint.every_n_steps = 469;
+    build(&j, &p);
+    ck_assert_int_eq(p.ckpt_saves, 10);
+    plan_free(&p);
+    j.checkpoint.every_n_steps = 1000;
+    build(&j, &p);
+    ck_assert_int_eq(p.ckpt_saves, 8);
+    plan_free(&p);
 }
 END_TEST
 
