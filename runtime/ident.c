@@ -12,12 +12,14 @@
 #include <string.h>
 
 #include "ident.h"
+#include "keytab.h"     /* ddpc_job_walk: every field of the job */
 #include "spec.h"       /* spec_sha256_hex */
 
 struct ident_buf {
     char  *p;
     size_t cap, len;
     int    over;
+    char   epochs_kind;         /* 'T' with a cosine schedule, else 'C' */
 };
 
 static void put(struct ident_buf *b, char kind, const char *key, const char *fmt, ...)
@@ -46,62 +48,103 @@ static void put(struct ident_buf *b, char kind, const char *key, const char *fmt
 }
 
 /* The shortest of %.15g..%.17g that reads back as v. */
-static void put_d(struct ident_buf *b, char kind, const char *key, double v)
+static void fmt_double(char *s, size_t cap, double v)
 {
-    char s[40];
     for (int prec = 15; prec <= 17; prec++) {
-        (void)snprintf(s, sizeof s, "%.*g", prec, v);
+        (void)snprintf(s, cap, "%.*g", prec, v);
         if (strtod(s, NULL) == v)
             break;
     }
-    put(b, kind, key, "%s", s);
 }
 
-static void put_e(struct ident_buf *b, char kind, const char *key, int v,
-                  const char *const *names, int n)
+/* Does path name prefix or a field under it ("data.test" covers
+ * "data.test.format", "model.items" covers "model.items[2].out")? */
+static int under(const char *path, const char *prefix)
 {
-    if (v >= 0 && v < n)
-        put(b, kind, key, "%s", names[v]);
-    else
-        put(b, kind, key, "%d", v);
+    size_t n = strlen(prefix);
+    return strncmp(path, prefix, n) == 0 &&
+           (path[n] == '\0' || path[n] == '.' || path[n] == '[');
 }
 
-static void put_s(struct ident_buf *b, char kind, const char *key, const char *s)
+/* Not described: they say where to resume from, or name the files. */
+static const char *const ident_skip[] = {
+    "version", "name", "checkpoint.resume", "checkpoint.resume_path",
+};
+
+/* Compatible: the rest of the job (ident.h says why). Everything not
+ * listed here is the trajectory's: a key added later refuses a resume
+ * across its change until it is listed, never accepts a wrong one. */
+static const char *const ident_compatible[] = {
+    "n_devices", "devices_all", "devices", "accelerator", "strategy", "bucket_cap_mb",
+    "checkpoint_dir", "nccl_timeout_s", "rank_sync_timeout_s",
+    "data.test", "data.has_test", "data.test_every_n_epochs",
+    "checkpoint", "logging", "launch",
+};
+
+static char field_kind(const struct ident_buf *b, const char *path)
 {
-    put(b, kind, key, "%s", s && *s ? s : "(none)");
+    for (size_t i = 0; i < sizeof ident_skip / sizeof ident_skip[0]; i++)
+        if (strcmp(path, ident_skip[i]) == 0)
+            return 0;
+    if (strcmp(path, "epochs") == 0)
+        return b->epochs_kind;
+    for (size_t i = 0; i < sizeof ident_compatible / sizeof ident_compatible[0]; i++)
+        if (under(path, ident_compatible[i]))
+            return 'C';
+    return 'T';
 }
 
-/* An enum's spellings from its one list (job.h), aliases left out */
-#define IDENT_NAME_(id, s) s,
-#define IDENT_SKIP_(id, s)
-#define IDENT_LIST_(list) { DDPC_ENUM_LIST_##list(IDENT_NAME_, IDENT_SKIP_, IDENT_NAME_) }
-#define NAMES(list) (const char *const[])IDENT_LIST_(list), \
-    (int)(sizeof((const char *const[])IDENT_LIST_(list)) / sizeof(const char *))
-
-static void put_source(struct ident_buf *b, char kind, const char *pre,
-                       const struct ddpc_data_source *s)
+static void put_field(void *ctx, const struct ddpc_field *fd, const char *path, const char *p,
+                      const char *blk)
 {
-    char k[64];
-#define KEY(name) ((void)snprintf(k, sizeof k, "%s.%s", pre, name), k)
-    put_e(b, kind, KEY("format"), s->format, NAMES(data_format));
-    switch (s->format) {
-    case DDPC_DATA_IDX:
-    case DDPC_DATA_NPY:
-        put_s(b, kind, KEY("inputs"), s->inputs);
-        put_s(b, kind, KEY("labels"), s->labels);
+    struct ident_buf *b = ctx;
+    char kind = field_kind(b, path);
+    if (!kind)
+        return;
+    char v[64];
+    switch (fd->type) {
+    case DDPC_FT_I32:
+    case DDPC_FT_BOOL:
+    case DDPC_FT_I64:
+        put(b, kind, path, "%lld", (long long)ddpc_field_i64(fd, p));
         break;
-    case DDPC_DATA_CSV:
-        put_s(b, kind, KEY("path"), s->path);
-        put(b, kind, KEY("label_column"), "%d", (int)s->label_column);
+    case DDPC_FT_U64:
+        put(b, kind, path, "%llu", (unsigned long long)ddpc_field_u64(p));
         break;
-    case DDPC_DATA_SYNTHETIC:
-        put(b, kind, KEY("samples"), "%lld", (long long)s->samples);
-        put(b, kind, KEY("features"), "%d", (int)s->features);
-        put(b, kind, KEY("classes"), "%d", (int)s->classes);
-        put(b, kind, KEY("seed"), "%llu", (unsigned long long)s->seed);
+    case DDPC_FT_F64:
+        fmt_double(v, sizeof v, ddpc_field_f64(p));
+        put(b, kind, path, "%s", v);
+        break;
+    case DDPC_FT_STR: {
+        const char *s = ddpc_field_str(p);
+        put(b, kind, path, "%s", s && *s ? s : "(none)");
         break;
     }
-#undef KEY
+    case DDPC_FT_ENUM: {
+        const struct ddpc_enum_value *e = ddpc_enum_find(fd->e, (int)ddpc_field_i64(fd, p));
+        if (e)
+            put(b, kind, path, "%s", e->spelling);
+        else
+            put(b, kind, path, "%lld", (long long)ddpc_field_i64(fd, p));
+        break;
+    }
+    case DDPC_FT_I32_LIST: {
+        char list[16 * 64] = "";
+        size_t ll = 0;
+        int n = ddpc_field_count(fd, blk);
+        for (int i = 0; i < n; i++) {
+            int32_t x;
+            memcpy(&x, p + (size_t)i * sizeof x, sizeof x);
+            int w = snprintf(list + ll, sizeof list - ll, "%s%d", i ? "," : "", (int)x);
+            if (w > 0 && (size_t)w < sizeof list - ll)
+                ll += (size_t)w;
+        }
+        put(b, kind, path, "[%s]", list);
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 int ident_format(const struct ddpc_job *j, int world, const char *backend, char *buf,
@@ -109,114 +152,15 @@ int ident_format(const struct ddpc_job *j, int world, const char *backend, char 
 {
     if (!buf || cap == 0)
         return -1;
-    struct ident_buf b = { buf, cap, 0, 0 };
-    buf[0] = '\0';
-
-    /* ---- T: the trajectory ---- */
-    put(&b, 'T', "world", "%d", world);
-    put_s(&b, 'T', "backend", backend ? backend : "cpu");
-    put(&b, 'T', "seed", "%llu", (unsigned long long)j->seed);
-    put(&b, 'T', "deterministic", "%d", (int)j->deterministic);
-    put_d(&b, 'T', "learning_rate", j->learning_rate);
-    put_e(&b, 'T', "lr_scaling", j->lr_scaling, NAMES(lr_scaling));
-    put(&b, 'T', "batch_size", "%d", (int)j->batch_size);
-    put(&b, 'T', "grad_accumulation", "%d", (int)j->grad_accumulation);
-    put(&b, 'T', "limit_train_batches", "%lld", (long long)j->limit_train_batches);
-    put_d(&b, 'T', "limit_train_fraction", j->limit_train_fraction);
-    put_e(&b, 'T', "precision", j->precision, NAMES(precision));
-    put_e(&b, 'T', "matmul_precision", j->matmul_precision, NAMES(matmul_precision));
-    put_d(&b, 'T', "grad_clip_norm", j->grad_clip_norm);
-    put_e(&b, 'T', "model.type", j->model.type, NAMES(model_type));
-    char layers[16 * DDPC_MAX_LAYERS] = "";
-    size_t ll = 0;
-    for (int i = 0; i < j->model.n_layers && i < DDPC_MAX_LAYERS; i++) {
-        int n = snprintf(layers + ll, sizeof layers - ll, "%s%d", i ? "," : "",
-                         (int)j->model.layers[i]);
-        if (n > 0 && (size_t)n < sizeof layers - ll)
-            ll += (size_t)n;
-    }
-    put(&b, 'T', "model.layers", "[%s]", layers);
-    put_e(&b, 'T', "model.activation", j->model.activation,
-          NAMES(activation));
-    put_e(&b, 'T', "model.init", j->model.init,
-          NAMES(init));
-    /* a sequential model: its input and every item (only then, so the
-     * identity of an mlp is what it was) */
-    if (j->model.n_input > 0)
-        put(&b, 'T', "model.input", "[%d,%d,%d]/%d", (int)j->model.input[0],
-            (int)j->model.input[1], (int)j->model.input[2], (int)j->model.n_input);
-    for (int i = 0; i < j->model.n_items && i < DDPC_MAX_ITEMS; i++) {
-        const struct ddpc_layer_item *it = &j->model.items[i];
-        char key[40];
-        (void)snprintf(key, sizeof key, "model.items[%d].type", i);
-        put_e(&b, 'T', key, it->type, NAMES(layer_type));
-        (void)snprintf(key, sizeof key, "model.items[%d]", i);
-        put(&b, 'T', key, "body=%d in=%d out=%d k=%d s=%d p=%d bias=%d os=%d gelu=%s "
-            "p=%.17g momentum=%.17g eps=%.17g slope=%.17g", (int)it->n_body, (int)it->in, (int)it->out, (int)it->kernel_size, (int)it->stride,
-            (int)it->padding, (int)it->bias, (int)it->output_size,
-            it->approximate == DDPC_GELU_TANH ? "tanh" : "none", it->p, it->momentum, it->eps,
-            it->negative_slope);
-    }
-    if (j->model.init_from)
-        put_s(&b, 'T', "model.init_from", j->model.init_from);
-    put_e(&b, 'T', "loss", j->loss, NAMES(loss));
-    put_source(&b, 'T', "data.train", &j->data.train);
-    put(&b, 'T', "data.shuffle", "%d", (int)j->data.shuffle);
-    put(&b, 'T', "data.drop_last", "%d", (int)j->data.drop_last);
-    put_e(&b, 'T', "optimizer.type", j->optimizer.type, NAMES(optimizer_type));
-    put_d(&b, 'T', "optimizer.momentum", j->optimizer.momentum);
-    put(&b, 'T', "optimizer.nesterov", "%d", (int)j->optimizer.nesterov);
-    put_d(&b, 'T', "optimizer.weight_decay", j->optimizer.weight_decay);
-    put_d(&b, 'T', "optimizer.beta1", j->optimizer.beta1);
-    put_d(&b, 'T', "optimizer.beta2", j->optimizer.beta2);
-    put_d(&b, 'T', "optimizer.eps", j->optimizer.eps);
-    put(&b, 'T', "schedule.warmup_steps", "%lld", (long long)j->schedule.warmup_steps);
-    put_d(&b, 'T', "schedule.warmup_start_factor", j->schedule.warmup_start_factor);
-    put_e(&b, 'T', "schedule.decay", j->schedule.decay, NAMES(decay));
-    put_d(&b, 'T', "schedule.min_lr_factor", j->schedule.min_lr_factor);
-    put(&b, 'T', "schedule.step_size", "%lld", (long long)j->schedule.step_size);
-    put_d(&b, 'T', "schedule.gamma", j->schedule.gamma);
     /* cosine decays over the whole run: more epochs, a different curve */
-    char ep_kind = j->schedule.decay == DDPC_DECAY_COSINE ? 'T' : 'C';
-    put(&b, ep_kind, "epochs", "%d", (int)j->epochs);
-
-    /* ---- C: the rest ---- */
-    char devs[8 * DDPC_MAX_DEVICES] = "";
-    size_t dl = 0;
-    for (int i = 0; i < j->n_devices && i < DDPC_MAX_DEVICES; i++) {
-        int n = snprintf(devs + dl, sizeof devs - dl, "%s%d", i ? "," : "", (int)j->devices[i]);
-        if (n > 0 && (size_t)n < sizeof devs - dl)
-            dl += (size_t)n;
-    }
-    put(&b, 'C', "devices", j->devices_all ? "all" : "[%s]", devs);
-    put_e(&b, 'C', "accelerator", j->accelerator, NAMES(accelerator));
-    put_e(&b, 'C', "strategy", j->strategy, NAMES(strategy));
-    put_d(&b, 'C', "bucket_cap_mb", j->bucket_cap_mb);
-    put_s(&b, 'C', "checkpoint_dir", j->checkpoint_dir);
-    put_d(&b, 'C', "nccl_timeout", j->nccl_timeout_s);
-    put_d(&b, 'C', "rank_sync_timeout", j->rank_sync_timeout_s);
-    put(&b, 'C', "data.has_test", "%d", (int)j->data.has_test);
-    if (j->data.has_test) {
-        put_source(&b, 'C', "data.test", &j->data.test);
-        put(&b, 'C', "data.test_every_n_epochs", "%d", (int)j->data.test_every_n_epochs);
-    }
-    put(&b, 'C', "checkpoint.every_n_epochs", "%d", (int)j->checkpoint.every_n_epochs);
-    put(&b, 'C', "checkpoint.every_n_steps", "%lld", (long long)j->checkpoint.every_n_steps);
-    put_d(&b, 'C', "checkpoint.every_n_minutes", j->checkpoint.every_n_minutes);
-    put(&b, 'C', "checkpoint.keep_last", "%d", (int)j->checkpoint.keep_last);
-    put_s(&b, 'C', "checkpoint.export", j->checkpoint.export_path);
-    put(&b, 'C', "logging.every_n_steps", "%d", (int)j->logging.every_n_steps);
-    put_s(&b, 'C', "logging.metrics_csv", j->logging.metrics_csv);
-    put_s(&b, 'C', "logging.tensorboard", j->logging.tensorboard);
-    put_e(&b, 'C', "logging.progress", j->logging.progress, NAMES(progress));
-    put(&b, 'C', "launch.num_nodes", "%d", (int)j->launch.num_nodes);
-    put_e(&b, 'C', "launch.launcher", j->launch.launcher, NAMES(launcher));
-    put_s(&b, 'C', "launch.master_addr", j->launch.master_addr);
-    put(&b, 'C', "launch.master_port", "%d", (int)j->launch.master_port);
-    put(&b, 'C', "launch.max_restarts", "%d", (int)j->launch.max_restarts);
-    put_d(&b, 'C', "launch.time_limit", j->launch.time_limit_s);
-    put_s(&b, 'C', "launch.partition", j->launch.partition);
-    put_s(&b, 'C', "launch.account", j->launch.account);
+    struct ident_buf b = { buf, cap, 0, 0,
+                           j->schedule.decay == DDPC_DECAY_COSINE ? 'T' : 'C' };
+    buf[0] = '\0';
+    /* what the job struct does not hold: where it runs */
+    put(&b, 'T', "world", "%d", world);
+    put(&b, 'T', "backend", "%s", backend ? backend : "cpu");
+    /* every field keys.def knows, in table order */
+    ddpc_job_walk(j, put_field, &b);
     return b.over ? -1 : (int)b.len;
 }
 

@@ -10,21 +10,23 @@
  * whose T lines are the same; C differences are reported and accepted, T
  * differences are named and refused (ckpt.h, worker.c).
  *
- * The field list, the one place it is decided:
+ * The field list: every field keys.def knows (spec/keytab.h walks them,
+ * named by their C designators: "learning_rate", "model.items[2].out",
+ * "nccl_timeout_s"), plus the run's world size and backend. Which are C is
+ * decided in one place, ident.c's ident_compatible; everything else is T,
+ * so a key added later refuses a resume across its change until someone
+ * lists it, and never accepts a wrong one:
  *   T  world (ranks), backend (cpu/cuda), seed, deterministic,
  *      learning_rate, lr_scaling, batch_size, grad_accumulation,
- *      limit_train_batches, limit_train_fraction, precision, matmul_precision,
- *      grad_clip_norm, model.* (type, layers, activation, init), loss,
- *      data.train (format and the fields that format reads), data.shuffle,
- *      data.drop_last, optimizer.* (every field), schedule.* (every field),
- *      and epochs when schedule.decay is cosine (its length is the run's
- *      total steps)
+ *      limit_train_*, precision, grad_clip_norm, model.* (every layer and
+ *      its arguments, init, init_from), loss, data.train.*, data.shuffle,
+ *      data.drop_last, optimizer.*, schedule.*, and epochs when
+ *      schedule.decay is cosine (its length is the run's total steps)
  *   C  epochs (other decays: raising it continues the run), devices,
  *      accelerator, strategy, bucket_cap_mb (slices the same sum),
  *      checkpoint_dir, nccl_timeout, rank_sync_timeout, data.test,
- *      has_test and test_every_n_epochs (evaluation only), checkpoint.every_n_epochs /
- *      every_n_steps / every_n_minutes / keep_last / export,
- *      logging.*, launch.*
+ *      has_test and test_every_n_epochs (evaluation only), checkpoint.*
+ *      (cadence, keep_last, export), logging.*, launch.*
  * Not described: name (it is already in every checkpoint's file name),
  * version, checkpoint.resume and its path (they say where to resume from).
  * Comments and formatting of the spec change no field: the checkpoint also

@@ -646,7 +646,7 @@ START_TEST(identity_splits_trajectory_from_the_rest)
     ck_assert_str_eq(t0, t1);                     /* same job: same bytes */
     ck_assert_int_eq(ident_format(&j0, 2, "cpu", t1, 64), -1);   /* too small: said */
 
-    for (int k = 0; k < 27; k++) {
+    for (int k = 0; k < 28; k++) {
         j = j0;
         int world = 2, traj = 1;
         const char *backend = "cpu", *want = NULL;
@@ -667,18 +667,21 @@ START_TEST(identity_splits_trajectory_from_the_rest)
         case 12: j.schedule.decay = DDPC_DECAY_COSINE; want = "schedule.decay changed: constant -> cosine"; break;
         case 13: j.data.drop_last = 1; want = "data.drop_last changed: 0 -> 1"; break;
         /* cosine decays over the run's length: epochs is the trajectory's */
+        case 27: j.model.type = DDPC_MODEL_SEQUENTIAL; j.model.n_items = 1;
+                 j.model.items[0].type = DDPC_LAYER_LINEAR; j.model.items[0].out = 4;
+                 want = "model.items[0].out changed: (absent) -> 4"; break;
         case 14: j0.schedule.decay = j.schedule.decay = DDPC_DECAY_COSINE; j.epochs = 3;
                  want = "epochs changed: 2 -> 3"; break;
         /* not the trajectory */
         case 15: j.epochs = 3; traj = 0; want = "epochs changed: 2 -> 3"; break;
         case 16: j.logging.every_n_steps = 10; traj = 0; want = "logging.every_n_steps changed: 50 -> 10"; break;
-        case 17: j.nccl_timeout_s = 60; traj = 0; want = "nccl_timeout changed: 0 -> 60"; break;
-        case 18: j.rank_sync_timeout_s = 1.5; traj = 0; want = "rank_sync_timeout changed: 0 -> 1.5"; break;
+        case 17: j.nccl_timeout_s = 60; traj = 0; want = "nccl_timeout_s changed: 0 -> 60"; break;
+        case 18: j.rank_sync_timeout_s = 1.5; traj = 0; want = "rank_sync_timeout_s changed: 0 -> 1.5"; break;
         case 19: j.checkpoint.every_n_steps = 100; traj = 0; want = "checkpoint.every_n_steps changed: 0 -> 100"; break;
         case 20: j.checkpoint.every_n_minutes = 30; traj = 0; want = "checkpoint.every_n_minutes changed: 0 -> 30"; break;
         case 21: j.checkpoint.keep_last = 2; traj = 0; want = "checkpoint.keep_last changed: 0 -> 2"; break;
         case 22: j.logging.metrics_csv = "m.csv"; traj = 0; want = "logging.metrics_csv changed: (none) -> m.csv"; break;
-        case 23: j.checkpoint.export_path = "out/model.safetensors"; traj = 0; want = "checkpoint.export changed: (none) -> out/model.safetensors"; break;
+        case 23: j.checkpoint.export_path = "out/model.safetensors"; traj = 0; want = "checkpoint.export_path changed: (none) -> out/model.safetensors"; break;
         case 24: j.bucket_cap_mb = 1; traj = 0; want = "bucket_cap_mb changed: 25 -> 1"; break;
         case 25: j.data.has_test = 1; traj = 0; want = "data.has_test changed: 0 -> 1"; break;
         case 26: j.launch.max_restarts = 3; traj = 0; want = "launch.max_restarts changed: 0 -> 3"; break;
