@@ -30,7 +30,7 @@ int main(int argc, char **argv)
     }
     struct ddpc_device_info info;
     struct ddpc_err e = {0};
-    if (!b->probe || !b->ops_init || !b->comm_init) {
+    if (!b->probe || !b->ops_init || !b->comm_init || !b->comm_split) {
         fprintf(stderr, "cuda-link-check: backend \"%s\" has a NULL entry point\n", b->name);
         return 1;
     }
