@@ -695,9 +695,11 @@ static void ddprt_print_plan(FILE *f, const struct ddprt_run *r, const struct dd
     fprintf(f, "  %-34s %d (%d node%s x %d)\n", "world size", r->world, r->num_nodes,
             r->num_nodes == 1 ? "" : "s", r->local_world);
     fprintf(f, "  %-34s %d\n", "node rank", r->node_rank);
-    if (r->gloo || r->num_nodes > 1 || (r->use_cuda && fl->master))
-        fprintf(f, "  %-34s %s:%d (the store node 0 hosts)\n", "rendezvous", r->master_addr,
-                r->master_port);
+    if (r->gloo || r->num_nodes > 1 || (r->use_cuda && fl->master)) {
+        char where[300];
+        store_format_addr(where, sizeof where, r->master_addr, r->master_port);
+        fprintf(f, "  %-34s %s (the store node 0 hosts)\n", "rendezvous", where);
+    }
     else if (r->use_cuda)
         fprintf(f, "  %-34s the store on 127.0.0.1, a free port picked at launch\n",
                 "rendezvous");
