@@ -489,6 +489,32 @@ START_TEST(slurm_gpu_renumbering)
 }
 END_TEST
 
+/* A 2-node job started by Slurm on 3 nodes says what differs and stops
+ * before any worker starts; on 2 it plans (--dry-run), taking its node
+ * rank from SLURM_NODEID. No namespaces needed: nothing connects. */
+START_TEST(slurm_node_count_is_checked)
+{
+    struct built b;
+    memset(&net, 0, sizeof net);
+    snprintf(net.ip[0], sizeof net.ip[0], "10.0.0.1");
+    build(&b, 1, 1, 0);
+    char *argv[] = { b.job, "--dry-run", NULL };
+    char *three[] = { "SLURM_NNODES=3", "SLURM_NODEID=1", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, b.dir, three, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "status %d:\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, "SLURM gave this job 3 nodes (SLURM_NNODES=3) but it was built "
+                         "for launch.num_nodes 2"), "%s", r.err);
+    run_result_free(&r);
+    char *two[] = { "SLURM_JOB_NUM_NODES=2", "SLURM_NODEID=1", NULL };
+    ck_assert_int_eq(run_capture(argv, b.dir, two, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "status %d:\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "node rank") && strstr(r.out, "rank 1   node 1"), "%s", r.out);
+    run_result_free(&r);
+    built_free(&b);
+}
+END_TEST
+
 Suite *multinode_suite(void)
 {
     Suite *s = suite_create("multinode");
@@ -508,6 +534,7 @@ Suite *multinode_suite(void)
     suite_add_tcase(s, sl);
     TCase *u = tcase_create("slurm_env");
     tcase_add_test(u, slurm_gpu_renumbering);
+    tcase_add_test(u, slurm_node_count_is_checked);
     suite_add_tcase(s, u);
     return s;
 }
