@@ -1014,12 +1014,14 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                     /* rank 0 may still be writing a checkpoint: that write
                      * is not data-loading skew, so it does not count
                      * against rank_sync_timeout (nccl_timeout, or 30 min
-                     * when unset, bounds it instead) */
+                     * when unset, bounds it instead). Only a timeout blames
+                     * the write; an abort (a stopped or dead rank, the
+                     * launcher) has its own cause in the message already. */
                     double tmo = j->rank_sync_timeout_s;
                     if (r->ckpt_written)
                         tmo += j->nccl_timeout_s > 0 ? j->nccl_timeout_s : 1800.0;
                     int rc = a->sync_comm->barrier(a->sync_comm, ddpc_deadline_after(tmo), e);
-                    if (rc < 0 && r->ckpt_written && r->rank != 0) {
+                    if (rc == DDPC_E_TIMEOUT && r->ckpt_written && r->rank != 0) {
                         size_t l = strlen(e->msg);
                         (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing "
                                        "a checkpoint to %s before this step: a slow or hung "
