@@ -94,6 +94,15 @@ static char field_kind(const struct ident_buf *b, const char *path)
     return 'T';
 }
 
+/* The spec's spelling where the C member differs: messages quote keys a
+ * user can find in the spec ("nccl_timeout changed", not "nccl_timeout_s"). */
+static const char *const ident_spelled[][2] = {
+    { "nccl_timeout_s", "nccl_timeout" },
+    { "rank_sync_timeout_s", "rank_sync_timeout" },
+    { "checkpoint.export_path", "checkpoint.export" },
+    { "launch.time_limit_s", "launch.time_limit" },
+};
+
 static void put_field(void *ctx, const struct ddpc_field *fd, const char *path, const char *p,
                       const char *blk)
 {
@@ -101,6 +110,9 @@ static void put_field(void *ctx, const struct ddpc_field *fd, const char *path, 
     char kind = field_kind(b, path);
     if (!kind)
         return;
+    for (size_t i = 0; i < sizeof ident_spelled / sizeof ident_spelled[0]; i++)
+        if (strcmp(path, ident_spelled[i][0]) == 0)
+            path = ident_spelled[i][1];
     char v[64];
     switch (fd->type) {
     case DDPC_FT_I32:
