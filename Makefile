@@ -281,13 +281,17 @@ fuzz: $(B)/fuzz/fuzz_spec
 	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
 
 # Benchmarks (never installed, never run by test): build/bench/<name>.
-BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c $(if $(GLOO_SO),$(B)/bench/gloo_allreduce)
+BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c $(B)/bench/spec_limits \
+             $(if $(GLOO_SO),$(B)/bench/gloo_allreduce)
 bench: $(BENCH_BIN)
 # ddpc's gloo path (comm_gloo.cc compiled in) against gloo's own ring
 $(B)/bench/gloo_allreduce: bench/gloo_allreduce.cc runtime/comm_gloo.cc $(GLOO_SO_COBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS_GLOO) -o $@ bench/gloo_allreduce.cc runtime/comm_gloo.cc \
 	  $(GLOO_SO_COBJ) $(GLOO_LIBS) -pthread
+$(B)/bench/spec_limits: bench/spec_limits.c $(SPEC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(SPEC_LIB) $(LDFLAGS) $(YAML_LIBS) -lz -lm
 
 $(B)/bench/%: bench/%.c $(RT_LIB)
 	@mkdir -p $(@D)

@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """export_accuracy.py - evaluates a ddpc safetensors export in PyTorch on an
-IDX test set, the way a user would after training. Run by tests/test_faults.c.
+IDX test set, the way a user would after training. Run by tests/test_faults.c
+with /usr/bin/python3 (Debian's python3-torch).
 
     export_accuracy.py MODEL.safetensors IMAGES.idx LABELS.idx 16,32,3
 
 Inputs are uint8 IDX scaled by 1/255 (as ddpc reads them); the model is an
 nn.ModuleList `layers` of nn.Linear with ReLU between them (the export's
-documented layout). Prints "accuracy=A loss=L" (cross-entropy, mean).
-Exit 77 when torch or safetensors cannot be imported (the caller SKIPs).
+documented layout, safetensors_load.make_net), loaded with strict=True.
+Prints "accuracy=A loss=L" (cross-entropy, mean). Exit 77 when torch cannot
+be imported (the caller SKIPs).
 """
 import struct
 import sys
 
 try:
     import torch
-    from safetensors.torch import load_file
 except ImportError as exc:
-    print("export_accuracy: cannot import torch/safetensors: %s" % exc)
+    print("export_accuracy: cannot import torch: %s" % exc)
     sys.exit(77)
+
+from safetensors_load import load_state, make_net
 
 
 def read_idx(path):
@@ -34,22 +37,9 @@ def read_idx(path):
 def main():
     model, images, labels, layers = sys.argv[1:5]
     sizes = [int(s) for s in layers.split(",")]
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = torch.nn.ModuleList(
-                torch.nn.Linear(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1))
-
-        def forward(self, x):
-            for i, layer in enumerate(self.layers):
-                x = layer(x)
-                if i + 1 < len(self.layers):
-                    x = torch.relu(x)
-            return x
-
-    net = Net()
-    net.load_state_dict(load_file(model), strict=True)
+    net = make_net(torch)(sizes)
+    state, _ = load_state(model, torch)
+    net.load_state_dict(state, strict=True)
     x = read_idx(images).reshape(-1, sizes[0]).to(torch.float32) / 255.0
     y = read_idx(labels).to(torch.int64)
     with torch.no_grad():

@@ -857,7 +857,7 @@ START_TEST(enospc_on_real_tmpfs)
     char *dir = make_temp_dir("ckpt-tmpfs");
     ck_assert_ptr_nonnull(dir);
     if (geteuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, "size=64k") != 0) {
-        printf("SKIP ckpt enospc_on_real_tmpfs: cannot mount a tmpfs here (%s)\n",
+        test_skip("ckpt enospc_on_real_tmpfs", "cannot mount a tmpfs here (%s)",
                geteuid() != 0 ? "not root" : strerror(errno));
         ck_assert_int_eq(rm_tree(dir), 0);
         free(dir);
@@ -1032,10 +1032,13 @@ START_TEST(safetensors_layout_and_data)
     char *argv[] = { (char *)py, script, path, expect, layers, NULL };
     struct run_result rr;
     if (run_capture(argv, NULL, NULL, 120, &rr) != 0) {
-        printf("SKIP safetensors load: cannot run %s\n", py);
+        test_skip("safetensors load", "cannot run %s", py);
     } else {
         if (rr.exited && rr.code == 127)
-            printf("SKIP safetensors load: %s not found\n", py);
+            test_skip("safetensors load", "%s not found", py);
+        else if (rr.exited && rr.code == 77)
+            test_skip("safetensors load", "%s cannot import torch (apt-get install "
+                      "python3-torch)", py);
         else
             ck_assert_msg(rr.exited && rr.code == 0, "%s failed (%d):\n%s%s",
                           script, rr.code, rr.out, rr.err);

@@ -42,7 +42,7 @@ static const struct ddpc_gloo_backend *gloo_backend(void)
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         b = h ? dlsym(h, "ddpc_gloo_backend") : NULL;
         if (!b)
-            printf("SKIP gloo: %s could not be loaded (%s); install libgloo-dev and rebuild\n",
+            test_skip("gloo", "%s could not be loaded (%s); install libgloo-dev and rebuild",
                    path, dlerror());
     }
     return b;

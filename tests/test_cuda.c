@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "suites.h"
+#include "testutil.h"
 #include "ddprt.h"
 #include "devprobe.h"
 #include "env.h"
@@ -353,7 +354,7 @@ static int have_plugin(void)
     snprintf(plugin_path, sizeof plugin_path, "%s/lib/libddprt_cuda.so", b ? b : "build");
     if (access(plugin_path, R_OK) == 0)
         return 1;
-    printf("SKIP cuda probe end to end: %s not built (needs nvcc)\n", plugin_path);
+    test_skip("cuda probe end to end", "%s not built (needs nvcc)", plugin_path);
     return 0;
 }
 
@@ -451,7 +452,7 @@ static int run_test_gpu(const char *env_name, const char *env_value, char *out, 
 START_TEST(test_gpu_skips_only_without_a_gpu)
 {
     if (access(test_gpu_path, X_OK) != 0) {
-        printf("SKIP cuda: test_gpu verdicts: %s not built (make cuda-link-check)\n",
+        test_skip("cuda", "test_gpu verdicts: %s not built (make cuda-link-check)",
                test_gpu_path);
         return;
     }
@@ -489,7 +490,7 @@ Suite *cuda_suite(void)
         tcase_add_test(tv, test_gpu_skips_only_without_a_gpu);
         tcase_set_timeout(tv, 30);
         suite_add_tcase(s, tv);
-        printf("SKIP cuda: no GPU found (no /dev/nvidia<N>); the CUDA backend is only "
+        test_skip("cuda", "no GPU found (no /dev/nvidia<N>); the CUDA backend is only "
                "compiled and link-checked here (make cuda-link-check)\n");
         TCase *tc = tcase_create("SKIP no GPU found");
         tcase_add_test(tc, skipped_no_gpu);
@@ -497,7 +498,7 @@ Suite *cuda_suite(void)
         return s;
     }
     if (access(test_gpu_path, X_OK) != 0) {
-        printf("SKIP cuda: %d GPU(s) found but %s is not built (needs nvcc: make gpu-test)\n",
+        test_skip("cuda", "%d GPU(s) found but %s is not built (needs nvcc: make gpu-test)",
                gpus, test_gpu_path);
         TCase *tc = tcase_create("SKIP test_gpu not built");
         tcase_add_test(tc, skipped_test_gpu_not_built);

@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "suites.h"
+#include "testutil.h"
 #include "comm_shm.h"
 #include "worker.h"
 
@@ -113,6 +114,10 @@ static int rank_body(const struct ddpc_job *j, const struct ddpc_dataset *tr,
     return rc;
 }
 
+/* 1: train() hides the shm comm's zero-copy hooks (grad_buffer,
+ * shared_buffer), so the workers take the path a GPU's NCCL comm takes. */
+static int hide_zero_copy;
+
 /* Trains with `world` forked workers; returns rank 0's report (caller munmaps). */
 static struct shared_out *train(const struct ddpc_job *j, int world)
 {
@@ -137,6 +142,10 @@ static struct shared_out *train(const struct ddpc_job *j, int world)
             int rc = comm_shm_attach(&g, gr, r, "gradient", &e);
             if (rc == 0)
                 rc = comm_shm_attach(&s, sr, r, "rank-sync", &e);
+            if (hide_zero_copy) {   /* as NCCL: no shared buffers, ordinary all-reduces */
+                g.grad_buffer = NULL;
+                g.shared_buffer = NULL;
+            }
             if (rc == 0)
                 rc = rank_body(j, &tr, &te, r, world, &g, &s, out);
             else if (r == 0)
@@ -291,6 +300,40 @@ START_TEST(same_seed_byte_identical)
 }
 END_TEST
 
+/* The GPU path (a comm without grad_buffer and shared_buffer: copies in and
+ * out of ordinary buffers, every rank its own optimizer state) gives the
+ * zero-copy path's parameters and loss, bit for bit: several buckets,
+ * accumulation, clipping, Adam. */
+START_TEST(copy_path_equals_zero_copy_path)
+{
+    for (int world = 2; world <= 4; world += 2) {
+        struct ddpc_job j;
+        job_small(&j, 8, DDPC_OPTIM_ADAM);
+        j.grad_accumulation = 2;
+        j.grad_clip_norm = 0.5;
+        j.bucket_cap_mb = 100.0 / 1048576.0;   /* several buckets */
+        hide_zero_copy = 0;
+        struct shared_out *zc = train(&j, world);
+        hide_zero_copy = 1;
+        struct shared_out *cp = train(&j, world);
+        hide_zero_copy = 0;
+        ck_assert_uint_eq(zc->n, cp->n);
+        ck_assert_int_eq(zc->res.steps, cp->res.steps);
+        ck_assert_int_gt(zc->res.steps, 0);
+        size_t differ = 0;
+        for (size_t i = 0; i < zc->n; i++)
+            differ += memcmp(&zc->params[i], &cp->params[i], sizeof(float)) != 0;
+        ck_assert_msg(differ == 0, "W=%d: %zu of %zu parameters differ in their bits", world,
+                      differ, zc->n);
+        ck_assert_msg(memcmp(&zc->res.train_loss, &cp->res.train_loss, sizeof(double)) == 0,
+                      "W=%d: train_loss %.17g vs %.17g", world, zc->res.train_loss,
+                      cp->res.train_loss);
+        munmap(zc, sizeof *zc);
+        munmap(cp, sizeof *cp);
+    }
+}
+END_TEST
+
 /* ---- a comm that fails on its Nth call, to see how errors come back ---- */
 
 struct failing { int calls, fail_at, code; };
@@ -337,6 +380,130 @@ static void fake_comm(struct ddpc_comm *c, struct failing *f, const char *purpos
     c->broadcast = f_bcast;
     c->barrier = f_barrier;
 }
+
+/* ---- a recording comm: when do the bucket all-reduces start? ---- */
+
+enum { EV_BWD, EV_START, EV_WAIT };
+struct event { int kind, tag, layer_out; const float *send; size_t n; };
+static struct event events[4096];
+static int n_events;
+static int (*real_bias_grad)(struct ddpc_ops *, const float *, float *, int, int, float,
+                             struct ddpc_err *);
+
+static void record(struct event ev)
+{
+    if (n_events < (int)(sizeof events / sizeof events[0]))
+        events[n_events++] = ev;
+}
+
+/* bias_grad runs once per layer in backward, from the top layer down;
+ * cols (the layer's width) names the layer. */
+static int recording_bias_grad(struct ddpc_ops *o, const float *dz, float *db, int rows,
+                               int cols, float beta, struct ddpc_err *e)
+{
+    record((struct event){ EV_BWD, -1, cols, NULL, 0 });
+    return real_bias_grad(o, dz, db, rows, cols, beta, e);
+}
+
+/* A rank 0 of two whose peer has the same gradients: the average is its
+ * own (copied at start, as a backend without asynchrony does). */
+static int rec_start(struct ddpc_comm *c, int tag, const float *send, float *recv, size_t n,
+                     enum ddpc_reduce op, double deadline, struct ddpc_err *e)
+{
+    record((struct event){ EV_START, tag, 0, send, n });
+    if (recv != send)
+        memmove(recv, send, n * sizeof(float));
+    return 0;
+}
+
+static int rec_wait(struct ddpc_comm *c, int tag, double deadline, struct ddpc_err *e)
+{
+    record((struct event){ EV_WAIT, tag, 0, NULL, 0 });
+    return 0;
+}
+
+/* With a bucket per tensor, backward starts each bucket as soon as its
+ * layer's gradients are final: in reverse layer order (top layer first,
+ * the send pointers falling through the gradient buffer), each before the
+ * backward of the layers below it, and all before the first wait. */
+START_TEST(buckets_start_during_backward_in_reverse_layer_order)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_SGD);
+    j.model.n_layers = 4;               /* widths 12, 10, 4 name the layers */
+    j.model.layers[1] = 12;
+    j.model.layers[2] = 10;
+    j.model.layers[3] = 4;
+    j.epochs = 1;
+    j.bucket_cap_mb = 1.0 / 1048576.0;   /* 1 byte: every tensor closes a bucket */
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_ops ops;
+    struct ddpc_err e = {0};
+    ops_cpu_init(&ops, &e);
+    real_bias_grad = ops.bias_grad;
+    ops.bias_grad = recording_bias_grad;
+    struct failing none = { 0, 0, 0 };
+    struct ddpc_comm g, s;
+    fake_comm(&g, &none, "gradient");
+    fake_comm(&s, &none, "rank-sync");
+    g.all_reduce_start = rec_start;
+    g.all_reduce_wait = rec_wait;
+    n_events = 0;
+    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 2, .ops = &ops,
+                                  .grad_comm = &g, .sync_comm = &s, .train = &tr, .test = &te };
+    struct ddpc_worker_result res = {0};
+    ck_assert_msg(worker_run(&a, &res, &e) == 0, "%s", e.msg);
+    ck_assert_int_gt(res.steps, 1);
+
+    /* the first step: from its first backward to its first wait */
+    int first = 0;
+    while (first < n_events && events[first].kind != EV_BWD)
+        first++;
+    int end = first;
+    while (end < n_events && events[end].kind != EV_WAIT)
+        end++;
+    ck_assert_int_lt(end, n_events);
+    static const int width_of_layer[3] = { 12, 10, 4 };
+    int starts = 0, bwd_seen = 0, last_layer_done = 3;
+    const float *prev = NULL;
+    for (int i = first; i < end; i++) {
+        const struct event *ev = &events[i];
+        if (ev->kind == EV_BWD) {
+            ck_assert_int_gt(last_layer_done, 0);
+            ck_assert_msg(ev->layer_out == width_of_layer[last_layer_done - 1],
+                          "backward of width %d where layer %d's was due", ev->layer_out,
+                          last_layer_done - 1);
+            last_layer_done--;
+            bwd_seen++;
+            continue;
+        }
+        /* a start: tags in order, lower in the buffer each time, and only
+         * for layers whose backward is done */
+        ck_assert_int_eq(ev->tag, starts);
+        ck_assert_msg(!prev || ev->send < prev, "bucket %d starts above bucket %d", ev->tag,
+                      ev->tag - 1);
+        prev = ev->send;
+        starts++;
+        ck_assert_msg(bwd_seen > 0, "bucket %d started before any backward", ev->tag);
+    }
+    ck_assert_int_eq(bwd_seen, 3);
+    ck_assert_int_eq(starts, 6);   /* weight and bias of 3 layers */
+    /* during backward: some bucket started before the bottom layer's
+     * backward ran */
+    int started_before_last_bwd = 0;
+    for (int i = first; i < end; i++) {
+        if (events[i].kind == EV_BWD && events[i].layer_out == width_of_layer[0])
+            break;
+        started_before_last_bwd += events[i].kind == EV_START;
+    }
+    ck_assert_msg(started_before_last_bwd >= 2, "only %d buckets started before the last "
+                  "layer's backward", started_before_last_bwd);
+    ops.destroy(&ops);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
 
 START_TEST(comm_errors_name_the_step)
 {
@@ -780,8 +947,8 @@ START_TEST(fashion_mnist_one_epoch_two_workers)
     snprintf(xt, sizeof xt, "%s/t10k-images-idx3-ubyte.gz", dir);
     snprintf(yt, sizeof yt, "%s/t10k-labels-idx1-ubyte.gz", dir);
     if (access(xi, R_OK) != 0) {
-        printf("SKIP fashion_mnist_one_epoch_two_workers: %s not installed "
-               "(apt install dataset-fashion-mnist)\n", xi);
+        test_skip("fashion_mnist_one_epoch_two_workers", "%s not installed "
+               "(apt install dataset-fashion-mnist)", xi);
         return;
     }
     struct ddpc_job j;
@@ -848,6 +1015,8 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, w2_batch_b_equals_w1_batch_2b);
     tcase_add_test(tc, grad_accumulation_equals_big_batch);
     tcase_add_test(tc, bucket_per_tensor_equals_one_bucket);
+    tcase_add_test(tc, copy_path_equals_zero_copy_path);
+    tcase_add_test(tc, buckets_start_during_backward_in_reverse_layer_order);
     tcase_add_test(tc, device_loss_is_read_at_epoch_ends_only);
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);

@@ -549,7 +549,7 @@ START_TEST(job_start_refusals_name_the_cause)
     build_job(spec2, job2);
     char *jobm[] = { job2, NULL };
     if (access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0) {
-        printf("SKIP bf16 with accelerator auto: this machine has a GPU\n");
+        test_skip("bf16 with accelerator auto", "this machine has a GPU");
     } else {
         /* bf16 with accelerator auto and no GPU: says what to change */
         expect_refusal(jobm, s.dir, (const char *const[]){ "precision: bf16 needs a GPU",
@@ -662,7 +662,7 @@ START_TEST(devices_all_follows_cpu_affinity)
     run_result_free(&r);
     ck_assert_int_eq(leftover_children(1.0), 0);
     if (ncpu < 2) {
-        printf("SKIP devices: -1 over two CPUs: this process may use only %d\n", ncpu);
+        test_skip("devices: -1 over two CPUs", "this process may use only %d", ncpu);
     } else {
         /* two or more CPUs: 600 x N > 1000, refused at start naming why */
         ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);

@@ -581,7 +581,7 @@ START_TEST(cc_compile_failure_reported)
     char *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(lib)) {
-        fprintf(stderr, "SKIP cc_compile_failure_reported: %s not built\n", lib);
+        test_skip("cc_compile_failure_reported", "%s not built", lib);
         free(lib);
         return;
     }
@@ -622,7 +622,7 @@ START_TEST(cc_builds_a_job)
     char *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(lib)) {
-        fprintf(stderr, "SKIP cc_builds_a_job: %s not built\n", lib);
+        test_skip("cc_builds_a_job", "%s not built", lib);
         free(lib);
         return;
     }
@@ -702,7 +702,7 @@ START_TEST(cli_build_hostile_yaml)
     char *ddpc = ddpc_bin(), *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(ddpc) || !exists(lib)) {
-        fprintf(stderr, "SKIP cli_build_hostile_yaml: ddpc or libddprt.a not built\n");
+        test_skip("cli_build_hostile_yaml", "ddpc or libddprt.a not built");
         free(ddpc);
         free(lib);
         return;
@@ -759,7 +759,7 @@ START_TEST(cli_exit_statuses)
 {
     char *ddpc = ddpc_bin();
     if (!exists(ddpc)) {
-        fprintf(stderr, "SKIP cli_exit_statuses: ddpc not built\n");
+        test_skip("cli_exit_statuses", "ddpc not built");
         free(ddpc);
         return;
     }
@@ -814,7 +814,7 @@ START_TEST(build_never_overwrites_the_spec_or_a_non_program)
     char *ddpc = ddpc_bin(), *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(ddpc) || !exists(lib)) {
-        fprintf(stderr, "SKIP build_never_overwrites: ddpc or libddprt.a not built\n");
+        test_skip("build_never_overwrites", "ddpc or libddprt.a not built");
         free(ddpc);
         free(lib);
         return;
@@ -891,7 +891,7 @@ START_TEST(interrupted_build_leaves_nothing)
     char *ddpc = ddpc_bin(), *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(ddpc) || !exists(lib)) {
-        fprintf(stderr, "SKIP interrupted_build_leaves_nothing: ddpc or libddprt.a not built\n");
+        test_skip("interrupted_build_leaves_nothing", "ddpc or libddprt.a not built");
         free(ddpc);
         free(lib);
         return;
@@ -1047,8 +1047,8 @@ static void installed_cuda_plugin(const char *prefix, const char *idpc, const ch
     char *so, *so_away, *spec, *gspec, *job, *log_base, *log_env, *log = NULL;
     ck_assert_int_ge(asprintf(&so, "%s/lib/libddprt_cuda.so", prefix), 0);
     if (!exists(so) || !exists("/usr/local/cuda") || access("/dev/nvidia0", F_OK) == 0) {
-        fprintf(stderr, "SKIP installed_cuda_plugin: no CUDA plugin installed, or a GPU is "
-                "here (the test expects the CPU fallback)\n");
+        test_skip("installed_cuda_plugin", "no CUDA plugin installed, or a GPU is "
+                "here (the test expects the CPU fallback)");
         free(so);
         return;
     }
@@ -1160,7 +1160,7 @@ START_TEST(installed_ddpc_works_anywhere)
     char *ddpc = ddpc_bin(), *lib;
     ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
     if (!exists(ddpc) || !exists(lib)) {
-        fprintf(stderr, "SKIP installed_ddpc_works_anywhere: ddpc or libddprt.a not built\n");
+        test_skip("installed_ddpc_works_anywhere", "ddpc or libddprt.a not built");
         free(ddpc);
         free(lib);
         return;
@@ -1184,7 +1184,7 @@ START_TEST(installed_ddpc_works_anywhere)
     char *clean_env[] = { "MAKEFLAGS=", "MFLAGS=", NULL };
     struct run_result r;
     if (run_capture(mk, NULL, clean_env, 60, &r) != 0) {
-        fprintf(stderr, "SKIP installed_ddpc_works_anywhere: cannot run make\n");
+        test_skip("installed_ddpc_works_anywhere", "cannot run make");
         goto out;
     }
     ck_assert_msg(r.exited && r.code == 0, "make install: %d\n%s%s", r.code, r.out, r.err);

@@ -1,6 +1,7 @@
 /* test_load.c - spec/load.c: positions, the one-document rule, duplicate
  * keys, tags, and hostile input (alias bombs, NUL bytes, invalid UTF-8, deep
- * nesting, huge maps) refused fast and without crashing. */
+ * nesting, huge maps) refused without crashing (how fast:
+ * build/bench/spec_limits). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,13 +39,6 @@ static void loaded_free(struct loaded *l)
     arena_free(&l->a);
     diag_free(&l->d);
     free(l->text);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 START_TEST(test_positions)
@@ -122,9 +116,7 @@ START_TEST(test_duplicate_keys_large_map)
         o += (size_t)snprintf(buf + o, cap - o, "k%d: 1\n", i);
     o += (size_t)snprintf(buf + o, cap - o, "k77: 2\n");
     struct loaded l;
-    double t0 = now_s();
-    load_str(&l, buf, o);
-    ck_assert_double_lt(now_s() - t0, 1.0);
+    load_str(&l, buf, o);   /* its time: build/bench/spec_limits */
     ck_assert_int_eq(l.rc, -1);
     ck_assert_str_eq(l.text, "t.yaml:20001:1: error: k77: duplicate key 'k77' (first given at 78:1)\n");
     loaded_free(&l);
@@ -147,9 +139,7 @@ START_TEST(test_aliases_shared_and_bounded)
         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
         "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
         "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\ni: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n";
-    double t0 = now_s();
-    load_str(&l, bomb, strlen(bomb));
-    ck_assert_double_lt(now_s() - t0, 0.1);
+    load_str(&l, bomb, strlen(bomb));   /* its time: build/bench/spec_limits */
     ck_assert_int_eq(l.rc, -1);
     ck_assert_str_eq(l.text, "t.yaml:6:8: error: f[0]: document expands to more than 100000 "
                              "nodes (alias expansion bomb?); refusing to load it\n");
@@ -246,9 +236,7 @@ START_TEST(test_deep_nesting)
     load_str(&l, buf, 64);
     ck_assert_int_eq(l.rc, -1);   /* unclosed, but within depth: a parse error */
     loaded_free(&l);
-    double t0 = now_s();
-    load_str(&l, buf, n);
-    ck_assert_double_lt(now_s() - t0, 0.5);
+    load_str(&l, buf, n);   /* its time: build/bench/spec_limits */
     ck_assert_int_eq(l.rc, -1);
     ck_assert_str_eq(l.text, "t.yaml:1:65: error: nesting deeper than 64 levels\n");
     loaded_free(&l);
@@ -302,9 +290,7 @@ START_TEST(test_spec_file_kinds)
         struct ddpc_job job;
         struct spec_doc *doc = NULL;
         diag_init(&d);
-        double t0 = now_s();
-        int rc = spec_load_job(paths[i], NULL, &job, &doc, &d);
-        ck_assert_double_lt(now_s() - t0, 0.5);
+        int rc = spec_load_job(paths[i], NULL, &job, &doc, &d);   /* a FIFO: no hang */
         ck_assert_int_eq(rc, want_rc[i]);
         ck_assert_int_eq(d.io_error, rc == 2);
         ck_assert_int_eq(d.n, 1);

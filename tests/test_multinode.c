@@ -160,7 +160,7 @@ static int skipped(void)
 {
     if (net.ok)
         return 0;
-    printf("SKIP multinode: %s\n", net.skip);
+    test_skip("multinode", "%s", net.skip);
     return 1;
 }
 

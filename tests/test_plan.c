@@ -539,7 +539,7 @@ START_TEST(count_fashion_mnist)
     const char *f = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
     FILE *probe = fopen(f, "rb");
     if (!probe) {
-        fprintf(stderr, "SKIP count_fashion_mnist: %s not installed\n", f);
+        test_skip("count_fashion_mnist", "%s not installed", f);
         return;
     }
     fclose(probe);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <check.h>
 #include "suites.h"
+#include "testutil.h"
 #include "comm.h"
 #include "store.h"
 
@@ -230,14 +231,14 @@ START_TEST(ipv6_in_brackets)
     /* a real IPv6 store, where the machine has ::1 */
     int s6 = socket(AF_INET6, SOCK_STREAM, 0);
     if (s6 < 0) {
-        printf("SKIP ipv6 store: no IPv6 sockets here (%s)\n", strerror(errno));
+        test_skip("ipv6 store", "no IPv6 sockets here (%s)", strerror(errno));
         return;
     }
     close(s6);
     struct store_host h;
     struct ddpc_err e = { 0 };
     if (store_host_start(&h, "::1", 0, &e) < 0) {
-        printf("SKIP ipv6 store: cannot bind [::1]: %s\n", e.msg);
+        test_skip("ipv6 store", "cannot bind [::1]: %s", e.msg);
         return;
     }
     struct store_client c;

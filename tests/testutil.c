@@ -8,10 +8,13 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -459,4 +462,48 @@ int leftover_children(double grace_s)
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
     return n < 0 ? 0 : n;
+}
+
+/* ---- skips, counted across Check's forked tests ---- */
+
+struct skip_count {
+    _Atomic int tests;      /* tests (processes) that printed a SKIP */
+    _Atomic int last_pid;   /* the process counted last */
+};
+static struct skip_count *skips;
+
+void test_skip_init(void)
+{
+    void *m = mmap(NULL, sizeof *skips, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        perror("test_skip_init: mmap");
+        exit(2);
+    }
+    skips = m;
+    atomic_init(&skips->tests, 0);
+    atomic_init(&skips->last_pid, 0);
+}
+
+void test_skip(const char *what, const char *why_fmt, ...)
+{
+    va_list ap;
+    printf("SKIP %s: ", what);
+    va_start(ap, why_fmt);
+    vprintf(why_fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+    if (!skips)
+        return;
+    /* Check forks each test: count a process once, however many parts of
+     * its test it skips (CK_FORK=no runs every test in one process and
+     * counts each SKIP) */
+    int pid = (int)getpid();
+    if (atomic_exchange(&skips->last_pid, pid) != pid || getenv("CK_FORK"))
+        atomic_fetch_add(&skips->tests, 1);
+}
+
+int test_skipped(void)
+{
+    return skips ? atomic_load(&skips->tests) : 0;
 }

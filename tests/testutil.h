@@ -56,6 +56,16 @@ char proc_state(pid_t pid);
  * still alive after timeout_s. */
 int  wait_gone(const pid_t *pids, int n, double timeout_s);
 
+/* A test, or a part of one, that needs what this machine lacks: prints
+ * "SKIP <what>: <why>" on stdout and counts it, so the run's summary says how
+ * many tests skipped something (tests/main.c). Then return from the test (or
+ * go on with the parts that can run). */
+void test_skip(const char *what, const char *why_fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* tests/main.c: the count lives in memory shared with the forked tests. */
+void test_skip_init(void);
+int  test_skipped(void);
+
 /* $DDPC_TOP and $DDPC_BUILD (set by make test), with "." and "build" as fallback. */
 const char *test_top(void);
 const char *test_build(void);
