@@ -1318,6 +1318,179 @@ static const char *act_name(enum ddpc_activation a)
     return "unknown";
 }
 
+/* ---- model.init_from: a safetensors file with the export's names ---- */
+
+static const char *st_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Inside one tensor's {...} (entry [p, end)): the value after "key": */
+static const char *st_field(const char *p, const char *end, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *q = p; q + kl + 2 < end; q++)
+        if (*q == '"' && (size_t)(end - q) > kl + 2 && memcmp(q + 1, key, kl) == 0 &&
+            q[kl + 1] == '"') {
+            const char *v = st_skip_ws(q + kl + 2, end);
+            if (v < end && *v == ':')
+                return st_skip_ws(v + 1, end);
+        }
+    return NULL;
+}
+
+/* "[a, b, ...]" of non-negative integers; returns the count or -1. */
+static int st_ints(const char *p, const char *end, uint64_t *v, int max)
+{
+    if (!p || p >= end || *p != '[')
+        return -1;
+    p = st_skip_ws(p + 1, end);
+    int n = 0;
+    if (p < end && *p == ']')
+        return 0;
+    while (p < end) {
+        if (*p < '0' || *p > '9' || n >= max)
+            return -1;
+        uint64_t x = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (x > (UINT64_MAX - 9) / 10)
+                return -1;
+            x = x * 10 + (uint64_t)(*p++ - '0');
+        }
+        v[n++] = x;
+        p = st_skip_ws(p, end);
+        if (p < end && *p == ']')
+            return n;
+        if (p >= end || *p != ',')
+            return -1;
+        p = st_skip_ws(p + 1, end);
+    }
+    return -1;
+}
+
+int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
+                  struct ddpc_err *e)
+{
+    FILE *f = fopen(path, "rbe");
+    if (!f)
+        return DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s", path, strerror(errno));
+    unsigned char lb[8];
+    char *hdr = NULL;
+    int rc = 0;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: not a regular file", path);
+        goto out;
+    }
+    if (fread(lb, 1, 8, f) != 8) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: too short for safetensors", path);
+        goto out;
+    }
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | lb[i];
+    if (hl < 2 || hl > (uint64_t)st.st_size - 8 || hl > (64u << 20)) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: header length %llu does not fit "
+                       "the file (%lld bytes): not a safetensors file", path,
+                       (unsigned long long)hl, (long long)st.st_size);
+        goto out;
+    }
+    hdr = malloc(hl + 1);
+    if (!hdr || fread(hdr, 1, hl, f) != hl) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: cannot read its header", path);
+        goto out;
+    }
+    hdr[hl] = '\0';
+    const char *end = hdr + hl;
+    uint64_t data_len = (uint64_t)st.st_size - 8 - hl;
+    int entries = 0;
+    for (const char *q = hdr; (q = strstr(q, "\"data_offsets\"")); q++)
+        entries++;
+    if (entries != net->n_tensors) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s holds %d tensors; this model has %d "
+                       "(`ddpc plan` lists them; the file must hold exactly those names)", path,
+                       entries, net->n_tensors);
+        goto out;
+    }
+    for (int t = 0; t < net->n_tensors && rc == 0; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        char key[96];
+        snprintf(key, sizeof key, "\"%s\"", T->name);
+        const char *k = strstr(hdr, key), *open = NULL, *close = NULL;
+        if (k) {
+            open = st_skip_ws(k + strlen(key), end);
+            open = open < end && *open == ':' ? st_skip_ws(open + 1, end) : NULL;
+            close = open && *open == '{' ? memchr(open, '}', (size_t)(end - open)) : NULL;
+        }
+        if (!close) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s has no tensor %s", path, T->name);
+            break;
+        }
+        const char *dt = st_field(open, close, "dtype");
+        int is_i64 = dt && strncmp(dt, "\"I64\"", 5) == 0, is_f32 = dt && strncmp(dt, "\"F32\"", 5) == 0;
+        uint64_t shp[8], offs[2];
+        int nd = st_ints(st_field(open, close, "shape"), close, shp, 8);
+        int no = st_ints(st_field(open, close, "data_offsets"), close, offs, 2);
+        int want_i64 = T->is_count;
+        if (!(want_i64 ? (is_i64 || is_f32) : is_f32)) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s is not %s", path,
+                           T->name, want_i64 ? "I64" : "F32");
+            break;
+        }
+        int same = nd == T->nd;
+        for (int i = 0; same && i < nd; i++)
+            same = shp[i] == (uint64_t)T->shape[i];
+        if (!same) {
+            char want[96] = "[", got[96] = "[";
+            for (int i = 0; i < T->nd; i++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "",
+                         (long long)T->shape[i]);
+            for (int i = 0; i < nd && nd > 0; i++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
+                         (unsigned long long)shp[i]);
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s has shape %s], this "
+                           "model's has %s]", path, T->name, nd < 0 ? "(unreadable" : got, want);
+            break;
+        }
+        uint64_t esz = is_i64 ? 8 : 4;
+        if (no != 2 || offs[1] < offs[0] || offs[1] - offs[0] != esz * T->numel ||
+            offs[1] > data_len) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s's data_offsets do not "
+                           "fit its shape or the file", path, T->name);
+            break;
+        }
+        float *dst = (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
+        if (fseeko(f, (off_t)(8 + hl + offs[0]), SEEK_SET) != 0) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s", path, strerror(errno));
+            break;
+        }
+        if (is_i64 || (want_i64 && is_f32)) {
+            unsigned char b8[8] = { 0 };
+            if (fread(b8, 1, (size_t)esz, f) != esz) {
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: truncated", path);
+                break;
+            }
+            if (is_i64) {
+                uint64_t v = 0;
+                for (int i = 7; i >= 0; i--)
+                    v = v << 8 | b8[i];
+                dst[0] = (float)(int64_t)v;
+            } else {
+                memcpy(dst, b8, 4);
+            }
+        } else if (fread(dst, 4, T->numel, f) != T->numel) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: truncated", path);
+            break;
+        }
+    }
+out:
+    free(hdr);
+    fclose(f);
+    return rc;
+}
+
 int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
                     const float *params, const float *state, struct ddpc_err *e)
 {

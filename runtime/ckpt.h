@@ -186,6 +186,12 @@ int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
  * torch.nn.Module whose `layers` is the matching nn.Sequential loads it
  * with strict=True (tests/torch_ref.py builds one). */
 struct ddpc_net;
+/* model.init_from: reads a safetensors file holding exactly net's tensors
+ * (names, shapes, F32; num_batches_tracked I64 or F32) into host params and
+ * state. Every mismatch is an error naming the tensor and both shapes. The
+ * file is untrusted: every offset is checked against the file's size. */
+int  ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
+                   struct ddpc_err *e);
 int  ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
                      const float *params, const float *state, struct ddpc_err *e);
 

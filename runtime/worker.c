@@ -958,6 +958,23 @@ static int window_loss(struct ddpc_run *r, double *sum, double *cnt, int64_t ste
     return 0;
 }
 
+/* model.init_from: the parameters and batch-norm statistics of a
+ * safetensors file with the export's names (ckpt_read_net checks them). */
+static int run_init_from(struct ddpc_run *r, struct ddpc_err *e)
+{
+    struct ddpc_model *m = &r->model;
+    float *host = malloc((m->n_params + m->n_state + 1) * sizeof *host);
+    if (!host)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "model.init_from: out of memory");
+    int rc = ckpt_read_net(r->job->model.init_from, &m->net, host, host + m->n_params, e);
+    if (rc == 0)
+        rc = r->ops->to_device(r->ops, m->params, host, m->n_params * sizeof *host, e);
+    if (rc == 0 && m->n_state)
+        rc = r->ops->to_device(r->ops, m->state, host + m->n_params, m->n_state * sizeof *host, e);
+    free(host);
+    return rc;
+}
+
 static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
 {
     const struct ddpc_worker_args *a = r->a;
@@ -972,13 +989,19 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
 
     /* identical initial parameters: seeded init, then rank 0's copy wins
      * (with shared state there is only rank 0's copy) */
-    if (!r->shared_state || r->rank == 0)
+    if (!r->shared_state || r->rank == 0) {
         DDPC_TRY(model_init_params(&r->model, j->model.init, j->seed, e));
+        if (j->model.init_from && *j->model.init_from)
+            DDPC_TRY(run_init_from(r, e));
+    }
     if (r->shared_state)
         DDPC_TRY(a->grad_comm->barrier(a->grad_comm, ddpc_deadline_after(j->nccl_timeout_s),
                                        e));
     else if (r->comm_on)
         DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.params, r->model.n_params, 0,
+                                         ddpc_deadline_after(j->nccl_timeout_s), e));
+    if (r->comm_on && r->model.n_state)   /* batch-norm statistics: rank 0's */
+        DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.state, r->model.n_state, 0,
                                          ddpc_deadline_after(j->nccl_timeout_s), e));
     DDPC_TRY(run_resume(r, e));
 

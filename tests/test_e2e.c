@@ -212,6 +212,87 @@ START_TEST(fashion_mnist_cnn_short_run_and_export)
 }
 END_TEST
 
+/* ---- model.init_from: a run starts from another's export ---- */
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
+    ck_assert_int_eq(write_file(p, text, strlen(text)), 0);
+    free(p);
+}
+
+static void run_in(const char *dir, const char *name, int want_ok, struct run_result *r)
+{
+    char *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", dir, name), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/%s", dir, name), 0);
+    build_job(spec, job);
+    char *argv[] = { job, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 120, r), 0);
+    if (want_ok)
+        ck_assert_msg(r->exited && r->code == 0, "%s: exit %d:\n%s%s", name, r->code, r->out,
+                      r->err);
+    free(spec);
+    free(job);
+}
+
+START_TEST(init_from_continues_an_export)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-init");
+    const char *common =
+        "version: 1\naccelerator: cpu\ndevices: 2\nlr_scaling: none\nbatch_size: 16\n"
+        "data:\n  train: {format: synthetic, samples: 256, features: 12, classes: 3, seed: 1}\n"
+        "  test: {format: synthetic, samples: 128, features: 12, classes: 3, seed: 2}\n";
+    char *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_ge(asprintf(&a, "%sname: a\nepochs: 4\nlearning_rate: 0.01\ncheckpoint: {export: a.safetensors}\n"
+                              "model:\n  type: sequential\n  layers:\n"
+                              "    - linear: {out_features: 8}\n    - batchnorm1d\n    - relu\n"
+                              "    - linear: {out_features: 3}\n", common), 0);
+    /* a learning rate far below float resolution: the weights stay the file's */
+    ck_assert_int_ge(asprintf(&b, "%sname: b\nepochs: 1\nlearning_rate: 1e-30\n"
+                              "model:\n  type: sequential\n  init_from: a.safetensors\n"
+                              "  layers:\n    - linear: {out_features: 8}\n    - batchnorm1d\n"
+                              "    - relu\n    - linear: {out_features: 3}\n", common), 0);
+    ck_assert_int_ge(asprintf(&c, "%sname: c\nepochs: 1\n"
+                              "model:\n  type: sequential\n  init_from: a.safetensors\n"
+                              "  layers:\n    - linear: {out_features: 9}\n    - batchnorm1d\n"
+                              "    - relu\n    - linear: {out_features: 3}\n", common), 0);
+    write_text(dir, "a.yaml", a);
+    write_text(dir, "b.yaml", b);
+    write_text(dir, "c.yaml", c);
+    struct run_result r;
+    run_in(dir, "a", 1, &r);
+    const char *done = strstr(r.out, "\ndone ");
+    ck_assert_ptr_nonnull(done);
+    double acc_a = find_kv(done, "test_accuracy"), loss_a = find_kv(done, "test_loss");
+    run_result_free(&r);
+    run_in(dir, "b", 1, &r);
+    /* evaluation uses the file's weights and running statistics, updated by
+     * one epoch of batch statistics (momentum 0.1): close to a's, not equal */
+    const char *e1 = strstr(r.out, "epoch 1/");
+    ck_assert_ptr_nonnull(e1);
+    double acc_b = find_kv(e1, "test_accuracy"), loss_b = find_kv(e1, "test_loss");
+    ck_assert_msg(fabs(acc_b - acc_a) <= 0.05 && fabs(loss_b - loss_a) <= 0.1 * (1 + loss_a),
+                  "a: accuracy %.4f loss %.4f; b from a's export: %.4f %.4f", acc_a, loss_a,
+                  acc_b, loss_b);
+    ck_assert_msg(acc_a > 0.5, "a did not learn: %.4f", acc_a);
+    run_result_free(&r);
+    run_in(dir, "c", 0, &r);
+    ck_assert_msg(r.exited && r.code != 0, "c started from a file of another shape:\n%s", r.out);
+    ck_assert_msg(strstr(r.err, "layers.0.weight") && strstr(r.err, "[8, 12]") &&
+                  strstr(r.err, "[9, 12]"), "error does not name the tensor and shapes:\n%s", r.err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    free(a);
+    free(b);
+    free(c);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---- bad data at run time: clear error naming the file, no hang, no orphan ---- */
 
 /* IDX images [n, 4, 4] and labels [n] of a learnable 3-class problem. */
@@ -701,6 +782,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
+    tcase_add_test(run, init_from_continues_an_export);
     suite_add_tcase(s, run);
     return s;
 }
