@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # compare.sh - ddpc against PyTorch on the same machine, in the same run.
 #
-#   bench/compare.sh [EPOCHS] [RUNS]     (from the repository root, after make)
-#       defaults: 3 epochs, 3 runs of each configuration
+#   bench/compare.sh [EPOCHS] [RUNS] [mlp|cnn] [LIMIT]   (from the repository root, after make)
+#       defaults: 3 epochs, 3 runs of each configuration, mlp; LIMIT (cnn:
+#       default 150) caps the batches per epoch per rank on both sides
+#
+# cnn: examples/fashion-mnist-cnn.yaml without batchnorm2d and dropout (the
+# issue's setting), against the same nn.Sequential in PyTorch (Adam 1e-3,
+# batch 64 per rank, one thread per rank).
 #
 # Workload: examples/fashion-mnist.yaml (MLP 784-256-10, Adam 1e-3, batch 64
 # per rank, one BLAS thread per rank). Runs each configuration RUNS times,
@@ -22,14 +27,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${1:-3}
 RUNS=${2:-3}
+MODEL=${3:-mlp}
 OUT=$(mktemp -d /tmp/ddpc-bench-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
+SPEC=examples/fashion-mnist.yaml
+TORCH_ARGS=""
+if [ "$MODEL" = cnn ]; then
+    LIMIT=${4:-150}
+    grep -v -e '- batchnorm2d' -e '- dropout' -e '^  export:' -e '^checkpoint:' \
+        examples/fashion-mnist-cnn.yaml | sed "s/^epochs: .*/epochs: $EPOCHS\nlimit_train_batches: $LIMIT/" \
+        > "$OUT/cnn.yaml"
+    SPEC=$OUT/cnn.yaml
+    TORCH_ARGS="--model cnn --limit $LIMIT"
+fi
 
-sed "s/^epochs: .*/epochs: $EPOCHS/" examples/fashion-mnist.yaml > "$OUT/fmnist.yaml"
+sed "s/^epochs: .*/epochs: $EPOCHS/" "$SPEC" > "$OUT/fmnist.yaml"
 build/bin/ddpc build "$OUT/fmnist.yaml" -o "$OUT/fmnist" >/dev/null
 sed -e "s/^epochs: .*/epochs: $EPOCHS/" -e "s/^devices: .*/devices: 1/" \
     -e "s/^nccl_timeout.*//" -e "s/^rank_sync_timeout.*//" \
-    examples/fashion-mnist.yaml > "$OUT/fmnist1.yaml"
+    "$SPEC" > "$OUT/fmnist1.yaml"
 build/bin/ddpc build "$OUT/fmnist1.yaml" -o "$OUT/fmnist1" >/dev/null
 
 # Each run is two runs: one bare, for samples/s, first step and the step
@@ -60,9 +76,9 @@ for i in $(seq 1 "$RUNS"); do
     run ddpc-2w "$i" "$OUT/fmnist"
     run ddpc-1w "$i" "$OUT/fmnist1"
     if [ "$have_torch" = 1 ]; then
-        run torch-ddp-2p "$i" /usr/bin/python3 bench/torch_ddp.py --world 2 --epochs "$EPOCHS"
-        run torch-1p     "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --epochs "$EPOCHS"
-        run torch-1p-2t  "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2 --epochs "$EPOCHS"
+        run torch-ddp-2p "$i" /usr/bin/python3 bench/torch_ddp.py --world 2 --epochs "$EPOCHS" $TORCH_ARGS
+        run torch-1p     "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --epochs "$EPOCHS" $TORCH_ARGS
+        run torch-1p-2t  "$i" /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2 --epochs "$EPOCHS" $TORCH_ARGS
     fi
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

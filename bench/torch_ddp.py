@@ -56,7 +56,18 @@ def worker(rank, world, args, port):
     sampler = torch.utils.data.distributed.DistributedSampler(
         ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler)
-    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    if args.model == "cnn":   # the CNN without batch norm and dropout
+        xtr = xtr.reshape(-1, 1, 28, 28)
+        xte = xte.reshape(-1, 1, 28, 28)
+        ds = torch.utils.data.TensorDataset(xtr, ytr)
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+        loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler)
+        model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    else:
+        model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -66,7 +77,9 @@ def worker(rank, world, args, port):
         sampler.set_epoch(epoch)
         t0 = time.perf_counter()
         n = 0
-        for xb, yb in loader:
+        for bi, (xb, yb) in enumerate(loader):
+            if args.limit and bi >= args.limit:
+                break
             opt.zero_grad(set_to_none=True)
             loss = lossf(model(xb), yb)
             loss.backward()
@@ -96,6 +109,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--port", type=int, default=29533)
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--limit", type=int, default=0, help="batches per epoch per rank (0: all)")
     args = ap.parse_args()
     try:
         import torch  # noqa: F401
