@@ -337,6 +337,29 @@ static void assert_no_partial_files(const char *cwd)
     free(csv);
 }
 
+/* The step column of the CSV's rows (train and eval) in order, as
+ * "64 128 ... ": after a resume the crashed attempt's rows past the
+ * checkpoint are gone, so the file lists the steps an uninterrupted run's
+ * does, each once. */
+static void csv_steps(const char *cwd, char *buf, size_t cap)
+{
+    char *csv = path_in(cwd, "m.csv");
+    size_t n;
+    char *t = (char *)slurp(csv, &n);
+    t = realloc(t, n + 1);
+    t[n] = '\0';
+    buf[0] = '\0';
+    const char *q = strchr(t, '\n');
+    while (q && q[1]) {
+        long step = strtol(q + 1, NULL, 10);
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%ld ", step);
+        q = strchr(q + 1, '\n');
+    }
+    free(t);
+    free(csv);
+}
+
 /* The uninterrupted run everything else is compared with: in dir/ref. */
 static char *reference_run(const char *dir, const char *job)
 {
@@ -1134,6 +1157,11 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
     char *b = ckpt_in(ck, JOB_NAME "-e0008-s000002048.ckpt");
     assert_same_file(a, b);
     assert_no_partial_files(cwd);
+    char want[8192], got[8192];
+    csv_steps(ref, want, sizeof want);
+    csv_steps(cwd, got, sizeof got);
+    ck_assert_msg(strcmp(want, got) == 0, "metrics CSV steps after the mid-epoch resume:\n%s\n"
+                  "uninterrupted:\n%s", got, want);
     free(a);
     free(b);
     free(ck);
