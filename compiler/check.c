@@ -75,12 +75,10 @@ int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets
                 "--set epochs=3%s%s\n", cmd, v ? "; got " : "", v ? v : "");
         return -1;
     }
-    const char **nv = realloc(sets->v, (size_t)(sets->n + 1) * sizeof *nv);
-    if (!nv) {
-        fprintf(stderr, "ddpc %s: out of memory\n", cmd);
+    if (sets->n == CLI_MAX_SETS) {
+        fprintf(stderr, "ddpc %s: more than %d --set options\n", cmd, CLI_MAX_SETS);
         return -1;
     }
-    sets->v = nv;
     sets->v[sets->n++] = v;
     return 1;
 }
@@ -207,7 +205,7 @@ int cmd_check(int argc, char **argv)
 {
     enum ddpc_diag_format fmt = DDPC_FMT_TEXT;
     struct spec_options opt = { .read_data_headers = 1 };
-    struct cli_sets sets = { 0 };
+    struct cli_sets sets = { .n = 0 };
     struct inputs in = { 0 };
     struct ddpc_diag d;
     int strict = 0, quiet = 0, opts_done = 0, nargs = 0;
@@ -349,7 +347,6 @@ oom:
 out:
     diag_free(&d);
     inputs_free(&in);
-    free(sets.v);
     return rc;
 }
 

@@ -13,14 +13,15 @@
 int cmd_check(int argc, char **argv);
 
 /* The --set KEY.PATH=VALUE options of check, plan and build. */
+#define CLI_MAX_SETS 64
 struct cli_sets {
-    const char **v;     /* "key.path=value", pointing into argv; malloc'd array */
+    const char *v[CLI_MAX_SETS];    /* "key.path=value", pointing into argv */
     int n;
 };
 /* If argv[*i] is "--set K=V" or "--set=K=V": appends K=V to sets, advances
  * *i past it and returns 1; returns 0 when it is another argument, and -1
- * (after saying why on stderr) when the value is missing or has no '='.
- * cmd names the subcommand in the message. free(sets->v) when done. */
+ * (after saying why on stderr) when the value is missing or has no '=', or
+ * there are more than CLI_MAX_SETS. cmd names the subcommand in the message. */
 int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets *sets);
 int cmd_schema(int argc, char **argv);
 

@@ -129,17 +129,14 @@ static int cmd_plan(int argc, char **argv)
 {
     const char *file = NULL;
     int json = 0, no_data = 0, r;
-    struct cli_sets sets = { 0 };
+    struct cli_sets sets = { .n = 0 };
     for (int i = 1; i < argc; i++) {
         if ((r = cli_take_set(argc, argv, &i, "plan", &sets)) != 0) {
-            if (r < 0) {
-                free(sets.v);
+            if (r < 0)
                 return EXIT_USAGE;
-            }
             continue;
         }
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            free(sets.v);
             fputs(plan_usage, stdout);
             return EXIT_OK;
         }
@@ -148,16 +145,14 @@ static int cmd_plan(int argc, char **argv)
         else if (strcmp(argv[i], "--no-data") == 0)
             no_data = 1;
         else if (argv[i][0] == '-' && argv[i][1])
-            return free(sets.v), usage_error("plan: unknown option %s", argv[i]);
+            return usage_error("plan: unknown option %s", argv[i]);
         else if (file)
-            return free(sets.v), usage_error("plan: one spec at a time (%s is extra)", argv[i]);
+            return usage_error("plan: one spec at a time (%s is extra)", argv[i]);
         else
             file = argv[i];
     }
-    if (!file) {
-        free(sets.v);
+    if (!file)
         return usage_error("plan: no spec file given%s", "");
-    }
 
     struct ddpc_diag d;
     struct ddpc_job job;
@@ -188,7 +183,6 @@ static int cmd_plan(int argc, char **argv)
         rc = EXIT_USAGE;
 done:
     free(text);
-    free(sets.v);
     plan_free(&plan);
     spec_doc_free(doc);
     diag_free(&d);
@@ -299,23 +293,20 @@ static int cmd_build(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *emit_dir = NULL;
     int verbose = 0, cpu_only = 0, no_data = 0, r;
-    struct cli_sets sets = { 0 };
+    struct cli_sets sets = { .n = 0 };
     for (int i = 1; i < argc; i++) {
         if ((r = cli_take_set(argc, argv, &i, "build", &sets)) != 0) {
-            if (r < 0) {
-                free(sets.v);
+            if (r < 0)
                 return EXIT_USAGE;
-            }
             continue;
         }
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            free(sets.v);
             fputs(build_usage, stdout);
             return EXIT_OK;
         }
         if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--emit-dir") == 0) {
             if (i + 1 >= argc)
-                return free(sets.v), usage_error("build: %s needs a value", argv[i]);
+                return usage_error("build: %s needs a value", argv[i]);
             if (argv[i][1] == 'o')
                 out = argv[++i];
             else
@@ -327,17 +318,17 @@ static int cmd_build(int argc, char **argv)
         } else if (strcmp(argv[i], "--no-data") == 0) {
             no_data = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return free(sets.v), usage_error("build: unknown option %s", argv[i]);
+            return usage_error("build: unknown option %s", argv[i]);
         } else if (file) {
-            return free(sets.v), usage_error("build: one spec at a time (%s is extra)", argv[i]);
+            return usage_error("build: one spec at a time (%s is extra)", argv[i]);
         } else {
             file = argv[i];
         }
     }
     if (!file)
-        return free(sets.v), usage_error("build: no spec file given%s", "");
+        return usage_error("build: no spec file given%s", "");
     if (out && (!out[0] || out[strlen(out) - 1] == '/'))
-        return free(sets.v), usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
+        return usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
 
     struct ddpc_diag d;
     struct ddpc_job job;
@@ -445,7 +436,6 @@ done:
     free(program);
     free(out_default);
     free(cc_output);
-    free(sets.v);
     plan_free(&plan);
     spec_doc_free(doc);
     diag_free(&d);

@@ -183,11 +183,19 @@ void diag_print_entry(const struct ddpc_diag_entry *e, enum ddpc_diag_format fmt
         break;
     case DDPC_FMT_GITHUB:
         /* GitHub has error, warning and notice */
-        fprintf(out, "::%s file=", e->severity == DDPC_SEV_NOTE ? "notice" : sev_name(e->severity));
-        gh_escape(out, e->file, 1);
-        if (e->line > 0)
-            fprintf(out, ",line=%d,col=%d", e->line, e->col);
-        fputs("::", out);
+        fprintf(out, "::%s", e->severity == DDPC_SEV_NOTE ? "notice" : sev_name(e->severity));
+        if (strncmp(e->file, "--set ", 6) == 0) {
+            /* a command-line override is no file: the annotation names it */
+            fputs("::", out);
+            gh_escape(out, e->file, 0);
+            fputs(": ", out);
+        } else {
+            fputs(" file=", out);
+            gh_escape(out, e->file, 1);
+            if (e->line > 0)
+                fprintf(out, ",line=%d,col=%d", e->line, e->col);
+            fputs("::", out);
+        }
         if (e->path[0]) {
             gh_escape(out, e->path, 0);
             fputs(": ", out);

@@ -16,7 +16,7 @@ enum ddpc_diag_format { DDPC_FMT_TEXT, DDPC_FMT_JSON, DDPC_FMT_GITHUB };
 
 struct ddpc_diag_entry {
     enum ddpc_severity severity;
-    char *file;        /* owned */
+    char *file;        /* owned; "--set KEY=VALUE" for a command-line override (line 0) */
     int   line, col;   /* 1-based; 0 when the problem has no position (I/O) */
     char *path;        /* dotted key path, "" for the document; owned */
     char *message;     /* owned */

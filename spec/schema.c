@@ -714,6 +714,9 @@ void spec_write_coming_from(FILE *out)
     tool_table(out, DDPC_TOOL_LIGHTNING, "Lightning: `Trainer(...)`",
                "Every argument of Lightning 2.x's Trainer, and the 1.x names still seen in "
                "configs.");
+    tool_table(out, DDPC_TOOL_LIGHTNINGCLI, "LightningCLI config files",
+               "A LightningCLI YAML nests the Trainer's arguments and names classes; a ddpc "
+               "spec is flat and names no code.");
     tool_table(out, DDPC_TOOL_MODELCKPT, "Lightning: `ModelCheckpoint(...)`",
                "Checkpoints are written under `checkpoint_dir`, with `checkpoint.*` for cadence "
                "and retention.");

@@ -118,7 +118,8 @@ const int ddpc_n_refused_values =
 const char *validate_tool_name(enum ddpc_tool t)
 {
     static const char *const names[DDPC_TOOL_COUNT] = {
-        [DDPC_TOOL_LIGHTNING] = "Lightning Trainer", [DDPC_TOOL_MODELCKPT] = "Lightning ModelCheckpoint",
+        [DDPC_TOOL_LIGHTNING] = "Lightning Trainer", [DDPC_TOOL_LIGHTNINGCLI] = "LightningCLI",
+        [DDPC_TOOL_MODELCKPT] = "Lightning ModelCheckpoint",
         [DDPC_TOOL_TORCHRUN] = "torchrun", [DDPC_TOOL_PYTORCH] = "PyTorch",
         [DDPC_TOOL_TRAININGPARAMS] = "TrainingParams", [DDPC_TOOL_HF] = "Hugging Face TrainingArguments",
     };
@@ -753,7 +754,7 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
             snprintf(shown, sizeof shown, "%s's %s", validate_tool_name(al->tool), al->shown);
         if (!al->target)
             vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc has no such "
-                  "setting: %s", found, shown, note);
+                  "key: %s", found, shown, note);
         else
             vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc's key is '%s'%s%s%s",
                   found, shown, al->target,

@@ -80,7 +80,8 @@ extern const struct ddpc_default_when ddpc_default_whens[];
 /* Another tool's name for a setting (spec/aliases.def), for the unknown-key
  * message and docs/coming-from.md. */
 enum ddpc_tool {
-    DDPC_TOOL_LIGHTNING, DDPC_TOOL_MODELCKPT, DDPC_TOOL_TORCHRUN, DDPC_TOOL_PYTORCH,
+    DDPC_TOOL_LIGHTNING, DDPC_TOOL_LIGHTNINGCLI, DDPC_TOOL_MODELCKPT, DDPC_TOOL_TORCHRUN,
+    DDPC_TOOL_PYTORCH,
     DDPC_TOOL_TRAININGPARAMS, DDPC_TOOL_HF, DDPC_TOOL_COUNT
 };
 

@@ -594,6 +594,15 @@ START_TEST(test_cli_set)
     ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
     run_free(&r);
 
+    /* GitHub annotations: an override is not a file */
+    char *gh[] = { "check", "--format", "github", "--set", "epochs=0",
+                   "tests/specs/valid/minimal.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(gh, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out, "::error::--set epochs=0: epochs: must be between 1 and 1000000, "
+                            "found 0\n");
+    run_free(&r);
+
     /* another tool's name through --set gets the same help */
     char *lr[] = { "check", "--set", "lr=0.1", "tests/specs/valid/minimal.yaml", NULL };
     ck_assert_int_eq(run_ddpc(lr, &r), 0);

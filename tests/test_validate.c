@@ -583,7 +583,7 @@ START_TEST(test_other_tools_keys)
     /* a setting ddpc does not have says why */
     check(&c, MINIMAL "profiler: simple\n");
     ck_assert_str_eq(c.text, "dir/t.yaml:5:1: error: profiler: unknown key 'profiler' (Lightning "
-                             "Trainer); ddpc has no such setting: no profiler hook; ddpc plan shows "
+                             "Trainer); ddpc has no such key: no profiler hook; ddpc plan shows "
                              "the memory, the run prints throughput\n");
     checked_free(&c);
     /* ddpc's own key in the wrong block keeps its own message */
