@@ -1640,9 +1640,11 @@ static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s
     const struct csv_look *lk = &f->look;
     const struct ddpc_job *j = c->job;
     int lc = s->label_column, cols = f->cols < CSV_SEEN ? (int)f->cols : CSV_SEEN;
-    if (j->loss != DDPC_LOSS_CROSS_ENTROPY || lk->rows == 0 || lc >= cols || j->model.n_layers < 2)
+    if (j->loss != DDPC_LOSS_CROSS_ENTROPY || lk->rows == 0 || lc >= cols)
         return;
-    double out = j->model.layers[j->model.n_layers - 1];
+    /* the model's outputs when its sizes say (mlp, linear); a sequential
+     * model's are not known yet: then only a value that is no label counts */
+    double out = j->model.n_layers >= 2 ? j->model.layers[j->model.n_layers - 1] : HUGE_VAL;
     int fits = (lk->labels >> lc & 1) && lk->max[lc] < out;
     if (fits)
         return;
