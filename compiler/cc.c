@@ -3,7 +3,7 @@
  * Owns: the command line that turns job.c + job_config.h into a program,
  * the CPU/CUDA choice, and the messages when that fails. A job is never
  * linked with CUDA: when it may use GPUs, the absolute path of
- * PREFIX/lib/libddprt_cuda.so is baked in (DDPC_CUDA_PLUGIN) and the job's
+ * PREFIX/lib/ddpc/libddprt_cuda.so is baked in (DDPC_CUDA_PLUGIN) and the job's
  * launcher dlopen()s it only when a GPU will be used (runtime/ddprt.c).
  * Never: runs a shell, prints the compiler's output before saying what
  * failed, or leaves OUT half-written.
@@ -21,8 +21,11 @@
 #include "cc.h"
 #include "interrupt.h"
 #include "spawn.h"
-#include "toolchain.h"    /* DDPC_CC, DDPC_RT_LIBS, DDPC_HAVE_CUDA_LIB, DDPC_SANFLAGS */
+#include "toolchain.h"    /* DDPC_CC, DDPC_JOB_CFLAGS, DDPC_RT_LIBS, DDPC_HAVE_*, DDPC_SANFLAGS */
 
+#ifndef DDPC_JOB_CFLAGS
+#define DDPC_JOB_CFLAGS "-O2"
+#endif
 #ifndef DDPC_SANFLAGS
 #define DDPC_SANFLAGS ""
 #endif
@@ -109,7 +112,7 @@ static int add_path_define(struct argv_list *a, const char *name, const char *pr
 {
     struct ddpc_buf lit;
     char *so;
-    if (asprintf(&so, "%s/lib/%s", prefix, file) < 0)
+    if (asprintf(&so, "%s/lib/ddpc/%s", prefix, file) < 0)
         return -1;
     buf_init(&lit);
     buf_printf(&lit, "-D%s=", name);
@@ -193,8 +196,8 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     if (need(o->prefix, "lib/libddprt.a", "the runtime library libddprt.a", d) != 0 ||
         need(o->prefix, "share/ddpc/job.c", "the job main (job.c)", d) != 0 ||
         need(o->prefix, "include/ddpc/ddprt.h", "the runtime headers", d) != 0 ||
-        (cuda && need(o->prefix, "lib/libddprt_cuda.so", "the CUDA backend libddprt_cuda.so", d) != 0) ||
-        (gloo && need(o->prefix, "lib/libddprt_gloo.so", "the multi-node CPU communicator libddprt_gloo.so", d) != 0))
+        (cuda && need(o->prefix, "lib/ddpc/libddprt_cuda.so", "the CUDA backend libddprt_cuda.so", d) != 0) ||
+        (gloo && need(o->prefix, "lib/ddpc/libddprt_gloo.so", "the multi-node CPU communicator libddprt_gloo.so", d) != 0))
         goto done;
 
     if (asprintf(&tmp, "%s.tmp.%ld", o->out, (long)getpid()) < 0) {
@@ -240,10 +243,11 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
     envp[k++] = tmp_env;
     envp[k] = NULL;
 
+    /* the compiler and flags this ddpc was built with (JOB_CFLAGS, -O2 by
+     * default: one small file, the job's speed is in libddprt) */
     argv_add_words(&a, DDPC_CC);
+    argv_add_words(&a, DDPC_JOB_CFLAGS);
     argv_add_words(&a, DDPC_SANFLAGS);
-    /* -O2 of one small file: the job's speed is in libddprt, built once */
-    argv_add(&a, "-O2");
     argv_addf(&a, "-I%s%s", "", o->emit_dir);
     argv_addf(&a, "-I%s/%s", o->prefix, "include/ddpc");
     if (cuda) {
@@ -251,7 +255,7 @@ int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
          * no shell; buf_c_str escapes every byte that could matter) */
         struct ddpc_buf lit;
         char *so;
-        if (asprintf(&so, "%s/lib/libddprt_cuda.so", o->prefix) < 0)
+        if (asprintf(&so, "%s/lib/ddpc/libddprt_cuda.so", o->prefix) < 0)
             goto oom;
         buf_init(&lit);
         buf_puts(&lit, "-DDDPC_CUDA_PLUGIN=");

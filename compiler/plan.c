@@ -254,6 +254,8 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
     const struct ddpc_net *net = p->net;
     int seq = job->model.type == DDPC_MODEL_SEQUENTIAL;
     int pindex[DDPC_MAX_TENSORS];
+    for (int t = 0; t < DDPC_MAX_TENSORS; t++)
+        pindex[t] = -1;   /* also past the params limit below */
     for (int t = 0; t < net->n_tensors && p->n_params < DDPC_PLAN_MAX_PARAMS; t++) {
         const struct ddpc_tensor *T = &net->tensor[t];
         pindex[t] = -1;
@@ -291,7 +293,7 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
     p->bucket_cap_bytes = cap > 0 ? (int64_t)ceil(cap) : 0;
     struct ddpc_bucket_span span[DDPC_MAX_BUCKETS_L];
     int nb = layers_buckets(net, cap, span, DDPC_MAX_BUCKETS_L);
-    for (int i = 0; i < nb && i < DDPC_PLAN_MAX_PARAMS; i++) {
+    for (int i = 0; i < nb && i < DDPC_MAX_BUCKETS_L && i < DDPC_PLAN_MAX_PARAMS; i++) {
         struct ddpc_plan_bucket *k = &p->buckets[p->n_buckets++];
         for (int t = span[i].first_tensor, c = 0; t >= 0 && c < span[i].n_tensors; t--) {
             if (pindex[t] < 0)

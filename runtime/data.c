@@ -6,9 +6,8 @@
  * files as well as gzipped ones. Every error names the file and says what is wrong and what to do.
  * Runs in the launcher before fork; never communicates, never trains.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3")   /* data_gather's conversion loop runs every step */
-#endif
+/* The Makefile compiles this file with -O3: data_gather's conversion loop
+ * runs every step. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>

@@ -13,13 +13,9 @@
  * calling thread: Adam's moments of never-active inputs (Fashion-MNIST's
  * blank border pixels) decay into denormals, which are ~100x slower on x86.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-/* before any include, so ops_kernels.h's inline kernels get the same options
- * and inline into the hot loops (GCC will not inline across differing
- * optimize attributes). The Makefile adds -fno-math-errno for this file,
- * which lets sqrtf vectorize (a pragma cannot); it changes no value. */
-#pragma GCC optimize("O3")
-#endif
+/* The Makefile compiles this file with -O3 and -fno-math-errno (which lets
+ * sqrtf vectorize; it changes no value), ops_kernels.h's inline kernels
+ * included. */
 #include <cblas.h>
 #include <float.h>
 #if defined(__x86_64__) || defined(__i386__)

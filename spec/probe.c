@@ -62,10 +62,10 @@ long probe_head(const char *p, unsigned char *buf, size_t cap, char *why, size_t
 }
 
 /* IDX: 0 0 type ndims, then ndims big-endian u32 sizes. */
-int probe_idx(const char *p, struct ddpc_probe *pr, char *why, size_t cap)
+int probe_idx(const char *path, struct ddpc_probe *pr, char *why, size_t cap)
 {
     unsigned char b[4 + 4 * 8];
-    long got = probe_head(p, b, sizeof b, why, cap);
+    long got = probe_head(path, b, sizeof b, why, cap);
     if (got < 0)
         return -1;
     if (got < 4 || b[0] || b[1] || !(b[2] == 0x08 || b[2] == 0x09 || (b[2] >= 0x0B && b[2] <= 0x0E)) ||
@@ -86,10 +86,10 @@ int probe_idx(const char *p, struct ddpc_probe *pr, char *why, size_t cap)
 
 /* NPY: "\x93NUMPY" major minor, header length, then a Python dict literal
  * with 'descr', 'fortran_order' and 'shape'. */
-int probe_npy(const char *p, struct ddpc_probe *pr, char *why, size_t cap)
+int probe_npy(const char *path, struct ddpc_probe *pr, char *why, size_t cap)
 {
     unsigned char b[4096 + 16];
-    long got = probe_head(p, b, sizeof b - 1, why, cap);
+    long got = probe_head(path, b, sizeof b - 1, why, cap);
     if (got < 0)
         return -1;
     if (got < 10 || memcmp(b, "\x93NUMPY", 6) != 0) {

@@ -24,8 +24,8 @@ struct ddpc_probe {
 
 /* 0 with p filled, -1 with why: "No such file or directory", "not a regular
  * file", "not an IDX file (bad header)", ... */
-int probe_idx(const char *path, struct ddpc_probe *p, char *why, size_t cap);
-int probe_npy(const char *path, struct ddpc_probe *p, char *why, size_t cap);
+int probe_idx(const char *path, struct ddpc_probe *pr, char *why, size_t cap);
+int probe_npy(const char *path, struct ddpc_probe *pr, char *why, size_t cap);
 
 /* Opens path read-only and non-blocking, and only if it is a regular file
  * (st gets its stat). Returns the fd, or -1 with why ("is a directory",

@@ -38,7 +38,7 @@ static const struct ddpc_gloo_backend *gloo_backend(void)
     if (!tried) {
         tried = 1;
         char path[4096];
-        snprintf(path, sizeof path, "%s/lib/libddprt_gloo.so", test_build());
+        snprintf(path, sizeof path, "%s/lib/ddpc/libddprt_gloo.so", test_build());
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         b = h ? dlsym(h, "ddpc_gloo_backend") : NULL;
         if (!b)

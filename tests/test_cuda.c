@@ -343,7 +343,7 @@ START_TEST(probe_test_hook_parsing)
 }
 END_TEST
 
-/* End to end through the real plugin (build/lib/libddprt_cuda.so): the
+/* End to end through the real plugin (build/lib/ddpc/libddprt_cuda.so): the
  * launcher's probe child loads it, its probe forks and answers the error
  * the test hook names, and the launcher decides. */
 static char plugin_path[4096];
@@ -351,7 +351,7 @@ static char plugin_path[4096];
 static int have_plugin(void)
 {
     const char *b = getenv("DDPC_BUILD");
-    snprintf(plugin_path, sizeof plugin_path, "%s/lib/libddprt_cuda.so", b ? b : "build");
+    snprintf(plugin_path, sizeof plugin_path, "%s/lib/ddpc/libddprt_cuda.so", b ? b : "build");
     if (access(plugin_path, R_OK) == 0)
         return 1;
     test_skip("cuda probe end to end", "%s not built (needs nvcc)", plugin_path);

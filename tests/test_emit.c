@@ -1045,7 +1045,7 @@ static int ld_debug_pids(const char *log, const char *needle, long pids[8])
 static void installed_cuda_plugin(const char *prefix, const char *idpc, const char *work)
 {
     char *so, *so_away, *spec, *gspec, *job, *log_base, *log_env, *log = NULL;
-    ck_assert_int_ge(asprintf(&so, "%s/lib/libddprt_cuda.so", prefix), 0);
+    ck_assert_int_ge(asprintf(&so, "%s/lib/ddpc/libddprt_cuda.so", prefix), 0);
     if (!exists(so) || !exists("/usr/local/cuda") || access("/dev/nvidia0", F_OK) == 0) {
         test_skip("installed_cuda_plugin", "no CUDA plugin installed, or a GPU is "
                 "here (the test expects the CPU fallback)");
@@ -1171,7 +1171,7 @@ START_TEST(installed_ddpc_works_anywhere)
     ck_assert_int_ge(asprintf(&prefix, "%s/prefix", root), 0);
     ck_assert_int_ge(asprintf(&work, "%s/elsewhere", root), 0);
     ck_assert_int_ge(asprintf(&pathdir, "%s/m4-only", root), 0);
-    ck_assert_int_ge(asprintf(&cuda_lib, "%s/lib/libddprt_cuda.so", test_build()), 0);
+    ck_assert_int_ge(asprintf(&cuda_lib, "%s/lib/ddpc/libddprt_cuda.so", test_build()), 0);
     ck_assert_int_ge(asprintf(&a_prefix, "PREFIX=%s", prefix), 0);
     ck_assert_int_ge(asprintf(&a_b, "B=%s", test_build()), 0);
     ck_assert_int_eq(mkdir(work, 0755), 0);
@@ -1265,8 +1265,8 @@ START_TEST(installed_ddpc_works_anywhere)
 
     /* a ddpc built with CUDA whose libddprt_cuda.so is gone: a GPU job says so */
     char *cu, *cu_away;
-    ck_assert_int_ge(asprintf(&cu, "%s/lib/libddprt_cuda.so", prefix), 0);
-    ck_assert_int_ge(asprintf(&cu_away, "%s/lib/libddprt_cuda.so.away", prefix), 0);
+    ck_assert_int_ge(asprintf(&cu, "%s/lib/ddpc/libddprt_cuda.so", prefix), 0);
+    ck_assert_int_ge(asprintf(&cu_away, "%s/lib/ddpc/libddprt_cuda.so.away", prefix), 0);
     if (exists(cu)) {
         static const char gpu_yaml[] =
             "version: 1\nname: g\ndevices: 1\naccelerator: gpu\nepochs: 1\nbatch_size: 8\n"

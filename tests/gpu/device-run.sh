@@ -15,7 +15,7 @@
 # lacks the -dev headers), so rebuild there first after any change.
 set -eu
 cd "$(dirname "$0")/../.."
-test -x build/tests/test_gpu && test -x build/bin/ddpc && test -f build/lib/libddprt_cuda.so || {
+test -x build/tests/test_gpu && test -x build/bin/ddpc && test -f build/lib/ddpc/libddprt_cuda.so || {
     echo "device-run: build/ is not complete: run tests/gpu/prepare-carry.sh on the build" \
          "machine and carry build and .deps"; exit 1; }
 D=/tmp/ddpc-deps
