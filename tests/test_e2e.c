@@ -192,7 +192,7 @@ START_TEST(fashion_mnist_cnn_short_run_and_export)
                    "1,28,28", NULL };
     ck_assert_int_eq(run_capture(py, NULL, NULL, 300, &r), 0);
     if (r.exited && r.code == 77) {
-        printf("SKIP e2e: CNN export in PyTorch: %s", r.out);
+        test_skip("e2e: CNN export in PyTorch", "%s", r.out);
     } else {
         ck_assert_msg(r.exited && r.code == 0, "torch_ref.py accuracy:\n%s%s", r.out, r.err);
         double tacc = find_kv(r.out, "accuracy"), tloss = find_kv(r.out, "loss");

@@ -233,7 +233,7 @@ static void parity(const char *yaml, int rows, uint64_t seed)
     struct run_result rr;
     ck_assert_int_eq(run_capture(argv, NULL, NULL, 300, &rr), 0);
     if (rr.exited && rr.code == 77) {
-        printf("SKIP layers: PyTorch parity: %s", rr.out);
+        test_skip("layers: PyTorch parity", "%s", rr.out);
     } else {
         ck_assert_msg(rr.exited && rr.code == 0, "torch_ref.py for\n%s\n%s%s", yaml, rr.out,
                       rr.err);
