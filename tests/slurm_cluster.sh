@@ -242,7 +242,11 @@ fi
 
 # requeue: n1 dies mid-run; Slurm requeues; the second run resumes
 if build slr 40; then
-    id=$(submit slr)
+    # every checkpoint (one an epoch) takes 0.1 s more, so the 40 epochs last
+    # seconds: an unloaded machine trained them all before the poll below
+    # saw the job running, and the case failed "never trained: COMPLETED".
+    # sbatch exports the submitting environment to the job (--export=ALL).
+    id=$(DDPC_TEST_CKPT_SLOW_S=0.1 submit slr)
     trained() { [ "$(state "$id")" = RUNNING ] && grep -q "epoch 3/" "slr-$id.out" 2>/dev/null; }
     if ! wait_for 40 "job $id to train" trained; then
         result requeue "job $id never trained: $(state "$id")"
