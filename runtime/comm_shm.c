@@ -210,11 +210,6 @@ void comm_shm_region_free(struct comm_shm_region *r)
     (void)munmap(r, r->map_bytes);
 }
 
-void comm_shm_set_spin(struct comm_shm_region *r, double spin_s)
-{
-    r->spin_s = spin_s < 0 ? 0 : spin_s;
-}
-
 /* ===== waking and aborting ===== */
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)

@@ -52,9 +52,4 @@ void comm_shm_abort_all(struct comm_shm_region *r, const char *why);
  * (unless an abort reason was recorded first). Safe with NULL. */
 void comm_shm_mark_dead(struct comm_shm_region *r, int rank, const char *why);
 
-/* Tuning for tests and benchmarks: how long a waiter spins before it sleeps
- * on the futex (seconds). Default 50e-6 when every rank can have a core of
- * its own, else 0. Applies to the whole region; set it before forking. */
-void comm_shm_set_spin(struct comm_shm_region *r, double spin_s);
-
 #endif /* DDPC_COMM_SHM_H */

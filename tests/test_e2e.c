@@ -595,8 +595,7 @@ START_TEST(job_start_refusals_name_the_cause)
 
 #if defined(__SANITIZE_ADDRESS__)
     /* ASan's shadow memory needs terabytes of address space */
-    printf("SKIP ulimit -v: an AddressSanitizer build cannot run under an address-space "
-           "limit\n");
+    test_skip("ulimit -v", "an AddressSanitizer build cannot run under an address-space limit");
 #else
     ulimit_refused_then_advice_runs(&s);
 #endif
@@ -680,8 +679,8 @@ START_TEST(cgroup_memory_limit_refused_before_fork)
     if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
         if (v2 && geteuid() == 0)
             run_result_free(&r);
-        printf("SKIP cgroup memory limit: needs cgroup v2 and root for a private mount "
-               "namespace (unshare --mount)\n");
+        test_skip("cgroup memory limit", "needs cgroup v2 and root for a private mount "
+                  "namespace (unshare --mount)");
         return;
     }
     run_result_free(&r);
