@@ -654,6 +654,15 @@ END_TEST
 
 START_TEST(test_key_table_consistent)
 {
+    /* each DDPC_ITEM row's name is its layer type's spelling in job.h */
+    int items = 0;
+    for (int i = 0; i < ddpc_n_keys; i++)
+        if (ddpc_keys[i].type == DDPC_T_ITEM) {
+            items++;
+            ck_assert_str_eq(ddpc_enum_spell(&ddpc_enum_layer_type, (int)ddpc_keys[i].off),
+                             ddpc_keys[i].name);
+        }
+    ck_assert_int_eq(items, DDPC_LAYER_COUNT);
     ck_assert_int_lt(ddpc_n_keys, 256);
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
