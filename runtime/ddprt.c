@@ -1096,21 +1096,28 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     struct rlimit rl;
     size_t vm = ddprt_self_bytes(0);
     if (vm > 0 && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        double need = (double)vm + (double)comm + (double)DDPRT_BLAS_BUFFER + (double)model;
+        /* + one glibc malloc arena (64 MiB of address space) for a worker's
+         * thread: whether this process already has one when vm is read
+         * depends on its threads' timing (measured: 187 or 251 MiB mapped
+         * for the same job), and a limit that passed only because it had
+         * none yet let the workers spin in OpenBLAS. */
+        double need = (double)vm + (double)comm + (double)DDPRT_BLAS_BUFFER + (double)model +
+                      67108864.0;
         if ((double)rl.rlim_cur < need) {
             ddprt_mib(a, sizeof a, (double)rl.rlim_cur);
             ddprt_mib(b, sizeof b, need);
             ddprt_mib(c, sizeof c, (double)vm);
-            ddprt_mib(d, sizeof d, (double)comm + (double)DDPRT_BLAS_BUFFER);
+            ddprt_mib(d, sizeof d, (double)comm + (double)DDPRT_BLAS_BUFFER + 67108864.0);
             ddprt_mib(f, sizeof f, (double)model);
             return DDPC_FAIL(e, DDPC_E_NOMEM,
                              "the address-space limit (ulimit -v, RLIMIT_AS) is %s per process, "
                              "but each worker needs about %s: %s mapped already (libraries and "
-                             "the data), %s of collective and OpenBLAS buffers, %s of model, "
+                             "the data), %s of collective and OpenBLAS buffers and a thread's malloc "
+                             "arena, %s of model, "
                              "optimizer state and activations. Raise it (ulimit -v %llu or "
                              "more) or lift it (ulimit -v unlimited)", a, b, c, d, f,
-                             /* + a glibc malloc arena (64 MiB of address space), which
-                              * a thread gets only when the limit leaves room */
+                             /* + another arena: vm may have been read
+                              * before this process's own appeared */
                              (unsigned long long)((need + 67108864.0) / 1024 * 1.1));
         }
     }
