@@ -993,6 +993,34 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     }
     buf_puts(&b, p->n_lr_points ? "\n    ]}" : "]}");
 
+    /* the text plan's layer table; only for sequential models, so the plans
+     * of mlp and linear jobs keep their bytes */
+    if (job->model.type == DDPC_MODEL_SEQUENTIAL && p->net) {
+        const struct ddpc_net *net = p->net;
+        char sh[96];
+        buf_printf(&b, ",\n  \"layers\": {\"per\": \"sample\", \"input\": %s, ",
+                   layers_shape_str(&net->input, sh, sizeof sh));
+        json_double(&b, "fwd_flops", net->fwd_flops);
+        buf_puts(&b, ", ");
+        json_double(&b, "bwd_flops", net->bwd_flops);
+        buf_puts(&b, ", \"list\": [");
+        for (int k = 0; k < net->n; k++) {
+            const struct ddpc_lnode *L = &net->node[k];
+            buf_puts(&b, k ? ",\n    {" : "\n    {");
+            json_string(&b, "module", L->name);
+            buf_puts(&b, ", ");
+            json_string(&b, "layer", layers_type_name(L->it.type));
+            buf_printf(&b, ", \"output\": %s, \"params\": %lld, ",
+                       layers_shape_str(&L->out, sh, sizeof sh),
+                       (long long)(L->w_numel + L->b_numel));
+            json_double(&b, "fwd_flops", L->fwd_flops);
+            buf_puts(&b, ", ");
+            json_double(&b, "bwd_flops", L->bwd_flops);
+            buf_printf(&b, ", \"activation_bytes\": %lld}", (long long)(L->act_floats * 4));
+        }
+        buf_puts(&b, net->n ? "\n  ]}" : "]}");
+    }
+
     buf_printf(&b, ",\n  \"parameters\": {\"total\": %lld, \"tensors\": [",
                (long long)p->total_params);
     for (int i = 0; i < p->n_params; i++) {

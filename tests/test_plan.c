@@ -13,6 +13,7 @@
 #include "suites.h"
 #include "testutil.h"
 #include "plan.h"
+#include "spec.h"
 #include "sampler.h"    /* the runtime's sampler: the plan must agree with it */
 
 /* The Fashion-MNIST example with synthetic data of 60000 samples, so no
@@ -628,6 +629,127 @@ START_TEST(text_output)
 }
 END_TEST
 
+/* The JSON plan lists examples/fashion-mnist-cnn.yaml's layers with the text
+ * plan's numbers: module, type, output shape, parameters, forward and
+ * backward FLOPs and activation bytes per sample, each parsed back and
+ * compared with the value worked out by hand (conv: 2 x MACs + bias adds
+ * forward, 4 x MACs + bias adds backward; activations: output and its
+ * gradient in fp32, plus the argmax for max pooling). The example's IDX
+ * files need not exist: its data block is replaced by synthetic data and
+ * its input given. */
+START_TEST(json_layers_of_example_cnn)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/examples/fashion-mnist-cnn.yaml", test_top());
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s", path);
+    static char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    ck_assert_int_eq(fclose(f), 0);
+    text[n] = 0;
+    char *data = strstr(text, "\ndata:\n");
+    char *type = strstr(text, "  type: sequential\n");
+    ck_assert(data && type && type < data);
+    data[1] = 0;
+    type += strlen("  type: sequential\n");
+    char *yaml = NULL;
+    ck_assert_int_ge(asprintf(&yaml, "%.*s  input: [1, 28, 28]\n%sdata:\n  train: {format: "
+                              "synthetic, samples: 640, features: 784, classes: 10}\n",
+                              (int)(type - text), text, type), 0);
+    char *dir = make_temp_dir("plan-cnn"), *spec = NULL;
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/cnn.yaml", dir), 0);
+    ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
+    struct ddpc_diag d;
+    diag_init(&d);
+    struct spec_options opt = { .read_data_headers = 1 };
+    struct ddpc_job j;
+    struct spec_doc *doc = NULL;
+    int rc = spec_load_job(spec, &opt, &j, &doc, &d);
+    ck_assert_msg(rc == 0, "%s", d.n ? d.v[0].message : "?");
+    struct ddpc_plan p;
+    build(&j, &p);
+    char *json = plan_json(&p, &j);
+    ck_assert_ptr_nonnull(json);
+
+    static const struct {
+        const char *layer, *out;
+        long long params;
+        double fwd, bwd;
+        long long act;
+    } want[] = {
+        { "conv2d", "32, 28, 28", 320, 476672, 928256, 200704 },
+        { "relu", "32, 28, 28", 0, 25088, 25088, 200704 },
+        { "maxpool2d", "32, 14, 14", 0, 25088, 25088, 75264 },
+        { "conv2d", "64, 14, 14", 18496, 7237888, 14463232, 100352 },
+        { "batchnorm2d", "64, 14, 14", 128, 50176, 100352, 100352 },
+        { "relu", "64, 14, 14", 0, 12544, 12544, 100352 },
+        { "maxpool2d", "64, 7, 7", 0, 12544, 12544, 37632 },
+        { "flatten", "3136", 0, 0, 0, 25088 },
+        { "dropout", "3136", 0, 3136, 3136, 25088 },
+        { "linear", "128", 401536, 802944, 1605760, 1024 },
+        { "relu", "128", 0, 128, 128, 1024 },
+        { "linear", "10", 1290, 2570, 5130, 80 },
+    };
+    const int nl = (int)(sizeof want / sizeof want[0]);
+    const char *at = strstr(json, ",\n  \"layers\": {\"per\": \"sample\", \"input\": [1, 28, 28], ");
+    ck_assert_msg(at != NULL, "%s", json);
+    double tf = 0, tb = 0, sum_f = 0, sum_b = 0;
+    ck_assert_int_eq(sscanf(at, ",\n  \"layers\": {\"per\": \"sample\", \"input\": [1, 28, 28], "
+                                "\"fwd_flops\": %lf, \"bwd_flops\": %lf, \"list\": [", &tf, &tb), 2);
+    long long params_sum = 0;
+    for (int k = 0; k < nl; k++) {
+        char module[32], key[48], layer[32], out[64];
+        snprintf(module, sizeof module, "layers.%d", k);
+        snprintf(key, sizeof key, "{\"module\": \"%s\", ", module);
+        const char *row = strstr(at, key);
+        ck_assert_msg(row != NULL, "no row for %s in %s", module, at);
+        long long params = -1, act = -1;
+        double fwd = -1, bwd = -1;
+        int got = sscanf(row + strlen(key), "\"layer\": \"%31[^\"]\", \"output\": [%63[^]]], "
+                         "\"params\": %lld, \"fwd_flops\": %lf, \"bwd_flops\": %lf, "
+                         "\"activation_bytes\": %lld}", layer, out, &params, &fwd, &bwd, &act);
+        ck_assert_msg(got == 6, "%s: parsed %d fields of %.200s", module, got, row);
+        ck_assert_str_eq(layer, want[k].layer);
+        ck_assert_str_eq(out, want[k].out);
+        ck_assert_int_eq(params, want[k].params);
+        ck_assert_double_eq(fwd, want[k].fwd);
+        ck_assert_double_eq(bwd, want[k].bwd);
+        ck_assert_int_eq(act, want[k].act);
+        params_sum += params;
+        sum_f += fwd;
+        sum_b += bwd;
+    }
+    /* no thirteenth row; the totals and the parameter count follow from the rows */
+    ck_assert_ptr_null(strstr(at, "{\"module\": \"layers.12\""));
+    ck_assert_double_eq(tf, sum_f);
+    ck_assert_double_eq(tb, sum_b);
+    ck_assert_int_eq(params_sum, p.total_params);
+    char total[64];
+    snprintf(total, sizeof total, "\"parameters\": {\"total\": %lld,", params_sum);
+    ck_assert_ptr_nonnull(strstr(json, total));
+
+    /* an mlp's plan has no layer list (its bytes are unchanged) */
+    struct ddpc_job m = fmnist();
+    struct ddpc_plan pm;
+    build(&m, &pm);
+    char *mj = plan_json(&pm, &m);
+    ck_assert_ptr_nonnull(mj);
+    ck_assert_ptr_null(strstr(mj, "\"layers\""));
+    free(mj);
+    plan_free(&pm);
+
+    free(json);
+    plan_free(&p);
+    spec_doc_free(doc);
+    diag_free(&d);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(yaml);
+}
+END_TEST
+
 Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -645,6 +767,7 @@ Suite *plan_suite(void)
     tcase_add_test(tc, count_idx_gz_npy_csv);
     tcase_add_test(tc, count_fashion_mnist);
     tcase_add_test(tc, text_output);
+    tcase_add_test(tc, json_layers_of_example_cnn);
     tcase_add_test(tc, agrees_with_runtime_sampler);
     tcase_add_test(tc, ranks_shards_rendezvous_memory);
     suite_add_tcase(s, tc);
