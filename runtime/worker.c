@@ -318,6 +318,11 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
                           struct ddpc_err *e)
 {
     const struct ddpc_job *j = r->job;
+    if (ds->features != r->in_dim && j->model.type == DDPC_MODEL_SEQUENTIAL)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d features per sample but "
+                         "model.input is %d floats per sample; set model.input to the shape "
+                         "of one sample of this data, or build with the data the model is for",
+                         what, ds->source, (int)ds->features, r->in_dim);
     if (ds->features != r->in_dim)
         return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d features per sample but "
                          "model.layers[0] is %d; make them equal", what, ds->source,

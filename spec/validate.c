@@ -1815,6 +1815,41 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
                                                               : "a regular file");
 }
 
+/* Where data.train's sample shape came from, for the messages that ask for
+ * model.input: "its NPY array is [6, 5]", "its CSV rows have 3 values besides
+ * the label", ... (buf is empty when the format says nothing more). */
+static const char *data_origin(const struct ddpc_job *j, const struct data_info *tr, char *buf,
+                               size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    switch (j->data.train.format) {
+    case DDPC_DATA_NPY:
+    case DDPC_DATA_IDX:
+        o += (size_t)snprintf(buf, cap, "its %s array is [",
+                              j->data.train.format == DDPC_DATA_NPY ? "NPY" : "IDX");
+        if (tr->samples >= 0 && o < cap)
+            o += (size_t)snprintf(buf + o, cap - o, "%lld", (long long)tr->samples);
+        else if (o < cap)
+            o += (size_t)snprintf(buf + o, cap - o, "N");
+        /* IDX images [N, rows, cols] are samples [1, rows, cols] */
+        int from = j->data.train.format == DDPC_DATA_IDX && tr->nd == 3 ? 1 : 0;
+        if (!(tr->nd == 1 && tr->dims[0] == 1 && tr->features == 1))
+            for (int i = from; i < tr->nd && o < cap; i++)
+                o += (size_t)snprintf(buf + o, cap - o, ", %lld", (long long)tr->dims[i]);
+        if (o < cap)
+            snprintf(buf + o, cap - o, "]");
+        break;
+    case DDPC_DATA_CSV:
+        snprintf(buf, cap, "its CSV rows have %lld values besides the label column",
+                 (long long)tr->features);
+        break;
+    default:
+        break;
+    }
+    return buf;
+}
+
 /* A sequential model: the input shape (model.input or the data's), every
  * layer's shapes and arguments (layers.c), then the output against the
  * classes or targets. Findings go to the offending item. */
@@ -1824,7 +1859,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
     struct ddpc_job *j = c->job;
     const struct ddpc_node *n, *ln = at(c, "model.layers"), *in_node = at(c, "model.input");
     struct ddpc_shape shape;
-    char sh[96], why[512];
+    char sh[96], why[1024];
     memset(&shape, 0, sizeof shape);
     if (j->model.n_input) {
         shape.n = j->model.n_input;
@@ -1834,10 +1869,14 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
             total *= shape.d[i];
         }
         if (tr->features >= 0 && total != tr->features) {
+            char org[160];
+            data_origin(j, tr, org, sizeof org);
             vdiag(c, DDPC_SEV_ERROR, in_node, "model.input", "%s is %lld floats per sample, but "
-                  "data.train has %lld features per sample",
-                  layers_shape_str(&shape, sh, sizeof sh), (long long)total,
-                  (long long)tr->features);
+                  "data.train has %lld features per sample%s%s%s: give model.input a shape of "
+                  "%lld floats in all (e.g. [%lld]), or point data.train at the data the model "
+                  "is for", layers_shape_str(&shape, sh, sizeof sh), (long long)total,
+                  (long long)tr->features, org[0] ? " (" : "", org, org[0] ? ")" : "",
+                  (long long)tr->features, (long long)tr->features);
             return;
         }
     } else if (tr->nd >= 1 && tr->nd <= DDPC_MAX_DIMS) {
@@ -1845,9 +1884,18 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         for (int i = 0; i < shape.n; i++)
             shape.d[i] = (int32_t)tr->dims[i];
     } else if (tr->nd > DDPC_MAX_DIMS) {
-        vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "data.train's samples have %d dimensions; "
-              "at most %d are supported: set model.input (e.g. [%lld])", tr->nd, DDPC_MAX_DIMS,
-              (long long)tr->features);
+        /* the leading dimensions merged into the channels: [1, 1, 28, 28] -> [1, 28, 28] */
+        int64_t lead = 1;
+        for (int i = 0; i + 2 < tr->nd; i++)
+            lead *= tr->dims[i];
+        char org[160];
+        vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "data.train's samples have %d dimensions "
+              "(%s); at most %d are supported ([features], [channels, length] or [channels, "
+              "height, width]): set model.input to the shape each sample has, %lld floats in "
+              "all (e.g. [%lld, %lld, %lld], the leading dimensions merged), or store the "
+              "array as [N, channels, height, width]", tr->nd,
+              data_origin(j, tr, org, sizeof org), DDPC_MAX_DIMS, (long long)tr->features,
+              (long long)lead, (long long)tr->dims[tr->nd - 2], (long long)tr->dims[tr->nd - 1]);
         return;
     } else {
         return;   /* --no-data: the runtime checks against the data */
@@ -1858,6 +1906,22 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
     static struct ddpc_net net;   /* large; validation is single-threaded */
     int bad = -1;
     if (layers_build(j, &shape, &net, &bad, why, sizeof why) < 0) {
+        if (!j->model.n_input && bad == 0) {
+            /* the first layer refuses the data's own shape: say where it came
+             * from and what model.input would be */
+            char org[160], hint[320] = "";
+            data_origin(j, tr, org, sizeof org);
+            if (shape.n == 2)
+                snprintf(hint, sizeof hint, "; for one-channel images set model.input: "
+                         "[1, %d, %d]", (int)shape.d[0], (int)shape.d[1]);
+            else if (shape.n == 1)
+                snprintf(hint, sizeof hint, "; for images set model.input: [channels, height, "
+                         "width] with %d floats in all", (int)shape.d[0]);
+            size_t wl = strlen(why);
+            snprintf(why + wl, sizeof why - wl, "; the input %s is data.train's sample "
+                     "shape%s%s%s%s", layers_shape_str(&shape, sh, sizeof sh),
+                     org[0] ? " (" : "", org, org[0] ? ")" : "", hint);
+        }
         if (bad >= 0 && bad < j->model.n_items && c->item_node[bad])
             vdiag(c, DDPC_SEV_ERROR, c->item_node[bad], c->item_path[bad], "%s", why);
         else

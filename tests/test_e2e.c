@@ -534,6 +534,50 @@ START_TEST(csv_label_column_hint)
 }
 END_TEST
 
+/* A sequential model whose model.input does not match the CSV's width: a
+ * job built without reading the data (--no-data) refuses it when it loads
+ * it, naming both sizes and model.input, before any step and with no crash. */
+START_TEST(sequential_input_width_at_runtime)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-width"), *spec = NULL, *job = NULL;
+    char *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/w.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/w", dir), 0);
+    write_text(dir, "d.csv", "0,1,2,3\n1,4,5,6\n0,7,8,9\n1,1,1,1\n");
+    write_text(dir, "w.yaml", "name: w\naccelerator: cpu\nepochs: 1\nbatch_size: 2\n"
+               "model:\n  type: sequential\n  input: [1, 2, 2]\n"
+               "  layers: [flatten, {linear: {out_features: 2}}]\n"
+               "data: {train: {format: csv, path: d.csv}}\n");
+    struct run_result r;
+    char *check[] = { ddpc, "check", spec, NULL };
+    ck_assert_int_eq(run_capture(check, NULL, NULL, 30, &r), 0);
+    ck_assert_int_eq(r.code, 1);
+    ck_assert_msg(strstr(r.out, "error: model.input: [1, 2, 2] is 4 floats per sample, but "
+                         "data.train has 3 features per sample"), "%s", r.out);
+    run_result_free(&r);
+    char *build[] = { ddpc, "build", spec, "-o", job, "--no-data", NULL };
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0 && r.code < 128, "exit %d:\n%s%s", r.code, r.out,
+                  r.err);
+    ck_assert_msg(strstr(r.err, "has 3 features per sample but model.input is 4 floats per "
+                                "sample; set model.input") && !strstr(r.out, "step "),
+                  "%s%s", r.out, r.err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -779,6 +823,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
+    tcase_add_test(run, sequential_input_width_at_runtime);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
