@@ -73,23 +73,28 @@ struct ddpc_run {
      * error as in fp32. A scale halved below 1 means the gradients overflow
      * fp16 unscaled: an error too, not a run that skips every step. The
      * state is checkpointed, so a resume continues with the same scale. */
-    int      amp;
-    float    loss_scale;
-    int      good_steps;
-    int64_t  skipped_steps;
+    struct {
+        int      on;            /* precision: fp16 */
+        float    scale;
+        int      good_steps;
+        int64_t  skipped_steps;
+    } scaler;
     int      onehot;        /* mse over class labels: targets are one-hot */
-    /* host staging; aliases the backend buffers when ops->host_memory */
-    float   *hx;            /* [max_rows, in] */
-    int32_t *hlab;          /* [max_rows] */
-    float   *hy;            /* [max_rows, out] */
-    /* with ops->to_device_async: two pinned sets of the three above that
-     * alternate (hx, hlab, hy point at the one in use), so a batch's copy
-     * to the device never makes the host wait (ops.h fence) */
-    void    *stage[2][3];
-    int      staged, stage_slot;
-    float   *dx;            /* backend copies of the same */
-    int32_t *dlab;
-    float   *dy;
+    /* host staging and the backend's copies of a batch */
+    struct {
+        /* host staging; aliases the backend buffers when ops->host_memory */
+        float   *hx;            /* [max_rows, in] */
+        int32_t *hlab;          /* [max_rows] */
+        float   *hy;            /* [max_rows, out] */
+        /* with ops->to_device_async: two pinned sets of the three above that
+         * alternate (hx, hlab, hy point at the one in use), so a batch's copy
+         * to the device never makes the host wait (ops.h fence) */
+        void    *stage[2][3];
+        int      staged, stage_slot;
+        float   *dx;            /* backend copies of the same */
+        int32_t *dlab;
+        float   *dy;
+    } buf;
     int64_t *eidx;          /* [DDPC_EVAL_BATCH] test indices of one eval batch */
     float   *metric;        /* [DDPC_N_METRICS] backend, for metric all-reduce */
     /* [2 * DDPC_LOSS_ACC] backend: the loss accumulators ops->loss adds into
@@ -117,24 +122,29 @@ struct ddpc_run {
         double data, fwd, bwd, comm, opt, sync, other;
         long   steps;
     } prof;
-    /* rank 0's logging and checkpoints */
-    struct ddpc_job     mjob;       /* job as metrics sees it (progress off without out) */
-    struct ddpc_metrics metrics;
-    int      metrics_on;
-    int      ckpt_on;       /* checkpoint_dir is set */
-    size_t   n_opt;         /* optimizer state floats: 0, n (momentum) or 2n (Adam) */
-    float   *host_state;    /* [n_params + n_opt] rank 0's host copy; NULL elsewhere */
-    int64_t  start_epoch;   /* where a resumed run continues */
-    int64_t  start_batch;
-    int      resumed;
-    /* checkpoint identity and cadence (ident.h; every_n_steps/minutes) */
-    char    *ident;         /* rank 0: this run's description; NULL elsewhere */
-    char     ident_hash[DDPC_IDENT_HASH_LEN + 1];
-    double   ckpt_last_t;   /* rank 0: start, or the last checkpoint written */
-    double   ckpt_check_t;  /* rank 0: time of the last every_n_minutes look */
-    int64_t  ckpt_check_step; /* all ranks: step of that look */
-    int64_t  ckpt_check_at; /* all ranks: step of the next look */
-    int      ckpt_written;  /* all ranks: rank 0 wrote one since the last rank-sync barrier */
+    /* rank 0's logging */
+    struct {
+        struct ddpc_job     mjob;   /* job as metrics sees it (progress off without out) */
+        struct ddpc_metrics metrics;
+        int                 on;
+    } log;
+    /* checkpoints: resume position, identity and cadence (ident.h;
+     * every_n_steps/minutes) */
+    struct {
+        int      on;            /* checkpoint_dir is set */
+        size_t   n_opt;         /* optimizer state floats: 0, n (momentum) or 2n (Adam) */
+        float   *host_state;    /* [n_params + n_opt] rank 0's host copy; NULL elsewhere */
+        int64_t  start_epoch;   /* where a resumed run continues */
+        int64_t  start_batch;
+        int      resumed;
+        char    *ident;         /* rank 0: this run's description; NULL elsewhere */
+        char     ident_hash[DDPC_IDENT_HASH_LEN + 1];
+        double   last_t;        /* rank 0: start, or the last checkpoint written */
+        double   check_t;       /* rank 0: time of the last every_n_minutes look */
+        int64_t  check_step;    /* all ranks: step of that look */
+        int64_t  check_at;      /* all ranks: step of the next look */
+        int      written;       /* all ranks: rank 0 wrote one since the last rank-sync barrier */
+    } ckpt;
 };
 
 /* ===== errors ===== */
@@ -412,8 +422,8 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->ops->gemm_precision = (int)j->precision;
     r->ops->matmul_tf32 = j->matmul_precision == DDPC_MATMUL_HIGH;
     r->ops->wait_timeout_s = j->nccl_timeout_s;   /* device waits are bounded (ops.h) */
-    r->amp = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
-    r->loss_scale = 65536.0f;
+    r->scaler.on = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
+    r->scaler.scale = 65536.0f;
     int max_rows = r->batch > r->eval_rows ? r->batch : r->eval_rows;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
@@ -477,55 +487,55 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
     size_t lb = (size_t)max_rows * sizeof(int32_t);
     size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);
-    DDPC_TRY(o->alloc(o, (void **)&r->dx, xb, e));
-    DDPC_TRY(o->alloc(o, (void **)&r->dlab, lb, e));
-    DDPC_TRY(o->alloc(o, (void **)&r->dy, yb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dx, xb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dlab, lb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dy, yb, e));
     DDPC_TRY(o->alloc(o, (void **)&r->metric, DDPC_N_METRICS * sizeof(float), e));
     DDPC_TRY(o->alloc(o, (void **)&r->acc, 2 * DDPC_LOSS_ACC * sizeof(double), e));
     if (o->host_memory) {
-        r->hx = r->dx;
-        r->hlab = r->dlab;
-        r->hy = r->dy;
+        r->buf.hx = r->buf.dx;
+        r->buf.hlab = r->buf.dlab;
+        r->buf.hy = r->buf.dy;
     } else if (o->host_alloc && o->to_device_async && o->fence) {
         size_t bytes[3] = { xb, lb, yb };
-        r->staged = 1;
+        r->buf.staged = 1;
         for (int k = 0; k < 2; k++)
             for (int i = 0; i < 3; i++)
-                DDPC_TRY(o->host_alloc(o, &r->stage[k][i], bytes[i], e));
-        r->hx = r->stage[0][0];
-        r->hlab = r->stage[0][1];
-        r->hy = r->stage[0][2];
+                DDPC_TRY(o->host_alloc(o, &r->buf.stage[k][i], bytes[i], e));
+        r->buf.hx = r->buf.stage[0][0];
+        r->buf.hlab = r->buf.stage[0][1];
+        r->buf.hy = r->buf.stage[0][2];
     } else {
-        r->hx = malloc(xb);
-        r->hlab = malloc(lb);
-        r->hy = malloc(yb);
+        r->buf.hx = malloc(xb);
+        r->buf.hlab = malloc(lb);
+        r->buf.hy = malloc(yb);
     }
     r->eidx = malloc((size_t)r->eval_rows * sizeof *r->eidx);
-    if (!r->hx || !r->hlab || !r->hy || !r->eidx)
+    if (!r->buf.hx || !r->buf.hlab || !r->buf.hy || !r->eidx)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
 
-    r->ckpt_on = j->checkpoint_dir && *j->checkpoint_dir;
-    r->n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
+    r->ckpt.on = j->checkpoint_dir && *j->checkpoint_dir;
+    r->ckpt.n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
     r->n_ck = r->model.n_params + r->model.n_state;
-    if (r->rank == 0 && (r->ckpt_on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
-        r->host_state = malloc((r->n_ck + r->n_opt) * sizeof(float));
-        if (!r->host_state)
+    if (r->rank == 0 && (r->ckpt.on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
+        r->ckpt.host_state = malloc((r->n_ck + r->ckpt.n_opt) * sizeof(float));
+        if (!r->ckpt.host_state)
             return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
     }
-    if (r->rank == 0 && r->ckpt_on)
+    if (r->rank == 0 && r->ckpt.on)
         DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
-                                ckpt_file_size(r->n_ck, r->n_opt) +
+                                ckpt_file_size(r->n_ck, r->ckpt.n_opt) +
                                 DDPC_CKPT_IDENT_MAX, e));
     if (r->rank == 0) {
         size_t cap = 16384;
-        r->ident = malloc(cap);
-        if (!r->ident)
+        r->ckpt.ident = malloc(cap);
+        if (!r->ckpt.ident)
             return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the run's description");
-        if (ident_format(j, r->world, r->ops->name, r->ident, cap) < 0)
+        if (ident_format(j, r->world, r->ops->name, r->ckpt.ident, cap) < 0)
             return DDPC_FAIL(e, DDPC_E_INVALID, "worker: the run's description exceeds %zu "
                              "bytes (paths that long?)", cap);
-        ident_hash(r->ident, r->ident_hash);
-        r->ckpt_last_t = r->ckpt_check_t = ddpc_now();
+        ident_hash(r->ckpt.ident, r->ckpt.ident_hash);
+        r->ckpt.last_t = r->ckpt.check_t = ddpc_now();
     }
     return 0;
 }
@@ -535,26 +545,26 @@ static void run_free(struct ddpc_run *r)
     struct ddpc_ops *o = r->ops;
     if (!o)
         return;
-    if (r->staged) {
+    if (r->buf.staged) {
         for (int k = 0; k < 2; k++)
             for (int i = 0; i < 3; i++)
-                o->host_free(o, r->stage[k][i]);
+                o->host_free(o, r->buf.stage[k][i]);
     } else if (!o->host_memory) {
-        free(r->hx);
-        free(r->hlab);
-        free(r->hy);
+        free(r->buf.hx);
+        free(r->buf.hlab);
+        free(r->buf.hy);
     }
-    if (r->dx) o->release(o, r->dx);
-    if (r->dlab) o->release(o, r->dlab);
-    if (r->dy) o->release(o, r->dy);
+    if (r->buf.dx) o->release(o, r->buf.dx);
+    if (r->buf.dlab) o->release(o, r->buf.dlab);
+    if (r->buf.dy) o->release(o, r->buf.dy);
     if (r->metric) o->release(o, r->metric);
     if (r->acc) o->release(o, r->acc);
-    if (r->metrics_on) {
+    if (r->log.on) {
         struct ddpc_err ignored = {0};   /* keep the error that ended the run */
-        (void)metrics_close(&r->metrics, &ignored);
+        (void)metrics_close(&r->log.metrics, &ignored);
     }
-    free(r->host_state);
-    free(r->ident);
+    free(r->ckpt.host_state);
+    free(r->ckpt.ident);
     free(r->eidx);
     if (r->shared_state)
         r->optim.m = r->optim.v = NULL;   /* borrowed from the communicator */
@@ -572,37 +582,37 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
 {
     struct ddpc_ops *o = r->ops;
     int want_lab = !r->use_y || r->onehot;
-    int k = r->stage_slot;
-    if (r->staged) {
+    int k = r->buf.stage_slot;
+    if (r->buf.staged) {
         /* this set's last copy (two batches ago) has left host memory */
         DDPC_TRY(o->fence(o, k, e));
-        r->stage_slot ^= 1;
-        r->hx = r->stage[k][0];
-        r->hlab = r->stage[k][1];
-        r->hy = r->stage[k][2];
+        r->buf.stage_slot ^= 1;
+        r->buf.hx = r->buf.stage[k][0];
+        r->buf.hlab = r->buf.stage[k][1];
+        r->buf.hy = r->buf.stage[k][2];
     }
-    data_gather(ds, idx, rows, r->hx, want_lab ? r->hlab : NULL,
-                r->use_y && !r->onehot ? r->hy : NULL);
+    data_gather(ds, idx, rows, r->buf.hx, want_lab ? r->buf.hlab : NULL,
+                r->use_y && !r->onehot ? r->buf.hy : NULL);
     if (r->onehot) {
-        memset(r->hy, 0, (size_t)rows * r->out_dim * sizeof *r->hy);
+        memset(r->buf.hy, 0, (size_t)rows * r->out_dim * sizeof *r->buf.hy);
         for (int i = 0; i < rows; i++)
-            r->hy[(size_t)i * r->out_dim + r->hlab[i]] = 1.0f;
+            r->buf.hy[(size_t)i * r->out_dim + r->buf.hlab[i]] = 1.0f;
     }
     size_t xbytes = (size_t)rows * r->in_dim * sizeof(float);
     size_t ybytes = (size_t)rows * r->out_dim * sizeof(float);
     size_t lbytes = (size_t)rows * sizeof(int32_t);
-    if (r->staged) {
-        DDPC_TRY(o->to_device_async(o, r->dx, r->hx, xbytes, k, e));
+    if (r->buf.staged) {
+        DDPC_TRY(o->to_device_async(o, r->buf.dx, r->buf.hx, xbytes, k, e));
         if (r->use_y)
-            DDPC_TRY(o->to_device_async(o, r->dy, r->hy, ybytes, k, e));
+            DDPC_TRY(o->to_device_async(o, r->buf.dy, r->buf.hy, ybytes, k, e));
         else
-            DDPC_TRY(o->to_device_async(o, r->dlab, r->hlab, lbytes, k, e));
+            DDPC_TRY(o->to_device_async(o, r->buf.dlab, r->buf.hlab, lbytes, k, e));
     } else if (!o->host_memory) {
-        DDPC_TRY(o->to_device(o, r->dx, r->hx, xbytes, e));
+        DDPC_TRY(o->to_device(o, r->buf.dx, r->buf.hx, xbytes, e));
         if (r->use_y)
-            DDPC_TRY(o->to_device(o, r->dy, r->hy, ybytes, e));
+            DDPC_TRY(o->to_device(o, r->buf.dy, r->buf.hy, ybytes, e));
         else
-            DDPC_TRY(o->to_device(o, r->dlab, r->hlab, lbytes, e));
+            DDPC_TRY(o->to_device(o, r->buf.dlab, r->buf.hlab, lbytes, e));
     }
     return 0;
 }
@@ -613,9 +623,9 @@ static int batch_forward(struct ddpc_run *r, int rows, float grad_scale, double 
                          struct ddpc_err *e)
 {
     struct ddpc_ops *o = r->ops;
-    DDPC_TRY(model_forward(&r->model, r->dx, rows, e));
-    return o->loss(o, (int)r->job->loss, r->model.logits, r->use_y ? NULL : r->dlab,
-                   r->use_y ? r->dy : NULL, r->model.dbuf[0], rows, r->out_dim, grad_scale,
+    DDPC_TRY(model_forward(&r->model, r->buf.dx, rows, e));
+    return o->loss(o, (int)r->job->loss, r->model.logits, r->use_y ? NULL : r->buf.dlab,
+                   r->use_y ? r->buf.dy : NULL, r->model.dbuf[0], rows, r->out_dim, grad_scale,
                    acc, e);
 }
 
@@ -739,11 +749,11 @@ static int state_to_host(struct ddpc_run *r, int with_opt, struct ddpc_err *e)
 {
     struct ddpc_ops *o = r->ops;
     size_t n = r->model.n_params;
-    DDPC_TRY(o->to_host(o, r->host_state, r->model.params, n * sizeof(float), e));
+    DDPC_TRY(o->to_host(o, r->ckpt.host_state, r->model.params, n * sizeof(float), e));
     if (r->model.n_state)
-        DDPC_TRY(o->to_host(o, r->host_state + n, r->model.state,
+        DDPC_TRY(o->to_host(o, r->ckpt.host_state + n, r->model.state,
                             r->model.n_state * sizeof(float), e));
-    float *opt = r->host_state + r->n_ck;
+    float *opt = r->ckpt.host_state + r->n_ck;
     if (with_opt && r->optim.m)
         DDPC_TRY(o->to_host(o, opt, r->optim.m, n * sizeof(float), e));
     if (with_opt && r->optim.v)
@@ -760,8 +770,8 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     DDPC_TRY(state_to_host(r, 1, e));
     struct ddpc_ckpt c;
     memset(&c, 0, sizeof c);
-    memcpy(c.ident_hash, r->ident_hash, sizeof c.ident_hash);
-    c.ident = r->ident;
+    memcpy(c.ident_hash, r->ckpt.ident_hash, sizeof c.ident_hash);
+    c.ident = r->ckpt.ident;
     const char *h = r->a->spec_hash;
     if (h && strlen(h) == DDPC_CKPT_HASH_LEN)
         memcpy(c.spec_hash, h, DDPC_CKPT_HASH_LEN);
@@ -773,18 +783,18 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     c.sampler_batches = batches;
     c.optim_step = r->optim.step;
     c.n_params = r->n_ck;
-    c.n_opt = r->n_opt;
-    if (r->amp) {   /* fp32/bf16 files keep these 0, as before they existed */
-        c.loss_scale = r->loss_scale;
-        c.good_steps = r->good_steps;
-        c.skipped_steps = r->skipped_steps;
+    c.n_opt = r->ckpt.n_opt;
+    if (r->scaler.on) {   /* fp32/bf16 files keep these 0, as before they existed */
+        c.loss_scale = r->scaler.scale;
+        c.good_steps = r->scaler.good_steps;
+        c.skipped_steps = r->scaler.skipped_steps;
     }
-    c.params = r->host_state;
-    c.opt = r->n_opt ? r->host_state + r->n_ck : NULL;
+    c.params = r->ckpt.host_state;
+    c.opt = r->ckpt.n_opt ? r->ckpt.host_state + r->n_ck : NULL;
     char path[4096];
     DDPC_TRY(ckpt_write(j->checkpoint_dir, j->name, &c, path, sizeof path, e));
-    r->ckpt_last_t = ddpc_now();
-    return ckpt_prune(j->checkpoint_dir, j->name, r->ident_hash, j->checkpoint.keep_last, e);
+    r->ckpt.last_t = ddpc_now();
+    return ckpt_prune(j->checkpoint_dir, j->name, r->ckpt.ident_hash, j->checkpoint.keep_last, e);
 }
 
 static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *e);
@@ -800,23 +810,23 @@ static int ckpt_due(struct ddpc_run *r, struct ddpc_err *e)
     const struct ddpc_job *j = r->job;
     int64_t step = r->optim.step;
     int due = j->checkpoint.every_n_steps > 0 && step % j->checkpoint.every_n_steps == 0;
-    if (j->checkpoint.every_n_minutes > 0 && step >= r->ckpt_check_at) {
+    if (j->checkpoint.every_n_minutes > 0 && step >= r->ckpt.check_at) {
         double v[2] = { 0, 1 };   /* due, steps to the next look */
         if (r->rank == 0) {
             double now = ddpc_now();
-            v[0] = now - r->ckpt_last_t >= j->checkpoint.every_n_minutes * 60.0;
-            int64_t done = step - r->ckpt_check_step;
-            double per = done > 0 ? (now - r->ckpt_check_t) / (double)done : 0;
+            v[0] = now - r->ckpt.last_t >= j->checkpoint.every_n_minutes * 60.0;
+            int64_t done = step - r->ckpt.check_step;
+            double per = done > 0 ? (now - r->ckpt.check_t) / (double)done : 0;
             /* look about once a second, or 4 times per period if shorter */
             double look = j->checkpoint.every_n_minutes * 15.0 < 1.0
                         ? j->checkpoint.every_n_minutes * 15.0 : 1.0;
             double next = per > 0 ? look / per : 1;
             v[1] = next < 1 ? 1 : next > 4096 ? 4096 : (double)(int64_t)next;
-            r->ckpt_check_t = now;
+            r->ckpt.check_t = now;
         }
         DDPC_TRY(bcast_doubles(r, v, 2, e));
-        r->ckpt_check_step = step;
-        r->ckpt_check_at = step + (int64_t)v[1];
+        r->ckpt.check_step = step;
+        r->ckpt.check_at = step + (int64_t)v[1];
         due = due || v[0] != 0;
     }
     return due;
@@ -834,10 +844,10 @@ static int bcast_doubles(struct ddpc_run *r, double *v, int n, struct ddpc_err *
  * written, or saying the spec's text changed and no field did. */
 static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, FILE *out)
 {
-    if (strcmp(c->ident_hash, r->ident_hash) != 0 || !c->ident)
+    if (strcmp(c->ident_hash, r->ckpt.ident_hash) != 0 || !c->ident)
         return;     /* named explicitly: ckpt_find_resume said what differs */
     char d[1024];
-    if (ident_diff(c->ident, r->ident, 'C', d, sizeof d) > 0)
+    if (ident_diff(c->ident, r->ckpt.ident, 'C', d, sizeof d) > 0)
         fprintf(out, "note: the spec changed since that checkpoint in ways that keep the "
                 "training trajectory: %s\n", d);
     else if (c->spec_hash[0] && r->a->spec_hash && strcmp(c->spec_hash, r->a->spec_hash) != 0)
@@ -853,7 +863,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     const struct ddpc_job *j = r->job;
     int by_path = j->checkpoint.resume == DDPC_RESUME_PATH && j->checkpoint.resume_path &&
                   *j->checkpoint.resume_path;
-    if (!by_path && !(r->ckpt_on && j->checkpoint.resume == DDPC_RESUME_AUTO))
+    if (!by_path && !(r->ckpt.on && j->checkpoint.resume == DDPC_RESUME_AUTO))
         return 0;
     double pos[4] = { 0, 0, 0, 0 };   /* found, epoch, batch, optimizer step */
     double amp[3] = { 0, 0, 0 };      /* loss scale (0: not recorded), good, skipped */
@@ -862,19 +872,19 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
         struct ddpc_ckpt c;
         char path[4096] = "";
         memset(&c, 0, sizeof c);
-        int found = ckpt_find_resume(r->ckpt_on ? j->checkpoint_dir : ".", j->name,
-                                     r->ident_hash, r->ident,
+        int found = ckpt_find_resume(r->ckpt.on ? j->checkpoint_dir : ".", j->name,
+                                     r->ckpt.ident_hash, r->ckpt.ident,
                                      by_path ? j->checkpoint.resume_path : NULL,
                                      &c, path, sizeof path, r->a->out, e);
         if (found < 0)
             return found;
         if (found) {
             int rc = 0;
-            if (c.n_params != r->n_ck || c.n_opt != r->n_opt)
+            if (c.n_params != r->n_ck || c.n_opt != r->ckpt.n_opt)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s holds %zu parameters and %zu "
                                "optimizer values; this job's model and optimizer need %zu and "
                                "%zu. Point checkpoint_dir elsewhere or set checkpoint.resume: "
-                               "never", path, c.n_params, c.n_opt, r->n_ck, r->n_opt);
+                               "never", path, c.n_params, c.n_opt, r->n_ck, r->ckpt.n_opt);
             else if (c.world != r->world && c.sampler_batches != 0)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch by %d ranks; "
                                "resume it with %d ranks (this job has %d)", path, (int)c.world,
@@ -914,14 +924,14 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     DDPC_TRY(bcast_doubles(r, pos, 4, e));
     if (pos[0] == 0)
         return 0;
-    if (r->amp) {   /* every rank has the same job, so the same amp */
+    if (r->scaler.on) {   /* every rank has the same job, so the same amp */
         DDPC_TRY(bcast_doubles(r, amp, 3, e));
         /* a file without the scaler's state (fp32/bf16, or older) starts
          * the scaler afresh, as a new run does */
         if (isfinite(amp[0]) && amp[0] >= 1 && amp[1] >= 0 && amp[1] < 2000 && amp[2] >= 0) {
-            r->loss_scale = (float)amp[0];
-            r->good_steps = (int)amp[1];
-            r->skipped_steps = (int64_t)amp[2];
+            r->scaler.scale = (float)amp[0];
+            r->scaler.good_steps = (int)amp[1];
+            r->scaler.skipped_steps = (int64_t)amp[2];
         }
     }
     if (r->shared_state) {
@@ -937,9 +947,9 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
         if (r->optim.v)
             DDPC_TRY(c->broadcast(c, r->optim.v, n, 0, dl, e));
     }
-    r->resumed = 1;
-    r->start_epoch = (int64_t)pos[1];
-    r->start_batch = (int64_t)pos[2];
+    r->ckpt.resumed = 1;
+    r->ckpt.start_epoch = (int64_t)pos[1];
+    r->ckpt.start_batch = (int64_t)pos[2];
     r->optim.step = (long)pos[3];
     return 0;
 }
@@ -980,20 +990,48 @@ static int run_init_from(struct ddpc_run *r, struct ddpc_err *e)
     return rc;
 }
 
-static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
+/* ===== the training step ===== */
+
+/* What run_train's steps share: the loop's settings and totals, the epoch
+ * and the step in progress. */
+struct train_state {
+    struct ddpc_worker_result *res;
+    FILE    *out;           /* rank 0's report stream; NULL elsewhere */
+    int      accum;         /* micro-batches per optimizer step */
+    int      sync;          /* a rank-sync barrier starts every step */
+    int      every;         /* logging.every_n_steps */
+    double   train_time;
+    double   total_samples;
+    long     run_first_step;    /* steps before this run (resume) */
+    /* the epoch in progress */
+    int64_t  epoch, b0;
+    double   t_epoch;
+    /* the training loss lives in r->acc (on the device on a GPU); cur is
+     * it as last read, the window runs from win_base/win_seen to there */
+    double   cur[DDPC_LOSS_ACC], win_sum, win_cnt, win_base;
+    int64_t  seen, win_seen;
+    int      due_at_end;
+    int      eval;          /* this epoch evaluates on the test set */
+    double   t_train, global_seen, epoch_s;
+    /* the micro-batch and step in progress */
+    int64_t  b;
+    int      micro, last_micro;
+    int      rows;
+    double   before;        /* r->acc[0] before this micro-batch (host memory) */
+    int      read;          /* the loss was read this step (cur) */
+    int      fp32_plain;    /* fp32 without clipping */
+    double   ss;            /* the averaged gradients' sum of squares */
+    double   lr;
+    double   tick;          /* clock at the end of the last profiled phase */
+};
+
+/* Identical initial parameters on every rank, then a checkpoint's on resume. */
+static int train_init_params(struct ddpc_run *r, struct ddpc_err *e)
 {
     const struct ddpc_worker_args *a = r->a;
     const struct ddpc_job *j = r->job;
-    struct ddpc_ops *o = r->ops;
-    FILE *out = r->rank == 0 ? a->out : NULL;
-    int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
-    int sync = r->comm_on && a->sync_comm && j->rank_sync_timeout_s > 0;
-    int every = j->logging.every_n_steps > 0 ? j->logging.every_n_steps : 1;
-    double train_time = 0;
-    double total_samples = 0;
-
-    /* identical initial parameters: seeded init, then rank 0's copy wins
-     * (with shared state there is only rank 0's copy) */
+    /* seeded init, then rank 0's copy wins (with shared state there is only
+     * rank 0's copy) */
     if (!r->shared_state || r->rank == 0) {
         DDPC_TRY(model_init_params(&r->model, j->model.init, j->seed, e));
         if (j->model.init_from && *j->model.init_from)
@@ -1008,279 +1046,386 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     if (r->comm_on && r->model.n_state)   /* batch-norm statistics: rank 0's */
         DDPC_TRY(a->grad_comm->broadcast(a->grad_comm, r->model.state, r->model.n_state, 0,
                                          ddpc_deadline_after(j->nccl_timeout_s), e));
-    DDPC_TRY(run_resume(r, e));
+    return run_resume(r, e);
+}
 
-    if (r->rank == 0) {
-        r->mjob = *j;
-        if (!out)
-            r->mjob.logging.progress = DDPC_PROGRESS_OFF;
-        DDPC_TRY(metrics_open(&r->metrics, &r->mjob, r->optim.total_steps,
-                              r->resumed ? (int64_t)r->optim.step : -1, out,
-                              out ? isatty(fileno(out)) : 0, e));
-        r->metrics_on = 1;
+/* Rank 0 opens its logging (progress line, metrics CSV, TensorBoard). */
+static int train_open_metrics(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    if (r->rank != 0)
+        return 0;
+    r->log.mjob = *r->job;
+    if (!t->out)
+        r->log.mjob.logging.progress = DDPC_PROGRESS_OFF;
+    DDPC_TRY(metrics_open(&r->log.metrics, &r->log.mjob, r->optim.total_steps,
+                          r->ckpt.resumed ? (int64_t)r->optim.step : -1, t->out,
+                          t->out ? isatty(fileno(t->out)) : 0, e));
+    r->log.on = 1;
+    return 0;
+}
+
+/* Start of an epoch: the sampler's order, the loss window, where it starts. */
+static int epoch_begin(struct ddpc_run *r, struct train_state *t, int64_t epoch,
+                       struct ddpc_err *e)
+{
+    t->epoch = epoch;
+    t->t_epoch = ddpc_now();
+    sampler_set_epoch(&r->sampler, epoch);
+    for (int i = 0; i < DDPC_LOSS_ACC; i++)
+        t->cur[i] = 0;
+    t->win_sum = t->win_cnt = t->win_base = 0;
+    t->seen = t->win_seen = 0;
+    DDPC_TRY(acc_zero(r, 0, e));
+    t->due_at_end = 0;
+    t->b0 = epoch == r->ckpt.start_epoch ? r->ckpt.start_batch : 0;
+    return 0;
+}
+
+/* Start of an optimizer step: the rank-sync barrier (rank_sync_timeout). */
+static int step_sync(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    r->step_no = r->optim.step + 1;
+    if (!t->sync)
+        return 0;
+    double ts = ddpc_now();
+    /* rank 0 may still be writing a checkpoint: that write is not
+     * data-loading skew, so it does not count against rank_sync_timeout
+     * (nccl_timeout, or 30 min when unset, bounds it instead). Only a
+     * timeout blames the write; an abort (a stopped or dead rank, the
+     * launcher) has its own cause in the message already. */
+    double tmo = j->rank_sync_timeout_s;
+    if (r->ckpt.written)
+        tmo += j->nccl_timeout_s > 0 ? j->nccl_timeout_s : 1800.0;
+    int rc = r->a->sync_comm->barrier(r->a->sync_comm, ddpc_deadline_after(tmo), e);
+    if (rc == DDPC_E_TIMEOUT && r->ckpt.written && r->rank != 0) {
+        size_t l = strlen(e->msg);
+        (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing "
+                       "a checkpoint to %s before this step: a slow or hung "
+                       "file system?)", j->checkpoint_dir);
     }
+    r->ckpt.written = 0;
+    if (rc < 0)
+        return step_fail(r, e, rc);
+    r->prof.sync += ddpc_now() - ts;
+    /* every rank finished its optimizer shard before this barrier: the
+     * parameters are ready */
+    r->params_pending = 0;
+    return 0;
+}
 
-    res->test_accuracy = -1;
-    long run_first_step = r->optim.step;   /* steps before this run (resume) */
-    for (int64_t epoch = r->start_epoch; epoch < j->epochs; epoch++) {
-        double t_epoch = ddpc_now();
-        sampler_set_epoch(&r->sampler, epoch);
-        /* the training loss lives in r->acc (on the device on a GPU); cur is
-         * it as last read, the window runs from win_base/win_seen to there */
-        double cur[DDPC_LOSS_ACC] = { 0, 0, 0 }, win_sum = 0, win_cnt = 0, win_base = 0;
-        int64_t seen = 0, win_seen = 0;
-        DDPC_TRY(acc_zero(r, 0, e));
-        int due_at_end = 0;
-        int64_t b0 = epoch == r->start_epoch ? r->start_batch : 0;
-        for (int64_t b = b0; b < r->sampler.n_batches; b++) {
-            int micro = (int)(b % accum);
-            int last_micro = micro == accum - 1 || b == r->sampler.n_batches - 1;
-            if (micro == 0 || b == b0) {
-                r->step_no = r->optim.step + 1;
-                if (sync) {
-                    double ts = ddpc_now();
-                    /* rank 0 may still be writing a checkpoint: that write
-                     * is not data-loading skew, so it does not count
-                     * against rank_sync_timeout (nccl_timeout, or 30 min
-                     * when unset, bounds it instead). Only a timeout blames
-                     * the write; an abort (a stopped or dead rank, the
-                     * launcher) has its own cause in the message already. */
-                    double tmo = j->rank_sync_timeout_s;
-                    if (r->ckpt_written)
-                        tmo += j->nccl_timeout_s > 0 ? j->nccl_timeout_s : 1800.0;
-                    int rc = a->sync_comm->barrier(a->sync_comm, ddpc_deadline_after(tmo), e);
-                    if (rc == DDPC_E_TIMEOUT && r->ckpt_written && r->rank != 0) {
-                        size_t l = strlen(e->msg);
-                        (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing "
-                                       "a checkpoint to %s before this step: a slow or hung "
-                                       "file system?)", j->checkpoint_dir);
-                    }
-                    r->ckpt_written = 0;
-                    if (rc < 0)
-                        return step_fail(r, e, rc);
-                    r->prof.sync += ddpc_now() - ts;
-                    /* every rank finished its optimizer shard before this
-                     * barrier: the parameters are ready */
-                    r->params_pending = 0;
-                }
-            }
-            const int64_t *idx;
-            int rows = sampler_batch(&r->sampler, b, &idx);
-            double before = o->host_memory ? r->acc[0] : 0.0;
-            double t0 = ddpc_now();
-            DDPC_TRY(batch_load(r, a->train, idx, rows, e));
-            if (b + 1 < r->sampler.n_batches) {
-                /* the next batch's rows travel from DRAM while this one computes */
-                const int64_t *nidx;
-                int nrows = sampler_batch(&r->sampler, b + 1, &nidx);
-                data_prefetch(a->train, nidx, nrows);
-            }
-            double tp = ddpc_now();
-            r->prof.data += tp - t0;
-            DDPC_TRY(params_ready(r, e));
-            double t1 = ddpc_now();
-            r->prof.sync += t1 - tp;
-            float ls = r->amp ? r->loss_scale : 1.0f;
-            /* dropout masks: from seed, rank and micro-step, the same on a rerun */
-            model_set_mode(&r->model, 1, j->seed * 0x9E3779B97F4A7C15ull ^
-                           ((uint64_t)r->rank << 48) ^ (uint64_t)(epoch * r->sampler.n_batches + b));
-            DDPC_TRY(batch_forward(r, rows, ls / ((float)rows * (float)accum), r->acc, e));
-            double t2 = ddpc_now();
-            r->prof.fwd += t2 - t1;
-            /* before backward, so no collective is left half-started. On the
-             * CPU the loss is in host memory, checked every micro-batch; a
-             * GPU's is checked where it is read (below: logging steps,
-             * progress redraws, the epoch's end), so a step never waits for
-             * it: a divergence stops the run that many steps later, named
-             * by the step that read it */
-            if (o->host_memory && !isfinite(r->acc[0] - before))
-                return DDPC_FAIL(e, DDPC_E_INVALID,
-                                 "step %ld: the training loss is %g on rank %d: the run "
-                                 "diverged. Lower learning_rate, set grad_clip_norm, or check "
-                                 "the data for nan/inf", r->step_no, r->acc[0] - before, r->rank);
-            int reduce = last_micro && r->comm_on;
-            DDPC_TRY(model_backward(&r->model, r->dx, r->model.dbuf[0], rows, micro > 0,
-                                    reduce ? on_layer_done : NULL, r, e));
-            double t3 = ddpc_now();
-            r->prof.bwd += t3 - t2;
-            seen += rows;
-            if (!last_micro)
-                continue;
-            if (reduce)
-                DDPC_TRY(buckets_finish(r, e));
-            double t4 = ddpc_now();
-            r->prof.comm += t4 - t3;
-            /* a device's loss is read where the host waits anyway: the
-             * scaler's and clipping's norm below (so a diverged loss is named
-             * before fp16's scaler skips on it), else further down */
-            int read = 0;
-            if (!o->host_memory && (r->amp || j->grad_clip_norm > 0)) {
-                DDPC_TRY(train_loss_read(r, cur, e));
-                read = 1;
-            }
-            float gscale = 1.0f;
-            if (j->grad_clip_norm > 0 || r->amp) {
-                /* the grads are averaged, so every rank decides alike */
-                double ss = 0;
-                DDPC_TRY(o->sumsq(o, r->rgrads, r->model.n_params, &ss, e));
-                if (!r->amp)
-                    DDPC_TRY(grads_check(r, 0, r->model.n_params, ss, e));
-                if (r->amp && !isfinite(ss)) {
-                    r->loss_scale *= 0.5f;   /* overflow: skip this step */
-                    r->good_steps = 0;
-                    r->skipped_steps++;
-                    if (r->loss_scale < 1.0f)
-                        return DDPC_FAIL(e, DDPC_E_INVALID,
-                                         "step %ld: fp16 loss scaling: the gradients are not "
-                                         "finite even at loss scale %g (%lld steps skipped in "
-                                         "all): they overflow fp16 unscaled, or the run "
-                                         "diverged. Lower learning_rate, or use precision: bf16",
-                                         r->step_no, (double)r->loss_scale * 2,
-                                         (long long)r->skipped_steps);
-                    continue;
-                }
-                double s2 = (double)r->loss_scale * r->loss_scale;
-                gscale = optim_clip_scale(r->amp ? ss / s2 : ss, j->grad_clip_norm);
-                if (r->amp) {
-                    gscale /= r->loss_scale;
-                    if (++r->good_steps == 2000) {
-                        r->loss_scale *= 2.0f;
-                        r->good_steps = 0;
-                    }
-                }
-            }
-            double lr = optim_lr(&r->optim, r->optim.step);
-            /* fp32 without clipping: on the CPU the optimizer's slice is
-             * checked every step; a GPU's gradients where the loss is read
-             * (below), so that no step waits for a norm it did not ask for */
-            int fp32_plain = !r->amp && j->grad_clip_norm <= 0;
-            DDPC_TRY(run_optim_step(r, gscale, fp32_plain && o->host_memory, e));
-            double t5 = ddpc_now();
-            r->prof.opt += t5 - t4;
-            r->prof.steps++;
-            if (r->optim.step == run_first_step + 1) {
-                DDPC_TRY(o->synchronize(o, e));
-                res->first_step_s = ddpc_now() - a->t_launch;
-            }
-            /* read the loss where it is used: every rank at the logged
-             * steps (window_loss reduces it), rank 0 also for its progress
-             * line; the CPU reads it in place every step */
-            int logged = j->logging.metrics_csv || j->logging.tensorboard;
-            if (!read && (o->host_memory || (logged && r->optim.step % every == 0) ||
-                          (r->metrics_on && metrics_wants_loss(&r->metrics, r->optim.step)))) {
-                DDPC_TRY(train_loss_read(r, cur, e));
-                read = 1;
-            }
-            if (read) {
-                win_sum = cur[0] - win_base;
-                win_cnt = (double)(seen - win_seen);
-                if (fp32_plain && !o->host_memory)
-                    DDPC_TRY(grads_check(r, 0, r->model.n_params, -1, e));
-            }
-            int rc = window_loss(r, &win_sum, &win_cnt, r->optim.step, e);
-            if (rc < 0)
-                return step_fail(r, e, rc);
-            if (r->metrics_on) {
-                double el = ddpc_now() - t_epoch;
-                double done = (double)(r->optim.step - run_first_step);
-                double eta = done > 0 ? (train_time + el) / done *
-                                        (double)(r->optim.total_steps - r->optim.step) : -1;
-                DDPC_TRY(metrics_step(&r->metrics, r->optim.step, (int)epoch + 1, lr,
-                                      win_cnt > 0 ? win_sum / win_cnt : 0.0,
-                                      el > 0 ? (double)seen * r->world / el : 0.0, eta, e));
-            }
-            if (read && r->optim.step % every == 0) {
-                win_base = cur[0];
-                win_seen = seen;
-            }
-            if (r->ckpt_on) {
-                int due = ckpt_due(r, e);
-                if (due < 0)
-                    return step_fail(r, e, due);
-                if (due && b + 1 < r->sampler.n_batches) {
-                    /* mid-epoch: the position (epoch, b + 1) is saved */
-                    DDPC_TRY(params_ready(r, e));
-                    if (r->rank == 0)
-                        DDPC_TRY(ckpt_save(r, epoch, epoch, b + 1, e));
-                    r->ckpt_written = 1;
-                } else if (due) {
-                    due_at_end = 1;     /* the epoch's end saves it, after evaluation */
-                }
-            }
-            r->prof.other += ddpc_now() - t5;
-        }
-        DDPC_TRY(o->synchronize(o, e));
-        DDPC_TRY(params_ready(r, e));   /* evaluation and checkpoints read them */
-        double t_train = ddpc_now() - t_epoch;
-        train_time += t_train;
-        double global_seen = (double)seen * r->world;
-        total_samples += global_seen;
+/* Load batch: this micro-batch's rows to the backend, the next one's fetched. */
+static int step_load_batch(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const int64_t *idx;
+    t->rows = sampler_batch(&r->sampler, t->b, &idx);
+    t->before = r->ops->host_memory ? r->acc[0] : 0.0;
+    double t0 = ddpc_now();
+    DDPC_TRY(batch_load(r, r->a->train, idx, t->rows, e));
+    if (t->b + 1 < r->sampler.n_batches) {
+        /* the next batch's rows travel from DRAM while this one computes */
+        const int64_t *nidx;
+        int nrows = sampler_batch(&r->sampler, t->b + 1, &nidx);
+        data_prefetch(r->a->train, nidx, nrows);
+    }
+    double tp = ddpc_now();
+    r->prof.data += tp - t0;
+    DDPC_TRY(params_ready(r, e));
+    t->tick = ddpc_now();
+    r->prof.sync += t->tick - tp;
+    return 0;
+}
 
-        /* test_every_n_epochs: 0 in a job made by hand means every epoch */
-        int every_test = j->data.test_every_n_epochs > 1 ? j->data.test_every_n_epochs : 1;
-        int eval = a->test && ((epoch + 1) % every_test == 0 || epoch + 1 == j->epochs);
-        DDPC_TRY(acc_read(r, 0, cur, e));
-        if (!isfinite(cur[0]))
+/* Forward: the loss into r->acc; its gradient scaled for fp16 and averaged. */
+static int step_forward(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    float ls = r->scaler.on ? r->scaler.scale : 1.0f;
+    /* dropout masks: from seed, rank and micro-step, the same on a rerun */
+    model_set_mode(&r->model, 1, j->seed * 0x9E3779B97F4A7C15ull ^
+                   ((uint64_t)r->rank << 48) ^
+                   (uint64_t)(t->epoch * r->sampler.n_batches + t->b));
+    DDPC_TRY(batch_forward(r, t->rows, ls / ((float)t->rows * (float)t->accum), r->acc, e));
+    double t2 = ddpc_now();
+    r->prof.fwd += t2 - t->tick;
+    t->tick = t2;
+    /* before backward, so no collective is left half-started. On the CPU
+     * the loss is in host memory, checked every micro-batch; a GPU's is
+     * checked where it is read (logging steps, progress redraws, the
+     * epoch's end), so a step never waits for it: a divergence stops the
+     * run that many steps later, named by the step that read it */
+    if (r->ops->host_memory && !isfinite(r->acc[0] - t->before))
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "step %ld: the training loss is %g on rank %d: the run "
+                         "diverged. Lower learning_rate, set grad_clip_norm, or check "
+                         "the data for nan/inf", r->step_no, r->acc[0] - t->before, r->rank);
+    return 0;
+}
+
+/* Backward: the buckets' all-reduces start as their layers finish (the
+ * step's last micro-batch); then the wait for the last of them. */
+static int step_backward(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    int reduce = t->last_micro && r->comm_on;
+    DDPC_TRY(model_backward(&r->model, r->buf.dx, r->model.dbuf[0], t->rows, t->micro > 0,
+                            reduce ? on_layer_done : NULL, r, e));
+    double t3 = ddpc_now();
+    r->prof.bwd += t3 - t->tick;
+    t->tick = t3;
+    t->seen += t->rows;
+    if (!t->last_micro)
+        return 0;
+    if (reduce)
+        DDPC_TRY(buckets_finish(r, e));
+    t->tick = ddpc_now();
+    r->prof.comm += t->tick - t3;
+    return 0;
+}
+
+/* Loss scaling: the averaged gradients' norm where fp16 or clipping needs
+ * it; fp16's scaler skips a step (*skip) whose gradients overflowed. */
+static int step_loss_scale(struct ddpc_run *r, struct train_state *t, int *skip,
+                           struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct ddpc_ops *o = r->ops;
+    /* a device's loss is read where the host waits anyway: the scaler's and
+     * clipping's norm below (so a diverged loss is named before fp16's
+     * scaler skips on it), else in step_log */
+    t->read = 0;
+    if (!o->host_memory && (r->scaler.on || j->grad_clip_norm > 0)) {
+        DDPC_TRY(train_loss_read(r, t->cur, e));
+        t->read = 1;
+    }
+    if (!(j->grad_clip_norm > 0 || r->scaler.on))
+        return 0;
+    /* the grads are averaged, so every rank decides alike */
+    t->ss = 0;
+    DDPC_TRY(o->sumsq(o, r->rgrads, r->model.n_params, &t->ss, e));
+    if (!r->scaler.on)
+        DDPC_TRY(grads_check(r, 0, r->model.n_params, t->ss, e));
+    if (r->scaler.on && !isfinite(t->ss)) {
+        r->scaler.scale *= 0.5f;   /* overflow: skip this step */
+        r->scaler.good_steps = 0;
+        r->scaler.skipped_steps++;
+        if (r->scaler.scale < 1.0f)
             return DDPC_FAIL(e, DDPC_E_INVALID,
-                             "epoch %d: the training loss is %g on rank %d: the run diverged. "
-                             "Lower learning_rate, set grad_clip_norm, or check the data for "
-                             "nan/inf", (int)epoch + 1, cur[0], r->rank);
-        double m[5] = { cur[0], (double)seen, 0, 0, 0 };
-        if (eval)
-            DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
-        DDPC_TRY(metrics_reduce(r, m, 5, e));
-        res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
-        if (eval) {
-            res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
-            res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0
-                                     ? m[3] / m[4] : -1;
-        }
-        double epoch_s = ddpc_now() - t_epoch;
-        if (r->metrics_on) {
-            if (eval)
-                DDPC_TRY(metrics_eval(&r->metrics, r->optim.step, (int)epoch + 1, res->test_loss,
-                                      res->test_accuracy, e));
-            DDPC_TRY(metrics_clear_progress(&r->metrics, e));
-        }
-        if (out) {
-            fprintf(out, "epoch %d/%d  train_loss=%.4f", (int)epoch + 1, (int)j->epochs,
-                    res->train_loss);
-            if (eval) {
-                fprintf(out, "  test_loss=%.4f", res->test_loss);
-                if (res->test_accuracy >= 0)
-                    fprintf(out, "  test_accuracy=%.4f", res->test_accuracy);
+                             "step %ld: fp16 loss scaling: the gradients are not "
+                             "finite even at loss scale %g (%lld steps skipped in "
+                             "all): they overflow fp16 unscaled, or the run "
+                             "diverged. Lower learning_rate, or use precision: bf16",
+                             r->step_no, (double)r->scaler.scale * 2,
+                             (long long)r->scaler.skipped_steps);
+        *skip = 1;
+    }
+    return 0;
+}
+
+/* Optimizer step: clipping and fp16's unscaling in one factor, the update
+ * (a scaler's good step counts toward doubling the scale). */
+static int step_optimize(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct ddpc_ops *o = r->ops;
+    float gscale = 1.0f;
+    if (j->grad_clip_norm > 0 || r->scaler.on) {
+        double s2 = (double)r->scaler.scale * r->scaler.scale;
+        gscale = optim_clip_scale(r->scaler.on ? t->ss / s2 : t->ss, j->grad_clip_norm);
+        if (r->scaler.on) {
+            gscale /= r->scaler.scale;
+            if (++r->scaler.good_steps == 2000) {
+                r->scaler.scale *= 2.0f;
+                r->scaler.good_steps = 0;
             }
-            fprintf(out, "  samples_per_s=%.0f  epoch_s=%.2f\n",
-                    t_train > 0 ? global_seen / t_train : 0.0, epoch_s);
-            fflush(out);
-        }
-        int64_t done_epochs = epoch + 1;
-        int every_ep = j->checkpoint.every_n_epochs;
-        if (r->ckpt_on && ((every_ep > 0 && done_epochs % every_ep == 0) ||
-                           done_epochs == j->epochs || due_at_end)) {
-            if (r->rank == 0)
-                DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, e));
-            r->ckpt_written = 1;
         }
     }
-    res->steps = r->optim.step;
-    res->skipped_steps = r->skipped_steps;
-    res->samples_per_s = train_time > 0 ? total_samples / train_time : 0;
-    if (r->rank == 0 && j->checkpoint.export_path && *j->checkpoint.export_path) {
-        DDPC_TRY(state_to_host(r, 0, e));
-        if (j->model.type == DDPC_MODEL_SEQUENTIAL)
-            DDPC_TRY(ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
-                                     r->host_state, r->host_state + r->model.n_params, e));
-        else
-            DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->host_state,
-                                             r->model.n_params, e));
+    t->lr = optim_lr(&r->optim, r->optim.step);
+    /* fp32 without clipping: on the CPU the optimizer's slice is checked
+     * every step; a GPU's gradients where the loss is read (step_log), so
+     * that no step waits for a norm it did not ask for */
+    t->fp32_plain = !r->scaler.on && j->grad_clip_norm <= 0;
+    DDPC_TRY(run_optim_step(r, gscale, t->fp32_plain && o->host_memory, e));
+    double t5 = ddpc_now();
+    r->prof.opt += t5 - t->tick;
+    t->tick = t5;
+    r->prof.steps++;
+    if (r->optim.step == t->run_first_step + 1) {
+        DDPC_TRY(o->synchronize(o, e));
+        t->res->first_step_s = ddpc_now() - r->a->t_launch;
     }
-    if (r->metrics_on) {
-        r->metrics_on = 0;
-        DDPC_TRY(metrics_close(&r->metrics, e));
+    return 0;
+}
+
+/* Logging: the loss window, reduced over the ranks; rank 0's metrics. */
+static int step_log(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct ddpc_ops *o = r->ops;
+    /* read the loss where it is used: every rank at the logged steps
+     * (window_loss reduces it), rank 0 also for its progress line; the CPU
+     * reads it in place every step */
+    int logged = j->logging.metrics_csv || j->logging.tensorboard;
+    if (!t->read && (o->host_memory || (logged && r->optim.step % t->every == 0) ||
+                     (r->log.on && metrics_wants_loss(&r->log.metrics, r->optim.step)))) {
+        DDPC_TRY(train_loss_read(r, t->cur, e));
+        t->read = 1;
     }
-    res->wall_s = ddpc_now() - a->t_launch;
-    if (out && r->start_epoch >= j->epochs) {
+    if (t->read) {
+        t->win_sum = t->cur[0] - t->win_base;
+        t->win_cnt = (double)(t->seen - t->win_seen);
+        if (t->fp32_plain && !o->host_memory)
+            DDPC_TRY(grads_check(r, 0, r->model.n_params, -1, e));
+    }
+    int rc = window_loss(r, &t->win_sum, &t->win_cnt, r->optim.step, e);
+    if (rc < 0)
+        return step_fail(r, e, rc);
+    if (r->log.on) {
+        double el = ddpc_now() - t->t_epoch;
+        double done = (double)(r->optim.step - t->run_first_step);
+        double eta = done > 0 ? (t->train_time + el) / done *
+                                (double)(r->optim.total_steps - r->optim.step) : -1;
+        DDPC_TRY(metrics_step(&r->log.metrics, r->optim.step, (int)t->epoch + 1, t->lr,
+                              t->win_cnt > 0 ? t->win_sum / t->win_cnt : 0.0,
+                              el > 0 ? (double)t->seen * r->world / el : 0.0, eta, e));
+    }
+    if (t->read && r->optim.step % t->every == 0) {
+        t->win_base = t->cur[0];
+        t->win_seen = t->seen;
+    }
+    return 0;
+}
+
+/* Checkpoint due by steps or minutes: saved mid-epoch, or at the epoch's end. */
+static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    if (!r->ckpt.on)
+        return 0;
+    int due = ckpt_due(r, e);
+    if (due < 0)
+        return step_fail(r, e, due);
+    if (due && t->b + 1 < r->sampler.n_batches) {
+        /* mid-epoch: the position (epoch, b + 1) is saved */
+        DDPC_TRY(params_ready(r, e));
+        if (r->rank == 0)
+            DDPC_TRY(ckpt_save(r, t->epoch, t->epoch, t->b + 1, e));
+        r->ckpt.written = 1;
+    } else if (due) {
+        t->due_at_end = 1;     /* the epoch's end saves it, after evaluation */
+    }
+    return 0;
+}
+
+/* End of epoch, evaluate: the epoch's training loss and the test set's,
+ * reduced over the ranks into res. */
+static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct ddpc_worker_result *res = t->res;
+    DDPC_TRY(r->ops->synchronize(r->ops, e));
+    DDPC_TRY(params_ready(r, e));   /* evaluation and checkpoints read them */
+    t->t_train = ddpc_now() - t->t_epoch;
+    t->train_time += t->t_train;
+    t->global_seen = (double)t->seen * r->world;
+    t->total_samples += t->global_seen;
+
+    /* test_every_n_epochs: 0 in a job made by hand means every epoch */
+    int every_test = j->data.test_every_n_epochs > 1 ? j->data.test_every_n_epochs : 1;
+    t->eval = r->a->test && ((t->epoch + 1) % every_test == 0 || t->epoch + 1 == j->epochs);
+    DDPC_TRY(acc_read(r, 0, t->cur, e));
+    if (!isfinite(t->cur[0]))
+        return DDPC_FAIL(e, DDPC_E_INVALID,
+                         "epoch %d: the training loss is %g on rank %d: the run diverged. "
+                         "Lower learning_rate, set grad_clip_norm, or check the data for "
+                         "nan/inf", (int)t->epoch + 1, t->cur[0], r->rank);
+    double m[5] = { t->cur[0], (double)t->seen, 0, 0, 0 };
+    if (t->eval)
+        DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
+    DDPC_TRY(metrics_reduce(r, m, 5, e));
+    res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
+    if (t->eval) {
+        res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
+        res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0
+                                 ? m[3] / m[4] : -1;
+    }
+    t->epoch_s = ddpc_now() - t->t_epoch;
+    return 0;
+}
+
+/* End of epoch, report: rank 0's metrics and its epoch line. */
+static int epoch_report(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    struct ddpc_worker_result *res = t->res;
+    FILE *out = t->out;
+    if (r->log.on) {
+        if (t->eval)
+            DDPC_TRY(metrics_eval(&r->log.metrics, r->optim.step, (int)t->epoch + 1,
+                                  res->test_loss, res->test_accuracy, e));
+        DDPC_TRY(metrics_clear_progress(&r->log.metrics, e));
+    }
+    if (out) {
+        fprintf(out, "epoch %d/%d  train_loss=%.4f", (int)t->epoch + 1, (int)r->job->epochs,
+                res->train_loss);
+        if (t->eval) {
+            fprintf(out, "  test_loss=%.4f", res->test_loss);
+            if (res->test_accuracy >= 0)
+                fprintf(out, "  test_accuracy=%.4f", res->test_accuracy);
+        }
+        fprintf(out, "  samples_per_s=%.0f  epoch_s=%.2f\n",
+                t->t_train > 0 ? t->global_seen / t->t_train : 0.0, t->epoch_s);
+        fflush(out);
+    }
+    return 0;
+}
+
+/* End of epoch, checkpoint: every_n_epochs, the last epoch, or one due. */
+static int epoch_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    int64_t done_epochs = t->epoch + 1;
+    int every_ep = j->checkpoint.every_n_epochs;
+    if (r->ckpt.on && ((every_ep > 0 && done_epochs % every_ep == 0) ||
+                       done_epochs == j->epochs || t->due_at_end)) {
+        if (r->rank == 0)
+            DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, e));
+        r->ckpt.written = 1;
+    }
+    return 0;
+}
+
+/* Final report, totals: steps, skipped steps, throughput into res. */
+static void train_totals(struct ddpc_run *r, struct train_state *t)
+{
+    t->res->steps = r->optim.step;
+    t->res->skipped_steps = r->scaler.skipped_steps;
+    t->res->samples_per_s = t->train_time > 0 ? t->total_samples / t->train_time : 0;
+}
+
+/* Final report, export: rank 0 writes checkpoint.export_path. */
+static int train_export(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    if (r->rank != 0 || !j->checkpoint.export_path || !*j->checkpoint.export_path)
+        return 0;
+    DDPC_TRY(state_to_host(r, 0, e));
+    if (j->model.type == DDPC_MODEL_SEQUENTIAL)
+        return ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
+                               r->ckpt.host_state, r->ckpt.host_state + r->model.n_params, e);
+    return ckpt_export_safetensors(j->checkpoint.export_path, j, r->ckpt.host_state,
+                                   r->model.n_params, e);
+}
+
+/* Final report: metrics closed, rank 0's "done" line, checked as written. */
+static int train_report(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct ddpc_worker_result *res = t->res;
+    FILE *out = t->out;
+    if (r->log.on) {
+        r->log.on = 0;
+        DDPC_TRY(metrics_close(&r->log.metrics, e));
+    }
+    res->wall_s = ddpc_now() - r->a->t_launch;
+    if (out && r->ckpt.start_epoch >= j->epochs) {
         /* resumed from a checkpoint that already covers every epoch */
         fprintf(out, "nothing to train: the checkpoint already completed all %d epochs\n"
                 "done epochs=%d steps=%lld wall_s=%.3f\n",
@@ -1289,7 +1434,7 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     } else if (out) {
         fprintf(out, "done epochs=%d steps=%lld train_loss=%.4f", (int)j->epochs,
                 (long long)res->steps, res->train_loss);
-        if (a->test) {
+        if (r->a->test) {
             fprintf(out, " test_loss=%.4f", res->test_loss);
             if (res->test_accuracy >= 0)
                 fprintf(out, " test_accuracy=%.4f", res->test_accuracy);
@@ -1310,33 +1455,92 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
                              "failed%s%s; the training itself completed (its checkpoints and "
                              "export are written)", bad ? ": " : "", bad ? strerror(err) : "");
     }
-    /* DDPC_PROFILE=1: rank 0 on its report stream; =all: every rank, the
-     * others on stderr with their [rank N] prefix */
-    enum ddpc_profile pe = env_get()->profile;
-    FILE *pout = r->rank == 0 ? out : pe == DDPC_PROFILE_ALL ? stderr : NULL;
-    if (pout && r->prof.steps > 0 && pe != DDPC_PROFILE_OFF) {
-        double k = 1e6 / (double)r->prof.steps;
-        double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm + r->prof.opt +
-                     r->prof.sync + r->prof.other;
-        char who[24] = "";
-        if (r->rank != 0)
-            (void)snprintf(who, sizeof who, "[rank %d] ", r->rank);
-        fprintf(pout, "%sprofile: rank %d, us per step over %ld steps: data=%.1f forward=%.1f "
-                "backward=%.1f allreduce_wait=%.1f optimizer=%.1f sync=%.1f other=%.1f "
-                "total=%.1f\n", who, r->rank, r->prof.steps, r->prof.data * k, r->prof.fwd * k,
-                r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k, r->prof.sync * k,
-                r->prof.other * k, tot * k);
-        fflush(pout);
-    }
-    if (res->want_params) {
-        res->n_params = r->model.n_params;
-        res->params = malloc(r->model.n_params * sizeof(float));
-        if (!res->params)
-            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot copy parameters out");
-        DDPC_TRY(o->to_host(o, res->params, r->model.params,
-                            r->model.n_params * sizeof(float), e));
-    }
     return 0;
+}
+
+/* Final report, profile: DDPC_PROFILE=1: rank 0 on its report stream;
+ * =all: every rank, the others on stderr with their [rank N] prefix. */
+static void train_profile(struct ddpc_run *r, struct train_state *t)
+{
+    enum ddpc_profile pe = env_get()->profile;
+    FILE *pout = r->rank == 0 ? t->out : pe == DDPC_PROFILE_ALL ? stderr : NULL;
+    if (!pout || r->prof.steps <= 0 || pe == DDPC_PROFILE_OFF)
+        return;
+    double k = 1e6 / (double)r->prof.steps;
+    double tot = r->prof.data + r->prof.fwd + r->prof.bwd + r->prof.comm + r->prof.opt +
+                 r->prof.sync + r->prof.other;
+    char who[24] = "";
+    if (r->rank != 0)
+        (void)snprintf(who, sizeof who, "[rank %d] ", r->rank);
+    fprintf(pout, "%sprofile: rank %d, us per step over %ld steps: data=%.1f forward=%.1f "
+            "backward=%.1f allreduce_wait=%.1f optimizer=%.1f sync=%.1f other=%.1f "
+            "total=%.1f\n", who, r->rank, r->prof.steps, r->prof.data * k, r->prof.fwd * k,
+            r->prof.bwd * k, r->prof.comm * k, r->prof.opt * k, r->prof.sync * k,
+            r->prof.other * k, tot * k);
+    fflush(pout);
+}
+
+/* The final parameters into res, where the caller asked for them (tests). */
+static int train_params_out(struct ddpc_run *r, struct ddpc_worker_result *res,
+                            struct ddpc_err *e)
+{
+    if (!res->want_params)
+        return 0;
+    res->n_params = r->model.n_params;
+    res->params = malloc(r->model.n_params * sizeof(float));
+    if (!res->params)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot copy parameters out");
+    return r->ops->to_host(r->ops, res->params, r->model.params,
+                           r->model.n_params * sizeof(float), e);
+}
+
+/* The training loop: epochs of optimizer steps of micro-batches. Each step
+ * is one function above; struct train_state carries what they share. */
+static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    struct train_state t;
+    memset(&t, 0, sizeof t);
+    t.res = res;
+    t.out = r->rank == 0 ? r->a->out : NULL;
+    t.accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
+    t.sync = r->comm_on && r->a->sync_comm && j->rank_sync_timeout_s > 0;
+    t.every = j->logging.every_n_steps > 0 ? j->logging.every_n_steps : 1;
+
+    DDPC_TRY(train_init_params(r, e));
+    DDPC_TRY(train_open_metrics(r, &t, e));
+    res->test_accuracy = -1;
+    t.run_first_step = r->optim.step;
+    for (int64_t epoch = r->ckpt.start_epoch; epoch < j->epochs; epoch++) {
+        DDPC_TRY(epoch_begin(r, &t, epoch, e));
+        for (t.b = t.b0; t.b < r->sampler.n_batches; t.b++) {
+            t.micro = (int)(t.b % t.accum);
+            t.last_micro = t.micro == t.accum - 1 || t.b == r->sampler.n_batches - 1;
+            if (t.micro == 0 || t.b == t.b0)
+                DDPC_TRY(step_sync(r, &t, e));
+            DDPC_TRY(step_load_batch(r, &t, e));
+            DDPC_TRY(step_forward(r, &t, e));
+            DDPC_TRY(step_backward(r, &t, e));
+            if (!t.last_micro)
+                continue;
+            int skip = 0;
+            DDPC_TRY(step_loss_scale(r, &t, &skip, e));
+            if (skip)
+                continue;
+            DDPC_TRY(step_optimize(r, &t, e));
+            DDPC_TRY(step_log(r, &t, e));
+            DDPC_TRY(step_checkpoint(r, &t, e));
+            r->prof.other += ddpc_now() - t.tick;
+        }
+        DDPC_TRY(epoch_evaluate(r, &t, e));
+        DDPC_TRY(epoch_report(r, &t, e));
+        DDPC_TRY(epoch_checkpoint(r, &t, e));
+    }
+    train_totals(r, &t);
+    DDPC_TRY(train_export(r, e));
+    DDPC_TRY(train_report(r, &t, e));
+    train_profile(r, &t);
+    return train_params_out(r, res, e);
 }
 
 int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
