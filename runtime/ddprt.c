@@ -1191,36 +1191,22 @@ static void ddprt_report(const struct ddpc_err *e)
     fputc('\n', stderr);
 }
 
-int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
+/* --version: the job, the ddpc that built it, the spec, the backends. */
+static void ddprt_print_version(const struct ddprt_program *p, const char *argv0)
 {
-    const char *argv0 = argc > 0 && argv[0] ? argv[0] : "job";
-    struct ddprt_flags fl;
-    int st = ddprt_parse_flags(argc, argv, &fl);
-    if (st)
-        return st;
-    if (fl.help) {
-        ddprt_usage(stdout, argv0, p);
-        return 0;
-    }
-    if (fl.version) {
-        printf("%s: job %s, built by ddpc %s from %s (sha256 %s), backends: cpu%s\n", argv0,
-               p->job->name ? p->job->name : "?", p->ddpc_version ? p->ddpc_version : "?",
-               p->spec_path ? p->spec_path : "?", p->spec_hash ? p->spec_hash : "?",
-               p->cuda || p->cuda_plugin ? ", cuda" : "");
-        return 0;
-    }
+    printf("%s: job %s, built by ddpc %s from %s (sha256 %s), backends: cpu%s\n", argv0,
+           p->job->name ? p->job->name : "?", p->ddpc_version ? p->ddpc_version : "?",
+           p->spec_path ? p->spec_path : "?", p->spec_hash ? p->spec_hash : "?",
+           p->cuda || p->cuda_plugin ? ", cuda" : "");
+}
 
-    struct ddpc_err ee = { 0 };
-    if (env_load(&ee) < 0) {   /* a DDPC_* variable with a value it cannot take */
-        fprintf(stderr, "ddpc: error: %s\n", ee.msg);
-        return DDPRT_EXIT_USAGE;
-    }
-
+/* The run's state: the baked job with --resume applied, the launch clock. */
+static struct ddprt_run *ddprt_run_new(const struct ddprt_program *p,
+                                       const struct ddprt_flags *fl)
+{
     struct ddprt_run *r = calloc(1, sizeof *r);
-    if (!r) {
-        fprintf(stderr, "ddpc: error: out of memory\n");
-        return DDPRT_EXIT_FAIL;
-    }
+    if (!r)
+        return NULL;
     r->p = p;
     r->job = *p->job;
     r->t_launch = ddpc_now();
@@ -1233,126 +1219,150 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         if (since > 0 && since < 60)
             r->t_launch -= since;
     }
-    if (fl.resume) {
+    if (fl->resume) {
         r->job.checkpoint.resume = DDPC_RESUME_PATH;
-        r->job.checkpoint.resume_path = fl.resume;
+        r->job.checkpoint.resume_path = fl->resume;
     }
-    struct ddpc_err e = { 0 };
-    int status = DDPRT_EXIT_FAIL;
-    struct store_host store = { 0, -1, 0 };   /* node 0 of a multi-node CPU job */
+    return r;
+}
 
-    if (fl.dry_run) {
-        printf("# %s --dry-run: the configuration baked into this binary and the launch "
-               "plan; nothing is trained\n", argv0);
-        printf("# built by ddpc %s from %s (sha256 %s)\n",
-               p->ddpc_version ? p->ddpc_version : "?", p->spec_path ? p->spec_path : "?",
-               p->spec_hash ? p->spec_hash : "?");
-        ddprt_print_job(stdout, p->job);   /* as baked: before any override */
-        int prc = ddprt_plan(r, &fl, &e);
-        if (prc == 0)
-            ddprt_print_plan(stdout, r, &fl);
-        ddprt_print_text(stdout, "spec", p->spec_text);
-        ddprt_print_text(stdout, "plan (job.plan.json)", p->plan_json);
-        if (fflush(stdout) == EOF) {
-            fprintf(stderr, "ddpc: error: writing stdout: %s\n", strerror(errno));
-            goto done;
-        }
-        if (prc < 0) {
-            ddprt_report(&e);
-            goto done;
-        }
-        status = 0;
-        goto done;
+/* Dry run: the configuration baked into this binary and the launch plan;
+ * nothing is trained. Returns the exit status. */
+static int ddprt_dry_run(struct ddprt_run *r, const struct ddprt_flags *fl, const char *argv0,
+                         struct ddpc_err *e)
+{
+    const struct ddprt_program *p = r->p;
+    printf("# %s --dry-run: the configuration baked into this binary and the launch "
+           "plan; nothing is trained\n", argv0);
+    printf("# built by ddpc %s from %s (sha256 %s)\n",
+           p->ddpc_version ? p->ddpc_version : "?", p->spec_path ? p->spec_path : "?",
+           p->spec_hash ? p->spec_hash : "?");
+    ddprt_print_job(stdout, p->job);   /* as baked: before any override */
+    int prc = ddprt_plan(r, fl, e);
+    if (prc == 0)
+        ddprt_print_plan(stdout, r, fl);
+    ddprt_print_text(stdout, "spec", p->spec_text);
+    ddprt_print_text(stdout, "plan (job.plan.json)", p->plan_json);
+    if (fflush(stdout) == EOF) {
+        fprintf(stderr, "ddpc: error: writing stdout: %s\n", strerror(errno));
+        return DDPRT_EXIT_FAIL;
     }
+    if (prc < 0) {
+        ddprt_report(e);
+        return DDPRT_EXIT_FAIL;
+    }
+    return 0;
+}
 
-    if (ddprt_plan(r, &fl, &e) < 0) {
-        ddprt_report(&e);
-        goto done;
+/* Prepare: the plan, the preflights (outputs, checkpoints, batch, memory)
+ * and the data, loaded once before fork and shared copy-on-write by every
+ * worker: a bad file or setting stops the job here with nothing started.
+ * Returns 0, or -1 with the error reported. */
+static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, struct ddpc_err *e)
+{
+    if (ddprt_plan(r, fl, e) < 0) {
+        ddprt_report(e);
+        return -1;
     }
     if (r->job.accelerator == DDPC_ACCEL_AUTO && !r->use_cuda)
         fprintf(stderr, "%s\n", r->accel_note);
-    if (fl.resume && access(fl.resume, R_OK) != 0) {
-        fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl.resume, strerror(errno));
-        goto done;
+    if (fl->resume && access(fl->resume, R_OK) != 0) {
+        fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl->resume, strerror(errno));
+        return -1;
     }
-    if (ddprt_output_preflight(r, &e) < 0 || ddprt_ckpt_preflight(r, &e) < 0) {
-        ddprt_report(&e);
-        goto done;
+    if (ddprt_output_preflight(r, e) < 0 || ddprt_ckpt_preflight(r, e) < 0) {
+        ddprt_report(e);
+        return -1;
     }
     ddprt_remove_stale_temps(r);
-    /* Before fork: one copy of the data, shared copy-on-write by every
-     * worker; a bad file stops the job here with nothing started. */
-    if (ddprt_load_data(r, &e) < 0) {
-        ddprt_report(&e);
-        goto done;
+    if (ddprt_load_data(r, e) < 0) {
+        ddprt_report(e);
+        return -1;
     }
-
-    if (ddprt_batch_rule(r, &e) < 0 || ddprt_memory_preflight(r, &e) < 0) {
-        ddprt_report(&e);
-        goto done;
+    if (ddprt_batch_rule(r, e) < 0 || ddprt_memory_preflight(r, e) < 0) {
+        ddprt_report(e);
+        return -1;
     }
+    return 0;
+}
 
-    /* One rendezvous for every engine: node 0 hosts the store (store.h)
-     * for the job's whole life (every attempt) whenever ranks must meet:
-     * gloo between nodes, NCCL between GPUs. A port in use is reported
-     * here, before any worker starts. A one-node GPU job without --master
-     * takes an ephemeral loopback port (no collision between two jobs on
-     * one machine, like torchrun --standalone). */
-    if (r->node_rank == 0 && (r->gloo || (r->use_cuda && r->world > 1))) {
-        int standalone = r->use_cuda && r->num_nodes == 1 && !fl.master;
-        if (standalone)
-            (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
-        if (store_host_start(&store, r->master_addr, standalone ? 0 : r->master_port, &e) < 0) {
-            ddprt_report(&e);
-            goto done;
-        }
-        r->master_port = store.port;
+/* One rendezvous for every engine: node 0 hosts the store (store.h) for the
+ * job's whole life (every attempt) whenever ranks must meet: gloo between
+ * nodes, NCCL between GPUs. A port in use is reported here, before any
+ * worker starts. A one-node GPU job without --master takes an ephemeral
+ * loopback port (no collision between two jobs on one machine, like
+ * torchrun --standalone). Returns 0, or -1 with the error reported. */
+static int ddprt_rendezvous(struct ddprt_run *r, const struct ddprt_flags *fl,
+                            struct store_host *store, struct ddpc_err *e)
+{
+    if (r->node_rank != 0 || !(r->gloo || (r->use_cuda && r->world > 1)))
+        return 0;
+    int standalone = r->use_cuda && r->num_nodes == 1 && !fl->master;
+    if (standalone)
+        (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
+    if (store_host_start(store, r->master_addr, standalone ? 0 : r->master_port, e) < 0) {
+        ddprt_report(e);
+        return -1;
     }
+    r->master_port = store->port;
+    return 0;
+}
 
-    struct launch_opts o;
-    memset(&o, 0, sizeof o);
-    o.world = r->local_world;
-    o.rank_offset = r->node_rank * r->local_world;
-    o.global_world = r->world;
+/* Launch options: this node's workers, their devices, the shared-memory
+ * slots, and how long a stopped worker may hold up the others. */
+static void ddprt_launch_opts(const struct ddprt_run *r, struct launch_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->world = r->local_world;
+    o->rank_offset = r->node_rank * r->local_world;
+    o->global_world = r->world;
     for (int i = 0; i < r->local_world; i++)
-        o.devices[i] = r->devices[i];
-    o.device_kind = r->use_cuda ? "cuda:" : "cpu worker";
-    o.use_shm = !r->use_cuda && !r->gloo;
-    o.grad_slot_floats = DDPRT_GRAD_SLOT;
-    o.sync_slot_floats = DDPRT_SYNC_SLOT;
-    o.grace_s = 1.0;
-    o.single_blas_thread = !r->use_cuda;
+        o->devices[i] = r->devices[i];
+    o->device_kind = r->use_cuda ? "cuda:" : "cpu worker";
+    o->use_shm = !r->use_cuda && !r->gloo;
+    o->grad_slot_floats = DDPRT_GRAD_SLOT;
+    o->sync_slot_floats = DDPRT_SYNC_SLOT;
+    o->grace_s = 1.0;
+    o->single_blas_thread = !r->use_cuda;
     if (r->world > 1) {
         /* a stopped worker holds up the others: no longer than the
          * shortest deadline the spec gives them */
         double rs = r->job.rank_sync_timeout_s, nc = r->job.nccl_timeout_s;
         int use_rs = rs > 0 && (!(nc > 0) || rs <= nc);
-        o.stopped_limit_s = use_rs ? rs : nc > 0 ? nc : 0;
-        o.stopped_key = use_rs ? "rank_sync_timeout" : "nccl_timeout";
+        o->stopped_limit_s = use_rs ? rs : nc > 0 ? nc : 0;
+        o->stopped_key = use_rs ? "rank_sync_timeout" : "nccl_timeout";
     }
+}
 
+/* Supervise and restart: launch the workers, and again after a failure, up
+ * to launch.max_restarts times (resuming from the last checkpoint when there
+ * is a checkpoint_dir); an interrupt, a data or configuration error, or the
+ * last attempt's failure ends it. Returns the exit status. */
+static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, struct ddpc_err *e)
+{
     if (env_get()->test_ckpt_stop_after >= 0)   /* see the header */
         ckpt_set_fault(env_get()->test_ckpt_stop_after, DDPC_CKPT_FAULT_STOP);
     if (env_get()->test_ckpt_slow_s > 0)   /* tests: every checkpoint write takes this long */
         ckpt_set_slow(env_get()->test_ckpt_slow_s);
 
+    int status = DDPRT_EXIT_FAIL;
     int max_restarts = r->job.launch.max_restarts > 0 ? r->job.launch.max_restarts : 0;
     /* what ended each attempt, for the history printed when giving up */
-    char (*hist)[sizeof e.msg] = calloc((size_t)max_restarts + 1, sizeof *hist);
+    char (*hist)[sizeof e->msg] = calloc((size_t)max_restarts + 1, sizeof *hist);
     if (!hist) {
         fprintf(stderr, "ddpc: error: out of memory\n");
-        goto done;
+        return status;
     }
     int attempt;
     for (attempt = 0;; attempt++) {
-        ddpc_err_clear(&e);
+        ddpc_err_clear(e);
         r->attempt = attempt;
-        status = launch_run(&o, ddprt_worker, r, &e);
+        status = launch_run(o, ddprt_worker, r, e);
         ddprt_remove_stale_temps(r);
         if (status == 0)
             break;
-        fprintf(stderr, "ddpc: %s\n", e.msg);
-        (void)snprintf(hist[attempt], sizeof hist[attempt], "%s", e.msg);
+        fprintf(stderr, "ddpc: %s\n", e->msg);
+        (void)snprintf(hist[attempt], sizeof hist[attempt], "%s", e->msg);
         /* An interrupt is the user's decision, not a fault to retry; a data
          * or configuration error would only fail the same way again. */
         if (status >= 128)
@@ -1366,9 +1376,9 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
             }
             break;
         }
-        if (e.code == DDPC_E_DATA || e.code == DDPC_E_INVALID) {
+        if (e->code == DDPC_E_DATA || e->code == DDPC_E_INVALID) {
             fprintf(stderr, "ddpc: not restarting: a %s error would recur\n",
-                    e.code == DDPC_E_DATA ? "data" : "configuration");
+                    e->code == DDPC_E_DATA ? "data" : "configuration");
             break;
         }
         int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
@@ -1381,8 +1391,46 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         r->t_launch = ddpc_now();
     }
     free(hist);
+    return status;
+}
 
-done:
+int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
+{
+    const char *argv0 = argc > 0 && argv[0] ? argv[0] : "job";
+    struct ddprt_flags fl;
+    int st = ddprt_parse_flags(argc, argv, &fl);
+    if (st)
+        return st;
+    if (fl.help) {
+        ddprt_usage(stdout, argv0, p);
+        return 0;
+    }
+    if (fl.version) {
+        ddprt_print_version(p, argv0);
+        return 0;
+    }
+
+    struct ddpc_err ee = { 0 };
+    if (env_load(&ee) < 0) {   /* a DDPC_* variable with a value it cannot take */
+        fprintf(stderr, "ddpc: error: %s\n", ee.msg);
+        return DDPRT_EXIT_USAGE;
+    }
+
+    struct ddprt_run *r = ddprt_run_new(p, &fl);
+    if (!r) {
+        fprintf(stderr, "ddpc: error: out of memory\n");
+        return DDPRT_EXIT_FAIL;
+    }
+    struct ddpc_err e = { 0 };
+    int status = DDPRT_EXIT_FAIL;
+    struct store_host store = { 0, -1, 0 };   /* node 0 of a multi-node CPU job */
+    if (fl.dry_run) {
+        status = ddprt_dry_run(r, &fl, argv0, &e);
+    } else if (ddprt_prepare(r, &fl, &e) == 0 && ddprt_rendezvous(r, &fl, &store, &e) == 0) {
+        struct launch_opts o;
+        ddprt_launch_opts(r, &o);
+        status = ddprt_supervise(r, &o, &e);
+    }
     store_host_stop(&store);
     data_free(&r->train);
     data_free(&r->test);
