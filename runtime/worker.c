@@ -375,6 +375,131 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
     return 0;
 }
 
+/* With a zero-copy communicator (comm.h grad_buffer, shared_buffer): the
+ * gradients, then params and optimizer state, in memory the ranks share. */
+static int run_share(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_worker_args *a = r->a;
+    r->rgrads = r->model.grads;
+    struct ddpc_comm *gc = a->grad_comm;
+    if (r->comm_on && gc->grad_buffer && r->ops->host_memory) {
+        /* Backward writes straight into this rank's shared slot and the
+         * optimizer reads the shared average: no copy in, no copy out. */
+        float *send = NULL, *result = NULL;
+        DDPC_TRY(gc->grad_buffer(gc, r->model.n_params, &send, &result, e));
+        if (send && result) {
+            model_borrow_grads(&r->model, send);
+            r->rgrads = result;
+        }
+    }
+    if (r->rgrads != r->model.grads && gc->shared_buffer) {
+        /* One copy of params, m and v instead of one per rank: less memory,
+         * and each rank runs the (memory-bound) optimizer on 1/W of it. */
+        size_t n = r->model.n_params;
+        size_t nst = n + (r->optim.m ? n : 0) + (r->optim.v ? n : 0);
+        float *st = NULL;
+        DDPC_TRY(gc->shared_buffer(gc, nst, &st, e));
+        if (st) {
+            model_borrow_params(&r->model, st);
+            if (r->optim.m) {
+                r->ops->release(r->ops, r->optim.m);
+                r->optim.m = st + n;
+            }
+            if (r->optim.v) {
+                r->ops->release(r->ops, r->optim.v);
+                r->optim.v = st + 2 * n;
+            }
+            r->shared_state = 1;
+        }
+    }
+
+    return 0;
+}
+
+/* The batch buffers: the backend's, and the host's staging for them
+ * (aliases on the CPU, pinned pairs or malloc on a device). */
+static int run_alloc_buffers(struct ddpc_run *r, int max_rows, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = r->ops;
+    /* device backends: the weights' low-precision copy and every scratch
+     * buffer sized now, so no step allocates (ops.h) */
+    if (o->set_weights)
+        DDPC_TRY(o->set_weights(o, r->model.params, r->model.n_params, e));
+    if (o->reserve) {
+        /* the largest gemm operand that is not a weight: a node's input or
+         * output activations, or a convolution's im2col columns */
+        const struct ddpc_net *net = &r->model.net;
+        int64_t widest = net->scratch_floats > 1 ? net->scratch_floats : 1;
+        for (int k = 0; k < net->n; k++) {
+            const struct ddpc_lnode *nd = &net->node[k];
+            widest = nd->in_numel > widest ? nd->in_numel : widest;
+            widest = nd->out_numel > widest ? nd->out_numel : widest;
+        }
+        DDPC_TRY(o->reserve(o, max_rows, (size_t)max_rows * (size_t)widest, e));
+    }
+    size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
+    size_t lb = (size_t)max_rows * sizeof(int32_t);
+    size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dx, xb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dlab, lb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->buf.dy, yb, e));
+    DDPC_TRY(o->alloc(o, (void **)&r->metric, DDPC_N_METRICS * sizeof(float), e));
+    DDPC_TRY(o->alloc(o, (void **)&r->acc, 2 * DDPC_LOSS_ACC * sizeof(double), e));
+    if (o->host_memory) {
+        r->buf.hx = r->buf.dx;
+        r->buf.hlab = r->buf.dlab;
+        r->buf.hy = r->buf.dy;
+    } else if (o->host_alloc && o->to_device_async && o->fence) {
+        size_t bytes[3] = { xb, lb, yb };
+        r->buf.staged = 1;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 3; i++)
+                DDPC_TRY(o->host_alloc(o, &r->buf.stage[k][i], bytes[i], e));
+        r->buf.hx = r->buf.stage[0][0];
+        r->buf.hlab = r->buf.stage[0][1];
+        r->buf.hy = r->buf.stage[0][2];
+    } else {
+        r->buf.hx = malloc(xb);
+        r->buf.hlab = malloc(lb);
+        r->buf.hy = malloc(yb);
+    }
+    r->eidx = malloc((size_t)r->eval_rows * sizeof *r->eidx);
+    if (!r->buf.hx || !r->buf.hlab || !r->buf.hy || !r->eidx)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
+    return 0;
+}
+
+/* Checkpoint state: rank 0's host copy, the directory's preflight, the
+ * run's identity (ident.h) and the cadence clocks. */
+static int run_ckpt_init(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    r->ckpt.on = j->checkpoint_dir && *j->checkpoint_dir;
+    r->ckpt.n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
+    r->n_ck = r->model.n_params + r->model.n_state;
+    if (r->rank == 0 && (r->ckpt.on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
+        r->ckpt.host_state = malloc((r->n_ck + r->ckpt.n_opt) * sizeof(float));
+        if (!r->ckpt.host_state)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
+    }
+    if (r->rank == 0 && r->ckpt.on)
+        DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
+                                ckpt_file_size(r->n_ck, r->ckpt.n_opt) +
+                                DDPC_CKPT_IDENT_MAX, e));
+    if (r->rank == 0) {
+        size_t cap = 16384;
+        r->ckpt.ident = malloc(cap);
+        if (!r->ckpt.ident)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the run's description");
+        if (ident_format(j, r->world, r->ops->name, r->ckpt.ident, cap) < 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "worker: the run's description exceeds %zu "
+                             "bytes (paths that long?)", cap);
+        ident_hash(r->ckpt.ident, r->ckpt.ident_hash);
+        r->ckpt.last_t = r->ckpt.check_t = ddpc_now();
+    }
+    return 0;
+}
+
 static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct ddpc_err *e)
 {
     const struct ddpc_job *j = a->job;
@@ -434,110 +559,9 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     DDPC_TRY(optim_init(&r->optim, r->ops, j, r->world, r->model.n_params,
                         steps_per_epoch * j->epochs, e));
     buckets_plan(r);
-    r->rgrads = r->model.grads;
-    struct ddpc_comm *gc = a->grad_comm;
-    if (r->comm_on && gc->grad_buffer && r->ops->host_memory) {
-        /* Backward writes straight into this rank's shared slot and the
-         * optimizer reads the shared average: no copy in, no copy out. */
-        float *send = NULL, *result = NULL;
-        DDPC_TRY(gc->grad_buffer(gc, r->model.n_params, &send, &result, e));
-        if (send && result) {
-            model_borrow_grads(&r->model, send);
-            r->rgrads = result;
-        }
-    }
-    if (r->rgrads != r->model.grads && gc->shared_buffer) {
-        /* One copy of params, m and v instead of one per rank: less memory,
-         * and each rank runs the (memory-bound) optimizer on 1/W of it. */
-        size_t n = r->model.n_params;
-        size_t nst = n + (r->optim.m ? n : 0) + (r->optim.v ? n : 0);
-        float *st = NULL;
-        DDPC_TRY(gc->shared_buffer(gc, nst, &st, e));
-        if (st) {
-            model_borrow_params(&r->model, st);
-            if (r->optim.m) {
-                r->ops->release(r->ops, r->optim.m);
-                r->optim.m = st + n;
-            }
-            if (r->optim.v) {
-                r->ops->release(r->ops, r->optim.v);
-                r->optim.v = st + 2 * n;
-            }
-            r->shared_state = 1;
-        }
-    }
-
-    struct ddpc_ops *o = r->ops;
-    /* device backends: the weights' low-precision copy and every scratch
-     * buffer sized now, so no step allocates (ops.h) */
-    if (o->set_weights)
-        DDPC_TRY(o->set_weights(o, r->model.params, r->model.n_params, e));
-    if (o->reserve) {
-        /* the largest gemm operand that is not a weight: a node's input or
-         * output activations, or a convolution's im2col columns */
-        const struct ddpc_net *net = &r->model.net;
-        int64_t widest = net->scratch_floats > 1 ? net->scratch_floats : 1;
-        for (int k = 0; k < net->n; k++) {
-            const struct ddpc_lnode *nd = &net->node[k];
-            widest = nd->in_numel > widest ? nd->in_numel : widest;
-            widest = nd->out_numel > widest ? nd->out_numel : widest;
-        }
-        DDPC_TRY(o->reserve(o, max_rows, (size_t)max_rows * (size_t)widest, e));
-    }
-    size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
-    size_t lb = (size_t)max_rows * sizeof(int32_t);
-    size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);
-    DDPC_TRY(o->alloc(o, (void **)&r->buf.dx, xb, e));
-    DDPC_TRY(o->alloc(o, (void **)&r->buf.dlab, lb, e));
-    DDPC_TRY(o->alloc(o, (void **)&r->buf.dy, yb, e));
-    DDPC_TRY(o->alloc(o, (void **)&r->metric, DDPC_N_METRICS * sizeof(float), e));
-    DDPC_TRY(o->alloc(o, (void **)&r->acc, 2 * DDPC_LOSS_ACC * sizeof(double), e));
-    if (o->host_memory) {
-        r->buf.hx = r->buf.dx;
-        r->buf.hlab = r->buf.dlab;
-        r->buf.hy = r->buf.dy;
-    } else if (o->host_alloc && o->to_device_async && o->fence) {
-        size_t bytes[3] = { xb, lb, yb };
-        r->buf.staged = 1;
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < 3; i++)
-                DDPC_TRY(o->host_alloc(o, &r->buf.stage[k][i], bytes[i], e));
-        r->buf.hx = r->buf.stage[0][0];
-        r->buf.hlab = r->buf.stage[0][1];
-        r->buf.hy = r->buf.stage[0][2];
-    } else {
-        r->buf.hx = malloc(xb);
-        r->buf.hlab = malloc(lb);
-        r->buf.hy = malloc(yb);
-    }
-    r->eidx = malloc((size_t)r->eval_rows * sizeof *r->eidx);
-    if (!r->buf.hx || !r->buf.hlab || !r->buf.hy || !r->eidx)
-        return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate batch buffers");
-
-    r->ckpt.on = j->checkpoint_dir && *j->checkpoint_dir;
-    r->ckpt.n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
-    r->n_ck = r->model.n_params + r->model.n_state;
-    if (r->rank == 0 && (r->ckpt.on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
-        r->ckpt.host_state = malloc((r->n_ck + r->ckpt.n_opt) * sizeof(float));
-        if (!r->ckpt.host_state)
-            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
-    }
-    if (r->rank == 0 && r->ckpt.on)
-        DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
-                                ckpt_file_size(r->n_ck, r->ckpt.n_opt) +
-                                DDPC_CKPT_IDENT_MAX, e));
-    if (r->rank == 0) {
-        size_t cap = 16384;
-        r->ckpt.ident = malloc(cap);
-        if (!r->ckpt.ident)
-            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the run's description");
-        if (ident_format(j, r->world, r->ops->name, r->ckpt.ident, cap) < 0)
-            return DDPC_FAIL(e, DDPC_E_INVALID, "worker: the run's description exceeds %zu "
-                             "bytes (paths that long?)", cap);
-        ident_hash(r->ckpt.ident, r->ckpt.ident_hash);
-        r->ckpt.last_t = r->ckpt.check_t = ddpc_now();
-    }
-    return 0;
+    DDPC_TRY(run_share(r, e));
+    DDPC_TRY(run_alloc_buffers(r, max_rows, e));
+    return run_ckpt_init(r, e);
 }
 
 static void run_free(struct ddpc_run *r)
