@@ -175,6 +175,9 @@ static char *read_output(int fd)
     return buf_take(&b);
 }
 
+/* Long on purpose (~170 lines): the compiler's argument vector, its private
+ * temp directory and its captured output are made and released along one
+ * path (the done/oom labels); apart, each would need its own cleanup. */
 int cc_build(const struct cc_options *o, char **output, struct ddpc_diag *d)
 {
     int rc = -1, out_fd = -1, have_fa = 0, tmp_slot = -1;

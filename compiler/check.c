@@ -201,6 +201,9 @@ static int walk_dir(const char *dir, struct walk_stack *ws, struct inputs *in, s
     return rc;
 }
 
+/* Long on purpose (~150 lines): argument parsing, directory expansion and
+ * the per-spec loop share the input list and the data-file cache, released
+ * at the one out label. */
 int cmd_check(int argc, char **argv)
 {
     enum ddpc_diag_format fmt = DDPC_FMT_TEXT;

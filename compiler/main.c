@@ -289,6 +289,9 @@ static char *program_name(const char *out)
     return p;
 }
 
+/* Long on purpose (~150 lines): the build's phases in order (arguments,
+ * check, plan, generate, compile), each a call (plan_build, emit_files,
+ * cc_build), with what every phase holds released at the one fail/done exit. */
 static int cmd_build(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *emit_dir = NULL;

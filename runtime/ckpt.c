@@ -636,6 +636,9 @@ void ckpt_free(struct ddpc_ckpt *c)
     c->ident = NULL;
 }
 
+/* Long on purpose (~160 lines): the file's checks in the order of its bytes
+ * (header, sizes, sections, checksum), each failure a goto to the one cleanup
+ * that leaves *out empty; read top to bottom it is the format's validator. */
 int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
 {
     memset(out, 0, sizeof *out);

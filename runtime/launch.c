@@ -449,6 +449,9 @@ static int launch_supervise(struct launch_state *s, struct ddpc_err *e)
     return sys_rc;
 }
 
+/* Long on purpose (~130 lines): the fork sequence reads as one piece:
+ * signals blocked across fork and the handlers installed, both undone on
+ * every exit path (out:), so no step moves apart from its undo. */
 int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                struct ddpc_err *e)
 {
