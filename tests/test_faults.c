@@ -71,6 +71,7 @@ struct fopts {
     int         every;         /* checkpoint.every_n_epochs; 0: 1 */
     int         epochs;        /* 0: EPOCHS */
     const char  *ckextra;      /* more checkpoint keys (", k: v"); NULL: none */
+    const char  *model;        /* the model line; NULL: the MLP of LAYERS */
 };
 
 /* Writes dir/<bin>.yaml and builds dir/<bin>; returns the binary's path.
@@ -102,7 +103,7 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         "learning_rate: %s\n"
         "lr_scaling: none\n"
         "seed: 7\n"
-        "model: {type: mlp, layers: [" LAYERS "], activation: relu}\n"
+        "%s"
         "optimizer: {type: adam}\n"
         "%s"
         "logging: {metrics_csv: m.csv, tensorboard: tb, every_n_steps: 64}\n"
@@ -110,7 +111,9 @@ static char *build_job(const char *dir, const char *bin, const struct fopts *o)
         "  train: {format: synthetic, samples: 8192, features: 32, classes: 4}\n"
         "  test: {format: synthetic, samples: 512, features: 32, classes: 4, seed: 1}\n"
         "%s",
-        o->epochs > 0 ? o->epochs : EPOCHS, o->lr ? o->lr : "0.01", ckpt,
+        o->epochs > 0 ? o->epochs : EPOCHS, o->lr ? o->lr : "0.01",
+        o->model ? o->model : "model: {type: mlp, layers: [" LAYERS "], activation: relu}\n",
+        ckpt,
         o->extra ? o->extra : ""), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
     char *ddpc = NULL;
@@ -1174,6 +1177,99 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
 }
 END_TEST
 
+/* A sequential CNN with batch norm and dropout (its 32 synthetic features
+ * seen as [2, 4, 4]): two straight runs of the same seed and world give the
+ * same bytes (bitwise determinism on CPU), and a run killed mid-training
+ * (checkpoints every epoch and every 100 steps, so the resume may be
+ * mid-epoch) ends byte-identical to them: the export holds the batch-norm
+ * running statistics and num_batches_tracked, which equal the straight
+ * run's only if the checkpoint carried them (and the dropout masks and the
+ * sampler continued where they were). */
+START_TEST(cnn_with_batchnorm_dropout_resumes_byte_identical)
+{
+    char *dir = make_temp_dir("faults-cnn");
+    struct fopts o = {
+        .keep_last = 3, .epochs = 4, .ckextra = ", every_n_steps: 100",
+        .model = "model:\n  type: sequential\n  input: [2, 4, 4]\n  layers:\n"
+                 "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n"
+                 "    - batchnorm2d\n    - relu\n    - maxpool2d: {kernel_size: 2}\n"
+                 "    - flatten\n    - dropout: {p: 0.25}\n    - linear: {out_features: 4}\n",
+    };
+    char *job = build_job(dir, "job", &o);
+    char *ref = reference_run(dir, job);
+    char *refck = path_in(ref, "ckpt"), names[16384];
+    names_with(refck, ".ckpt", names, sizeof names);
+    ck_assert_str_eq(names, JOB_NAME "-e0003-s000000900.ckpt " JOB_NAME "-e0003-s000001000.ckpt "
+                     JOB_NAME "-e0004-s000001024.ckpt");
+    char *last_ref = ckpt_in(refck, JOB_NAME "-e0004-s000001024.ckpt");
+
+    /* the export carries the batch norm's state, by PyTorch's names */
+    size_t n;
+    char *exp = path_in(ref, "model.safetensors");
+    unsigned char *st = slurp(exp, &n);
+    ck_assert_uint_gt(n, 8);
+    ck_assert_ptr_nonnull(memmem(st, n, "\"layers.1.running_mean\"", 23));
+    ck_assert_ptr_nonnull(memmem(st, n, "\"layers.1.running_var\"", 22));
+    ck_assert_ptr_nonnull(memmem(st, n, "\"layers.1.num_batches_tracked\"", 30));
+    free(st);
+    free(exp);
+
+    /* 1. the same seed and world again: the same bytes */
+    char *again = subdir(dir, "again");
+    struct run_result r;
+    run_ok(job, again, &r);
+    run_result_free(&r);
+    assert_same_model(ref, again);
+    char *againck = path_in(again, "ckpt");
+    char *last_again = ckpt_in(againck, JOB_NAME "-e0004-s000001024.ckpt");
+    assert_same_file(last_ref, last_again);
+
+    /* 2. kill -9 in epoch 2 (after a durable step checkpoint), then resume */
+    char *cwd = subdir(dir, "killed"), *ck = path_in(cwd, "ckpt");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 1/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, JOB_NAME "-e0001-s000000300.ckpt")) {
+        kill(-p.pid, SIGCONT);
+        usleep(1000);
+        kill(-p.pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no step-300 checkpoint");
+    }
+    kill(-p.pid, SIGKILL);
+    finish(&p, &r);
+    assert_nothing_left(w, 2);
+    ck_assert_ptr_null(strstr(r.out, "epoch 4/"));
+    run_result_free(&r);
+    run_ok(job, cwd, &r);
+    ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e000") &&
+                  !strstr(r.out, "\nepoch 1/"), "no resume:\n%s%s", r.out, r.err);
+    const char *res = strstr(r.out, "resumed from");
+    printf("faults: cnn second start: %.*s\n", (int)(strchr(res, '\n') - res), res);
+    run_result_free(&r);
+    assert_same_model(ref, cwd);
+    char *last = ckpt_in(ck, JOB_NAME "-e0004-s000001024.ckpt");
+    assert_same_file(last_ref, last);
+    assert_no_partial_files(cwd);
+
+    free(last);
+    free(last_again);
+    free(last_ref);
+    free(ck);
+    free(cwd);
+    free(againck);
+    free(again);
+    free(refck);
+    free(ref);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* checkpoint.every_n_minutes: rank 0's clock decides, every rank follows
  * (a mid-epoch save needs them all); the saves land mid-epoch, and they do
  * not change the training: the export equals a run without them. */
@@ -1760,6 +1856,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, other_spec_refused_unless_named);
     tcase_add_test(t, compatible_edit_resumes_and_matches_a_straight_run);
     tcase_add_test(t, step_checkpoint_resumes_mid_epoch_byte_identical);
+    tcase_add_test(t, cnn_with_batchnorm_dropout_resumes_byte_identical);
     tcase_add_test(t, slow_checkpoint_write_does_not_trip_rank_sync_timeout);
     tcase_add_test(t, time_checkpoints_are_written_and_change_nothing);
     tcase_add_test(t, summary_on_a_full_stdout_exits_nonzero);
