@@ -1579,6 +1579,14 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
     int rc = run_init(&r, a, e);
     if (rc == 0)
         rc = run_train(&r, res, e);
+    /* The ranks leave together. A rank that exits while a peer still reads
+     * the last collective can reset the connection under it (TCP answers a
+     * close with unread bytes, such as gloo's ring notifications, with a
+     * reset), and that peer fails its last step: seen between two nodes,
+     * "connection closed by peer" at step 64/64. After this barrier no
+     * collective is in flight anywhere. */
+    if (rc == 0 && r.comm_on)
+        rc = a->grad_comm->barrier(a->grad_comm, ddpc_deadline_after(r.job->nccl_timeout_s), e);
     run_free(&r);
     return rc;
 }
