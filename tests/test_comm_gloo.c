@@ -147,6 +147,10 @@ static void body_all_reduce(struct ddpc_comm *c, int rank, int world, struct rep
     struct ddpc_err e = { 0 };
     float *out = k->in_place ? send : recv;
     rep->rc[rank] = comm_all_reduce(c, send, out, n, k->op, ddpc_deadline_after(20), &e);
+    /* leave together, as the worker does: a rank that exits while its peer
+     * still reads the ring's last message resets the connection under it */
+    if (rep->rc[rank] == 0)
+        rep->rc[rank] = c->barrier(c, ddpc_deadline_after(20), &e);
     snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
     long wrong = 0;
     for (size_t i = 0; i < n; i++) {
