@@ -429,6 +429,11 @@ static int plan_launch(const struct ddpc_job *job, struct ddpc_plan *p)
     return 0;
 }
 
+/* Long on purpose (~160 lines): the plan's sections (world; data, batches
+ * and learning rate; parameters, buckets and memory; communicators;
+ * checkpoints; launch) in the order each needs the one before, every
+ * number computed once into p. Split, the sections would pass most of p
+ * and the job between them and read no better. */
 int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan *p,
                struct ddpc_diag *d)
 {
@@ -650,6 +655,9 @@ static void put_text(struct ddpc_buf *b, const char *s)
     }
 }
 
+/* Long on purpose (~240 lines): straight-line printing, one block per
+ * section of `ddpc plan`, in the order a reader scans them; it computes
+ * nothing (plan_build did), so each line can be checked against the output. */
 int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE *out)
 {
     struct ddpc_buf b;
@@ -915,6 +923,8 @@ static void json_string(struct ddpc_buf *b, const char *key, const char *s)
     buf_json_str(b, s);
 }
 
+/* Long on purpose (~200 lines): the same sections as plan_write_text, as
+ * one JSON object written top to bottom; it computes nothing. */
 char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
 {
     struct ddpc_buf b;
