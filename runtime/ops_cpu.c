@@ -445,15 +445,43 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         break;
     case DDPC_LK_POOL_FWD:
         /* planes of H x W; windows row by row (the element function's
-         * order within each window) */
+         * order within each window). Max over a window that lies inside
+         * the plane: the element function's comparisons without its
+         * index arithmetic and bounds tests (its first term always wins
+         * the arg < 0 test), so the same value and argmax. */
         for (size_t pl = 0, planes = n / ((size_t)a->OH * a->OW); pl < planes; pl++) {
             struct ddpc_lk b = *a;
             size_t ohw = (size_t)a->OH * a->OW;
             b.x = a->x + pl * (size_t)a->H * a->W;
             b.y = a->y + pl * ohw;
             b.idx = a->idx ? a->idx + pl * ohw : NULL;
-            for (size_t i = 0; i < ohw; i++)
-                ddpc_lk_pool_fwd(i, &b);
+            if (a->act != 0) {
+                for (size_t i = 0; i < ohw; i++)
+                    ddpc_lk_pool_fwd(i, &b);
+                continue;
+            }
+            for (int oy = 0; oy < a->OH; oy++)
+                for (int ox = 0; ox < a->OW; ox++) {
+                    int iy0 = oy * a->S - a->P, ix0 = ox * a->S - a->P;
+                    size_t o2 = (size_t)oy * a->OW + ox;
+                    if (iy0 < 0 || ix0 < 0 || iy0 + a->K > a->H || ix0 + a->K > a->W) {
+                        ddpc_lk_pool_fwd(o2, &b);
+                        continue;
+                    }
+                    int arg = iy0 * a->W + ix0;
+                    float best = b.x[arg];
+                    for (int ky = 0; ky < a->K; ky++)
+                        for (int kx = ky == 0; kx < a->K; kx++) {
+                            int at = (iy0 + ky) * a->W + ix0 + kx;
+                            float v = b.x[at];
+                            if (v > best || v != v) {   /* NaN propagates, as in PyTorch */
+                                best = v;
+                                arg = at;
+                            }
+                        }
+                    b.y[o2] = best;
+                    b.idx[o2] = arg;
+                }
         }
         break;
     case DDPC_LK_POOL_BWD:
@@ -489,8 +517,12 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         }
         break;
     case DDPC_LK_ACT_FWD:
-        for (size_t i = 0; i < n; i++)
-            a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0);
+        if (a->act == DDPC_K_RELU)   /* ddpc_k_act's expression, without its switch: vectorizes */
+            for (size_t i = 0; i < n; i++)
+                a->y[i] = a->x[i] > 0.0f ? a->x[i] : 0.0f;
+        else
+            for (size_t i = 0; i < n; i++)
+                a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0);
         break;
     default:
         for (size_t i = 0; i < n; i++)
