@@ -300,7 +300,10 @@ int model_forward(struct ddpc_model *m, const float *x, int rows, struct ddpc_er
 
 /* Node k's backward: parameter gradients (beta: accumulate) and, when its
  * source is a node, the input gradient into that node's g (written[] says
- * whether this backward wrote it already). */
+ * whether this backward wrote it already). Long on purpose (~160 lines):
+ * one switch with a short case per layer type, each the mirror of its case
+ * in node_forward; a function per case would pass the same six arguments
+ * and hide that symmetry. */
 static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, float beta,
                          int *written, struct ddpc_err *e)
 {
