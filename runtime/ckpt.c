@@ -1494,6 +1494,41 @@ out:
     return rc;
 }
 
+/* Pads the safetensors header b so the data starts 8-byte aligned, opens
+ * the export's temp file next to path (the rename stays on one file system;
+ * missing parent directories are created, like metrics_csv's) and writes
+ * the header's length and the header. The caller writes data_bytes of
+ * tensor data, then afile_commit; afile_abort(f) always (f is set up even
+ * on failure). */
+static int export_begin(const char *path, struct sbuf *b, uint64_t data_bytes,
+                        struct ckpt_afile *f, struct ddpc_err *e)
+{
+    f->fd = -1;
+    f->tmp[0] = '\0';
+    f->renamed = 0;
+    while (!b->oom && b->len % 8 != 0)
+        sb_printf(b, " ");
+    if (b->oom)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "export %s: out of memory building the header", path);
+    unsigned char lenbuf[8];
+    put_u64(lenbuf, (uint64_t)b->len);
+    char dir[PATH_MAX], what[PATH_MAX + 32];
+    size_t base_off = 0;
+    int rc = split_dir(path, dir, sizeof dir, &base_off, e);
+    if (rc < 0)
+        return rc;
+    const char *base = path + base_off;
+    if (!base[0])
+        return DDPC_FAIL(e, DDPC_E_INVALID, "export %s: names a directory, not a file", path);
+    (void)snprintf(what, sizeof what, "export %s", path);  /* message only */
+    if ((rc = dir_ready(dir, what, "checkpoint.export", e)) < 0 ||
+        (rc = afile_open(f, dir, base, 8 + b->len + data_bytes, what,
+                         "any earlier export is intact", e)) < 0 ||
+        (rc = afile_write(f, lenbuf, sizeof lenbuf, e)) < 0)
+        return rc;
+    return afile_write(f, b->s, b->len, e);
+}
+
 int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
                     const float *params, const float *state, struct ddpc_err *e)
 {
@@ -1517,37 +1552,8 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
     sb_printf(&b, ",\"ddpc_model\":\"sequential\",\"ddpc_layout\":\"torch.nn.Sequential held as "
               "attribute layers; index = position in the spec's list; residual i: a module whose "
               "body (nn.Sequential) is layers.<i>.body, output x + body(x)\"}}");
-    while (!b.oom && b.len % 8 != 0)
-        sb_printf(&b, " ");
-    if (b.oom) {
-        free(b.s);
-        return DDPC_FAIL(e, DDPC_E_NOMEM, "export %s: out of memory building the header", path);
-    }
-    unsigned char lenbuf[8];
-    put_u64(lenbuf, (uint64_t)b.len);
-    char dir[PATH_MAX], what[PATH_MAX + 32];
-    size_t base_off = 0;
-    int rc = split_dir(path, dir, sizeof dir, &base_off, e);
-    const char *base = path + base_off;
     struct ckpt_afile f;
-    f.fd = -1;
-    f.tmp[0] = '\0';
-    f.renamed = 0;
-    if (rc < 0)
-        goto out;
-    if (!base[0]) {
-        rc = DDPC_FAIL(e, DDPC_E_INVALID, "export %s: names a directory, not a file", path);
-        goto out;
-    }
-    (void)snprintf(what, sizeof what, "export %s", path);  /* message only */
-    if ((rc = dir_ready(dir, what, "checkpoint.export", e)) < 0)
-        goto out;
-    if ((rc = afile_open(&f, dir, base, 8 + b.len + off, what, "any earlier export is intact",
-                         e)) < 0)
-        goto out;
-    if ((rc = afile_write(&f, lenbuf, sizeof lenbuf, e)) < 0 ||
-        (rc = afile_write(&f, b.s, b.len, e)) < 0)
-        goto out;
+    int rc = export_begin(path, &b, off, &f, e);
     for (int t = 0; t < net->n_tensors && rc == 0; t++) {
         const struct ddpc_tensor *T = &net->tensor[t];
         const float *src = (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
@@ -1561,7 +1567,6 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
     }
     if (rc == 0)
         rc = afile_commit(&f, e);
-out:
     afile_abort(&f);
     free(b.s);
     return rc;
@@ -1613,41 +1618,9 @@ int ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
     sb_printf(&b, "\",\"ddpc_activation\":\"%s\",\"ddpc_layout\":\"layers.<l>.weight is "
               "nn.Linear [out, in]; activation between layers, none after the last\"}}",
               job->model.type == DDPC_MODEL_LINEAR ? "identity" : act_name(job->model.activation));
-    while (!b.oom && b.len % 8 != 0)
-        sb_printf(&b, " ");    /* pad so the data starts 8-byte aligned */
-    if (b.oom) {
-        free(b.s);
-        return DDPC_FAIL(e, DDPC_E_NOMEM, "export %s: out of memory building the header", path);
-    }
-
-    unsigned char lenbuf[8];
-    put_u64(lenbuf, (uint64_t)b.len);
-
-    /* The temp file goes next to the target, so the rename stays on one
-     * file system. */
-    char dir[PATH_MAX], what[PATH_MAX + 32];
-    size_t base_off = 0;
-    int rc = split_dir(path, dir, sizeof dir, &base_off, e);
-    const char *base = path + base_off;
     struct ckpt_afile f;
-    f.fd = -1;
-    f.tmp[0] = '\0';
-    f.renamed = 0;
-    if (rc < 0)
-        goto out;
-    if (!base[0]) {
-        rc = DDPC_FAIL(e, DDPC_E_INVALID, "export %s: names a directory, not a file", path);
-        goto out;
-    }
-    (void)snprintf(what, sizeof what, "export %s", path);  /* message only */
-    /* like metrics_csv: missing parent directories are created */
-    if ((rc = dir_ready(dir, what, "checkpoint.export", e)) < 0)
-        goto out;
-    if ((rc = afile_open(&f, dir, base, 8 + b.len + 4 * (uint64_t)n_params, what,
-                         "any earlier export is intact", e)) < 0)
-        goto out;
-    if ((rc = afile_write(&f, lenbuf, sizeof lenbuf, e)) < 0 ||
-        (rc = afile_write(&f, b.s, b.len, e)) < 0 ||
+    int rc = export_begin(path, &b, 4 * (uint64_t)n_params, &f, e);
+    if (rc < 0 ||
         (rc = afile_write(&f, params, 4 * n_params, e)) < 0 ||
         (rc = afile_commit(&f, e)) < 0)
         goto out;
