@@ -1,4 +1,5 @@
 /* devprobe.c - the GPU probe's verdict and the launcher's choice (devprobe.h). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,4 +80,24 @@ enum ddpc_accel_choice devprobe_decide(int accelerator, const struct ddpc_device
 int devprobe_test_error(void)
 {
     return env_get()->test_cuda_probe_error;
+}
+
+int devprobe_gpu_nodes(void)
+{
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        if (strncmp(s, "nvidia", 6) != 0 || !s[6])
+            continue;
+        s += 6;
+        while (*s >= '0' && *s <= '9')
+            s++;
+        n += *s == '\0';
+    }
+    closedir(d);
+    return n;
 }

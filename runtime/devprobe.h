@@ -74,6 +74,12 @@ enum ddpc_accel_choice devprobe_decide(int accelerator, const struct ddpc_device
  * Returns the number, or -1 when unset or not a number in [1, 99999]. */
 int devprobe_test_error(void);
 
+/* /dev/nvidia0, /dev/nvidia1, ...: the device nodes the driver made, one
+ * per GPU it exposes here, whatever a probe says (nvidiactl and nvidia-uvm
+ * do not count). The GPU tests use it to tell "no GPU" from "a GPU the
+ * probe could not use". */
+int devprobe_gpu_nodes(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,28 +31,6 @@
 #include "env.h"
 #include "job.h"
 
-/* /dev/nvidia0, /dev/nvidia1, ...: one node per GPU the driver exposes to
- * this container (nvidiactl and nvidia-uvm do not count). */
-static int gpu_nodes(void)
-{
-    DIR *d = opendir("/dev");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        if (strncmp(s, "nvidia", 6) != 0 || !s[6])
-            continue;
-        s += 6;
-        while (*s >= '0' && *s <= '9')
-            s++;
-        n += *s == '\0';
-    }
-    closedir(d);
-    return n;
-}
-
 static char test_gpu_path[4096];
 
 static void find_test_gpu(void)
@@ -483,7 +461,7 @@ Suite *cuda_suite(void)
     tcase_add_test(tl, launcher_probe_failure_is_not_no_gpu);
     tcase_set_timeout(tl, 60);   /* ~12 probes that each load the CUDA libraries */
     suite_add_tcase(s, tl);
-    int gpus = gpu_nodes();
+    int gpus = devprobe_gpu_nodes();
     find_test_gpu();
     if (gpus == 0) {
         TCase *tv = tcase_create("test_gpu verdicts");

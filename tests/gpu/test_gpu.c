@@ -1415,28 +1415,6 @@ static void part_ops(const struct ddpc_backend *b)
     run_ops_tests(b);
 }
 
-/* /dev/nvidia0, /dev/nvidia1, ...: device nodes the driver made, whatever
- * the probe says (nvidiactl and nvidia-uvm do not count). */
-static int gpu_nodes(void)
-{
-    DIR *d = opendir("/dev");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        if (strncmp(s, "nvidia", 6) != 0 || !s[6])
-            continue;
-        s += 6;
-        while (*s >= '0' && *s <= '9')
-            s++;
-        n += *s == '\0';
-    }
-    closedir(d);
-    return n;
-}
-
 int main(void)
 {
     const struct ddpc_backend *b = &ddpc_cuda_backend;
@@ -1455,7 +1433,7 @@ int main(void)
         /* a GPU node, or DDPC_REQUIRE_GPU=1 (the device machine's command):
          * there is a GPU to test, so not testing it is a failure */
         const char *req = getenv("DDPC_REQUIRE_GPU");
-        int nodes = gpu_nodes();
+        int nodes = devprobe_gpu_nodes();
         if (nodes > 0 || (req && strcmp(req, "1") == 0)) {
             printf("FAIL test_gpu: %s, but the probe found no GPU: %s\n",
                    nodes > 0 ? "/dev/nvidia<N> exists" : "DDPC_REQUIRE_GPU=1",
