@@ -146,24 +146,6 @@ def build(items, shape, masks=None, prefix="layers"):
     return mods, shape
 
 
-class Net(torch.nn.Module):
-    def __init__(self, spec, input_shape, masks=None):
-        super().__init__()
-        mods, _ = build(spec["model"]["layers"], input_shape, masks)
-        self.layers = torch.nn.Sequential(*mods)
-        self.input_shape = list(input_shape)
-
-    def forward(self, x):
-        return self.layers(x.reshape([x.shape[0]] + self.input_shape))
-
-
-def rel(a, b, floor=0.0):
-    """||a - b|| / ||b||, b's norm taken as at least floor."""
-    d = (a.double() - b.double()).norm().item()
-    n = max(b.double().norm().item(), floor)
-    return d / n if n > 0 else d
-
-
 # Biases right before a batch norm over their output channels (conv2d then
 # batchnorm2d, linear then batchnorm1d on [features]): their gradient is
 # exactly zero in exact arithmetic (the norm subtracts the channel mean), so
@@ -188,22 +170,6 @@ def rel(a, b, floor=0.0):
     d = (a.double() - b.double()).norm().item()
     n = max(b.double().norm().item(), floor)
     return d / n if n > 0 else d
-
-
-def zero_grads(seq, prefix="layers"):
-    """Biases right before a batch norm: their gradient is exactly zero in
-    exact arithmetic (the norm subtracts the mean), so both programs hold
-    rounding noise there; those are checked to be noise, not compared."""
-    out = set()
-    mods = list(seq)
-    for i, m in enumerate(mods):
-        if isinstance(m, Residual):
-            out |= zero_grads(m.body, "%s.%d.body" % (prefix, i))
-        nxt = mods[i + 1] if i + 1 < len(mods) else None
-        if getattr(m, "bias", None) is not None and \
-                isinstance(nxt, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
-            out.add("%s.%d.bias" % (prefix, i))
-    return out
 
 
 def cmd_grads(spec_path, data_path):
