@@ -243,6 +243,16 @@ static void start_node(struct run_proc *p, const struct built *b, int k)
     ck_assert_int_eq(run_start(argv, b->dir, NULL, p), 0);
 }
 
+/* Starts node 1, then node 0, and waits until node 0 prints `line` (an
+ * epoch it reached: both nodes are training together). */
+static void start_both_until(struct run_proc p[2], const struct built *b, const char *line)
+{
+    start_node(&p[1], b, 1);
+    start_node(&p[0], b, 0);
+    ck_assert_msg(run_wait_output(&p[0], line, 30), "node 0 never trained:\n%s%s",
+                  p[0].out, p[0].err);
+}
+
 static double final_loss(const char *out)
 {
     const char *d = strstr(out, "done ");
@@ -297,10 +307,7 @@ START_TEST(killed_node_ends_node_0)
     build(&b, 1, 1000, 0);
     struct run_proc p[2];
     struct run_result r[2];
-    start_node(&p[1], &b, 1);
-    start_node(&p[0], &b, 0);
-    ck_assert_msg(run_wait_output(&p[0], "epoch 2/", 30), "node 0 never trained:\n%s%s",
-                  p[0].out, p[0].err);
+    start_both_until(p, &b, "epoch 2/");
     pid_t pg1 = p[1].pid;
     ck_assert_int_eq(kill(-pg1, SIGKILL), 0);   /* node 1's launcher and workers */
     double t0 = ddpc_now();
@@ -349,10 +356,7 @@ START_TEST(restart_after_a_dead_worker_on_node_1)
     build_x(&b, 1, 60, 0, "  max_restarts: 1\ncheckpoint_dir: ckpt\n");
     struct run_proc p[2];
     struct run_result r[2];
-    start_node(&p[1], &b, 1);
-    start_node(&p[0], &b, 0);
-    ck_assert_msg(run_wait_output(&p[0], "epoch 3/", 30), "node 0 never trained:\n%s%s",
-                  p[0].out, p[0].err);
+    start_both_until(p, &b, "epoch 3/");
     pid_t w[4];
     ck_assert_int_eq(child_pids(p[1].pid, w, 4), 1);   /* node 1's one worker */
     ck_assert_int_eq(kill(w[0], SIGKILL), 0);
@@ -380,10 +384,7 @@ START_TEST(cut_link_ends_both_nodes)
     build(&b, 1, 1000, 0);
     struct run_proc p[2];
     struct run_result r[2];
-    start_node(&p[1], &b, 1);
-    start_node(&p[0], &b, 0);
-    ck_assert_msg(run_wait_output(&p[0], "epoch 2/", 30), "node 0 never trained:\n%s%s",
-                  p[0].out, p[0].err);
+    start_both_until(p, &b, "epoch 2/");
     char err[256];
     ck_assert_msg(ip_cmd(err, sizeof err, "-n", net.ns[1], "link", "set", net.veth[1], "down",
                          0, 0, 0) == 0, "%s", err);
