@@ -18,7 +18,6 @@
 #include "buf.h"
 #include "keytab.h"
 #include "plan.h"
-#include "tokens.h"
 #include "probe.h"
 
 /* ======================= counting samples ======================= */
@@ -152,35 +151,19 @@ int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t
         if (!src->path)
             break;
         return count_csv(src->path, why, why_len);
-    case DDPC_DATA_TEXT:
-    case DDPC_DATA_TOKENS:
-        snprintf(why, why_len, "a token stream: its samples are windows of block_size + 1 "
-                 "tokens (plan_count_windows)");
-        return -1;
     }
     snprintf(why, why_len, "no data file named");
     return -1;
 }
 
-int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_t stride,
-                           char *why, size_t why_len)
-{
-    struct ddpc_token_files tf;
-    if (tokens_list(src->path, src->format, &tf, why, why_len) < 0)
-        return -1;
-    int64_t a, b;
-    tokens_range(tf.total, src->range_lo, src->range_hi, &a, &b);
-    int nf = tf.n;
-    tokens_list_free(&tf);
-    int64_t w = tokens_windows(b - a, T, stride);
-    int partial = src->range_lo > 0 || src->range_hi < 1;
-    snprintf(why, why_len, "windows of %lld tokens in the %lld tokens of %s%s%s", (long long)T + 1,
-             (long long)(b - a), nf > 1 ? "the shards of " : "", src->path,
-             partial ? " (its range)" : "");
-    return w;
-}
-
 /* ======================= the plan ======================= */
+
+/* Models the planner lists layer by layer with PyTorch's tensor names
+ * (sequential, gpt); mlp and linear keep their W0/b0 plans byte for byte. */
+static int layered(const struct ddpc_job *job)
+{
+    return job->model.type == DDPC_MODEL_SEQUENTIAL || job->model.type == DDPC_MODEL_GPT;
+}
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {
@@ -276,7 +259,7 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
         return -1;
     }
     const struct ddpc_net *net = p->net;
-    int seq = job->model.type == DDPC_MODEL_SEQUENTIAL;
+    int seq = layered(job);
     int pindex[DDPC_MAX_TENSORS];
     for (int t = 0; t < DDPC_MAX_TENSORS; t++)
         pindex[t] = -1;   /* also past the params limit below */
@@ -317,7 +300,7 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
     p->bucket_cap_bytes = cap > 0 ? (int64_t)ceil(cap) : 0;
     struct ddpc_bucket_span span[DDPC_MAX_BUCKETS_L];
     int nb = layers_buckets(net, cap, span, DDPC_MAX_BUCKETS_L);
-    for (int i = 0; i < nb && i < DDPC_MAX_BUCKETS_L && i < DDPC_PLAN_MAX_PARAMS; i++) {
+    for (int i = 0; i < nb && i < DDPC_MAX_BUCKETS_L; i++) {
         struct ddpc_plan_bucket *k = &p->buckets[p->n_buckets++];
         for (int t = span[i].first_tensor, c = 0; t >= 0 && c < span[i].n_tensors; t--) {
             if (pindex[t] < 0)
@@ -520,7 +503,7 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     int64_t layer_sum = 0;
     for (int l = 0; l < job->model.n_layers; l++)
         layer_sum += job->model.layers[l];
-    if (job->model.type == DDPC_MODEL_SEQUENTIAL)   /* outputs, gradients, argmaxes, scratch */
+    if (layered(job))   /* outputs, gradients, argmaxes, scratch */
         p->activation_floats = (int64_t)job->batch_size *
                                (p->net->act_floats + p->net->scratch_floats);
     else
@@ -682,6 +665,36 @@ static void put_text(struct ddpc_buf *b, const char *s)
 /* Long on purpose (~240 lines): straight-line printing, one block per
  * section of `ddpc plan`, in the order a reader scans them; it computes
  * nothing (plan_build did), so each line can be checked against the output. */
+/* A gpt's figures per token, the unit its users count in: a sample is one
+ * window of block_size tokens. Attention is in the FLOPs (as the full T x T
+ * score matrices the kernels compute); nanoGPT's 6N + 12 L T C estimate is
+ * beside it for comparison. */
+static void plan_text_gpt(struct ddpc_buf *b, const struct ddpc_plan *p,
+                          const struct ddpc_job *job)
+{
+    const struct ddpc_net *net = p->net;
+    double T = job->model.block_size, C = job->model.n_embd, L = job->model.n_layer;
+    double per_tok = (net->fwd_flops + net->bwd_flops) / T;
+    /* nanoGPT counts parameters without the position embedding */
+    double n_nonemb = (double)p->total_params - T * C;
+    int64_t tokens = (int64_t)job->batch_size * job->model.block_size *
+                     (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+    buf_printf(b, "  per token: %.4g FLOPs (forward %.4g + backward %.4g, attention included; "
+               "nanoGPT's 6N + 12LTC estimate: %.4g)\n", per_tok, net->fwd_flops / T,
+               net->bwd_flops / T, 6 * n_nonemb + 12 * L * T * C);
+    buf_printf(b, "  activations: %lld bytes per sequence of %d tokens\n",
+               (long long)((net->act_floats + net->scratch_floats) * 4), job->model.block_size);
+    buf_printf(b, "  tokens per optimizer step: %lld per device (batch %d x block_size %d",
+               (long long)tokens, job->batch_size, job->model.block_size);
+    if (job->grad_accumulation > 1)
+        buf_printf(b, " x grad_accumulation %d", job->grad_accumulation);
+    if (p->world_known)
+        buf_printf(b, "), %lld across %d devices\n", (long long)tokens * p->world_size,
+                   p->world_size);
+    else
+        buf_puts(b, "); x the devices where the job runs\n");
+}
+
 int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE *out)
 {
     struct ddpc_buf b;
@@ -763,28 +776,40 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_printf(&b, "    step %-8lld lr %-14g %s\n", (long long)p->lr_points[i].step,
                    p->lr_points[i].lr, p->lr_points[i].what);
 
-    if (job->model.type == DDPC_MODEL_SEQUENTIAL && p->net) {
+    if (layered(job) && p->net) {
         const struct ddpc_net *net = p->net;
         char sh[96];
         buf_printf(&b, "\nlayers (input %s per sample; FLOPs and activations per sample)\n",
                    layers_shape_str(&net->input, sh, sizeof sh));
-        buf_printf(&b, "  %-22s %-18s %-16s %10s %12s %12s %12s\n", "module", "layer", "output",
-                   "params", "fwd FLOPs", "bwd FLOPs", "act bytes");
+        int wn = 22, wt = 18;   /* gpt's module paths are longer than a list's */
+        for (int k = 0; k < net->n; k++) {
+            int ln = (int)strlen(net->node[k].name);
+            int lt = (int)strlen(layers_type_name(net->node[k].it.type));
+            wn = ln > wn ? ln : wn;
+            wt = lt > wt ? lt : wt;
+        }
+        buf_printf(&b, "  %-*s %-*s %-16s %10s %12s %12s %12s\n", wn, "module", wt, "layer",
+                   "output", "params", "fwd FLOPs", "bwd FLOPs", "act bytes");
         for (int k = 0; k < net->n; k++) {
             const struct ddpc_lnode *L = &net->node[k];
-            buf_printf(&b, "  %-22s %-18s %-16s %10lld %12.4g %12.4g %12lld\n", L->name,
+            buf_printf(&b, "  %-*s %-*s %-16s %10lld %12.4g %12.4g %12lld", wn, L->name, wt,
                        layers_type_name(L->it.type), layers_shape_str(&L->out, sh, sizeof sh),
-                       (long long)(L->w_numel + L->b_numel), L->fwd_flops, L->bwd_flops,
-                       (long long)(L->act_floats * 4));
+                       (long long)(L->tie >= 0 ? L->b_numel : L->w_numel + L->b_numel),
+                       L->fwd_flops, L->bwd_flops, (long long)(L->act_floats * 4));
+            if (L->tie >= 0)
+                buf_printf(&b, "  (weight tied to %s.wte)", net->node[L->tie].name);
+            buf_puts(&b, "\n");
         }
         buf_printf(&b, "  total: %.4g FLOPs forward + %.4g backward per sample = %.4g per step "
                    "(batch %d)\n", net->fwd_flops, net->bwd_flops,
                    (net->fwd_flops + net->bwd_flops) * job->batch_size, job->batch_size);
+        if (job->model.type == DDPC_MODEL_GPT)
+            plan_text_gpt(&b, p, job);
     }
     buf_printf(&b, "\nparameters (%lld, flat in this order)\n", (long long)p->total_params);
     for (int i = 0; i < p->n_params; i++) {
         const struct ddpc_plan_param *q = &p->params[i];
-        if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+        if (layered(job))
             buf_printf(&b, "  %s %s", q->name, q->shape);
         else if (q->cols)
             buf_printf(&b, "  %-4s [%d, %d]", q->name, q->rows, q->cols);
@@ -817,10 +842,12 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                job->optimizer.type == DDPC_OPTIM_SGD
                    ? (p->optim_states ? " with momentum" : " without momentum") : "");
     put_bytes(&b, p->mem_optim);
-    if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+    if (layered(job))
         buf_printf(&b, "\n  activations     %d batch x %lld floats (outputs, their gradients, "
-                   "argmaxes, im2col) x 4 B = ", job->batch_size,
-                   (long long)(p->activation_floats / (job->batch_size ? job->batch_size : 1)));
+                   "%s) x 4 B = ", job->batch_size,
+                   (long long)(p->activation_floats / (job->batch_size ? job->batch_size : 1)),
+                   job->model.type == DDPC_MODEL_GPT ? "norm statistics, attention probabilities"
+                                                     : "argmaxes, im2col");
     else
         buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
                    job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
@@ -1029,7 +1056,7 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
 
     /* the text plan's layer table; only for sequential models, so the plans
      * of mlp and linear jobs keep their bytes */
-    if (job->model.type == DDPC_MODEL_SEQUENTIAL && p->net) {
+    if (layered(job) && p->net) {
         const struct ddpc_net *net = p->net;
         char sh[96];
         buf_printf(&b, ",\n  \"layers\": {\"per\": \"sample\", \"input\": %s, ",
@@ -1046,7 +1073,9 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
             json_string(&b, "layer", layers_type_name(L->it.type));
             buf_printf(&b, ", \"output\": %s, \"params\": %lld, ",
                        layers_shape_str(&L->out, sh, sizeof sh),
-                       (long long)(L->w_numel + L->b_numel));
+                       (long long)(L->tie >= 0 ? L->b_numel : L->w_numel + L->b_numel));
+            if (L->tie >= 0)
+                buf_printf(&b, "\"tied_to\": \"%s\", ", net->node[L->tie].name);
             json_double(&b, "fwd_flops", L->fwd_flops);
             buf_puts(&b, ", ");
             json_double(&b, "bwd_flops", L->bwd_flops);
@@ -1054,13 +1083,25 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
         }
         buf_puts(&b, net->n ? "\n  ]}" : "]}");
     }
+    if (job->model.type == DDPC_MODEL_GPT && p->net) {
+        const struct ddpc_net *net = p->net;
+        int64_t tokens = (int64_t)job->batch_size * job->model.block_size *
+                         (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+        buf_puts(&b, ",\n  \"gpt\": {");
+        json_double(&b, "flops_per_token", (net->fwd_flops + net->bwd_flops) /
+                                           job->model.block_size);
+        buf_printf(&b, ", \"activation_bytes_per_sequence\": %lld, "
+                   "\"tokens_per_step_per_device\": %lld, \"tokens_per_step\": %lld}",
+                   (long long)((net->act_floats + net->scratch_floats) * 4), (long long)tokens,
+                   p->world_known ? (long long)tokens * p->world_size : -1LL);
+    }
 
     buf_printf(&b, ",\n  \"parameters\": {\"total\": %lld, \"tensors\": [",
                (long long)p->total_params);
     for (int i = 0; i < p->n_params; i++) {
         const struct ddpc_plan_param *q = &p->params[i];
         buf_printf(&b, "%s\n    {\"name\": \"%s\", ", i ? "," : "", q->name);
-        if (job->model.type == DDPC_MODEL_SEQUENTIAL)
+        if (layered(job))
             buf_printf(&b, "\"shape\": %s", q->shape);
         else if (q->cols)
             buf_printf(&b, "\"shape\": [%d, %d]", q->rows, q->cols);

@@ -1,7 +1,7 @@
 /* plan.h - struct ddpc_plan: the static launch plan of a validated job.
  *
  * defines: plan_build, plan_free, plan_write_text, plan_json,
- *          plan_count_samples, plan_count_windows
+ *          plan_count_samples
  *
  * The plan is everything about a run that can be known before it starts:
  * ranks and their devices, each rank's data shard and steps, the effective
@@ -37,7 +37,7 @@
 #include "diag.h"
 #include "layers.h"
 
-#define DDPC_PLAN_MAX_PARAMS (2 * DDPC_MAX_ITEMS)
+#define DDPC_PLAN_MAX_PARAMS DDPC_MAX_TENSORS
 #define DDPC_PLAN_MAX_LR_POINTS 8
 
 struct ddpc_plan_rank {
@@ -99,7 +99,7 @@ struct ddpc_plan {
     int64_t total_params;            /* elements */
     int64_t bucket_cap_bytes;
     int32_t n_buckets;
-    struct ddpc_plan_bucket buckets[DDPC_PLAN_MAX_PARAMS];
+    struct ddpc_plan_bucket buckets[DDPC_MAX_BUCKETS_L];
 
     /* ---- memory per device, bytes ---- */
     int32_t optim_states;            /* fp32 copies of the parameters: 0, 1 or 2 */
@@ -151,10 +151,5 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job);
  * (a first line that is not numeric is a header). Returns the count, or -1
  * with the reason in why. */
 int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t why_len);
-/* A token source's (text, tokens) windows of T + 1 tokens at this stride
- * in its range (tokens.h tokens_windows), from the files' sizes and shard
- * headers. Returns the count, or -1 with the reason in why. */
-int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_t stride,
-                           char *why, size_t why_len);
 
 #endif /* DDPC_PLAN_H */

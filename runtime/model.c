@@ -54,6 +54,13 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
     if (!ops->layer_kernel && job->model.type == DDPC_MODEL_SEQUENTIAL)
         return DDPC_FAIL(e, DDPC_E_INVALID, "backend %s has no layer kernels", ops->name);
     struct ddpc_net *net = &m->net;
+    for (int k = 0; k < net->n; k++) {
+        const struct ddpc_lnode *L = &net->node[k];
+        if (L->it.type == DDPC_LAYER_EMBEDDING || L->it.type == DDPC_LAYER_ATTENTION ||
+            (L->it.type == DDPC_LAYER_LAYERNORM && !L->b_numel) || L->tie >= 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "model: %s (%s) has no %s implementation yet",
+                             L->name, layers_type_name(L->it.type), ops->name);
+    }
     m->max_batch = max_batch;
     m->n_params = net->n_params;
     m->n_state = net->n_state;
@@ -469,7 +476,7 @@ int model_backward(struct ddpc_model *m, const float *x, const float *dlogits, i
     struct ddpc_ops *o = m->ops;
     float beta = accumulate ? 1.0f : 0.0f;
     int last = m->net.n - 1;
-    int written[DDPC_MAX_ITEMS] = { 0 };
+    int written[DDPC_MAX_NODES] = { 0 };
     if (dlogits != m->g[last])
         DDPC_TRY(copy_f(o, m->g[last], dlogits, (size_t)rows * m->net.out_numel, 0, e));
     for (int k = last; k >= 0; k--) {
@@ -503,7 +510,7 @@ void model_free(struct ddpc_model *m)
     struct ddpc_ops *o = m->ops;
     if (!o)
         return;
-    for (int k = 0; k < DDPC_MAX_ITEMS; k++) {
+    for (int k = 0; k < DDPC_MAX_NODES; k++) {
         void *bufs[4] = { m->y[k], m->g[k], m->idx[k], m->stat[k] };
         for (int i = 0; i < 4; i++)
             if (bufs[i])

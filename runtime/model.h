@@ -40,13 +40,13 @@ struct ddpc_model {
     float  *grads;      /* [n_params] same offsets; owned unless grads_borrowed */
     int     grads_borrowed;   /* grads live in a communicator's shared buffer */
     float  *state;      /* [n_state] this rank's running statistics */
-    float  *y[DDPC_MAX_ITEMS];    /* [max_batch, out_numel] each node's output */
-    float  *g[DDPC_MAX_ITEMS];    /* [max_batch, out_numel] its gradient */
-    int32_t *idx[DDPC_MAX_ITEMS]; /* max pooling: argmax per output */
-    float  *stat[DDPC_MAX_ITEMS]; /* norms: mean and 1/std (per channel or row), then
+    float  *y[DDPC_MAX_NODES];    /* [max_batch, out_numel] each node's output */
+    float  *g[DDPC_MAX_NODES];    /* [max_batch, out_numel] its gradient */
+    int32_t *idx[DDPC_MAX_NODES]; /* max pooling: argmax per output */
+    float  *stat[DDPC_MAX_NODES]; /* norms: mean and 1/std (per channel or row), then
                                      batch norm's backward sums */
     float  *col;                  /* conv im2col scratch [max_batch * scratch_floats] */
-    int     fused[DDPC_MAX_ITEMS];/* 1: a linear node whose following activation node
+    int     fused[DDPC_MAX_NODES];/* 1: a linear node whose following activation node
                                      is computed with it (bias_act_forward) */
     float  *logits;               /* == y[last] after forward */
     float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */

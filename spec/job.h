@@ -50,7 +50,8 @@
 #define DDPC_ENUM_LIST_matmul_precision(V, A, H) \
     V(DDPC_MATMUL_HIGHEST, "highest") V(DDPC_MATMUL_HIGH, "high")
 #define DDPC_ENUM_LIST_model_type(V, A, H) \
-    V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear") V(DDPC_MODEL_SEQUENTIAL, "sequential")
+    V(DDPC_MODEL_MLP, "mlp") V(DDPC_MODEL_LINEAR, "linear") V(DDPC_MODEL_SEQUENTIAL, "sequential") \
+    V(DDPC_MODEL_GPT, "gpt")
 /* The item types of a sequential model's `layers` list; keys.def's
  * DDPC_ITEM rows name them (a test checks the spellings agree). */
 #define DDPC_ENUM_LIST_layer_type(V, A, H) \
@@ -61,7 +62,10 @@
     V(DDPC_LAYER_DROPOUT, "dropout") V(DDPC_LAYER_FLATTEN, "flatten") V(DDPC_LAYER_RELU, "relu") \
     V(DDPC_LAYER_LEAKY_RELU, "leaky_relu") V(DDPC_LAYER_GELU, "gelu") V(DDPC_LAYER_SILU, "silu") \
     V(DDPC_LAYER_TANH, "tanh") V(DDPC_LAYER_SIGMOID, "sigmoid") V(DDPC_LAYER_RESIDUAL, "residual") \
+    H(DDPC_LAYER_EMBEDDING, "embedding") H(DDPC_LAYER_ATTENTION, "causal_self_attention") \
     H(DDPC_LAYER_COUNT, "count")
+/* embedding and causal_self_attention are the GPT lowering's own node types
+ * (spec/layers.c): no spec item spells them. */
 #define DDPC_ENUM_LIST_gelu_approx(V, A, H) \
     V(DDPC_GELU_NONE, "none") V(DDPC_GELU_TANH, "tanh")
 /* identity: the output layer's; not a spec value */
@@ -76,7 +80,7 @@
     V(DDPC_LOSS_CROSS_ENTROPY, "cross_entropy") V(DDPC_LOSS_MSE, "mse")
 #define DDPC_ENUM_LIST_data_format(V, A, H) \
     V(DDPC_DATA_IDX, "idx") V(DDPC_DATA_NPY, "npy") V(DDPC_DATA_CSV, "csv") \
-    V(DDPC_DATA_SYNTHETIC, "synthetic") V(DDPC_DATA_TEXT, "text") V(DDPC_DATA_TOKENS, "tokens")
+    V(DDPC_DATA_SYNTHETIC, "synthetic")
 #define DDPC_ENUM_LIST_optimizer_type(V, A, H) \
     V(DDPC_OPTIM_ADAM, "adam") V(DDPC_OPTIM_ADAMW, "adamw") V(DDPC_OPTIM_SGD, "sgd")
 #define DDPC_ENUM_LIST_decay(V, A, H) \
@@ -131,7 +135,8 @@ struct ddpc_layer_item {
     int32_t kernel_size;    /* conv2d, pools */
     int32_t stride;         /* conv2d, pools; pools: 0 = kernel_size (PyTorch's None) */
     int32_t padding;        /* conv2d, pools */
-    int32_t bias;           /* linear, conv2d: bool */
+    int32_t bias;           /* linear, conv2d, layernorm: bool */
+    int32_t heads;          /* causal_self_attention (gpt lowering): n_head */
     int32_t output_size;    /* adaptiveavgpool2d: 1 */
     enum ddpc_gelu_approx approximate;  /* gelu */
     double  p;              /* dropout */
@@ -144,25 +149,17 @@ struct ddpc_layer_item {
  *   idx:       inputs, labels  (IDX files, gzipped if they end in .gz)
  *   npy:       inputs, labels  (float32 or uint8 inputs, integer labels, C order)
  *   csv:       path, label_column (0-based; other columns are features)
- *   synthetic: samples, features, classes, seed (classes 0 = regression)
- *   text:      path (the file's bytes are the tokens), range
- *   tokens:    path (one llm.c shard, or a glob(3) pattern of shards, read in
- *              strcmp order), range
- * range_lo, range_hi: the part of the token stream used, as fractions of
- * its length n: tokens [floor(lo * n), floor(hi * n)), so [0, 0.9] and
- * [0.9, 1] of one stream never share a token. */
+ *   synthetic: samples, features, classes, seed (classes 0 = regression) */
 struct ddpc_data_source {
     enum ddpc_data_format format;
     const char *inputs;         /* idx, npy: path of the input array */
     const char *labels;         /* idx, npy: path of the label array */
-    const char *path;           /* csv, text, tokens (tokens: may be a glob pattern) */
+    const char *path;           /* csv */
     int32_t     label_column;   /* csv */
     int64_t     samples;        /* synthetic */
     int32_t     features;       /* synthetic */
     int32_t     classes;        /* synthetic; 0 means regression targets */
     uint64_t    seed;           /* synthetic */
-    double      range_lo;       /* text, tokens: 0 <= range_lo < range_hi <= 1 */
-    double      range_hi;
 };
 
 struct ddpc_job {
@@ -203,6 +200,10 @@ struct ddpc_job {
         int32_t n_items;                /* sequential: items of model.layers */
         struct ddpc_layer_item items[DDPC_MAX_ITEMS];
         const char *init_from;          /* safetensors file to start from; NULL = init */
+        /* gpt (nanoGPT's GPTConfig) */
+        int32_t vocab_size, block_size, n_layer, n_head, n_embd;
+        double  dropout;
+        int32_t bias;                   /* bool: biases in linears and layer norms */
     } model;
     int32_t sync_batchnorm;             /* bool; true is refused (not implemented) */
 

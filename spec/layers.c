@@ -29,6 +29,11 @@ static const char *const type_names[DDPC_LAYER_COUNT] = {
 
 const char *layers_type_name(int type)
 {
+    /* the gpt lowering's own node types: no spec item spells them */
+    if (type == DDPC_LAYER_EMBEDDING)
+        return "embedding";
+    if (type == DDPC_LAYER_ATTENTION)
+        return "causal_self_attention";
     return type >= 0 && type < DDPC_LAYER_COUNT && type_names[type] ? type_names[type] : "?";
 }
 
@@ -131,8 +136,47 @@ static int node_resolve(struct bctx *b, int k)
         L->out.d[in->n - 1] = it->out;
         L->w_numel = (size_t)it->out * (size_t)feat;
         L->b_numel = it->bias ? (size_t)it->out : 0;
+        if (L->tie >= 0) {
+            /* lm_head: the embedding's wte [V, C] is this layer's [out, in] */
+            const struct ddpc_lnode *o = &net->node[L->tie];
+            if (o->w_numel != L->w_numel || L->b_numel)
+                return fail(b, L->item, "%s: a tied weight must be [%d, %d] without bias",
+                            who, (int)it->out, feat);
+        }
         f = 2.0 * L->rows * feat * it->out + (it->bias ? (double)L->rows * it->out : 0);
         bw = 4.0 * L->rows * feat * it->out + (it->bias ? (double)L->rows * it->out : 0);
+        break;
+    }
+    case DDPC_LAYER_EMBEDDING: {
+        /* [T] token ids -> [T, C]: wte[V, C] is the weight, wpe[T, C] the "bias" */
+        if (in->n != 1)
+            return fail(b, L->item, "%s gets %s; it needs [block_size] token ids", who, sh);
+        int T = in->d[0], C = it->out, V = it->in;
+        L->out.n = 2;
+        L->out.d[0] = T;
+        L->out.d[1] = C;
+        L->channels = C;
+        L->rows = T;
+        L->w_numel = (size_t)V * (size_t)C;
+        L->b_numel = (size_t)T * (size_t)C;
+        f = (double)T * C;
+        bw = 2.0 * T * C;
+        break;
+    }
+    case DDPC_LAYER_ATTENTION: {
+        /* [T, 3C] (q | k | v) -> [T, C]; full T x T score matrices per head */
+        int H = it->heads;
+        if (in->n != 2 || in->d[1] % 3 != 0 || H < 1 || (in->d[1] / 3) % H != 0)
+            return fail(b, L->item, "%s gets %s; it needs [T, 3 x C] with C divisible by the "
+                        "%d heads", who, sh, H);
+        int T = in->d[0], C = in->d[1] / 3;
+        L->out.d[1] = C;
+        L->channels = C;
+        L->rows = T;
+        /* q k^T and att v: 2 T^2 C multiply-adds each; softmax ~5 per score.
+         * Backward: four such products (d att, d v, d q, d k) and the softmax's. */
+        f = 4.0 * T * T * C + 5.0 * H * T * T;
+        bw = 8.0 * T * T * C + 4.0 * H * T * T;
         break;
     }
     case DDPC_LAYER_CONV2D:
@@ -202,7 +246,8 @@ static int node_resolve(struct bctx *b, int k)
     case DDPC_LAYER_LAYERNORM:
         L->channels = in->d[in->n - 1];
         L->rows = (int)(n / L->channels);
-        L->w_numel = L->b_numel = (size_t)L->channels;
+        L->w_numel = (size_t)L->channels;
+        L->b_numel = it->bias ? (size_t)L->channels : 0;
         f = 6.0 * n;
         bw = 10.0 * n;
         break;
@@ -243,12 +288,32 @@ static int node_resolve(struct bctx *b, int k)
     L->act_floats = 2 * L->out_numel + (it->type == DDPC_LAYER_MAXPOOL2D ? L->out_numel : 0);
     if (it->type == DDPC_LAYER_BATCHNORM1D || it->type == DDPC_LAYER_BATCHNORM2D)
         L->act_floats += 0;   /* mean and 1/std are per channel, not per sample */
+    if (it->type == DDPC_LAYER_LAYERNORM)
+        L->act_floats += 2 * (int64_t)L->rows;   /* mean and 1/std per row */
+    if (it->type == DDPC_LAYER_ATTENTION) {
+        /* the softmax probabilities [H, T, T] are kept for backward; their
+         * gradient is scratch */
+        int64_t att = (int64_t)it->heads * L->rows * L->rows;
+        L->act_floats += att;
+        L->scratch_floats = att;
+    }
 
     /* parameters: weight then bias, PyTorch's order */
+    if (L->tie >= 0) {
+        L->w_off = net->node[L->tie].w_off;
+        L->b_off = net->n_params;
+        return 0;
+    }
     L->w_off = net->n_params;
     net->n_params += L->w_numel;
     L->b_off = net->n_params;
     net->n_params += L->b_numel;
+    if (it->type == DDPC_LAYER_EMBEDDING) {
+        int64_t wte[2] = { it->in, it->out }, wpe[2] = { L->rows, it->out };
+        add_tensor(net, k, "wte.weight", DDPC_TENSOR_PARAM, 2, wte, L->w_off, L->w_numel, 0);
+        add_tensor(net, k, "wpe.weight", DDPC_TENSOR_PARAM, 2, wpe, L->b_off, L->b_numel, 0);
+        return 0;
+    }
     if (L->w_numel) {
         int64_t shp[4];
         int nd;
@@ -279,7 +344,7 @@ static int node_resolve(struct bctx *b, int k)
         net->n_state += 2 * (size_t)L->channels + 1;
         net->has_batchnorm = 1;
     }
-    if (it->type == DDPC_LAYER_DROPOUT)
+    if (it->type == DDPC_LAYER_DROPOUT || (it->type == DDPC_LAYER_ATTENTION && it->p > 0))
         net->has_dropout = 1;
     return 0;
 }
@@ -288,8 +353,8 @@ static int new_node(struct bctx *b, int item, const struct ddpc_layer_item *it, 
                     const char *name)
 {
     struct ddpc_net *net = b->net;
-    if (net->n >= DDPC_MAX_ITEMS)
-        return fail(b, item, "more than %d layers", DDPC_MAX_ITEMS);
+    if (net->n >= DDPC_MAX_NODES)
+        return fail(b, item, "more than %d layers", DDPC_MAX_NODES);
     int k = net->n++;
     struct ddpc_lnode *L = &net->node[k];
     memset(L, 0, sizeof *L);
@@ -297,6 +362,7 @@ static int new_node(struct bctx *b, int item, const struct ddpc_layer_item *it, 
     L->item = item;
     L->src = src;
     L->skip = -1;
+    L->tie = -1;
     snprintf(L->name, sizeof L->name, "%s", name);
     return k;
 }
@@ -384,16 +450,159 @@ static int build_mlp(struct bctx *b)
     return 0;
 }
 
+/* One lowered node of type `type` reading src; returns its index or -1. */
+static int gpt_node(struct bctx *b, const struct ddpc_layer_item *it, int src, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+
+static int gpt_node(struct bctx *b, const struct ddpc_layer_item *it, int src, const char *fmt,
+                    ...)
+{
+    char name[48];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int k = new_node(b, -1, it, src, name);
+    if (k < 0 || node_resolve(b, k) < 0)
+        return -1;
+    return k;
+}
+
+static struct ddpc_layer_item gpt_item(int type, int out, int bias)
+{
+    struct ddpc_layer_item it;
+    memset(&it, 0, sizeof it);
+    it.type = (enum ddpc_layer_type)type;
+    it.out = out;
+    it.bias = bias;
+    it.eps = 1e-5;   /* nanoGPT's LayerNorm: F.layer_norm(..., 1e-5) */
+    return it;
+}
+
+/* A dropout node after src when the model has dropout; else src. */
+static int gpt_dropout(struct bctx *b, int src, const char *name)
+{
+    if (b->job->model.dropout <= 0)
+        return src;
+    struct ddpc_layer_item it = gpt_item(DDPC_LAYER_DROPOUT, 0, 0);
+    it.p = b->job->model.dropout;
+    return gpt_node(b, &it, src, "%s", name);
+}
+
+/* nanoGPT's GPT as nodes (layers.h); names are its module paths. */
+static int build_gpt(struct bctx *b)
+{
+    const struct ddpc_job *job = b->job;
+    struct ddpc_net *net = b->net;
+    int V = job->model.vocab_size, T = job->model.block_size, L = job->model.n_layer;
+    int H = job->model.n_head, C = job->model.n_embd, bias = job->model.bias != 0;
+    if (V < 1 || T < 1 || L < 1 || H < 1 || C < 1)
+        return fail(b, -1, "gpt: vocab_size, block_size, n_layer, n_head and n_embd must be "
+                    "positive");
+    if (L > 48)
+        return fail(b, -1, "gpt: n_layer %d is more than 48", L);
+    if (C % H != 0)
+        return fail(b, -1, "gpt: n_embd %d is not divisible by n_head %d (each head gets "
+                    "n_embd / n_head features)", C, H);
+    if ((int64_t)V * C > (int64_t)1 << 31 || (int64_t)T * 4 * C > (int64_t)1 << 28)
+        return fail(b, -1, "gpt: vocab_size x n_embd or block_size x 4 n_embd is too large");
+    net->input.n = 1;
+    net->input.d[0] = T;
+    net->seq_len = T;
+
+    struct ddpc_layer_item it = gpt_item(DDPC_LAYER_EMBEDDING, C, 0);
+    it.in = V;
+    int emb = gpt_node(b, &it, -1, "transformer");
+    if (emb < 0)
+        return -1;
+    int x = gpt_dropout(b, emb, "transformer.drop");
+    for (int l = 0; l < L && x >= 0; l++) {
+        int k;
+        it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
+        k = gpt_node(b, &it, x, "transformer.h.%d.ln_1", l);
+        it = gpt_item(DDPC_LAYER_LINEAR, 3 * C, bias);
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.attn.c_attn", l);
+        it = gpt_item(DDPC_LAYER_ATTENTION, 0, 0);
+        it.heads = H;
+        it.p = job->model.dropout;
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.attn", l);
+        it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.attn.c_proj", l);
+        char name[48];
+        snprintf(name, sizeof name, "transformer.h.%d.attn.resid_dropout", l);
+        if (k >= 0)
+            k = gpt_dropout(b, k, name);
+        it = gpt_item(DDPC_LAYER_RESIDUAL, 0, 0);
+        if (k >= 0 && (k = new_node(b, -1, &it, k, "")) >= 0) {
+            snprintf(net->node[k].name, sizeof net->node[k].name, "transformer.h.%d.add_1", l);
+            net->node[k].skip = x;
+            if (node_resolve(b, k) < 0)
+                return -1;
+        }
+        if (k < 0)
+            return -1;
+        x = k;
+        it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
+        k = gpt_node(b, &it, x, "transformer.h.%d.ln_2", l);
+        it = gpt_item(DDPC_LAYER_LINEAR, 4 * C, bias);
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.c_fc", l);
+        it = gpt_item(DDPC_LAYER_GELU, 0, 0);
+        it.approximate = DDPC_GELU_TANH;
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.gelu", l);
+        it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
+        if (k >= 0)
+            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.c_proj", l);
+        snprintf(name, sizeof name, "transformer.h.%d.mlp.dropout", l);
+        if (k >= 0)
+            k = gpt_dropout(b, k, name);
+        it = gpt_item(DDPC_LAYER_RESIDUAL, 0, 0);
+        if (k >= 0 && (k = new_node(b, -1, &it, k, "")) >= 0) {
+            snprintf(net->node[k].name, sizeof net->node[k].name, "transformer.h.%d.add_2", l);
+            net->node[k].skip = x;
+            if (node_resolve(b, k) < 0)
+                return -1;
+        }
+        x = k;
+    }
+    if (x < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
+    int k = gpt_node(b, &it, x, "transformer.ln_f");
+    if (k < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LINEAR, V, 0);
+    int head = new_node(b, -1, &it, k, "lm_head");
+    if (head < 0)
+        return -1;
+    net->node[head].tie = emb;
+    if (node_resolve(b, head) < 0)
+        return -1;
+    for (int t = 0; t < net->n_tensors; t++)
+        if (net->tensor[t].node == emb && net->tensor[t].off == net->node[emb].w_off)
+            net->tie_tensor = t;
+    snprintf(net->tie_name, sizeof net->tie_name, "lm_head.weight");
+    return 0;
+}
+
 int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                  struct ddpc_net *net, int *bad_item, char *why, size_t cap)
 {
     struct bctx b = { job, net, bad_item, why, cap };
     memset(net, 0, sizeof *net);
+    net->seq_len = 1;
+    net->tie_tensor = -1;
     *bad_item = -1;
     if (cap)
         why[0] = '\0';
     int rc;
-    if (job->model.type != DDPC_MODEL_SEQUENTIAL) {
+    if (job->model.type == DDPC_MODEL_GPT) {
+        rc = build_gpt(&b);
+    } else if (job->model.type != DDPC_MODEL_SEQUENTIAL) {
         rc = build_mlp(&b);
     } else {
         if (job->model.n_items < 1 || job->model.n_items > DDPC_MAX_ITEMS)

@@ -23,6 +23,14 @@
  * Flat buffers: params holds every trainable tensor in node order (weight,
  * then bias); state holds batch-norm buffers (running_mean, running_var,
  * num_batches_tracked stored as a float, exact below 2^24 batches).
+ *
+ * A gpt model lowers to nanoGPT's module tree: `transformer` (an embedding
+ * node: wte [V, C] as its weight, wpe [T, C] as its "bias"), per block
+ * ln_1, attn.c_attn (linear 3C), attn (causal self-attention over the
+ * [T, 3C] rows: q | k | v, head h in columns h*hs..), attn.c_proj, a
+ * residual add, ln_2, mlp.c_fc (4C), gelu (tanh), mlp.c_proj, a residual
+ * add; then transformer.ln_f and lm_head, a linear TIED to wte (node.tie).
+ * Input: [T] token ids held as floats (exact below 2^24); output [T, V].
  */
 #ifndef DDPC_LAYERS_H
 #define DDPC_LAYERS_H
@@ -35,7 +43,11 @@
 extern "C" {
 #endif
 
-#define DDPC_MAX_TENSORS (3 * DDPC_MAX_ITEMS)
+/* Nodes of one net: a sequential list gives at most DDPC_MAX_ITEMS, a gpt
+ * 2 + 12 per block (48 blocks at most) + 2. */
+#define DDPC_MAX_NODES   600
+/* At most 2 tensors per node, batch norm's 5 (only in sequential lists). */
+#define DDPC_MAX_TENSORS (2 * DDPC_MAX_NODES + 3 * DDPC_MAX_ITEMS)
 #define DDPC_MAX_BUCKETS_L 64
 
 struct ddpc_shape {
@@ -56,6 +68,10 @@ struct ddpc_lnode {
     int     channels;               /* conv/pool/norm: C of the input; linear: in features */
     int     spatial;                /* conv/pool/norm: H*W (or L) of the input; 1 otherwise */
     int     rows;                   /* linear, layernorm: rows per sample (numel / last dim) */
+    int     tie;                    /* linear: the node whose weight it uses instead of its own
+                                       (gpt's lm_head: the embedding's wte); -1: none. A tied
+                                       weight adds no parameters and no tensor; w_off points
+                                       at the owner's */
     double  fwd_flops, bwd_flops;   /* per sample */
     int64_t act_floats;             /* per sample, kept for backward (output, its gradient, extras) */
     int64_t scratch_floats;         /* per sample, reusable across layers (conv im2col) */
@@ -76,7 +92,7 @@ struct ddpc_tensor {
 
 struct ddpc_net {
     int     n;
-    struct ddpc_lnode node[DDPC_MAX_ITEMS];
+    struct ddpc_lnode node[DDPC_MAX_NODES];
     struct ddpc_shape input;
     int64_t in_numel, out_numel;
     size_t  n_params, n_state;
@@ -85,6 +101,11 @@ struct ddpc_net {
     double  fwd_flops, bwd_flops;   /* per sample */
     int64_t act_floats, scratch_floats;   /* per sample: sum, max */
     int     has_batchnorm, has_dropout;
+    int     seq_len;                /* rows of the output per sample: gpt T (logits [T, V],
+                                       one label per position); 1 otherwise */
+    int     tie_tensor;             /* a tied weight's tensor (gpt: transformer.wte.weight),
+                                       exported a second time as tie_name; -1: none */
+    char    tie_name[80];           /* "lm_head.weight" */
 };
 
 /* One gradient bucket: params [lo, hi); it may start all-reducing once

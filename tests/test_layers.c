@@ -419,6 +419,74 @@ START_TEST(train_and_eval_modes)
 }
 END_TEST
 
+/* The gpt preset lowers to nanoGPT's modules: GPT-2 124M has nanoGPT's
+ * parameter count (124,439,808 with the tied lm_head counted once), its
+ * tensor names in named_parameters() order, and about the FLOPs per token
+ * that nanoGPT's estimate (6N + 12 L T C, N without wpe) gives. */
+START_TEST(gpt_lowering_is_nanogpt)
+{
+    struct built b;
+    build_spec(&b, HEAD "model:\n  type: gpt\n  vocab_size: 50257\n  block_size: 1024\n"
+               "  n_layer: 12\n  n_head: 12\n  n_embd: 768\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 1024, classes: 50257}\n");
+    static struct ddpc_net net;
+    char why[256];
+    int bad;
+    ck_assert_int_eq(layers_build(&b.job, NULL, &net, &bad, why, sizeof why), 0);
+    ck_assert_uint_eq(net.n_params, 124439808u);
+    ck_assert_int_eq(net.seq_len, 1024);
+    ck_assert_int_eq(net.n, 1 + 12 * 10 + 2);
+    ck_assert_int_eq(net.input.n, 1);
+    ck_assert_int_eq(net.input.d[0], 1024);
+    ck_assert_int_eq(net.out_numel, (int64_t)1024 * 50257);
+    /* named_parameters() order, nanoGPT's names */
+    static const char *const first[] = {
+        "transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+        "transformer.h.0.ln_1.bias", "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
+        "transformer.h.0.attn.c_proj.bias", "transformer.h.0.ln_2.weight",
+        "transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.weight",
+        "transformer.h.0.mlp.c_fc.bias", "transformer.h.0.mlp.c_proj.weight",
+        "transformer.h.0.mlp.c_proj.bias", "transformer.h.1.ln_1.weight",
+    };
+    for (size_t i = 0; i < sizeof first / sizeof *first; i++)
+        ck_assert_str_eq(net.tensor[i].name, first[i]);
+    ck_assert_int_eq(net.n_tensors, 2 + 12 * 12 + 2);
+    ck_assert_str_eq(net.tensor[net.n_tensors - 1].name, "transformer.ln_f.bias");
+    ck_assert_int_eq(net.tensor[4].shape[0], 3 * 768);   /* nn.Linear's [out, in] */
+    ck_assert_int_eq(net.tensor[4].shape[1], 768);
+    /* lm_head: tied to wte, no parameters of its own, exported under its name */
+    const struct ddpc_lnode *head = &net.node[net.n - 1];
+    ck_assert_str_eq(head->name, "lm_head");
+    ck_assert_int_eq(head->tie, 0);
+    ck_assert_uint_eq(head->w_off, net.node[0].w_off);
+    ck_assert_int_eq(net.tie_tensor, 0);
+    ck_assert_str_eq(net.tie_name, "lm_head.weight");
+    /* attention's node: heads and the [T, 3C] -> [T, C] rows */
+    const struct ddpc_lnode *att = &net.node[3];
+    ck_assert_int_eq(att->it.type, DDPC_LAYER_ATTENTION);
+    ck_assert_int_eq(att->it.heads, 12);
+    ck_assert_int_eq(att->out.d[1], 768);
+    double per_tok = (net.fwd_flops + net.bwd_flops) / 1024;
+    double nano = 6.0 * (124439808.0 - 1024 * 768) + 12.0 * 12 * 1024 * 768;
+    ck_assert_double_lt(fabs(per_tok / nano - 1), 0.01);
+    built_free(&b);
+
+    /* no biases: layer norms and linears without them (nanoGPT bias=False) */
+    build_spec(&b, HEAD "model:\n  type: gpt\n  vocab_size: 64\n  block_size: 8\n"
+               "  n_layer: 2\n  n_head: 2\n  n_embd: 16\n  bias: false\n  dropout: 0.1\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 8, classes: 64}\n");
+    ck_assert_int_eq(layers_build(&b.job, NULL, &net, &bad, why, sizeof why), 0);
+    for (int t = 0; t < net.n_tensors; t++)
+        ck_assert_ptr_null(strstr(net.tensor[t].name, ".bias"));
+    /* 64*16 + 8*16 + 2 * (16 + 48*16 + 16*16 + 16 + 64*16 + 16*64) + 16 */
+    ck_assert_uint_eq(net.n_params, 1024u + 128 + 2 * (16 + 768 + 256 + 16 + 1024 + 1024) + 16);
+    ck_assert_int_eq(net.has_dropout, 1);
+    ck_assert_str_eq(net.node[1].name, "transformer.drop");
+    built_free(&b);
+}
+END_TEST
+
 Suite *layers_suite(void)
 {
     Suite *s = suite_create("layers");
@@ -433,6 +501,7 @@ Suite *layers_suite(void)
     TCase *u = tcase_create("runtime");
     tcase_add_test(u, plan_buckets_are_runtime_buckets);
     tcase_add_test(u, train_and_eval_modes);
+    tcase_add_test(u, gpt_lowering_is_nanogpt);
     suite_add_tcase(s, u);
     return s;
 }

@@ -662,7 +662,8 @@ START_TEST(test_key_table_consistent)
             ck_assert_str_eq(ddpc_enum_spell(&ddpc_enum_layer_type, (int)ddpc_keys[i].off),
                              ddpc_keys[i].name);
         }
-    ck_assert_int_eq(items, DDPC_LAYER_COUNT);
+    /* the types after the items are the gpt lowering's own, never spelled */
+    ck_assert_int_eq(items, DDPC_LAYER_EMBEDDING);
     ck_assert_int_lt(ddpc_n_keys, 256);
     for (int i = 0; i < ddpc_n_keys; i++) {
         const struct ddpc_key *k = &ddpc_keys[i];
