@@ -87,7 +87,7 @@ CXXFLAGS_GLOO := -std=c++17 $(OPT) -Wall -Wextra -Wno-unused-parameter $(SANFLAG
 # ---- sources: one directory per stage; every .c in it belongs to it ----
 SPEC_SRC     := $(sort $(wildcard spec/*.c))
 COMPILER_SRC := $(sort $(wildcard compiler/*.c))
-RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c spec/layers.c
+RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c spec/layers.c spec/tokens.c
 CUDA_SRC     := $(sort $(wildcard runtime/*.cu))
 TEST_SRC     := $(sort $(wildcard tests/*.c))
 RT_HEADERS   := spec/job.h spec/layers.h runtime/ddprt.h runtime/backend.h runtime/err.h runtime/ops.h \

@@ -18,6 +18,7 @@
 #include "buf.h"
 #include "keytab.h"
 #include "plan.h"
+#include "tokens.h"
 #include "probe.h"
 
 /* ======================= counting samples ======================= */
@@ -151,9 +152,32 @@ int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t
         if (!src->path)
             break;
         return count_csv(src->path, why, why_len);
+    case DDPC_DATA_TEXT:
+    case DDPC_DATA_TOKENS:
+        snprintf(why, why_len, "a token stream: its samples are windows of block_size + 1 "
+                 "tokens (plan_count_windows)");
+        return -1;
     }
     snprintf(why, why_len, "no data file named");
     return -1;
+}
+
+int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_t stride,
+                           char *why, size_t why_len)
+{
+    struct ddpc_token_files tf;
+    if (tokens_list(src->path, src->format, &tf, why, why_len) < 0)
+        return -1;
+    int64_t a, b;
+    tokens_range(tf.total, src->range_lo, src->range_hi, &a, &b);
+    int nf = tf.n;
+    tokens_list_free(&tf);
+    int64_t w = tokens_windows(b - a, T, stride);
+    int partial = src->range_lo > 0 || src->range_hi < 1;
+    snprintf(why, why_len, "windows of %lld tokens in the %lld tokens of %s%s%s", (long long)T + 1,
+             (long long)(b - a), nf > 1 ? "the shards of " : "", src->path,
+             partial ? " (its range)" : "");
+    return w;
 }
 
 /* ======================= the plan ======================= */

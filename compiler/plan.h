@@ -1,7 +1,7 @@
 /* plan.h - struct ddpc_plan: the static launch plan of a validated job.
  *
  * defines: plan_build, plan_free, plan_write_text, plan_json,
- *          plan_count_samples
+ *          plan_count_samples, plan_count_windows
  *
  * The plan is everything about a run that can be known before it starts:
  * ranks and their devices, each rank's data shard and steps, the effective
@@ -151,5 +151,10 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job);
  * (a first line that is not numeric is a header). Returns the count, or -1
  * with the reason in why. */
 int64_t plan_count_samples(const struct ddpc_data_source *src, char *why, size_t why_len);
+/* A token source's (text, tokens) windows of T + 1 tokens at this stride
+ * in its range (tokens.h tokens_windows), from the files' sizes and shard
+ * headers. Returns the count, or -1 with the reason in why. */
+int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_t stride,
+                           char *why, size_t why_len);
 
 #endif /* DDPC_PLAN_H */

@@ -1,6 +1,7 @@
-/* data.c - datasets from IDX (.gz or plain), NPY, CSV and a seeded generator.
+/* data.c - datasets from IDX (.gz or plain), NPY, CSV, a seeded generator,
+ * and token streams (text files, llm.c shards) cut into windows.
  *
- * Owns: data_load, data_free, data_gather (see data.h). A single-member
+ * Owns: data_load, data_free, data_set_windows, data_gather (see data.h). A single-member
  * gzip file is decompressed whole by libdeflate when the build has it;
  * everything else is read through zlib's gzopen/gzread, which reads plain
  * files as well as gzipped ones. Every error names the file and says what is wrong and what to do.
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -944,6 +946,154 @@ static int load_synthetic(const struct ddpc_data_source *src, struct ddpc_datase
     return 0;
 }
 
+/* ===== token streams: text (bytes) and tokens (llm.c shards) ===== */
+
+/* Reads bytes [off, off + len) of file f (listed by tokens_list) into buf;
+ * the file must still have the size it had when listed. */
+static int token_file_read(const struct ddpc_token_file *f, int64_t off, size_t len,
+                           unsigned char *buf, struct ddpc_err *e)
+{
+    int fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return DDPC_FAIL(e, DDPC_E_DATA, "cannot open %s: %s; check data's path in the spec",
+                         f->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (int64_t)st.st_size != f->bytes) {
+        (void)close(fd);
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s changed while the job was reading it (it had "
+                         "%lld bytes); run the job again when it is complete", f->path,
+                         (long long)f->bytes);
+    }
+    size_t got = 0;
+    while (got < len) {
+        size_t want = len - got > ((size_t)1 << 30) ? (size_t)1 << 30 : len - got;
+        ssize_t r = pread(fd, buf + got, want, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int err = errno;
+            (void)close(fd);
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s: read error: %s", f->path,
+                             r < 0 ? strerror(err) : "the file shrank while the job read it");
+        }
+        got += (size_t)r;
+    }
+    (void)close(fd);
+    return 0;
+}
+
+static void u16_from_le(uint16_t *t, size_t n)
+{
+    if (!host_big_endian())
+        return;
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint16_t)(t[i] >> 8 | t[i] << 8);
+}
+
+/* The source's range of its files' token stream, in its stored type. */
+static int load_tokens(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
+                       struct ddpc_err *e)
+{
+    char why[PATH_MAX + 256];
+    struct ddpc_token_files *tf = &ds->files;
+    if (tokens_list(src->path, src->format, tf, why, sizeof why) < 0)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s; check data's path in the spec", why);
+    int64_t a, b;
+    tokens_range(tf->total, src->range_lo, src->range_hi, &a, &b);
+    const size_t elem = (size_t)tf->elem, n = (size_t)(b - a);
+    unsigned char *buf = malloc(n ? n * elem : 1);
+    if (!buf)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate %zu tokens", ds->source, n);
+    ds->x = buf;
+    ds->dtype = src->format == DDPC_DATA_TOKENS ? DDPC_DTYPE_U16 : DDPC_DTYPE_U8;
+    ds->u8_scale = 1.0f;
+    ds->ntok = (int64_t)n;
+    ds->tok_first = a;
+    ds->range_lo = src->range_lo;
+    ds->range_hi = src->range_hi;
+    ds->max_token = -1;
+    for (int i = 0; i < tf->n; i++) {
+        const struct ddpc_token_file *f = &tf->f[i];
+        int64_t lo = f->first > a ? f->first : a;
+        int64_t hi = f->first + f->count < b ? f->first + f->count : b;
+        if (lo >= hi)
+            continue;
+        DDPC_TRY(token_file_read(f, (int64_t)tf->header + (lo - f->first) * (int64_t)elem,
+                                 (size_t)(hi - lo) * elem, buf + (size_t)(lo - a) * elem, e));
+    }
+    int32_t mx = -1;
+    if (ds->dtype == DDPC_DTYPE_U16) {
+        uint16_t *t = (uint16_t *)buf, m = 0;
+        u16_from_le(t, n);
+        for (size_t i = 0; i < n; i++)
+            m = t[i] > m ? t[i] : m;
+        mx = n ? m : -1;
+    } else {
+        uint8_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m = buf[i] > m ? buf[i] : m;
+        mx = n ? m : -1;
+    }
+    ds->max_token = mx;
+    return 0;
+}
+
+static int64_t token_at(const struct ddpc_dataset *ds, int64_t i)
+{
+    return ds->dtype == DDPC_DTYPE_U16 ? ((const uint16_t *)ds->x)[i]
+                                       : ((const uint8_t *)ds->x)[i];
+}
+
+/* " (range [0.9, 1] of its 1000 tokens)" when the source takes a part. */
+static const char *range_note(const struct ddpc_dataset *ds, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (ds->range_lo > 0 || ds->range_hi < 1)
+        snprintf(buf, cap, " (range [%g, %g] of its %lld tokens)", ds->range_lo, ds->range_hi,
+                 (long long)ds->files.total);
+    return buf;
+}
+
+int data_set_windows(struct ddpc_dataset *ds, int32_t T, int64_t stride, int32_t vocab,
+                     struct ddpc_err *e)
+{
+    char note[128];
+    if (ds->files.n < 1 || !ds->x)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s is not a token stream (format text or tokens); "
+                         "a gpt model reads its data as tokens", ds->source);
+    if (T < 1 || stride < 1)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "windows of %d tokens at stride %lld", (int)T,
+                         (long long)stride);
+    if (vocab > 0 && ds->max_token >= vocab) {
+        int64_t i = 0;
+        while (i < ds->ntok && token_at(ds, i) < vocab)
+            i++;
+        int64_t pos = 0;
+        const struct ddpc_token_file *f = tokens_locate(&ds->files, ds->tok_first + i, &pos);
+        int text = ds->dtype == DDPC_DTYPE_U8;
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s: %s %lld (counting from 0) is %lld, not below "
+                         "model.vocab_size %d%s; set model.vocab_size to at least %d%s",
+                         f ? f->path : ds->source, text ? "byte" : "token", (long long)pos,
+                         (long long)token_at(ds, i), (int)vocab,
+                         ds->max_token > token_at(ds, i) ? " (and larger ones follow)" : "",
+                         (int)ds->max_token + 1,
+                         text ? " (256 takes every byte)"
+                              : ", or use shards tokenized for this vocabulary");
+    }
+    int64_t w = tokens_windows(ds->ntok, T, stride);
+    if (w < 1)
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s has %lld tokens%s, fewer than the block_size + 1 "
+                         "= %lld one window of the model needs; use more data, a wider range, "
+                         "or a smaller model.block_size", ds->source, (long long)ds->ntok,
+                         range_note(ds, note, sizeof note), (long long)T + 1);
+    ds->n = w;
+    ds->features = T;
+    ds->seq_len = T;
+    ds->stride = stride;
+    ds->classes = ds->max_token + 1;
+    return 0;
+}
+
 /* ===== public ===== */
 
 int data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
@@ -970,6 +1120,12 @@ int data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
         snprintf(ds->labels_source, sizeof ds->labels_source, "%s", ds->source);
         rc = load_csv(src, ds, e);
         break;
+    case DDPC_DATA_TEXT:
+    case DDPC_DATA_TOKENS:
+        snprintf(ds->source, sizeof ds->source, "%s", src->path ? src->path : "?");
+        snprintf(ds->labels_source, sizeof ds->labels_source, "%s", ds->source);
+        rc = load_tokens(src, ds, e);
+        break;
     case DDPC_DATA_SYNTHETIC:
         snprintf(ds->source, sizeof ds->source, "synthetic(seed=%llu)",
                  (unsigned long long)src->seed);
@@ -994,6 +1150,9 @@ void data_free(struct ddpc_dataset *ds)
     ds->labels = NULL;
     ds->y = NULL;
     ds->n = 0;
+    ds->ntok = 0;
+    ds->stride = 0;
+    tokens_list_free(&ds->files);
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -1005,9 +1164,38 @@ static void u8_to_float(const uint8_t *restrict src, float *restrict dst, size_t
         dst[j] = (float)src[j] * s;
 }
 
+/* Token windows: inputs d[s .. s+T) as float, labels d[s+1 .. s+T+1). */
+static void gather_windows(const struct ddpc_dataset *ds, const int64_t *idx, int count,
+                           float *x_out, int32_t *labels_out)
+{
+    const size_t T = (size_t)ds->seq_len, st = (size_t)ds->stride;
+    for (int i = 0; i < count; i++) {
+        const size_t s = (size_t)idx[i] * st;
+        float *x = x_out ? x_out + (size_t)i * T : NULL;
+        int32_t *l = labels_out ? labels_out + (size_t)i * T : NULL;
+        if (ds->dtype == DDPC_DTYPE_U16) {
+            const uint16_t *d = (const uint16_t *)ds->x + s;
+            for (size_t t = 0; x && t < T; t++)
+                x[t] = (float)d[t];
+            for (size_t t = 0; l && t < T; t++)
+                l[t] = d[t + 1];
+        } else {
+            const uint8_t *d = (const uint8_t *)ds->x + s;
+            for (size_t t = 0; x && t < T; t++)
+                x[t] = (float)d[t];
+            for (size_t t = 0; l && t < T; t++)
+                l[t] = d[t + 1];
+        }
+    }
+}
+
 void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
                  float *x_out, int32_t *labels_out, float *y_out)
 {
+    if (ds->stride > 0) {
+        gather_windows(ds, idx, count, x_out, labels_out);
+        return;
+    }
     const size_t f = (size_t)ds->features;
     if (x_out) {
         if (ds->dtype == DDPC_DTYPE_U8) {
@@ -1041,10 +1229,13 @@ void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
 void data_prefetch(const struct ddpc_dataset *ds, const int64_t *idx, int count)
 {
 #if defined(__GNUC__)
-    size_t row = (size_t)ds->features * (ds->dtype == DDPC_DTYPE_U8 ? 1 : sizeof(float));
+    size_t elem = ds->dtype == DDPC_DTYPE_U8 ? 1 : ds->dtype == DDPC_DTYPE_U16 ? 2 : sizeof(float);
+    /* token windows: T + 1 tokens from idx * stride */
+    size_t row = ds->stride > 0 ? ((size_t)ds->seq_len + 1) * elem : (size_t)ds->features * elem;
+    size_t step = ds->stride > 0 ? (size_t)ds->stride * elem : row;
     const char *x = ds->x;
     for (int i = 0; i < count; i++) {
-        const char *p = x + (size_t)idx[i] * row;
+        const char *p = x + (size_t)idx[i] * step;
         for (size_t off = 0; off < row; off += 64)
             __builtin_prefetch(p + off, 0, 3);
     }

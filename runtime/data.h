@@ -2,8 +2,9 @@
  *
  * The launcher loads each dataset once, before fork; workers read the same
  * pages (copy-on-write, never written), so W workers cost one copy.
- * Inputs stay in their stored type (uint8 pixels are 4x smaller than float);
- * data_gather converts a batch to float on the fly.
+ * Inputs stay in their stored type (uint8 pixels are 4x smaller than float;
+ * token streams stay uint8 or uint16); data_gather converts a batch to
+ * float on the fly.
  */
 #ifndef DDPC_DATA_H
 #define DDPC_DATA_H
@@ -12,8 +13,10 @@
 #include <stdint.h>
 #include "job.h"
 #include "err.h"
+#include "tokens.h"
 
-enum ddpc_dtype { DDPC_DTYPE_U8, DDPC_DTYPE_F32 };
+/* U16: a `format: tokens` stream (llm.c's uint16 tokens) */
+enum ddpc_dtype { DDPC_DTYPE_U8, DDPC_DTYPE_F32, DDPC_DTYPE_U16 };
 
 struct ddpc_dataset {
     int64_t n;              /* samples */
@@ -36,18 +39,45 @@ struct ddpc_dataset {
                                    labels file; CSV: the file itself) */
     char    label_note[320];  /* CSV without class labels: which line's label
                                  made them targets ("" if none did) */
+    int32_t seq_len;        /* labels per sample: 0 or 1 (one label, as above);
+                               T for token windows */
+    /* Token streams (format text, tokens): x is the stream itself, [ntok]
+     * uint8 (text) or uint16 (tokens), never copied per window. Samples are
+     * windows of T + 1 tokens starting at i * stride (data_set_windows):
+     * inputs d[s .. s+T), labels d[s+1 .. s+T+1). n and features are 0
+     * until data_set_windows sets them. */
+    int64_t ntok;           /* tokens loaded (the source's range) */
+    int64_t stride;         /* 0: not a token stream, or no windows yet */
+    int32_t max_token;      /* the largest token loaded; -1 if none */
+    int64_t tok_first;      /* the stream index (all files) of x's token 0 */
+    double  range_lo, range_hi;       /* the source's range, for messages */
+    struct ddpc_token_files files;    /* where the stream came from; owned */
 };
 
-/* Reads one source (IDX .gz or plain, NPY, CSV, synthetic). Errors name the
- * file and say what is wrong (missing, bad magic, truncated, mismatched
- * counts, a NaN or infinity in float data with its sample and feature or
- * its CSV line). data_free is safe after a failed load. */
+/* Reads one source (IDX .gz or plain, NPY, CSV, synthetic, text, tokens).
+ * Errors name the file and say what is wrong (missing, bad magic, truncated,
+ * mismatched counts, a NaN or infinity in float data with its sample and
+ * feature or its CSV line). A token source is read whole (its range) and
+ * has no samples until data_set_windows. data_free is safe after a failed
+ * load. */
 int  data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                struct ddpc_err *e);
 void data_free(struct ddpc_dataset *ds);
 
+/* Makes a loaded token stream a dataset of windows: T inputs and T labels
+ * per sample (features = seq_len = T), window i starting at token
+ * i * stride: stride T + 1 for training (non-overlapping windows of T + 1),
+ * T for evaluation (every token but the first is a target exactly once).
+ * Errors, naming the file: a token >= vocab (its file, position and value;
+ * vocab 0 skips the check), fewer than T + 1 tokens, a source that is not
+ * a token stream. */
+int  data_set_windows(struct ddpc_dataset *ds, int32_t T, int64_t stride, int32_t vocab,
+                      struct ddpc_err *e);
+
 /* x_out[count, features] = inputs of samples idx[0..count) as float;
- * labels_out[count] or y_out[count, targets] likewise (either may be NULL). */
+ * labels_out[count * max(seq_len, 1)] or y_out[count, targets] likewise
+ * (either may be NULL). Token windows: x_out[i, t] = d[s + t] and
+ * labels_out[i * T + t] = d[s + t + 1], s = idx[i] * stride. */
 void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
                  float *x_out, int32_t *labels_out, float *y_out);
 /* Hints the CPU to start loading the inputs of samples idx[0..count) (the

@@ -80,7 +80,7 @@
     V(DDPC_LOSS_CROSS_ENTROPY, "cross_entropy") V(DDPC_LOSS_MSE, "mse")
 #define DDPC_ENUM_LIST_data_format(V, A, H) \
     V(DDPC_DATA_IDX, "idx") V(DDPC_DATA_NPY, "npy") V(DDPC_DATA_CSV, "csv") \
-    V(DDPC_DATA_SYNTHETIC, "synthetic")
+    V(DDPC_DATA_SYNTHETIC, "synthetic") V(DDPC_DATA_TEXT, "text") V(DDPC_DATA_TOKENS, "tokens")
 #define DDPC_ENUM_LIST_optimizer_type(V, A, H) \
     V(DDPC_OPTIM_ADAM, "adam") V(DDPC_OPTIM_ADAMW, "adamw") V(DDPC_OPTIM_SGD, "sgd")
 #define DDPC_ENUM_LIST_decay(V, A, H) \
@@ -149,17 +149,25 @@ struct ddpc_layer_item {
  *   idx:       inputs, labels  (IDX files, gzipped if they end in .gz)
  *   npy:       inputs, labels  (float32 or uint8 inputs, integer labels, C order)
  *   csv:       path, label_column (0-based; other columns are features)
- *   synthetic: samples, features, classes, seed (classes 0 = regression) */
+ *   synthetic: samples, features, classes, seed (classes 0 = regression)
+ *   text:      path (the file's bytes are the tokens), range
+ *   tokens:    path (one llm.c shard, or a glob(3) pattern of shards, read in
+ *              strcmp order), range
+ * range_lo, range_hi: the part of the token stream used, as fractions of
+ * its length n: tokens [floor(lo * n), floor(hi * n)), so [0, 0.9] and
+ * [0.9, 1] of one stream never share a token. */
 struct ddpc_data_source {
     enum ddpc_data_format format;
     const char *inputs;         /* idx, npy: path of the input array */
     const char *labels;         /* idx, npy: path of the label array */
-    const char *path;           /* csv */
+    const char *path;           /* csv, text, tokens (tokens: may be a glob pattern) */
     int32_t     label_column;   /* csv */
     int64_t     samples;        /* synthetic */
     int32_t     features;       /* synthetic */
     int32_t     classes;        /* synthetic; 0 means regression targets */
     uint64_t    seed;           /* synthetic */
+    double      range_lo;       /* text, tokens: 0 <= range_lo < range_hi <= 1 */
+    double      range_hi;
 };
 
 struct ddpc_job {

@@ -11,6 +11,7 @@
 #include "validate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
@@ -24,6 +25,7 @@
 
 #include "layers.h"
 #include "probe.h"
+#include "tokens.h"
 #include "units.h"
 
 /* The shortest deadline a duration key takes: below a scheduler tick, every
@@ -49,6 +51,7 @@ struct ddpc_vctx {
 static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int key_range(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
@@ -1275,6 +1278,53 @@ static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
     return rc;
 }
 
+/* data.<source>.range: [from, to], fractions of the token stream. field is
+ * the source's range_lo; range_hi follows it in the same source. */
+static int key_range(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                     const char *path)
+{
+    struct ddpc_data_source *src =
+        (struct ddpc_data_source *)((char *)field - offsetof(struct ddpc_data_source, range_lo));
+    char found[96], ipath[280];
+    src->range_lo = 0.0;
+    src->range_hi = 1.0;
+    if (!n)
+        return 0;
+    if (n->kind != DDPC_NODE_SEQ || n->n != 2) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of two fractions [from, to] of the "
+              "token stream, such as [0.0, 0.9], found %s",
+              n->kind == DDPC_NODE_SEQ ? (n->n == 1 ? "1 item" : n->n == 0 ? "no items"
+                                                               : "more than 2 items")
+                                       : describe(n, found, sizeof found));
+        return -1;
+    }
+    int rc = 0;
+    double v[2];
+    for (int i = 0; i < 2; i++) {
+        const struct ddpc_node *it = n->items[i];
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        if (it->kind != DDPC_NODE_SCALAR || it->quoted || units_double(it->str, &v[i]) < 0 ||
+            !isfinite(v[i])) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a number, found %s",
+                  describe(it, found, sizeof found));
+            rc = -1;
+        } else if (v[i] < 0 || v[i] > 1) {
+            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be a fraction in [0, 1], found %s", it->str);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && v[0] >= v[1]) {
+        vdiag(c, DDPC_SEV_ERROR, n, path, "from (%s) must be less than to (%s): the range "
+              "[from, to] would hold no tokens", n->items[0]->str, n->items[1]->str);
+        rc = -1;
+    }
+    if (rc == 0) {
+        src->range_lo = v[0];
+        src->range_hi = v[1];
+    }
+    return rc;
+}
+
 static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
                      const char *path)
 {
@@ -1779,6 +1829,99 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
     info->samples = count[0];
 }
 
+/* ---- token sources (format text, tokens) ---- */
+
+/* check reads at most this much of a text source to compare its bytes with
+ * a vocab_size below 256 (the job checks every byte at load anyway) */
+#define TEXT_SCAN_MAX ((int64_t)64 << 20)
+
+/* The first byte of [a, b) of text file p that is >= vocab: its offset and
+ * value, 0 if none, -1 if unreadable. */
+static int text_first_over(const char *p, int64_t a, int64_t b, int vocab, int64_t *off,
+                           int *val)
+{
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    unsigned char buf[65536];
+    int rc = 0;
+    for (int64_t pos = a; pos < b && rc == 0;) {
+        size_t want = b - pos < (int64_t)sizeof buf ? (size_t)(b - pos) : sizeof buf;
+        ssize_t r = pread(fd, buf, want, (off_t)pos);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = -1;
+            break;
+        }
+        for (ssize_t i = 0; i < r; i++)
+            if (buf[i] >= vocab) {
+                *off = pos + i;
+                *val = buf[i];
+                rc = 1;
+                break;
+            }
+        pos += r;
+    }
+    close(fd);
+    return rc;
+}
+
+/* A text or tokens source: its files exist, shard headers are sound, the
+ * range holds one window of T + 1 tokens (T 0: unknown), and a text
+ * source's bytes are below vocab (vocab 0: unknown; a file larger than
+ * TEXT_SCAN_MAX gets a warning, the job checks at load). Tokens of shards
+ * are compared with vocab_size at load (reading them all is not cheap). */
+static void token_source_check(struct ddpc_vctx *c, const struct ddpc_data_source *s,
+                               const char *spath, int64_t vocab, int64_t T, int64_t stride)
+{
+    char key[64], why[PATH_MAX + 256];
+    snprintf(key, sizeof key, "%s.path", spath);
+    const struct ddpc_node *n = load_lookup(c->root, key);
+    struct ddpc_token_files tf;
+    if (!s->path || !n || !c->opt || !c->opt->read_data_headers)
+        return;
+    /* the path as written (from the current directory), so messages name it so */
+    char shown[PATH_MAX + 64];
+    const char *p = shown_path(c, n, shown, sizeof shown);
+    if (tokens_list(p, s->format, &tf, why, sizeof why) < 0) {
+        vdiag(c, DDPC_SEV_ERROR, n, key, "%s", why);
+        return;
+    }
+    int64_t a, b;
+    tokens_range(tf.total, s->range_lo, s->range_hi, &a, &b);
+    char rk[64];
+    snprintf(rk, sizeof rk, "%s.range", spath);
+    const struct ddpc_node *rn = load_lookup(c->root, rk);
+    if (T > 0 && tokens_windows(b - a, T, stride) < 1) {
+        vdiag(c, DDPC_SEV_ERROR, rn ? rn : n, rn ? rk : key, "%s%s %lld tokens%s, fewer than "
+              "block_size + 1 = %lld that one window needs; use more data%s or a smaller "
+              "model.block_size", tf.n > 1 ? "the shards of " : "", p,
+              (long long)(b - a), rn ? " in this range" : "", (long long)T + 1,
+              rn ? ", a wider range" : "");
+    } else if (s->format == DDPC_DATA_TEXT && vocab > 0 && vocab < 256) {
+        const struct ddpc_node *vn = load_lookup(c->root, "model.vocab_size");
+        if (b - a > TEXT_SCAN_MAX) {
+            vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
+                  "%s is a text source (tokens are bytes, 0 to 255) larger than check reads "
+                  "(%lld MiB); the job fails at load if a byte is >= vocab_size %lld",
+                  p, (long long)(TEXT_SCAN_MAX >> 20), (long long)vocab);
+        } else {
+            int64_t off = 0;
+            int val = 0;
+            int r = text_first_over(tf.f[0].path, a, b, (int)vocab, &off, &val);
+            if (r < 0)
+                vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s", p, strerror(errno));
+            else if (r > 0)
+                vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
+                      "%s holds byte %d at offset %lld, not below vocab_size %lld: a text "
+                      "source's tokens are its bytes; set model.vocab_size: 256", p,
+                      val, (long long)off, (long long)vocab);
+        }
+    }
+    tokens_list_free(&tf);
+}
+
 /* ===================== cross-key rules ===================== */
 
 static const struct ddpc_node *at(struct ddpc_vctx *c, const char *dotted)
@@ -2143,6 +2286,14 @@ static void cross_rules(struct ddpc_vctx *c)
             vdiag(c, DDPC_SEV_ERROR, n, "checkpoint.resume", "cannot resume from '%s': %s",
                   j->checkpoint.resume_path, strerror(errno));
     }
+
+    /* token sources: their files, shard headers and windows */
+    if (at(c, "data.train") && (j->data.train.format == DDPC_DATA_TEXT ||
+                                j->data.train.format == DDPC_DATA_TOKENS))
+        token_source_check(c, &j->data.train, "data.train", 0, 0, 0);
+    if (j->data.has_test && (j->data.test.format == DDPC_DATA_TEXT ||
+                             j->data.test.format == DDPC_DATA_TOKENS))
+        token_source_check(c, &j->data.test, "data.test", 0, 0, 0);
 
     /* data vs model: only when the blocks themselves were valid */
     int seq = j->model.type == DDPC_MODEL_SEQUENTIAL;

@@ -4,7 +4,9 @@
  * plain, NPY float32/uint8 (+ int64 labels, float regression targets), CSV
  * with a header; the synthetic generator is deterministic per seed. Errors:
  * missing file, wrong IDX magic, truncated file, count mismatch — each
- * message names the offending file. */
+ * message names the offending file. Token streams (text, llm.c shards
+ * written by a small writer here): windows byte for byte as GPT.md item 3
+ * says, ranges, shards in name order, and every bad shard by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <zlib.h>
 #include "suites.h"
 #include "data.h"
+#include "sampler.h"
 
 static char dir[256];
 static char path_buf[8][320];
@@ -484,6 +487,331 @@ START_TEST(synthetic_deterministic)
 }
 END_TEST
 
+/* ===== token streams: text and llm.c shards ===== */
+
+/* An llm.c shard (dev/data/data_common.py write_datafile): 256 little-endian
+ * int32 (magic, version, count, zeros), then ntok little-endian uint16;
+ * count is what the header claims, which a bad shard makes differ. */
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t count,
+                        const uint16_t *tok, size_t ntok)
+{
+    size_t n = 1024 + 2 * ntok;
+    unsigned char *b = calloc(1, n);
+    ck_assert_ptr_nonnull(b);
+    int32_t h[3] = { magic, version, count };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (unsigned char)((uint32_t)h[i] >> (8 * k));
+    for (size_t i = 0; i < ntok; i++) {
+        b[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
+        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
+    }
+    write_bytes(path, b, n, 0);
+    free(b);
+}
+
+static void load_ok(const struct ddpc_data_source *src, struct ddpc_dataset *ds)
+{
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(src, ds, &e) == 0, "%s", e.msg);
+}
+
+static void windows_ok(struct ddpc_dataset *ds, int T, int stride, int vocab)
+{
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_set_windows(ds, T, stride, vocab, &e) == 0, "%s", e.msg);
+}
+
+static void expect_window_error(struct ddpc_dataset *ds, int T, int stride, int vocab,
+                                const char *what1, const char *what2)
+{
+    struct ddpc_err e = {0};
+    int64_t n = ds->n;
+    ck_assert_int_lt(data_set_windows(ds, T, stride, vocab, &e), 0);
+    ck_assert_msg(strstr(e.msg, what1) != NULL, "message lacks \"%s\": %s", what1, e.msg);
+    ck_assert_msg(strstr(e.msg, what2) != NULL, "message lacks \"%s\": %s", what2, e.msg);
+    ck_assert_int_eq(ds->n, n);   /* unchanged by a failed call */
+}
+
+/* GPT.md item 3 on a 20-byte text, T = 4: training windows d[5i .. 5i+5)
+ * (input 4, labels the next 4), test windows at stride 4 over
+ * floor((20 - 1) / 4) = 4 of them. */
+START_TEST(text_windows_train_and_test)
+{
+    const char *txt = "0123456789abcdefghij";
+    write_bytes(tmp_path(0, "t.txt"), txt, 20, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_TEXT, .path = path_buf[0],
+                                    .range_lo = 0, .range_hi = 1 };
+    struct ddpc_dataset tr, te;
+    load_ok(&src, &tr);
+    ck_assert_int_eq(tr.dtype, DDPC_DTYPE_U8);
+    ck_assert_int_eq(tr.ntok, 20);
+    ck_assert_int_eq(tr.max_token, 'j');
+    ck_assert_int_eq(tr.n, 0);   /* no samples before windows */
+    windows_ok(&tr, 4, 5, 256);
+    ck_assert_int_eq(tr.n, 4);
+    ck_assert_int_eq(tr.features, 4);
+    ck_assert_int_eq(tr.seq_len, 4);
+    int64_t idx[2] = { 1, 3 };
+    float x[8];
+    int32_t lab[8];
+    data_gather(&tr, idx, 2, x, lab, NULL);
+    const char *want_x = "5678fghi", *want_l = "6789ghij";
+    for (int t = 0; t < 8; t++) {
+        ck_assert_float_eq(x[t], (float)want_x[t]);
+        ck_assert_int_eq(lab[t], want_l[t]);
+    }
+    load_ok(&src, &te);
+    windows_ok(&te, 4, 4, 256);
+    ck_assert_int_eq(te.n, 4);   /* floor(19 / 4) */
+    int64_t last = 3, mid = 2;
+    data_gather(&te, &mid, 1, x, lab, NULL);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_float_eq(x[t], (float)"89ab"[t]);
+        ck_assert_int_eq(lab[t], "9abc"[t]);
+    }
+    data_gather(&te, &last, 1, x, lab, NULL);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_float_eq(x[t], (float)"cdef"[t]);
+        ck_assert_int_eq(lab[t], "defg"[t]);
+    }
+    /* 19 tokens: still 4 test windows ((19-1)/4), 3 training ones */
+    data_free(&te);
+    write_bytes(path_buf[0], txt, 19, 0);
+    load_ok(&src, &te);
+    windows_ok(&te, 4, 4, 256);
+    ck_assert_int_eq(te.n, 4);
+    data_free(&te);
+    load_ok(&src, &te);
+    windows_ok(&te, 4, 5, 256);
+    ck_assert_int_eq(te.n, 3);
+    data_free(&te);
+    data_free(&tr);
+}
+END_TEST
+
+/* range [0, 0.9] and [0.9, 1] of one file: the train part ends where the
+ * test part starts, so no token is in both and none is lost. */
+START_TEST(text_range_splits_one_file)
+{
+    char txt[101];
+    for (int i = 0; i < 100; i++)
+        txt[i] = (char)('A' + i % 50);
+    write_bytes(tmp_path(0, "f.txt"), txt, 97, 0);   /* 97: 0.9 n is not whole */
+    struct ddpc_data_source a = { .format = DDPC_DATA_TEXT, .path = path_buf[0],
+                                  .range_lo = 0.0, .range_hi = 0.9 };
+    struct ddpc_data_source b = a;
+    b.range_lo = 0.9;
+    b.range_hi = 1.0;
+    struct ddpc_dataset da, db;
+    load_ok(&a, &da);
+    load_ok(&b, &db);
+    ck_assert_int_eq(da.ntok, 87);   /* floor(0.9 * 97) */
+    ck_assert_int_eq(db.ntok, 10);
+    ck_assert_int_eq(db.tok_first, 87);
+    ck_assert_mem_eq(da.x, txt, 87);
+    ck_assert_mem_eq(db.x, txt + 87, 10);
+    /* too short for T = 10: the message says the range and what to do */
+    expect_window_error(&db, 10, 11, 256, "10 tokens (range [0.9, 1] of its 97 tokens)",
+                        "block_size + 1 = 11");
+    windows_ok(&db, 9, 10, 256);
+    ck_assert_int_eq(db.n, 1);
+    data_free(&da);
+    data_free(&db);
+}
+END_TEST
+
+/* Shards named by a glob pattern are one stream in the byte order of their
+ * names (not the order written, not the locale's): windows cross shard
+ * boundaries, and uint16 tokens above 255 survive. */
+START_TEST(tokens_shards_in_order)
+{
+    uint16_t a[3] = { 1000, 1001, 1002 }, b[3] = { 1003, 1004, 1005 },
+             c[4] = { 1006, 1007, 1008, 65535 };
+    write_shard(tmp_path(0, "sh_c.bin"), 20240520, 1, 4, c, 4);
+    write_shard(tmp_path(0, "sh_a.bin"), 20240520, 1, 3, a, 3);
+    write_shard(tmp_path(0, "sh_b.bin"), 20240520, 1, 3, b, 3);
+    write_shard(tmp_path(0, "sh_B.bin"), 20240520, 1, 1, b, 1);  /* 'B' < 'a': first */
+    write_bytes(tmp_path(0, "other.bin"), "x", 1, 0);            /* not matched */
+    tmp_path(1, "sh_[a-c].bin");
+    struct ddpc_data_source src = { .format = DDPC_DATA_TOKENS, .path = path_buf[1],
+                                    .range_lo = 0, .range_hi = 1 };
+    struct ddpc_dataset ds;
+    load_ok(&src, &ds);
+    ck_assert_int_eq(ds.files.n, 3);
+    ck_assert_msg(strstr(ds.files.f[1].path, "sh_b.bin") != NULL, "%s", ds.files.f[1].path);
+    ck_assert_int_eq(ds.dtype, DDPC_DTYPE_U16);
+    ck_assert_int_eq(ds.ntok, 10);
+    ck_assert_int_eq(ds.max_token, 65535);
+    windows_ok(&ds, 3, 4, 65536);
+    ck_assert_int_eq(ds.n, 2);   /* floor(10 / 4) */
+    int64_t idx[2] = { 1, 0 };
+    float x[6];
+    int32_t lab[6];
+    data_gather(&ds, idx, 2, x, lab, NULL);
+    const int wx[6] = { 1004, 1005, 1006, 1000, 1001, 1002 };
+    const int wl[6] = { 1005, 1006, 1007, 1001, 1002, 1003 };
+    for (int t = 0; t < 6; t++) {
+        ck_assert_float_eq(x[t], (float)wx[t]);
+        ck_assert_int_eq(lab[t], wl[t]);
+    }
+    data_free(&ds);
+    /* every sh_*: sh_B first; a range of the whole stream (11 tokens) */
+    tmp_path(1, "sh_*.bin");
+    src.range_lo = 0.5;
+    load_ok(&src, &ds);
+    ck_assert_int_eq(ds.files.n, 4);
+    ck_assert_int_eq(ds.ntok, 6);   /* [5, 11) */
+    ck_assert_int_eq(((uint16_t *)ds.x)[0], 1004);   /* B, a a a, b [b] b */
+    ck_assert_int_eq(((uint16_t *)ds.x)[5], 65535);
+    data_free(&ds);
+    /* one shard named plainly */
+    src.path = path_buf[0];
+    tmp_path(0, "sh_b.bin");
+    src.range_lo = 0;
+    load_ok(&src, &ds);
+    ck_assert_int_eq(ds.ntok, 3);
+    ck_assert_int_eq(((uint16_t *)ds.x)[2], 1005);
+    data_free(&ds);
+}
+END_TEST
+
+/* A token at or above vocab_size: the file, its position in that file and
+ * its value, and what to do; text names the byte. */
+START_TEST(tokens_over_vocab_are_named)
+{
+    uint16_t a[3] = { 1, 2, 3 }, b[4] = { 4, 700, 6, 900 };
+    write_shard(tmp_path(0, "s_0.bin"), 20240520, 1, 3, a, 3);
+    write_shard(tmp_path(0, "s_1.bin"), 20240520, 1, 4, b, 4);
+    tmp_path(1, "s_?.bin");
+    struct ddpc_data_source src = { .format = DDPC_DATA_TOKENS, .path = path_buf[1],
+                                    .range_lo = 0, .range_hi = 1 };
+    struct ddpc_dataset ds;
+    load_ok(&src, &ds);
+    expect_window_error(&ds, 2, 3, 512, "s_1.bin: token 1 (counting from 0) is 700, not below "
+                        "model.vocab_size 512 (and larger ones follow)", "at least 901");
+    windows_ok(&ds, 2, 3, 901);
+    data_free(&ds);
+    /* the position is the file's, also when a range starts inside it */
+    src.range_lo = 0.5;   /* [3, 7): s_1's tokens */
+    load_ok(&src, &ds);
+    expect_window_error(&ds, 2, 3, 800, "s_1.bin: token 3 (counting from 0) is 900", "901");
+    data_free(&ds);
+    write_bytes(tmp_path(2, "t.txt"), "abc\xff" "def", 7, 0);
+    struct ddpc_data_source t = { .format = DDPC_DATA_TEXT, .path = path_buf[2],
+                                  .range_lo = 0, .range_hi = 1 };
+    load_ok(&t, &ds);
+    ck_assert_int_eq(ds.max_token, 255);
+    expect_window_error(&ds, 2, 3, 128, "t.txt: byte 3 (counting from 0) is 255", "256");
+    data_free(&ds);
+}
+END_TEST
+
+static void expect_tokens_error(const char *path, const char *file, const char *what)
+{
+    struct ddpc_data_source src = { .format = DDPC_DATA_TOKENS, .path = path,
+                                    .range_lo = 0, .range_hi = 1 };
+    expect_error(&src, file, what);
+}
+
+START_TEST(tokens_bad_shards_are_named)
+{
+    uint16_t t[4] = { 1, 2, 3, 4 };
+    write_shard(tmp_path(0, "magic.bin"), 20240521, 1, 4, t, 4);
+    expect_tokens_error(path_buf[0], "magic.bin", "its magic is 20240521, not 20240520");
+    write_shard(tmp_path(0, "v2.bin"), 20240520, 2, 4, t, 4);
+    expect_tokens_error(path_buf[0], "v2.bin", "version 2 token shard (uint32 tokens");
+    write_shard(tmp_path(0, "trunc.bin"), 20240520, 1, 5, t, 4);
+    expect_tokens_error(path_buf[0], "trunc.bin", "header says 5 tokens (10 bytes after the "
+                        "1024-byte header) but the file has 8 bytes after it: truncated");
+    write_shard(tmp_path(0, "extra.bin"), 20240520, 1, 3, t, 4);
+    expect_tokens_error(path_buf[0], "extra.bin", "extra bytes after the tokens");
+    write_shard(tmp_path(0, "neg.bin"), 20240520, 1, -1, t, 4);
+    expect_tokens_error(path_buf[0], "neg.bin", "token count is negative (-1)");
+    write_bytes(tmp_path(0, "short.bin"), "\x28\x06\x35\x01", 4, 0);
+    expect_tokens_error(path_buf[0], "short.bin", "less than the 1024-byte header");
+    expect_tokens_error(tmp_path(0, "absent.bin"), "absent.bin", "No such file");
+    expect_tokens_error(tmp_path(0, "none_*.bin"), "none_*.bin", "no file matches the pattern");
+    /* one bad shard among good ones is named */
+    write_shard(tmp_path(0, "g_0.bin"), 20240520, 1, 4, t, 4);
+    write_shard(tmp_path(0, "g_1.bin"), 20240520, 1, 9, t, 4);
+    expect_tokens_error(tmp_path(1, "g_*.bin"), "g_1.bin", "truncated");
+    /* a directory that matches */
+    ck_assert_int_eq(mkdir(tmp_path(0, "g_2.bin"), 0700), 0);
+    unlink(tmp_path(0, "g_1.bin"));
+    expect_tokens_error(tmp_path(1, "g_*.bin"), "g_2.bin", "is a directory");
+    /* text: a missing file, and a file with no tokens */
+    struct ddpc_data_source txt = { .format = DDPC_DATA_TEXT, .path = tmp_path(2, "no.txt"),
+                                    .range_lo = 0, .range_hi = 1 };
+    expect_error(&txt, "no.txt", "No such file");
+    write_bytes(tmp_path(2, "empty.txt"), "", 0, 0);
+    struct ddpc_dataset ds;
+    load_ok(&txt, &ds);
+    expect_window_error(&ds, 1, 2, 256, "empty.txt has 0 tokens", "block_size + 1 = 2");
+    data_free(&ds);
+}
+END_TEST
+
+/* Windows are samples like any other: a non-token dataset is refused, and
+ * the sampler's shards over window indices cover every training window
+ * once per epoch across ranks, so each token of the windowed prefix is an
+ * input or the last label exactly once. */
+START_TEST(windows_through_the_sampler)
+{
+    struct ddpc_data_source syn = { .format = DDPC_DATA_SYNTHETIC, .samples = 10,
+                                    .features = 2, .classes = 2, .seed = 1 };
+    struct ddpc_dataset ds;
+    load_ok(&syn, &ds);
+    expect_window_error(&ds, 2, 3, 0, "is not a token stream", "format text or tokens");
+    data_free(&ds);
+    unsigned char txt[1000];
+    for (int i = 0; i < 1000; i++)
+        txt[i] = (unsigned char)(i * 7 % 251);
+    write_bytes(tmp_path(0, "s.txt"), txt, sizeof txt, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_TEXT, .path = path_buf[0],
+                                    .range_lo = 0, .range_hi = 1 };
+    load_ok(&src, &ds);
+    const int T = 7;
+    windows_ok(&ds, T, T + 1, 256);
+    ck_assert_int_eq(ds.n, 125);
+    int seen[1000] = {0};
+    for (int epoch = 0; epoch < 2; epoch++) {
+        memset(seen, 0, sizeof seen);
+        for (int rank = 0; rank < 2; rank++) {
+            struct ddpc_sampler s;
+            struct ddpc_err e = {0};
+            ck_assert_int_eq(sampler_init(&s, ds.n, rank, 2, 2, 1, 1, 42, 0, 1.0, &e), 0);
+            sampler_set_epoch(&s, epoch);
+            for (int64_t bi = 0; bi < s.n_batches; bi++) {
+                const int64_t *idx;
+                int rows = sampler_batch(&s, bi, &idx);
+                float x[4 * 7];
+                int32_t lab[4 * 7];
+                data_gather(&ds, idx, rows, x, lab, NULL);
+                for (int r = 0; r < rows; r++) {
+                    int64_t s0 = idx[r] * (T + 1);
+                    for (int t = 0; t < T; t++) {
+                        ck_assert_float_eq(x[r * T + t], (float)txt[s0 + t]);
+                        ck_assert_int_eq(lab[r * T + t], txt[s0 + t + 1]);
+                        seen[s0 + t]++;
+                    }
+                    seen[s0 + T]++;
+                }
+            }
+            sampler_free(&s);
+        }
+        /* drop_last: 124 of 125 windows (62 per rank, 31 batches of 2), each once */
+        int once = 0;
+        for (int i = 0; i < 1000; i++) {
+            ck_assert_int_le(seen[i], 1);
+            once += seen[i];
+        }
+        ck_assert_int_eq(once, 124 * (T + 1));
+    }
+    data_free(&ds);
+}
+END_TEST
+
 Suite *data_suite(void)
 {
     Suite *s = suite_create("data");
@@ -499,6 +827,12 @@ Suite *data_suite(void)
     tcase_add_test(tc, nonfinite_values_are_refused);
     tcase_add_test(tc, csv_label_note_names_the_line);
     tcase_add_test(tc, non_regular_files_are_refused_without_blocking);
+    tcase_add_test(tc, text_windows_train_and_test);
+    tcase_add_test(tc, text_range_splits_one_file);
+    tcase_add_test(tc, tokens_shards_in_order);
+    tcase_add_test(tc, tokens_over_vocab_are_named);
+    tcase_add_test(tc, tokens_bad_shards_are_named);
+    tcase_add_test(tc, windows_through_the_sampler);
     suite_add_tcase(s, tc);
     return s;
 }
