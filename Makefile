@@ -215,9 +215,11 @@ $(B)/share/man/man1/ddpc.1: docs/ddpc.1
 # ---- tests ----
 # the plan and emit suites test compiler/ code: everything but its main()
 TEST_COMPILER_OBJ := $(filter-out $(B)/obj/compiler/main.o,$(COMPILER_OBJ))
+# the allocation functions wrapped: tests/testutil.c counts them (alloc_count_start)
+TEST_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc
 $(TESTS): $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(YAML_LIBS) $(CHECK_LIBS) $(RT_LIBS)
+	$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(YAML_LIBS) $(CHECK_LIBS) $(RT_LIBS)
 
 # never installs anything: scripts/install-deps (or make deps) does, first
 test check: all $(TESTS)

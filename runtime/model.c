@@ -89,6 +89,13 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
     }
     if (net->scratch_floats)
         DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)net->scratch_floats * sizeof(float), e));
+    size_t plane = 0;
+    for (int k = 0; k < net->n; k++)
+        if (net->node[k].it.type == DDPC_LAYER_CONV2D &&
+            (size_t)net->node[k].in.d[1] * net->node[k].in.d[2] > plane)
+            plane = (size_t)net->node[k].in.d[1] * net->node[k].in.d[2];
+    if (plane)
+        DDPC_TRY(ops->alloc(ops, (void **)&m->ws, plane * sizeof(float), e));
     m->logits = m->y[net->n - 1];
     m->dbuf[0] = m->g[net->n - 1];
     m->training = 1;
@@ -392,6 +399,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         }
         if (want_dx) {
             a.aux = m->col;
+            a.ws = m->ws;
             rc = lk(o, DDPC_LK_COL2IM, n_in, &a, e);
         }
         break;
@@ -520,13 +528,15 @@ void model_free(struct ddpc_model *m)
     }
     if (m->col)
         o->release(o, m->col);
+    if (m->ws)
+        o->release(o, m->ws);
     if (m->state)
         o->release(o, m->state);
     if (m->params && !m->params_borrowed)
         o->release(o, m->params);
     if (m->grads && !m->grads_borrowed)
         o->release(o, m->grads);
-    m->col = m->state = m->params = m->grads = NULL;
+    m->col = m->ws = m->state = m->params = m->grads = NULL;
     m->logits = NULL;
     m->dbuf[0] = m->dbuf[1] = NULL;
 }

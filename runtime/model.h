@@ -46,6 +46,8 @@ struct ddpc_model {
     float  *stat[DDPC_MAX_NODES]; /* norms: mean and 1/std (per channel or row), then
                                      batch norm's backward sums */
     float  *col;                  /* conv im2col scratch [max_batch * scratch_floats] */
+    float  *ws;                   /* layer kernels' scratch (struct ddpc_lk.ws): col2im's
+                                     plane, the largest conv input's H*W floats */
     int     fused[DDPC_MAX_NODES];/* 1: a linear node whose following activation node
                                      is computed with it (bias_act_forward) */
     float  *logits;               /* == y[last] after forward */

@@ -405,14 +405,11 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
     case DDPC_LK_IM2COL:
         cpu_im2col(a);
         break;
-    case DDPC_LK_COL2IM: {
-        float *plane = NULL;
-        if (a->accx && !(plane = malloc((size_t)a->H * a->W * sizeof *plane)))
-            return DDPC_FAIL(e, DDPC_E_NOMEM, "col2im: out of memory");
-        cpu_col2im(a, plane);
-        free(plane);
+    case DDPC_LK_COL2IM:
+        if (a->accx && !a->ws)   /* model_init's scratch: the step never allocates */
+            return DDPC_FAIL(e, DDPC_E_INVALID, "col2im: adding into dx needs ws (H*W floats)");
+        cpu_col2im(a, a->ws);
         break;
-    }
     case DDPC_LK_CHAN_BIAS:
         for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
             float b = a->w[r % (size_t)a->C], *y = a->y + r * (size_t)a->H;

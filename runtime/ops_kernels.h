@@ -208,7 +208,8 @@ DDPC_HD float ddpc_k_act2_grad(int act, float z, float slope)
 /* Kernel ids of struct ddpc_ops.layer_kernel. */
 enum ddpc_lk_kind {
     DDPC_LK_IM2COL,        /* y[n][c*K*K][OH*OW] = x[n][c][..] (0 outside); i over N*C*K*K*OH*OW */
-    DDPC_LK_COL2IM,        /* dx[n][c][h][w] (+)= sum of aux (col) entries that read it; i over N*C*H*W */
+    DDPC_LK_COL2IM,        /* dx[n][c][h][w] (+)= sum of aux (col) entries that read it; i over N*C*H*W;
+                              ws: H*W floats of scratch (the CPU backend's sums with accx) */
     DDPC_LK_CHAN_BIAS,     /* y[n][c][s] += w[c]; i over N*C*H (H = spatial) */
     DDPC_LK_CHAN_BIAS_GRAD,/* db[c] (+)= sum over n, s of dy[n][c][s]; i over C */
     DDPC_LK_POOL_FWD,      /* act 0 max (idx: argmax in the plane), 1 avg; i over N*C*OH*OW */
@@ -237,6 +238,7 @@ struct ddpc_lk {
     const float *x, *w, *b, *dy, *aux;
     float   *y, *dx, *dw, *db, *s0, *s1, *rs, *t;
     int32_t *idx;
+    float   *ws;               /* scratch the caller allocated at init: kernels never allocate */
     int      N, C, H, W, OH, OW, K, S, P;
     int      act;
     float    f0, f1, f2;       /* slope; p and 1/(1-p); eps, momentum */

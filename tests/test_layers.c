@@ -487,6 +487,68 @@ START_TEST(gpt_lowering_is_nanogpt)
 }
 END_TEST
 
+/* model.h's contract: forward and backward never allocate after
+ * model_init (a training step must not fail or stall in malloc). Every
+ * layer type, a conv2d whose input gradient adds to a residual's (col2im
+ * with accx, which once malloc'ed a plane per call), train and eval. */
+START_TEST(step_never_allocates)
+{
+    struct built b;
+    build_spec(&b, HEAD "model:\n  type: sequential\n  input: [2, 8, 8]\n  layers:\n"
+               "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n"
+               "    - residual:\n        - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n"
+               "        - batchnorm2d\n        - relu\n"
+               "    - maxpool2d: {kernel_size: 2}\n    - avgpool2d: {kernel_size: 2, padding: 1}\n"
+               "    - leaky_relu\n    - adaptiveavgpool2d\n    - flatten\n"
+               "    - linear: {out_features: 6}\n    - batchnorm1d\n    - gelu\n"
+               "    - dropout: {p: 0.5}\n    - linear: {out_features: 5}\n    - layernorm\n"
+               "    - silu\n    - tanh\n    - sigmoid\n    - linear: {out_features: 3}\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 128, classes: 3}\n");
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_model m;
+    enum { ROWS = 5 };
+    ck_assert_msg(model_init(&m, &o, &b.job, ROWS, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 3, &e), 0);
+    float x[ROWS * 128];
+    int32_t lab[ROWS];
+    for (int i = 0; i < ROWS * 128; i++)
+        x[i] = (float)(i % 11) - 5.0f;
+    for (int i = 0; i < ROWS; i++)
+        lab[i] = i % 3;
+    double acc[DDPC_LOSS_ACC] = { 0 };
+    int rc = 0;
+    /* no ck_assert inside: Check's own location records allocate */
+    alloc_count_start();
+    for (int step = 0; step < 2 && rc == 0; step++) {   /* overwrite, then accumulate */
+        model_set_mode(&m, 1, 7 + (uint64_t)step);
+        rc = model_forward(&m, x, ROWS, &e);
+        if (rc == 0)
+            rc = o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, m.logits, lab, NULL, m.dbuf[0], ROWS, 3,
+                        1.0f / ROWS, acc, &e);
+        if (rc == 0)
+            rc = model_backward(&m, x, m.dbuf[0], ROWS, step, NULL, NULL, &e);
+    }
+    model_set_mode(&m, 0, 0);
+    if (rc == 0)
+        rc = model_forward(&m, x, ROWS - 1, &e);
+    long n = alloc_count_stop();
+    ck_assert_msg(rc == 0, "%s", e.msg);
+    ck_assert_msg(n == 0, "forward/backward made %ld allocations", n);
+    ck_assert(isfinite(acc[0]));
+    /* the counter itself works: model_init allocates */
+    struct ddpc_model m2;
+    alloc_count_start();
+    ck_assert_int_eq(model_init(&m2, &o, &b.job, ROWS, &e), 0);
+    ck_assert_int_gt(alloc_count_stop(), 0);
+    model_free(&m2);
+    model_free(&m);
+    o.destroy(&o);
+    built_free(&b);
+}
+END_TEST
+
 Suite *layers_suite(void)
 {
     Suite *s = suite_create("layers");
@@ -502,6 +564,7 @@ Suite *layers_suite(void)
     tcase_add_test(u, plan_buckets_are_runtime_buckets);
     tcase_add_test(u, train_and_eval_modes);
     tcase_add_test(u, gpt_lowering_is_nanogpt);
+    tcase_add_test(u, step_never_allocates);
     suite_add_tcase(s, u);
     return s;
 }

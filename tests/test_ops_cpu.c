@@ -2,8 +2,11 @@
  *
  * gemm in all four transpose combinations with row strides, alpha and beta;
  * bias + activation forward/backward; bias gradient; cross_entropy and mse
- * values and gradients; sumsq/scale; the fused optimizer pass. */
+ * values and gradients; sumsq/scale; the fused optimizer pass; the layer
+ * kernels' loops, bit for bit the element functions of ops_kernels.h (what
+ * the CUDA backend runs). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "suites.h"
@@ -203,6 +206,206 @@ START_TEST(sumsq_scale_optim_step)
 }
 END_TEST
 
+/* ---- layer kernels: ops_cpu's loops against ddpc_lk_run, bitwise ---- */
+
+/* Every output a layer kernel may write, twice: [0] for ops_cpu, [1] for
+ * the element functions; both start as the same noise, so accumulating
+ * (accx, accg) and in-place kernels see the same old values. */
+struct lk_bufs {
+    float   *y[2], *dx[2], *db[2];
+    int32_t *idx[2];
+    size_t   ny, ndx, ndb;
+};
+
+static void lk_bufs_init(struct lk_bufs *b, struct ddpc_rng *r, size_t ny, size_t ndx, size_t ndb)
+{
+    b->ny = ny;
+    b->ndx = ndx;
+    b->ndb = ndb;
+    for (int k = 0; k < 2; k++) {
+        b->y[k] = malloc(ny * sizeof(float));
+        b->dx[k] = malloc(ndx * sizeof(float));
+        b->db[k] = malloc(ndb * sizeof(float));
+        b->idx[k] = malloc(ny * sizeof(int32_t));
+        ck_assert(b->y[k] && b->dx[k] && b->db[k] && b->idx[k]);
+    }
+    fill(r, b->y[0], ny);
+    fill(r, b->dx[0], ndx);
+    fill(r, b->db[0], ndb);
+    for (size_t i = 0; i < ny; i++)
+        b->idx[0][i] = (int32_t)i;
+    memcpy(b->y[1], b->y[0], ny * sizeof(float));
+    memcpy(b->dx[1], b->dx[0], ndx * sizeof(float));
+    memcpy(b->db[1], b->db[0], ndb * sizeof(float));
+    memcpy(b->idx[1], b->idx[0], ny * sizeof(int32_t));
+}
+
+static void lk_bufs_free(struct lk_bufs *b)
+{
+    for (int k = 0; k < 2; k++) {
+        free(b->y[k]);
+        free(b->dx[k]);
+        free(b->db[k]);
+        free(b->idx[k]);
+    }
+}
+
+/* kind over n elements both ways; what = a label for failures. */
+static void lk_same(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *args,
+                    struct lk_bufs *b, const char *what)
+{
+    struct ddpc_lk a[2] = { *args, *args };
+    struct ddpc_err e = { 0 };
+    for (int k = 0; k < 2; k++) {
+        a[k].y = b->y[k];
+        a[k].dx = b->dx[k];
+        a[k].db = b->db[k];
+        a[k].idx = args->idx ? args->idx : b->idx[k];   /* given: pooling backward's argmax */
+    }
+    ck_assert_msg(o->layer_kernel(o, kind, n, &a[0], &e) == 0, "%s: %s", what, e.msg);
+    for (size_t i = 0; i < n; i++)
+        ddpc_lk_run(kind, i, &a[1]);
+    ck_assert_msg(memcmp(b->y[0], b->y[1], b->ny * sizeof(float)) == 0, "%s: y differs", what);
+    ck_assert_msg(memcmp(b->dx[0], b->dx[1], b->ndx * sizeof(float)) == 0, "%s: dx differs",
+                  what);
+    ck_assert_msg(memcmp(b->db[0], b->db[1], b->ndb * sizeof(float)) == 0, "%s: db differs",
+                  what);
+    ck_assert_msg(memcmp(b->idx[0], b->idx[1], b->ny * sizeof(int32_t)) == 0,
+                  "%s: argmax differs", what);
+}
+
+START_TEST(layer_kernels_match_element_functions)
+{
+    /* N, C, H, W, K, S, P: convolutions and poolings, overlapping or not,
+     * padded, odd sizes whose last row and column no window reads */
+    static const int shapes[][7] = {
+        { 2, 3, 7, 6, 3, 1, 1 }, { 2, 3, 9, 9, 3, 2, 1 }, { 2, 2, 8, 8, 2, 2, 0 },
+        { 1, 2, 7, 7, 2, 2, 0 }, { 2, 2, 6, 6, 3, 2, 1 }, { 3, 4, 28, 28, 2, 2, 0 },
+        { 2, 3, 14, 14, 3, 1, 1 }, { 1, 1, 5, 8, 1, 1, 0 }, { 2, 2, 6, 7, 3, 3, 0 },
+        { 2, 5, 9, 9, 2, 1, 1 },
+    };
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_rng r;
+    rng_seed(&r, 77);
+    char what[96];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int *s = shapes[t];
+        int N = s[0], C = s[1], H = s[2], W = s[3], K = s[4], S = s[5], P = s[6];
+        int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+        size_t hw = (size_t)H * W, ohw = (size_t)OH * OW, nin = (size_t)N * C * hw;
+        size_t nout = (size_t)N * C * ohw, ncol = (size_t)N * C * K * K * ohw;
+        float *x = malloc(nin * sizeof *x), *dy = malloc(nout * sizeof *dy);
+        float *col = malloc(ncol * sizeof *col), *ws = malloc(hw * sizeof *ws);
+        float *w = malloc((size_t)C * sizeof *w);
+        ck_assert(x && dy && col && ws && w);
+        fill(&r, x, nin);
+        fill(&r, dy, nout);
+        fill(&r, col, ncol);
+        fill(&r, w, (size_t)C);
+        /* ties, zeros, NaNs and infinities: argmax and max must still agree */
+        for (size_t i = 0; i < nin; i += 7)
+            x[i] = x[i + 1 < nin ? i + 1 : i];
+        for (size_t i = 3; i < nin; i += 29)
+            x[i] = 0.0f;
+        for (size_t i = 5; i < nin; i += 53)
+            x[i] = NAN;
+        for (size_t i = 11; i < nin; i += 97)
+            x[i] = -INFINITY;
+        struct ddpc_lk a;
+        memset(&a, 0, sizeof a);
+        a.N = N; a.C = C; a.H = H; a.W = W; a.OH = OH; a.OW = OW; a.K = K; a.S = S; a.P = P;
+        struct lk_bufs b;
+
+        lk_bufs_init(&b, &r, ncol, 1, 1);
+        a.x = x;
+        snprintf(what, sizeof what, "im2col shape %zu", t);
+        lk_same(&o, DDPC_LK_IM2COL, ncol, &a, &b, what);
+        lk_bufs_free(&b);
+
+        for (int acc = 0; acc < 2; acc++) {
+            lk_bufs_init(&b, &r, 1, nin, 1);
+            struct ddpc_lk c = a;
+            c.aux = col;
+            c.ws = ws;
+            c.accx = acc;
+            snprintf(what, sizeof what, "col2im shape %zu accx %d", t, acc);
+            lk_same(&o, DDPC_LK_COL2IM, nin, &c, &b, what);
+            lk_bufs_free(&b);
+        }
+
+        for (int mode = 0; mode < 2; mode++) {   /* max, avg */
+            lk_bufs_init(&b, &r, nout, 1, 1);
+            struct ddpc_lk p = a;
+            p.x = x;
+            p.act = mode;
+            snprintf(what, sizeof what, "pool fwd shape %zu mode %d", t, mode);
+            lk_same(&o, DDPC_LK_POOL_FWD, nout, &p, &b, what);
+            int32_t *idx = malloc(nout * sizeof *idx);
+            ck_assert_ptr_nonnull(idx);
+            memcpy(idx, b.idx[0], nout * sizeof *idx);
+            lk_bufs_free(&b);
+            for (int acc = 0; acc < 2; acc++) {
+                lk_bufs_init(&b, &r, 1, nin, 1);
+                struct ddpc_lk q = p;
+                q.x = NULL;
+                q.dy = dy;
+                q.idx = mode == 0 ? idx : NULL;
+                q.accx = acc;
+                snprintf(what, sizeof what, "pool bwd shape %zu mode %d accx %d", t, mode, acc);
+                lk_same(&o, DDPC_LK_POOL_BWD, nin, &q, &b, what);
+                lk_bufs_free(&b);
+            }
+            free(idx);
+        }
+
+        /* per channel over H*W: bias, its gradient */
+        struct ddpc_lk c;
+        memset(&c, 0, sizeof c);
+        c.N = N; c.C = C; c.H = (int)hw;
+        lk_bufs_init(&b, &r, nin, 1, (size_t)C);
+        c.w = w;
+        snprintf(what, sizeof what, "chan bias shape %zu", t);
+        lk_same(&o, DDPC_LK_CHAN_BIAS, nin, &c, &b, what);
+        for (int acc = 0; acc < 2; acc++) {
+            struct ddpc_lk g = c;
+            g.dy = x;   /* with NaNs and infinities */
+            g.accg = acc;
+            snprintf(what, sizeof what, "chan bias grad shape %zu accg %d", t, acc);
+            lk_same(&o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)C, &g, &b, what);
+            g.dy = dy;   /* C * ohw floats per sample as [N, C, ohw] */
+            g.H = (int)ohw;
+            lk_same(&o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)C, &g, &b, what);
+        }
+        lk_bufs_free(&b);
+
+        for (int act = 0; act <= DDPC_K_GELU_TANH; act++)
+            for (int acc = 0; acc < 2; acc++) {
+                struct ddpc_lk f;
+                memset(&f, 0, sizeof f);
+                f.act = act;
+                f.f0 = 0.01f;
+                f.x = x;
+                f.dy = x;
+                f.accx = acc;
+                lk_bufs_init(&b, &r, nin, nin, 1);
+                snprintf(what, sizeof what, "act %d shape %zu accx %d", act, t, acc);
+                if (acc == 0)
+                    lk_same(&o, DDPC_LK_ACT_FWD, nin, &f, &b, what);
+                lk_same(&o, DDPC_LK_ACT_BWD, nin, &f, &b, what);
+                lk_bufs_free(&b);
+            }
+        free(x);
+        free(dy);
+        free(col);
+        free(ws);
+        free(w);
+    }
+    o.destroy(&o);
+}
+END_TEST
+
 Suite *ops_cpu_suite(void)
 {
     Suite *s = suite_create("ops_cpu");
@@ -212,6 +415,7 @@ Suite *ops_cpu_suite(void)
     tcase_add_test(tc, cross_entropy_values_and_grads);
     tcase_add_test(tc, mse_values_and_grads);
     tcase_add_test(tc, sumsq_scale_optim_step);
+    tcase_add_test(tc, layer_kernels_match_element_functions);
     suite_add_tcase(s, tc);
     return s;
 }

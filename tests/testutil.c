@@ -507,3 +507,62 @@ int test_skipped(void)
 {
     return skips ? atomic_load(&skips->tests) : 0;
 }
+
+/* ---- allocation counting (the Makefile's -Wl,--wrap=... for run_tests) ---- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+int   __real_posix_memalign(void **p, size_t align, size_t n);
+void *__real_aligned_alloc(size_t align, size_t n);
+
+static atomic_int alloc_counting;
+static atomic_long alloc_counted;
+
+static void alloc_note(void)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add_explicit(&alloc_counted, 1, memory_order_relaxed);
+}
+
+void *__wrap_malloc(size_t n)
+{
+    alloc_note();
+    return __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    alloc_note();
+    return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    alloc_note();
+    return __real_realloc(p, n);
+}
+
+int __wrap_posix_memalign(void **p, size_t align, size_t n)
+{
+    alloc_note();
+    return __real_posix_memalign(p, align, n);
+}
+
+void *__wrap_aligned_alloc(size_t align, size_t n)
+{
+    alloc_note();
+    return __real_aligned_alloc(align, n);
+}
+
+void alloc_count_start(void)
+{
+    atomic_store(&alloc_counted, 0);
+    atomic_store(&alloc_counting, 1);
+}
+
+long alloc_count_stop(void)
+{
+    atomic_store(&alloc_counting, 0);
+    return atomic_load(&alloc_counted);
+}

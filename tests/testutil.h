@@ -89,4 +89,12 @@ void adopt_orphans(void);
 /* Number of children still alive after grace_s (kills and reaps them). */
 int  leftover_children(double grace_s);
 
+/* Allocations made by this process's own code (ddpc's and the tests'; not
+ * by shared libraries) between alloc_count_start and alloc_count_stop:
+ * malloc, calloc, realloc, posix_memalign and aligned_alloc, which the
+ * Makefile links run_tests to wrap (-Wl,--wrap=...). For contracts such as
+ * model.h's "forward/backward never allocate". */
+void alloc_count_start(void);
+long alloc_count_stop(void);
+
 #endif
