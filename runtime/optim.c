@@ -1,17 +1,65 @@
 /* optim.c - LR schedule, clipping factor and optimizer state over flat buffers.
  *
- * Owns: the moment buffers and the step counter (see optim.h). The
+ * Owns: the moment buffers, the step counter and the weight-decay ranges
+ * (see optim.h). The
  * per-element arithmetic is ddpc_k_sgd / ddpc_k_adam in ops_kernels.h, run by
  * the backend's optim_step in one fused pass. Never communicates.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "optim.h"
 #include "ops_kernels.h"
 
+/* The parameter tensors of net in buffer order, each decayed or not, merged
+ * where neighbours agree. They must tile [0, n): a gap or an overlap would
+ * leave parameters unupdated or update them twice. */
+static int ranges_build(struct ddpc_optim *o, const struct ddpc_net *net, int only_weights,
+                        struct ddpc_err *e)
+{
+    int cap = net ? net->n_tensors + 1 : 1;
+    o->range = calloc((size_t)cap, sizeof *o->range);
+    if (!o->range)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "optimizer ranges: out of memory");
+    o->n_ranges = 0;
+    if (!net) {
+        o->range[0] = (struct ddpc_optim_range){ 0, o->n, 1 };
+        o->n_ranges = 1;
+        return 0;
+    }
+    size_t at = 0;
+    while (at < o->n) {
+        /* the parameter tensor that starts at `at` (tensors are few, at
+         * most a few hundred: a scan per tensor is fine) */
+        const struct ddpc_tensor *t = NULL;
+        for (int i = 0; i < net->n_tensors && !t; i++)
+            if (net->tensor[i].kind == DDPC_TENSOR_PARAM && net->tensor[i].off == at &&
+                net->tensor[i].numel > 0)
+                t = &net->tensor[i];
+        if (!t)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "no parameter tensor starts at element %zu "
+                             "of %zu: the tensor list does not tile the parameters", at, o->n);
+        int decay = !only_weights || t->nd >= 2;
+        struct ddpc_optim_range *last = o->n_ranges ? &o->range[o->n_ranges - 1] : NULL;
+        if (last && last->decay == decay) {
+            last->hi = at + t->numel;
+        } else {
+            if (o->n_ranges == cap)
+                return DDPC_FAIL(e, DDPC_E_INVALID, "parameter tensors overlap");
+            o->range[o->n_ranges++] = (struct ddpc_optim_range){ at, at + t->numel, decay };
+        }
+        at += t->numel;
+    }
+    if (at != o->n)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "parameter tensors end at %zu, the buffer at %zu",
+                         at, o->n);
+    return 0;
+}
+
 int optim_init(struct ddpc_optim *o, struct ddpc_ops *ops, const struct ddpc_job *job,
-               int world, size_t n, int64_t total_steps, struct ddpc_err *e)
+               const struct ddpc_net *net, int world, size_t n, int64_t total_steps,
+               struct ddpc_err *e)
 {
     memset(o, 0, sizeof *o);
     o->ops = ops;
@@ -19,6 +67,7 @@ int optim_init(struct ddpc_optim *o, struct ddpc_ops *ops, const struct ddpc_job
     o->n = n;
     o->total_steps = total_steps;
     o->base_lr = job->learning_rate * ddpc_job_lr_factor(job, job->lr_scaling, world);
+    DDPC_TRY(ranges_build(o, net, job->optimizer.weight_decay_on == DDPC_WD_ON_WEIGHTS, e));
     int type = (int)job->optimizer.type;
     if (type == DDPC_OPTIM_SGD) {
         if (job->optimizer.momentum != 0.0)
@@ -72,8 +121,8 @@ float optim_clip_scale(double sumsq, double max_norm)
     return coef < 1.0 ? (float)coef : 1.0f;
 }
 
-int optim_step(struct ddpc_optim *o, float *params, const float *grads, float grad_scale,
-               struct ddpc_err *e)
+int optim_update(struct ddpc_optim *o, float *params, const float *grads, size_t lo,
+                 size_t hi, float grad_scale, struct ddpc_err *e)
 {
     const struct ddpc_job *j = o->job;
     long t = o->step + 1;   /* 1-based, like torch's state['step'] */
@@ -100,13 +149,36 @@ int optim_step(struct ddpc_optim *o, float *params, const float *grads, float gr
     s.step_size = (float)(lr / bc1);
     s.bc2_sqrt = (float)sqrt(bc2);
     s.decay = (float)(1.0 - lr * j->optimizer.weight_decay);
-    DDPC_TRY(o->ops->optim_step(o->ops, &s, params, grads, o->m, o->v, o->n, e));
-    o->step = t;
+    if (hi > o->n || lo > hi)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "optimizer update of [%zu, %zu) outside [0, %zu)",
+                         lo, hi, o->n);
+    for (int k = 0; k < o->n_ranges; k++) {
+        size_t a = o->range[k].lo > lo ? o->range[k].lo : lo;
+        size_t b = o->range[k].hi < hi ? o->range[k].hi : hi;
+        if (a >= b)
+            continue;
+        /* a group without decay: torch's weight_decay 0 (adamw's factor 1) */
+        s.weight_decay = o->range[k].decay ? (float)j->optimizer.weight_decay : 0.0f;
+        s.decay = o->range[k].decay ? (float)(1.0 - lr * j->optimizer.weight_decay) : 1.0f;
+        DDPC_TRY(o->ops->optim_step(o->ops, &s, params + a, grads + a, o->m ? o->m + a : NULL,
+                                    o->v ? o->v + a : NULL, b - a, e));
+    }
+    return 0;
+}
+
+int optim_step(struct ddpc_optim *o, float *params, const float *grads, float grad_scale,
+               struct ddpc_err *e)
+{
+    DDPC_TRY(optim_update(o, params, grads, 0, o->n, grad_scale, e));
+    o->step++;
     return 0;
 }
 
 void optim_free(struct ddpc_optim *o)
 {
+    free(o->range);
+    o->range = NULL;
+    o->n_ranges = 0;
     if (!o->ops)
         return;
     if (o->m)

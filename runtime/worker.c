@@ -294,15 +294,9 @@ static int run_optim_step(struct ddpc_run *r, float gscale, int check, struct dd
             hi = off + n;
         if (lo >= hi)
             continue;
-        struct ddpc_optim sub = r->optim;
-        sub.n = hi - lo;
-        if (sub.m)
-            sub.m += lo;
-        if (sub.v)
-            sub.v += lo;
         if (check)
             DDPC_TRY(grads_check(r, lo, hi, -1, e));
-        DDPC_TRY(optim_step(&sub, r->model.params + lo, r->rgrads + lo, gscale, e));
+        DDPC_TRY(optim_update(&r->optim, r->model.params, r->rgrads, lo, hi, gscale, e));
     }
     r->optim.step++;
     r->params_pending = 1;
@@ -556,7 +550,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
                           j->limit_train_fraction, e));
     int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
     int64_t steps_per_epoch = (r->sampler.n_batches + accum - 1) / accum;
-    DDPC_TRY(optim_init(&r->optim, r->ops, j, r->world, r->model.n_params,
+    DDPC_TRY(optim_init(&r->optim, r->ops, j, &r->model.net, r->world, r->model.n_params,
                         steps_per_epoch * j->epochs, e));
     buckets_plan(r);
     DDPC_TRY(run_share(r, e));

@@ -83,6 +83,9 @@
     V(DDPC_DATA_SYNTHETIC, "synthetic") V(DDPC_DATA_TEXT, "text") V(DDPC_DATA_TOKENS, "tokens")
 #define DDPC_ENUM_LIST_optimizer_type(V, A, H) \
     V(DDPC_OPTIM_ADAM, "adam") V(DDPC_OPTIM_ADAMW, "adamw") V(DDPC_OPTIM_SGD, "sgd")
+/* weights: only tensors of 2+ dimensions (nanoGPT's configure_optimizers groups) */
+#define DDPC_ENUM_LIST_weight_decay_on(V, A, H) \
+    V(DDPC_WD_ON_ALL, "all") V(DDPC_WD_ON_WEIGHTS, "weights")
 #define DDPC_ENUM_LIST_decay(V, A, H) \
     V(DDPC_DECAY_CONSTANT, "constant") V(DDPC_DECAY_COSINE, "cosine") V(DDPC_DECAY_STEP, "step")
 /* path: a checkpoint file was named (checkpoint.resume is a custom key) */
@@ -98,7 +101,7 @@
     X(strategy) X(accelerator) X(lr_scaling) X(precision) X(matmul_precision) X(model_type) \
     X(activation) \
     X(init) X(loss) X(data_format) X(optimizer_type) X(decay) X(resume) X(progress) \
-    X(launcher) X(layer_type) X(gelu_approx)
+    X(launcher) X(layer_type) X(gelu_approx) X(weight_decay_on)
 
 #define DDPC_ENUMERATOR_(id, s) id,
 #define DDPC_NO_ENUMERATOR_(id, s)
@@ -122,6 +125,7 @@ enum ddpc_progress       { DDPC_ENUM_BODY_(progress) };
 enum ddpc_launcher       { DDPC_ENUM_BODY_(launcher) };
 enum ddpc_layer_type     { DDPC_ENUM_BODY_(layer_type) };
 enum ddpc_gelu_approx    { DDPC_ENUM_BODY_(gelu_approx) };
+enum ddpc_weight_decay_on { DDPC_ENUM_BODY_(weight_decay_on) };
 
 /* One item of a sequential model's layer list: the arguments of every type
  * side by side (a type reads only its own; the others stay 0). PyTorch's
@@ -233,6 +237,7 @@ struct ddpc_job {
         double momentum;                /* sgd */
         int32_t nesterov;               /* sgd */
         double weight_decay;            /* L2 for sgd/adam, decoupled for adamw */
+        enum ddpc_weight_decay_on weight_decay_on;  /* all tensors, or 2+-D ones only */
         double beta1, beta2, eps;       /* adam, adamw */
     } optimizer;
 

@@ -44,6 +44,11 @@ struct ddpc_vctx {
     /* model.layers items of a sequential model: where each was written */
     const struct ddpc_node *item_node[DDPC_MAX_ITEMS];
     const char *item_path[DDPC_MAX_ITEMS];
+    /* DDPC_DEFAULT_WHEN rows whose condition names another block
+     * ("model.type=gpt"): applied once the whole spec is read, since that
+     * block may come later in the file */
+    struct { int key; char *field; const char *when, *def; char path[128]; } late[8];
+    int n_late;
 };
 
 /* ===================== the key table ===================== */
@@ -841,12 +846,53 @@ static void defaults_when(struct ddpc_vctx *c, enum ddpc_block b, char *base, co
     char path[256], why[256];
     for (const struct ddpc_default_when *w = ddpc_default_whens; w->name; w++) {
         int i = w->block == b ? key_index(b, w->name, strlen(w->name)) : -1;
-        if (i < 0 || given_val[i] || !sibling_known(b, w->when, given_val, failed) ||
+        if (i < 0)
+            continue;
+        const char *dot = strchr(w->when, '.');
+        int late = dot && dot < strchr(w->when, '=');
+        /* a block is walked twice, for defaults and then for its keys: the
+         * second walk's word on the key replaces the first's */
+        for (int n = 0; late && n < c->n_late; n++)
+            if (c->late[n].field == base + ddpc_keys[i].off)
+                c->late[n--] = c->late[--c->n_late];
+        if (given_val[i])
+            continue;
+        if (late) {
+            if (c->n_late < (int)(sizeof c->late / sizeof c->late[0])) {
+                c->late[c->n_late].key = i;
+                c->late[c->n_late].field = base + ddpc_keys[i].off;
+                c->late[c->n_late].when = w->when;
+                c->late[c->n_late].def = w->def;
+                join_path(c->late[c->n_late].path, sizeof c->late[0].path, bpath, w->name);
+                c->n_late++;
+            }
+            continue;
+        }
+        if (!sibling_known(b, w->when, given_val, failed) ||
             !cond_holds(b, w->when, base, why, sizeof why))
             continue;
         join_path(path, sizeof path, bpath, w->name);
         apply_default_text(c, &ddpc_keys[i], w->def, base + ddpc_keys[i].off, path);
     }
+}
+
+/* The deferred DDPC_DEFAULT_WHEN rows: "block.key=v1|v2" against the
+ * top-level block `block` of the finished job. */
+static void defaults_when_late(struct ddpc_vctx *c)
+{
+    char why[256];
+    for (int n = 0; n < c->n_late; n++) {
+        const char *when = c->late[n].when, *dot = strchr(when, '.');
+        int bk = key_index(DDPC_B_ROOT, when, (size_t)(dot - when));
+        if (bk < 0 || ddpc_keys[bk].type != DDPC_T_BLOCK)
+            continue;
+        enum ddpc_block child = ddpc_keys[bk].child;
+        if (!cond_holds(child, dot + 1, (const char *)c->job + ddpc_keys[bk].off, why, sizeof why))
+            continue;
+        apply_default_text(c, &ddpc_keys[c->late[n].key], c->late[n].def, c->late[n].field,
+                           c->late[n].path);
+    }
+    c->n_late = 0;
 }
 
 static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
@@ -2400,6 +2446,7 @@ int validate_job(const char *file, const struct ddpc_node *root, const struct sp
         walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
     } else {
         walk_block(&c, DDPC_B_ROOT, root, (char *)job, "");
+        defaults_when_late(&c);
         cross_rules(&c);
     }
     if (!job->name)

@@ -646,7 +646,7 @@ START_TEST(identity_splits_trajectory_from_the_rest)
     ck_assert_str_eq(t0, t1);                     /* same job: same bytes */
     ck_assert_int_eq(ident_format(&j0, 2, "cpu", t1, 64), -1);   /* too small: said */
 
-    for (int k = 0; k < 30; k++) {
+    for (int k = 0; k < 31; k++) {
         j = j0;
         int world = 2, traj = 1;
         const char *backend = "cpu", *want = NULL;
@@ -689,6 +689,8 @@ START_TEST(identity_splits_trajectory_from_the_rest)
          * table, so a key added later cannot be left out of the identity */
         case 28: j.sync_batchnorm = 1; want = "sync_batchnorm changed: 0 -> 1"; break;
         case 29: j.matmul_precision = DDPC_MATMUL_HIGH; want = "matmul_precision changed: highest -> high"; break;
+        case 30: j.optimizer.weight_decay_on = DDPC_WD_ON_WEIGHTS;
+                 want = "optimizer.weight_decay_on changed: all -> weights"; break;
         }
         ck_assert_int_gt(ident_format(&j0, 2, "cpu", t0, 16384), 0);
         ident_hash(t0, h0);
