@@ -55,6 +55,9 @@ static void checked_free(struct checked *c)
     free(c->text);
 }
 
+#define GPT_SPEC "epochs: 1\nbatch_size: 4\nmodel: {type: gpt, vocab_size: 64, block_size: 8, " \
+    "n_layer: 1, n_head: 2, n_embd: 16}\n" \
+    "data: {train: {format: synthetic, samples: 64, features: 8, classes: 64}}\n"
 #define MINIMAL "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 2]}\ndata: {train: {format: synthetic}}\n"
 
 START_TEST(test_defaults_filled)
@@ -129,6 +132,27 @@ START_TEST(test_defaults_filled)
     check(&c, MINIMAL "optimizer: {type: adamw}\n");
     ck_assert_str_eq(c.text, "");
     ck_assert(c.job.optimizer.weight_decay == 0.01);
+    ck_assert_int_eq(c.job.optimizer.weight_decay_on, DDPC_WD_ON_ALL);
+    checked_free(&c);
+
+    /* a gpt decays only its 2-D weights (nanoGPT's groups) unless the spec
+     * says otherwise, wherever the optimizer block stands in the file */
+    static const struct { const char *yaml; int want; } wd[] = {
+        { "optimizer: {type: adamw}\n" GPT_SPEC, DDPC_WD_ON_WEIGHTS },
+        { GPT_SPEC "optimizer: {type: adamw}\n", DDPC_WD_ON_WEIGHTS },
+        { GPT_SPEC, DDPC_WD_ON_WEIGHTS },
+        { "optimizer: {weight_decay_on: all}\n" GPT_SPEC, DDPC_WD_ON_ALL },
+        { GPT_SPEC "optimizer: {weight_decay_on: all}\n", DDPC_WD_ON_ALL },
+        { MINIMAL "optimizer: {weight_decay_on: weights}\n", DDPC_WD_ON_WEIGHTS },
+    };
+    for (size_t i = 0; i < sizeof wd / sizeof wd[0]; i++) {
+        check(&c, wd[i].yaml);
+        ck_assert_msg(strcmp(c.text, "") == 0, "%s", c.text);
+        ck_assert_msg((int)c.job.optimizer.weight_decay_on == wd[i].want, "case %zu", i);
+        checked_free(&c);
+    }
+    check(&c, MINIMAL "optimizer: {weight_decay_on: biases}\n");
+    ck_assert_msg(strstr(c.text, "weight_decay_on") && strstr(c.text, "weights"), "%s", c.text);
     checked_free(&c);
 }
 END_TEST
