@@ -67,6 +67,16 @@ struct ddpc_ops {
                 float alpha, const float *A, int lda, const float *B, int ldb,
                 float beta, float *C, int ldc, struct ddpc_err *e);
 
+    /* batch independent gemms: for b in [0, batch), C + b*stride_c = alpha *
+     * op(A + b*stride_a) op(B + b*stride_b) + beta * (C + b*stride_c), each
+     * as gemm above (strides in floats). Attention's per-head products.
+     * Always fp32 inputs (gemm_precision does not apply: the operands are
+     * activations, not the weights' low-precision copy); matmul_tf32 does. */
+    int (*gemm_batched)(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                        float alpha, const float *A, int lda, long long stride_a,
+                        const float *B, int ldb, long long stride_b, float beta, float *C,
+                        int ldc, long long stride_c, int batch, struct ddpc_err *e);
+
     /* z[rows, cols] += bias[cols]; a = act(z). a may equal z only for identity
      * (backward of the other activations needs z). */
     int (*bias_act_forward)(struct ddpc_ops *o, float *z, const float *bias, float *a,

@@ -93,6 +93,19 @@ static int cpu_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, 
         }                                                                    \
     }
 
+static int cpu_gemm_batched(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                            float alpha, const float *A, int lda, long long stride_a,
+                            const float *B, int ldb, long long stride_b, float beta, float *C,
+                            int ldc, long long stride_c, int batch, struct ddpc_err *e)
+{
+    if (batch < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cpu gemm_batched: negative batch %d", batch);
+    for (int b = 0; b < batch; b++)
+        DDPC_TRY(cpu_gemm(o, trans_a, trans_b, m, n, k, alpha, A + b * stride_a, lda,
+                          B + b * stride_b, ldb, beta, C + b * stride_c, ldc, e));
+    return 0;
+}
+
 static int cpu_bias_act_forward(struct ddpc_ops *o, float *z, const float *bias, float *a,
                                 int rows, int cols, int act, struct ddpc_err *e)
 {
@@ -513,6 +526,34 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
             }
         }
         break;
+    case DDPC_LK_EMB_FWD:
+        /* ids are data: a bad one is the data's error, said here (the
+         * element function would give NaN) */
+        for (size_t r = 0, rows = n / (size_t)a->C; r < rows; r++)
+            if (ddpc_k_token(a->x[r], a->V) < 0)
+                return DDPC_FAIL(e, DDPC_E_DATA, "embedding: token %g at position %zu of "
+                                 "sample %zu is not an id in [0, %d) (vocab_size)",
+                                 (double)a->x[r], r % (size_t)a->T, r / (size_t)a->T, a->V);
+        for (size_t i = 0; i < n; i++)
+            ddpc_lk_emb_fwd(i, a);
+        break;
+    case DDPC_LK_EMB_BWD_WTE: {
+        /* rows in order, a whole row at a time: each element still sums
+         * its rows in row order, as the column-wise element function */
+        size_t C = (size_t)a->C, rows = (size_t)a->N * a->T;
+        if (!a->accg)
+            memset(a->dw, 0, (size_t)a->V * C * sizeof *a->dw);
+        for (size_t r = 0; r < rows; r++) {
+            int v = ddpc_k_token(a->x[r], a->V);
+            if (v < 0)
+                continue;
+            float *dw = a->dw + (size_t)v * C;
+            const float *dy = a->dy + r * C;
+            for (size_t c = 0; c < C; c++)
+                dw[c] += dy[c];
+        }
+        break;
+    }
     case DDPC_LK_ACT_FWD:
         if (a->act == DDPC_K_RELU)   /* ddpc_k_act's expression, without its switch: vectorizes */
             for (size_t i = 0; i < n; i++)
@@ -538,6 +579,7 @@ int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
     o->to_host = cpu_copy;
     o->synchronize = cpu_synchronize;
     o->gemm = cpu_gemm;
+    o->gemm_batched = cpu_gemm_batched;
     o->bias_act_forward = cpu_bias_act_forward;
     o->act_backward = cpu_act_backward;
     o->bias_grad = cpu_bias_grad;

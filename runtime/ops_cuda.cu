@@ -474,6 +474,18 @@ static int operand_lo(struct ops_cuda_ctx *c, int which, int prec, const float *
     return cast_lo(c, which, prec, x, rows, cols, ld, out, e);
 }
 
+/* matmul_precision: high rounds fp32 inputs to TF32 on the tensor cores;
+ * highest keeps true fp32 (no TF32 anywhere). Set lazily, before fp32 gemms. */
+static int fp32_math_mode(struct ddpc_ops *o, struct ops_cuda_ctx *c, struct ddpc_err *e)
+{
+    if (c->tf32 != (o->matmul_tf32 != 0)) {
+        CUBLAS_CHECK(e, cublasSetMathMode(c->blas, o->matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                  : CUBLAS_DEFAULT_MATH));
+        c->tf32 = o->matmul_tf32 != 0;
+    }
+    return 0;
+}
+
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C through column-major cuBLAS:
  * a row-major matrix with row stride ld is, read column-major, its transpose
  * with leading dimension ld. So compute C^T = op(B)^T op(A)^T: swap the
@@ -491,14 +503,7 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int prec = o->gemm_precision;
     if (prec == PREC_FP32 || k == 0) {
-        if (c->tf32 != (o->matmul_tf32 != 0)) {
-            /* matmul_precision: high rounds fp32 inputs to TF32 on the
-             * tensor cores; highest keeps true fp32 (no TF32 anywhere) */
-            CUBLAS_CHECK(e, cublasSetMathMode(c->blas, o->matmul_tf32
-                                                           ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                           : CUBLAS_DEFAULT_MATH));
-            c->tf32 = o->matmul_tf32 != 0;
-        }
+        DDPC_TRY(fp32_math_mode(o, c, e));
         CUBLAS_CHECK(e, cublasSgemm(c->blas, op_b, op_a, n, m, k, &alpha, B, ldb, A, lda,
                                     &beta, C, ldc));
         return 0;
@@ -514,6 +519,27 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
     CUBLAS_CHECK(e, cublasGemmEx(c->blas, op_b, op_a, n, m, k, &alpha, b_lo, t, ldb, a_lo, t,
                                  lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* The batched form of cuda_gemm (fp32 inputs always; see ops.h), with the
+ * same operand swap: C_b^T = op(B_b)^T op(A_b)^T. */
+static int cuda_gemm_batched(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
+                             float alpha, const float *A, int lda, long long stride_a,
+                             const float *B, int ldb, long long stride_b, float beta, float *C,
+                             int ldc, long long stride_c, int batch, struct ddpc_err *e)
+{
+    if (m < 0 || n < 0 || k < 0 || batch < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm_batched: negative size m=%d n=%d k=%d "
+                         "batch=%d", m, n, k, batch);
+    if (m == 0 || n == 0 || batch == 0)
+        return 0;
+    struct ops_cuda_ctx *c = ctx_of(o);
+    DDPC_TRY(fp32_math_mode(o, c, e));
+    CUBLAS_CHECK(e, cublasSgemmStridedBatched(c->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                              &alpha, B, ldb, stride_b, A, lda, stride_a, &beta,
+                                              C, ldc, stride_c, batch));
     return 0;
 }
 
@@ -856,6 +882,7 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     o->to_device_async = cuda_to_device_async;
     o->fence = cuda_fence;
     o->layer_kernel = cuda_layer_kernel;
+    o->gemm_batched = cuda_gemm_batched;
     c->ops = o;
     return 0;
 }

@@ -230,6 +230,17 @@ enum ddpc_lk_kind {
     DDPC_LK_DROPOUT_BWD,   /* dx (+)= keep(i) ? dy * f1 : 0 */
     DDPC_LK_ADD,           /* y = x + aux; i over n */
     DDPC_LK_ACCUM,         /* dx (+)= dy; i over n */
+    /* GPT (issue 15). Tokens travel as floats holding exact integer ids. */
+    DDPC_LK_EMB_FWD,       /* y[r][c] = w[x[r]][c] + b[r % T][c] (wte, wpe); i over N*T*C;
+                              an id outside [0, V) gives NaN (no read outside w) */
+    DDPC_LK_EMB_BWD_WTE,   /* dw[v][c] (+)= sum over rows r with x[r] == v of dy[r][c], rows in
+                              order (accg 0: column c zeroed first); i over C */
+    DDPC_LK_EMB_BWD_WPE,   /* db[t][c] (+)= sum over n of dy[n][t][c]; i over T*C */
+    DDPC_LK_ATTN_SOFTMAX,  /* row i of y [N*heads*T, T], query t = i % T: causal softmax in
+                              place (keys j > t get 0); i over N*heads*T */
+    DDPC_LK_ATTN_SOFTMAX_BWD, /* dx[i][j] = f1 P[i][j] (dy[i][j] - sum_k P[i][k] dy[i][k]),
+                              P = x (the probabilities), f1 the score scale; dx may alias dy;
+                              i over rows as above */
     DDPC_LK_COUNT
 };
 
@@ -246,6 +257,7 @@ struct ddpc_lk {
     int      accx;             /* dx: add instead of overwrite */
     int      accg;             /* dw, db: add instead of overwrite */
     int      training;
+    int      T, V, heads;      /* GPT: sequence length, vocabulary, attention heads */
 };
 
 /* splitmix64 of seed and i: the dropout draw of element i, in [0, 1). */
@@ -448,7 +460,7 @@ DDPC_HD void ddpc_lk_ln_fwd(size_t r, const struct ddpc_lk *a)
     a->s1[r] = rstd;
     float *y = a->y + r * a->C;
     for (int j = 0; j < a->C; j++)
-        y[j] = (x[j] - fm) * rstd * a->w[j] + a->b[j];
+        y[j] = (x[j] - fm) * rstd * a->w[j] + (a->b ? a->b[j] : 0.0f);
 }
 
 DDPC_HD void ddpc_lk_ln_bwd_dx(size_t r, const struct ddpc_lk *a)
@@ -479,7 +491,90 @@ DDPC_HD void ddpc_lk_ln_bwd_dw(size_t j, const struct ddpc_lk *a)
         sb += a->dy[o];
     }
     ddpc_k_put(&a->dw[j], (float)sw, a->accg);
-    ddpc_k_put(&a->db[j], (float)sb, a->accg);
+    if (a->db)   /* a layernorm without bias (nanoGPT's bias=False) */
+        ddpc_k_put(&a->db[j], (float)sb, a->accg);
+}
+
+/* ---- GPT: token + position embedding, causal attention's softmax ----
+ *
+ * Attention itself (nanoGPT's CausalSelfAttention, non-flash path) is
+ * model.c's sequence of strided batched gemms around these two row kernels:
+ * S = Q K^T / sqrt(hs) (gemm alpha), P = causal softmax(S), optional dropout
+ * of P (DDPC_LK_DROPOUT_FWD over P's elements), Y = P V. */
+
+/* The token id a float holds, or -1 when it is not an integer in [0, V). */
+DDPC_HD int ddpc_k_token(float x, int V)
+{
+    if (!(x >= 0.0f && x < (float)V))   /* NaN fails too */
+        return -1;
+    int v = (int)x;
+    return (float)v == x ? v : -1;
+}
+
+DDPC_HD void ddpc_lk_emb_fwd(size_t i, const struct ddpc_lk *a)
+{
+    size_t r = i / (size_t)a->C, c = i % (size_t)a->C;
+    int v = ddpc_k_token(a->x[r], a->V);
+    a->y[i] = v < 0 ? NAN : a->w[(size_t)v * a->C + c] + a->b[(r % (size_t)a->T) * a->C + c];
+}
+
+/* Column c of dwte: one pass over the rows in order, so every element sums
+ * its rows in row order (deterministic on both backends, no atomics). */
+DDPC_HD void ddpc_lk_emb_bwd_wte(size_t c, const struct ddpc_lk *a)
+{
+    size_t C = (size_t)a->C, rows = (size_t)a->N * a->T;
+    if (!a->accg)
+        for (size_t v = 0; v < (size_t)a->V; v++)
+            a->dw[v * C + c] = 0.0f;
+    for (size_t r = 0; r < rows; r++) {
+        int v = ddpc_k_token(a->x[r], a->V);
+        if (v >= 0)
+            a->dw[(size_t)v * C + c] += a->dy[r * C + c];
+    }
+}
+
+DDPC_HD void ddpc_lk_emb_bwd_wpe(size_t i, const struct ddpc_lk *a)
+{
+    size_t tc = (size_t)a->T * a->C;
+    double s = 0.0;
+    for (int n = 0; n < a->N; n++)
+        s += a->dy[(size_t)n * tc + i];
+    ddpc_k_put(&a->db[i], (float)s, a->accg);
+}
+
+DDPC_HD void ddpc_lk_attn_softmax(size_t i, const struct ddpc_lk *a)
+{
+    int T = a->T, t = (int)(i % (size_t)T);
+    float *y = a->y + i * (size_t)T;
+    float mx = y[0];
+    for (int j = 1; j <= t; j++)
+        mx = y[j] > mx ? y[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j <= t; j++) {
+        float ex = expf(y[j] - mx);
+        y[j] = ex;
+        s += ex;
+    }
+    float inv = (float)(1.0 / s);
+    for (int j = 0; j <= t; j++)
+        y[j] *= inv;
+    for (int j = t + 1; j < T; j++)
+        y[j] = 0.0f;
+}
+
+DDPC_HD void ddpc_lk_attn_softmax_bwd(size_t i, const struct ddpc_lk *a)
+{
+    int T = a->T, t = (int)(i % (size_t)T);
+    const float *p = a->x + i * (size_t)T, *dy = a->dy + i * (size_t)T;
+    float *dx = a->dx + i * (size_t)T;
+    double s = 0.0;
+    for (int j = 0; j <= t; j++)
+        s += (double)p[j] * dy[j];
+    float fs = (float)s;
+    for (int j = 0; j <= t; j++)
+        dx[j] = a->f1 * (p[j] * (dy[j] - fs));
+    for (int j = t + 1; j < T; j++)
+        dx[j] = 0.0f;
 }
 
 /* One element i of kernel `kind`. */
@@ -530,6 +625,11 @@ DDPC_HD void ddpc_lk_run(int kind, size_t i, const struct ddpc_lk *a)
         break;
     case DDPC_LK_ADD:       a->y[i] = a->x[i] + a->aux[i]; break;
     case DDPC_LK_ACCUM:     ddpc_k_put(&a->dx[i], a->dy[i], a->accx); break;
+    case DDPC_LK_EMB_FWD:   ddpc_lk_emb_fwd(i, a); break;
+    case DDPC_LK_EMB_BWD_WTE: ddpc_lk_emb_bwd_wte(i, a); break;
+    case DDPC_LK_EMB_BWD_WPE: ddpc_lk_emb_bwd_wpe(i, a); break;
+    case DDPC_LK_ATTN_SOFTMAX: ddpc_lk_attn_softmax(i, a); break;
+    case DDPC_LK_ATTN_SOFTMAX_BWD: ddpc_lk_attn_softmax_bwd(i, a); break;
     default: break;
     }
 }

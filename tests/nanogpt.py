@@ -4,7 +4,9 @@
 # On PyTorch < 2.0 (Debian 1.13) there is no flash attention, so the masked path with
 # the attn.bias buffer is what runs. Constructing a GPT prints two lines on stdout
 # (the slow-attention warning and the parameter count): wrap it in
-# contextlib.redirect_stdout when stdout is parsed.
+# contextlib.redirect_stdout when stdout is parsed. Its MLP's GELU is the
+# erf form (nn.GELU()); ddpc's GPT uses GPT-2's tanh form (GPT.md item 4), so
+# parity code sets block.mlp.gelu = nn.GELU(approximate='tanh') (gpt_ref.py).
 #
 # MIT License
 #

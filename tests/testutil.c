@@ -1,5 +1,6 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
+#include <check.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -565,4 +566,60 @@ long alloc_count_stop(void)
 {
     atomic_store(&alloc_counting, 0);
     return atomic_load(&alloc_counted);
+}
+
+/* ---- a tiny safetensors writer (F32 only) ---- */
+
+void st_add(struct st_file *f, const char *name, int nd, const int64_t *shape,
+            const float *data)
+{
+    ck_assert_int_lt(f->n, 256);
+    struct st_entry *t = &f->e[f->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->nd = nd;
+    t->n = 1;
+    for (int i = 0; i < nd; i++) {
+        t->shape[i] = shape[i];
+        t->n *= (size_t)shape[i];
+    }
+    t->data = malloc(t->n * sizeof(float) + 1);
+    ck_assert_ptr_nonnull(t->data);
+    memcpy(t->data, data, t->n * sizeof(float));
+}
+
+void st_write(struct st_file *f, const char *path)
+{
+    char *hdr = NULL;
+    size_t hl = 0;
+    FILE *h = open_memstream(&hdr, &hl);
+    ck_assert_ptr_nonnull(h);
+    fputc('{', h);
+    size_t off = 0;
+    for (int i = 0; i < f->n; i++) {
+        struct st_entry *t = &f->e[i];
+        fprintf(h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[", i ? "," : "", t->name);
+        for (int d = 0; d < t->nd; d++)
+            fprintf(h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        fprintf(h, "],\"data_offsets\":[%zu,%zu]}", off, off + 4 * t->n);
+        off += 4 * t->n;
+    }
+    fputc('}', h);
+    while ((ftell(h) % 8) != 0)
+        fputc(' ', h);
+    fclose(h);
+    FILE *o = fopen(path, "wb");
+    ck_assert_ptr_nonnull(o);
+    uint64_t len = hl;
+    unsigned char lb[8];
+    for (int i = 0; i < 8; i++)
+        lb[i] = (unsigned char)(len >> (8 * i));
+    ck_assert_int_eq(fwrite(lb, 1, 8, o), 8);
+    ck_assert_uint_eq(fwrite(hdr, 1, hl, o), hl);
+    for (int i = 0; i < f->n; i++) {
+        ck_assert_uint_eq(fwrite(f->e[i].data, 4, f->e[i].n, o), f->e[i].n);
+        free(f->e[i].data);
+    }
+    ck_assert_int_eq(fclose(o), 0);
+    free(hdr);
+    f->n = 0;
 }

@@ -7,6 +7,7 @@
 #define DDPC_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct run_result {
@@ -96,5 +97,25 @@ int  leftover_children(double grace_s);
  * model.h's "forward/backward never allocate". */
 void alloc_count_start(void);
 long alloc_count_stop(void);
+
+/* A tiny safetensors writer (F32 only) for the PyTorch parity tests:
+ * st_add copies data; st_write writes every entry to path (asserting each
+ * step) and empties f. */
+struct st_entry {
+    char    name[96];
+    int     nd;
+    int64_t shape[5];
+    float  *data;      /* owned */
+    size_t  n;
+};
+
+struct st_file {
+    struct st_entry e[256];
+    int n;
+};
+
+void st_add(struct st_file *f, const char *name, int nd, const int64_t *shape,
+            const float *data);
+void st_write(struct st_file *f, const char *path);
 
 #endif
