@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "model.h"
 #include "ops_kernels.h"
 #include "rng.h"
@@ -54,13 +55,8 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
     if (!ops->layer_kernel && job->model.type == DDPC_MODEL_SEQUENTIAL)
         return DDPC_FAIL(e, DDPC_E_INVALID, "backend %s has no layer kernels", ops->name);
     struct ddpc_net *net = &m->net;
-    for (int k = 0; k < net->n; k++) {
-        const struct ddpc_lnode *L = &net->node[k];
-        if (L->it.type == DDPC_LAYER_EMBEDDING || L->it.type == DDPC_LAYER_ATTENTION ||
-            (L->it.type == DDPC_LAYER_LAYERNORM && !L->b_numel) || L->tie >= 0)
-            return DDPC_FAIL(e, DDPC_E_INVALID, "model: %s (%s) has no %s implementation yet",
-                             L->name, layers_type_name(L->it.type), ops->name);
-    }
+    if (job->model.type == DDPC_MODEL_GPT && (!ops->layer_kernel || !ops->gemm_batched))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "backend %s has no attention kernels", ops->name);
     m->max_batch = max_batch;
     m->n_params = net->n_params;
     m->n_state = net->n_state;
@@ -80,6 +76,11 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
             DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 4 * (size_t)L->channels * sizeof(float), e));
         if (L->it.type == DDPC_LAYER_LAYERNORM)
             DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 2 * B * (size_t)L->rows * sizeof(float), e));
+        if (L->it.type == DDPC_LAYER_ATTENTION)   /* the probabilities [B, H, T, T] */
+            DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], B * (size_t)L->it.heads * L->rows *
+                                (size_t)L->rows * sizeof(float), e));
+        if (L->tie >= 0)
+            m->tied[L->tie] = 1;
         /* linear + a plain activation: one fused pass (the MLP's hot path) */
         if (L->it.type == DDPC_LAYER_LINEAR && L->b_numel && k + 1 < net->n &&
             net->node[k + 1].src == k) {
@@ -102,6 +103,45 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
     return 0;
 }
 
+/* nanoGPT's init (GPT._init_weights and its c_proj rule), drawn in node
+ * order from r: wte, wpe, then each linear's weight ~ N(0, 0.02), the
+ * residual projections (attn.c_proj, mlp.c_proj) ~ N(0, 0.02 /
+ * sqrt(2 n_layer)); biases 0; layer norms weight 1, bias 0. The tied
+ * lm_head draws nothing (its weight is wte). */
+static void gpt_init(const struct ddpc_net *net, float *host, struct ddpc_rng *r)
+{
+    int n_layer = 0;
+    for (int k = 0; k < net->n; k++)
+        n_layer += net->node[k].it.type == DDPC_LAYER_ATTENTION;
+    for (int k = 0; k < net->n; k++) {
+        const struct ddpc_lnode *L = &net->node[k];
+        float *w = host + L->w_off;
+        size_t nw = L->w_numel, nb = L->b_numel;
+        double sd = 0.02;
+        switch (L->it.type) {
+        case DDPC_LAYER_LAYERNORM:
+            for (size_t i = 0; i < nw; i++)
+                w[i] = 1.0f;
+            break;
+        case DDPC_LAYER_LINEAR:
+            if (L->tie >= 0)
+                break;
+            nb = 0;   /* biases stay 0 */
+            if (strlen(L->name) >= 6 && !strcmp(L->name + strlen(L->name) - 6, "c_proj"))
+                sd = 0.02 / sqrt(2.0 * n_layer);
+            /* fall through */
+        case DDPC_LAYER_EMBEDDING:   /* wte, then wpe (its "bias") */
+            for (size_t i = 0; i < nw; i++)
+                w[i] = (float)(rng_normal(r) * sd);
+            for (size_t i = 0; i < nb; i++)
+                host[L->b_off + i] = (float)(rng_normal(r) * sd);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 /* Draw order is fixed (node order; weight, then bias), from one stream
  * seeded by seed, so every rank draws the same values before the broadcast
  * makes it certain. For linear and conv2d, fan_in = in_features or
@@ -121,6 +161,10 @@ int model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
     float *st = host + np;
     struct ddpc_rng r;
     rng_seed(&r, seed);
+    if (m->net.node[0].it.type == DDPC_LAYER_EMBEDDING) {
+        gpt_init(&m->net, host, &r);
+        goto copy;
+    }
     for (int k = 0; k < m->net.n; k++) {
         const struct ddpc_lnode *L = &m->net.node[k];
         float *w = host + L->w_off, *b = host + L->b_off;
@@ -163,6 +207,7 @@ int model_init_params(struct ddpc_model *m, enum ddpc_init init, uint64_t seed,
         }
         }
     }
+copy:;
     int rc = m->ops->to_device(m->ops, m->params, host, m->n_params * sizeof *host, e);
     if (rc == 0 && m->n_state)
         rc = m->ops->to_device(m->ops, m->state, st, m->n_state * sizeof *host, e);
@@ -196,6 +241,16 @@ static int copy_f(struct ddpc_ops *o, float *dst, const float *src, size_t n, in
     a.dx = dst;
     a.accx = acc;
     return lk(o, DDPC_LK_ACCUM, n, &a, e);
+}
+
+/* Node k's attention shapes for a batch of rows samples. */
+static struct ddpc_attn attn_of(const struct ddpc_model *m, int k, int rows)
+{
+    const struct ddpc_lnode *L = &m->net.node[k];
+    struct ddpc_attn at = { .B = rows, .T = L->rows, .C = L->channels, .heads = L->it.heads,
+                            .p = (float)L->it.p, .training = m->training,
+                            .seed = model_dropout_seed(m, k) };
+    return at;
 }
 
 static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
@@ -282,8 +337,18 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
         a.s1 = m->stat[k] + (size_t)m->max_batch * L->rows;
         a.f2 = (float)it->eps;
         a.w = m->params + L->w_off;
-        a.b = m->params + L->b_off;
+        a.b = L->b_numel ? m->params + L->b_off : NULL;
         return lk(o, DDPC_LK_LN_FWD, R, &a, e);
+    }
+    case DDPC_LAYER_EMBEDDING:
+        a.w = m->params + L->w_off;
+        a.b = m->params + L->b_off;
+        a.T = L->rows;
+        a.V = it->in;
+        return lk(o, DDPC_LK_EMB_FWD, n_out, &a, e);
+    case DDPC_LAYER_ATTENTION: {
+        struct ddpc_attn at = attn_of(m, k, rows);
+        return attn_forward(o, &at, in, m->stat[k], y, m->col, e);
     }
     case DDPC_LAYER_DROPOUT:
         if (!m->training || it->p <= 0.0)
@@ -436,13 +501,31 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         a.s1 = m->stat[k] + (size_t)m->max_batch * L->rows;
         a.w = m->params + L->w_off;
         a.dw = m->grads + L->w_off;
-        a.db = m->grads + L->b_off;
+        a.db = L->b_numel ? m->grads + L->b_off : NULL;
         a.N = (int)R;
         DDPC_TRY(lk(o, DDPC_LK_LN_BWD_DW, (size_t)L->channels, &a, e));
         if (want_dx)
             rc = lk(o, DDPC_LK_LN_BWD_DX, R, &a, e);
         break;
     }
+    case DDPC_LAYER_EMBEDDING:
+        /* wte: a tied lm_head's backward (run before this one) wrote its dW
+         * there already, so the scatter adds (GPT.md item 5) */
+        a.dw = m->grads + L->w_off;
+        a.db = m->grads + L->b_off;
+        a.T = L->rows;
+        a.V = it->in;
+        a.accg = beta != 0.0f || m->tied[k];
+        DDPC_TRY(lk(o, DDPC_LK_EMB_BWD_WTE, (size_t)L->channels, &a, e));
+        a.accg = beta != 0.0f;
+        rc = lk(o, DDPC_LK_EMB_BWD_WPE, (size_t)L->rows * L->channels, &a, e);
+        break;
+    case DDPC_LAYER_ATTENTION:
+        if (want_dx) {
+            struct ddpc_attn at = attn_of(m, k, rows);
+            rc = attn_backward(o, &at, in, m->stat[k], dy, dx, accx, m->col, e);
+        }
+        break;
     case DDPC_LAYER_DROPOUT:
         if (!want_dx)
             break;

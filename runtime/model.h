@@ -48,6 +48,7 @@ struct ddpc_model {
     float  *col;                  /* conv im2col scratch [max_batch * scratch_floats] */
     float  *ws;                   /* layer kernels' scratch (struct ddpc_lk.ws): col2im's
                                      plane, the largest conv input's H*W floats */
+    int     tied[DDPC_MAX_NODES]; /* 1: an embedding whose wte a later linear uses (lm_head) */
     int     fused[DDPC_MAX_NODES];/* 1: a linear node whose following activation node
                                      is computed with it (bias_act_forward) */
     float  *logits;               /* == y[last] after forward */

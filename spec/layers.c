@@ -295,7 +295,9 @@ static int node_resolve(struct bctx *b, int k)
          * gradient is scratch */
         int64_t att = (int64_t)it->heads * L->rows * L->rows;
         L->act_floats += att;
-        L->scratch_floats = att;
+        /* their gradient; with dropout also the dropped probabilities
+         * (runtime/attn.h's attn_scratch_floats) */
+        L->scratch_floats = att * (it->p > 0 ? 2 : 1);
     }
 
     /* parameters: weight then bias, PyTorch's order */

@@ -4,8 +4,13 @@
  * Each op case runs ddpc's kernels through the CPU backend (ops_cpu) on
  * seeded inputs and a seeded output gradient, writes inputs, outputs and
  * gradients to a safetensors file and lets gpt_ref.py recompute them with
- * torch.autograd: 1e-5 relative (L2) on every output and gradient. SKIP
- * without torch.
+ * torch.autograd: 1e-5 relative (L2) on every output and gradient. The
+ * model cases build a whole GPT from a spec (model.type: gpt) through
+ * model_init, give it nanoGPT's init nudged (so biases and norms are not
+ * 0 and 1), run one training forward and backward of the mean
+ * cross-entropy over every position, and compare the loss and every
+ * parameter's gradient with tests/nanogpt.py's GPT holding the same weights
+ * (and, with dropout, ddpc's masks). SKIP without torch.
  */
 #include <check.h>
 #include <math.h>
@@ -15,6 +20,8 @@
 #include <string.h>
 
 #include "attn.h"
+#include "layers.h"
+#include "model.h"
 #include "ops.h"
 #include "ops_kernels.h"
 #include "rng.h"
@@ -419,6 +426,213 @@ START_TEST(op_tied_head)
 }
 END_TEST
 
+/* ---- the whole GPT ---- */
+
+struct gpt_case {
+    char *dir;
+    struct spec_doc *doc;
+    struct ddpc_job job;
+    struct ddpc_ops o;
+    struct ddpc_model m;
+    int rows;
+    float *x, *ytf;      /* ids and targets as floats [rows, T] */
+    int32_t *y;
+    float loss;
+};
+
+static void gpt_open(struct gpt_case *g, const char *model_yaml, int rows, uint64_t seed)
+{
+    memset(g, 0, sizeof *g);
+    g->dir = make_temp_dir("gptm");
+    ck_assert_ptr_nonnull(g->dir);
+    char *spec, *yaml;
+    ck_assert_int_ge(asprintf(&spec, "%s/spec.yaml", g->dir), 0);
+    ck_assert_int_ge(asprintf(&yaml, "version: 1\nepochs: 1\nbatch_size: %d\nseed: 3\n"
+                              "model:\n  type: gpt\n%s"
+                              "data:\n  train: {format: synthetic, samples: 64, features: 4, "
+                              "classes: 2}\n", rows, model_yaml), 0);
+    ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
+    struct ddpc_diag d;
+    diag_init(&d);
+    struct spec_options opt = { .read_data_headers = 1 };
+    int rc = spec_load_job(spec, &opt, &g->job, &g->doc, &d);
+    if (rc != 0)
+        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
+    ck_assert_int_eq(rc, 0);
+    diag_free(&d);
+    free(spec);
+    free(yaml);
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&g->o, &e), 0);
+    ck_assert_msg(model_init(&g->m, &g->o, &g->job, rows, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(model_init_params(&g->m, DDPC_INIT_PYTORCH, seed, &e), 0);
+    struct ddpc_rng r;
+    rng_seed(&r, seed + 7);
+    for (size_t i = 0; i < g->m.n_params; i++)   /* biases 0 and norms 1 are too easy */
+        g->m.params[i] += (float)(0.1 * (rng_uniform(&r) - 0.5));
+    int T = g->job.model.block_size, V = g->job.model.vocab_size;
+    g->rows = rows;
+    g->x = ftokens(&r, (size_t)rows * T, V);
+    g->ytf = ftokens(&r, (size_t)rows * T, V);
+    g->y = calloc((size_t)rows * T, sizeof *g->y);
+    ck_assert_ptr_nonnull(g->y);
+    for (int i = 0; i < rows * T; i++)
+        g->y[i] = (int32_t)g->ytf[i];
+}
+
+/* One training forward + backward of the mean cross-entropy over all
+ * rows * T positions (grads overwritten). */
+static void gpt_step(struct gpt_case *g, uint64_t drop_seed)
+{
+    struct ddpc_err e = { 0 };
+    int T = g->job.model.block_size, V = g->job.model.vocab_size, R = g->rows * T;
+    model_set_mode(&g->m, 1, drop_seed);
+    ck_assert_msg(model_forward(&g->m, g->x, g->rows, &e) == 0, "%s", e.msg);
+    double acc[DDPC_LOSS_ACC] = { 0 };
+    ck_assert_int_eq(g->o.loss(&g->o, DDPC_LOSS_CROSS_ENTROPY, g->m.logits, g->y, NULL,
+                               g->m.dbuf[0], R, V, 1.0f / (float)R, acc, &e), 0);
+    g->loss = (float)(acc[0] / R);
+    ck_assert_msg(model_backward(&g->m, g->x, g->m.dbuf[0], g->rows, 0, NULL, NULL, &e) == 0,
+                  "%s", e.msg);
+}
+
+static void gpt_close(struct gpt_case *g)
+{
+    model_free(&g->m);
+    g->o.destroy(&g->o);
+    spec_doc_free(g->doc);
+    rm_tree(g->dir);
+    free(g->dir);
+    free(g->x);
+    free(g->ytf);
+    free(g->y);
+}
+
+static void gpt_parity(const char *model_yaml, int rows, uint64_t seed)
+{
+    struct gpt_case g;
+    gpt_open(&g, model_yaml, rows, seed);
+    struct st_file *f = st_new();
+    const struct ddpc_net *net = &g.m.net;
+    for (int t = 0; t < net->n_tensors; t++)   /* the weights, before the step */
+        st_add(f, net->tensor[t].name, net->tensor[t].nd, net->tensor[t].shape,
+               g.m.params + net->tensor[t].off);
+    gpt_step(&g, 0x5eed + seed);
+    const struct ddpc_job *j = &g.job;
+    int T = j->model.block_size, C = j->model.n_embd, H = j->model.n_head;
+    float cfg[8] = { (float)rows, (float)T, (float)C, (float)j->model.vocab_size, (float)H,
+                     (float)j->model.dropout, (float)j->model.bias, (float)j->model.n_layer };
+    add(f, "cfg", cfg, 1, (int64_t)8);
+    add(f, "x", g.x, 2, (int64_t)rows, (int64_t)T);
+    add(f, "y", g.ytf, 2, (int64_t)rows, (int64_t)T);
+    add(f, "loss", &g.loss, 1, (int64_t)1);
+    char name[160];
+    for (int t = 0; t < net->n_tensors; t++) {
+        snprintf(name, sizeof name, "grad.%s", net->tensor[t].name);
+        st_add(f, name, net->tensor[t].nd, net->tensor[t].shape, g.m.grads + net->tensor[t].off);
+    }
+    /* dropout: the keep-masks this forward drew, under torch's module names */
+    for (int k = 0; k < net->n; k++) {
+        const struct ddpc_lnode *L = &net->node[k];
+        int att = L->it.type == DDPC_LAYER_ATTENTION;
+        if (!(L->it.type == DDPC_LAYER_DROPOUT || att) || L->it.p <= 0)
+            continue;
+        size_t n = (size_t)rows * (att ? (size_t)H * T * T : (size_t)T * C);
+        float *mask = fbuf(n);
+        uint64_t sd = model_dropout_seed(&g.m, k);
+        for (size_t i = 0; i < n; i++)
+            mask[i] = ddpc_k_uniform(sd, i) >= (float)L->it.p ? 1.0f : 0.0f;
+        snprintf(name, sizeof name, "mask.%s%s", L->name, att ? ".attn_dropout" : "");
+        if (att)
+            add(f, name, mask, 4, (int64_t)rows, (int64_t)H, (int64_t)T, (int64_t)T);
+        else
+            add(f, name, mask, 3, (int64_t)rows, (int64_t)T, (int64_t)C);
+        free(mask);
+    }
+    compare(f, "model", NULL);
+    free(f);
+    gpt_close(&g);
+}
+
+#define GPT_SMALL "  vocab_size: 64\n  block_size: 16\n  n_layer: 2\n  n_head: 2\n  n_embd: 32\n"
+
+START_TEST(gpt_matches_nanogpt)
+{
+    gpt_parity(GPT_SMALL, 3, 1);
+}
+END_TEST
+
+START_TEST(gpt_no_bias_dropout_matches_nanogpt)
+{
+    gpt_parity("  vocab_size: 50\n  block_size: 12\n  n_layer: 3\n  n_head: 4\n  n_embd: 16\n"
+               "  bias: false\n  dropout: 0.2\n", 2, 2);
+}
+END_TEST
+
+/* nanoGPT's init: N(0, 0.02) weights and embeddings, 0.02 / sqrt(2 n_layer)
+ * for the residual projections, zero biases, unit norms; lm_head is wte. */
+START_TEST(gpt_init_is_nanogpts)
+{
+    struct gpt_case g;
+    gpt_open(&g, GPT_SMALL, 1, 4);
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(model_init_params(&g.m, DDPC_INIT_PYTORCH, 4, &e), 0);   /* un-nudged */
+    const struct ddpc_net *net = &g.m.net;
+    for (int t = 0; t < net->n_tensors; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t];
+        const float *p = g.m.params + T->off;
+        double s = 0, s2 = 0;
+        for (size_t i = 0; i < T->numel; i++) {
+            s += p[i];
+            s2 += (double)p[i] * p[i];
+        }
+        double mean = s / T->numel, sd = sqrt(s2 / T->numel - mean * mean);
+        const char *nm = T->name;
+        size_t len = strlen(nm);
+        if (strstr(nm, ".ln_") || strstr(nm, "ln_f")) {
+            ck_assert_double_eq(mean, strstr(nm, ".weight") ? 1.0 : 0.0);
+            ck_assert_double_eq(sd, 0.0);
+        } else if (!strcmp(nm + len - 5, ".bias")) {
+            ck_assert_double_eq(s2, 0.0);
+        } else {
+            double want = strstr(nm, "c_proj.weight") ? 0.02 / sqrt(4.0) : 0.02;
+            ck_assert_msg(fabs(sd / want - 1) < 0.15 && fabs(mean) < 0.2 * want,
+                          "%s: mean %g sd %g, want sd %g", nm, mean, sd, want);
+        }
+    }
+    /* lm_head reads wte's slice: no parameters of its own */
+    const struct ddpc_lnode *head = &net->node[net->n - 1];
+    ck_assert_int_eq(head->tie, 0);
+    ck_assert_uint_eq(head->w_off, net->node[0].w_off);
+    gpt_close(&g);
+}
+END_TEST
+
+/* Two runs (fresh models, same seeds), dropout on: the same loss, logits and
+ * gradients, byte for byte. */
+START_TEST(gpt_cpu_is_bitwise_deterministic)
+{
+    const char *cfg = GPT_SMALL "  dropout: 0.1\n";
+    struct gpt_case a, b;
+    gpt_open(&a, cfg, 4, 9);
+    gpt_open(&b, cfg, 4, 9);
+    gpt_step(&a, 77);
+    gpt_step(&b, 77);
+    size_t nl = (size_t)4 * a.m.net.out_numel;
+    ck_assert_int_eq(memcmp(&a.loss, &b.loss, sizeof a.loss), 0);
+    ck_assert_int_eq(memcmp(a.m.logits, b.m.logits, nl * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.m.grads, b.m.grads, a.m.n_params * sizeof(float)), 0);
+    /* and a second step of the same model repeats itself */
+    float *g1 = fbuf(a.m.n_params);
+    memcpy(g1, a.m.grads, a.m.n_params * sizeof(float));
+    gpt_step(&a, 77);
+    ck_assert_int_eq(memcmp(g1, a.m.grads, a.m.n_params * sizeof(float)), 0);
+    free(g1);
+    gpt_close(&a);
+    gpt_close(&b);
+}
+END_TEST
+
 Suite *gpt_suite(void)
 {
     Suite *s = suite_create("gpt");
@@ -431,5 +645,12 @@ Suite *gpt_suite(void)
     tcase_add_test(tc, op_xent_seq);
     tcase_add_test(tc, op_tied_head);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("model");
+    tcase_set_timeout(tm, 300);
+    tcase_add_test(tm, gpt_matches_nanogpt);
+    tcase_add_test(tm, gpt_no_bias_dropout_matches_nanogpt);
+    tcase_add_test(tm, gpt_init_is_nanogpts);
+    tcase_add_test(tm, gpt_cpu_is_bitwise_deterministic);
+    suite_add_tcase(s, tm);
     return s;
 }
