@@ -340,8 +340,13 @@ static int plan_params(const struct ddpc_job *job, struct ddpc_plan *p, struct d
 
 static int plan_data(const struct ddpc_job *job, struct ddpc_plan *p)
 {
-    int64_t n = plan_count_samples(&job->data.train, p->samples_source,
-                                   sizeof p->samples_source);
+    const struct ddpc_data_source *tr = &job->data.train;
+    int64_t n = job->model.type == DDPC_MODEL_GPT &&
+                        (tr->format == DDPC_DATA_TEXT || tr->format == DDPC_DATA_TOKENS)
+                    ? plan_count_windows(tr, job->model.block_size,
+                                         (int64_t)job->model.block_size + 1,
+                                         p->samples_source, sizeof p->samples_source)
+                    : plan_count_samples(tr, p->samples_source, sizeof p->samples_source);
     p->train_samples = n;
     p->samples_per_rank = p->padded_samples = p->dropped_samples = -1;
     p->full_batches_per_epoch = p->batches_per_epoch = p->last_batch_size = -1;

@@ -2179,6 +2179,32 @@ static void gpt_rules(struct ddpc_vctx *c)
         vdiag(c, DDPC_SEV_ERROR, at(c, "model.type"), "model.type", "%s", why);
 }
 
+/* Token streams and gpt models go together: a gpt learns from windows of
+ * a token stream, and no other model reads one (its "samples" would be
+ * windows of nothing it can use). */
+static void token_format_rules(struct ddpc_vctx *c)
+{
+    struct ddpc_job *j = c->job;
+    int gpt = j->model.type == DDPC_MODEL_GPT;
+    for (int w = 0; w < 2; w++) {
+        const struct ddpc_data_source *s = w ? &j->data.test : &j->data.train;
+        const char *key = w ? "data.test.format" : "data.train.format";
+        const struct ddpc_node *n = at(c, key);
+        if (!n || (w && !j->data.has_test))
+            continue;
+        int tok = s->format == DDPC_DATA_TEXT || s->format == DDPC_DATA_TOKENS;
+        if (gpt && !tok)
+            vdiag(c, DDPC_SEV_ERROR, n, key, "a gpt model trains on a token stream: format "
+                  "text (a file's bytes) or tokens (llm.c shards), found %s",
+                  ddpc_enum_spell(&ddpc_enum_data_format, s->format));
+        else if (!gpt && tok)
+            vdiag(c, DDPC_SEV_ERROR, n, key, "format %s is a token stream for model.type gpt; "
+                  "a %s model needs samples with labels (idx, npy, csv or synthetic)",
+                  ddpc_enum_spell(&ddpc_enum_data_format, s->format),
+                  ddpc_enum_spell(&ddpc_enum_model_type, j->model.type));
+    }
+}
+
 /* An mlp or linear model: the first size against the features, the last
  * against the classes or labels. */
 static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
@@ -2311,6 +2337,7 @@ static void cross_rules(struct ddpc_vctx *c)
 
     if (j->model.type == DDPC_MODEL_GPT)
         gpt_rules(c);
+    token_format_rules(c);
 
     if (j->optimizer.type == DDPC_OPTIM_SGD && j->optimizer.nesterov &&
         j->optimizer.momentum <= 0 && (n = at(c, "optimizer.nesterov")))

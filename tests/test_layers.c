@@ -357,9 +357,18 @@ END_TEST
 START_TEST(gpt_lowering_is_nanogpt)
 {
     struct built b;
-    build_spec(&b, HEAD "model:\n  type: gpt\n  vocab_size: 50257\n  block_size: 1024\n"
-               "  n_layer: 12\n  n_head: 12\n  n_embd: 768\n"
-               "data:\n  train: {format: synthetic, samples: 64, features: 1024, classes: 50257}\n");
+    /* a token stream long enough for one window of 1024 + 1 */
+    char *dir = make_temp_dir("gpt"), *text = NULL, *yaml = NULL;
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&text, "%s/t.txt", dir), 0);
+    static char bytes[4096];
+    memset(bytes, 'a', sizeof bytes);
+    ck_assert_int_eq(write_file(text, bytes, sizeof bytes), 0);
+    ck_assert_int_ge(asprintf(&yaml, HEAD "model:\n  type: gpt\n  vocab_size: 50257\n"
+                              "  block_size: 1024\n  n_layer: 12\n  n_head: 12\n  n_embd: 768\n"
+                              "data:\n  train: {format: text, path: %s}\n", text), 0);
+    build_spec(&b, yaml);
+    free(yaml);
     static struct ddpc_net net;
     char why[256];
     int bad;
@@ -404,17 +413,23 @@ START_TEST(gpt_lowering_is_nanogpt)
     built_free(&b);
 
     /* no biases: layer norms and linears without them (nanoGPT bias=False) */
-    build_spec(&b, HEAD "model:\n  type: gpt\n  vocab_size: 64\n  block_size: 8\n"
-               "  n_layer: 2\n  n_head: 2\n  n_embd: 16\n  bias: false\n  dropout: 0.1\n"
-               "data:\n  train: {format: synthetic, samples: 64, features: 8, classes: 64}\n");
+    ck_assert_int_ge(asprintf(&yaml, HEAD "model:\n  type: gpt\n  vocab_size: 256\n"
+                              "  block_size: 8\n  n_layer: 2\n  n_head: 2\n  n_embd: 16\n"
+                              "  bias: false\n  dropout: 0.1\n"
+                              "data:\n  train: {format: text, path: %s}\n", text), 0);
+    build_spec(&b, yaml);
+    free(yaml);
     ck_assert_int_eq(layers_build(&b.job, NULL, &net, &bad, why, sizeof why), 0);
     for (int t = 0; t < net.n_tensors; t++)
         ck_assert_ptr_null(strstr(net.tensor[t].name, ".bias"));
-    /* 64*16 + 8*16 + 2 * (16 + 48*16 + 16*16 + 16 + 64*16 + 16*64) + 16 */
-    ck_assert_uint_eq(net.n_params, 1024u + 128 + 2 * (16 + 768 + 256 + 16 + 1024 + 1024) + 16);
+    /* 256*16 + 8*16 + 2 * (16 + 48*16 + 16*16 + 16 + 64*16 + 16*64) + 16 */
+    ck_assert_uint_eq(net.n_params, 4096u + 128 + 2 * (16 + 768 + 256 + 16 + 1024 + 1024) + 16);
     ck_assert_int_eq(net.has_dropout, 1);
     ck_assert_str_eq(net.node[1].name, "transformer.drop");
     built_free(&b);
+    rm_tree(dir);
+    free(dir);
+    free(text);
 }
 END_TEST
 
