@@ -57,7 +57,7 @@ static void checked_free(struct checked *c)
 
 #define GPT_SPEC "epochs: 1\nbatch_size: 4\nmodel: {type: gpt, vocab_size: 64, block_size: 8, " \
     "n_layer: 1, n_head: 2, n_embd: 16}\n" \
-    "data: {train: {format: synthetic, samples: 64, features: 8, classes: 64}}\n"
+    "data: {train: {format: text, path: t.txt}}\n"
 #define MINIMAL "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 2]}\ndata: {train: {format: synthetic}}\n"
 
 START_TEST(test_defaults_filled)
