@@ -447,10 +447,17 @@ static void gpt_open(struct gpt_case *g, const char *model_yaml, int rows, uint6
     ck_assert_ptr_nonnull(g->dir);
     char *spec, *yaml;
     ck_assert_int_ge(asprintf(&spec, "%s/spec.yaml", g->dir), 0);
+    /* a text source long enough for any block_size these cases use */
+    char *text;
+    static char bytes[8192];
+    memset(bytes, 'a', sizeof bytes);
+    ck_assert_int_ge(asprintf(&text, "%s/t.txt", g->dir), 0);
+    ck_assert_int_eq(write_file(text, bytes, sizeof bytes), 0);
+    free(text);
     ck_assert_int_ge(asprintf(&yaml, "version: 1\nepochs: 1\nbatch_size: %d\nseed: 3\n"
                               "model:\n  type: gpt\n%s"
-                              "data:\n  train: {format: synthetic, samples: 64, features: 4, "
-                              "classes: 2}\n", rows, model_yaml), 0);
+                              "data:\n  train: {format: text, path: t.txt}\n", rows,
+                              model_yaml), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
     struct ddpc_diag d;
     diag_init(&d);
