@@ -81,11 +81,14 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
                                 (size_t)L->rows * sizeof(float), e));
         if (L->tie >= 0)
             m->tied[L->tie] = 1;
-        /* linear + a plain activation: one fused pass (the MLP's hot path) */
-        if (L->it.type == DDPC_LAYER_LINEAR && L->b_numel && k + 1 < net->n &&
-            net->node[k + 1].src == k) {
+        /* linear + a plain activation: one fused pass (the MLP's hot path);
+         * conv2d + any activation: bias and activation in one pass */
+        if (L->b_numel && k + 1 < net->n && net->node[k + 1].src == k) {
             int a = act_id(net->node[k + 1].it.type, &net->node[k + 1].it);
-            m->fused[k] = a >= DDPC_K_RELU && a <= DDPC_K_SIGMOID;
+            if (L->it.type == DDPC_LAYER_LINEAR)
+                m->fused[k] = a >= DDPC_K_RELU && a <= DDPC_K_SIGMOID;
+            else if (L->it.type == DDPC_LAYER_CONV2D)
+                m->fused[k] = a >= 0;
         }
     }
     if (net->scratch_floats)
@@ -272,7 +275,7 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
     int act = act_id(it->type, it);
     if (act >= 0) {
         if (k > 0 && m->fused[k - 1] && L->src == k - 1)
-            return 0;   /* computed with the linear layer before it */
+            return 0;   /* computed with the linear or conv2d layer before it */
         a.act = act;
         a.f0 = (float)it->negative_slope;
         return lk(o, DDPC_LK_ACT_FWD, n_out, &a, e);
@@ -308,7 +311,13 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
         a.w = m->params + L->b_off;
         a.C = it->out;
         a.H = (int)ohw;
-        return lk(o, DDPC_LK_CHAN_BIAS, n_out, &a, e);
+        if (!m->fused[k])
+            return lk(o, DDPC_LK_CHAN_BIAS, n_out, &a, e);
+        const struct ddpc_layer_item *next = &m->net.node[k + 1].it;
+        a.t = m->y[k + 1];
+        a.act = act_id(next->type, next);
+        a.f0 = (float)next->negative_slope;
+        return lk(o, DDPC_LK_CHAN_BIAS_ACT, n_out, &a, e);
     }
     case DDPC_LAYER_MAXPOOL2D:
     case DDPC_LAYER_AVGPOOL2D:

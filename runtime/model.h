@@ -49,8 +49,9 @@ struct ddpc_model {
     float  *ws;                   /* layer kernels' scratch (struct ddpc_lk.ws): col2im's
                                      plane, the largest conv input's H*W floats */
     int     tied[DDPC_MAX_NODES]; /* 1: an embedding whose wte a later linear uses (lm_head) */
-    int     fused[DDPC_MAX_NODES];/* 1: a linear node whose following activation node
-                                     is computed with it (bias_act_forward) */
+    int     fused[DDPC_MAX_NODES];/* 1: a linear or conv2d node whose following
+                                     activation node is computed with it
+                                     (bias_act_forward, DDPC_LK_CHAN_BIAS_ACT) */
     float  *logits;               /* == y[last] after forward */
     float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */
     int     training;             /* model_set_mode */

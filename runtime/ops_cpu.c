@@ -333,9 +333,47 @@ static void cpu_destroy(struct ddpc_ops *o)
  * the same arithmetic, in the same order of additions (col2im and pooling
  * add their terms in (ky, kx) order, as the element functions do), so the
  * results are the same bits. */
+/* im2col of a stride-1 "same" convolution (output H x W, so 2P = K - 1,
+ * as the CNN's 3 x 3 / padding 1): row (ky, kx) of the columns is the
+ * plane shifted by (ky - P) rows and (kx - P) columns, so one copy per
+ * (c, ky, kx) of every row that lies inside, then zeros where the shift
+ * wraps around a row's edge and for the rows outside; not one short copy
+ * per output row. */
+static void im2col_same(const struct ddpc_lk *a)
+{
+    long H = a->H, W = a->W, P = a->P, hw = H * W;
+    for (size_t nc = 0; nc < (size_t)a->N * a->C; nc++) {
+        const float *x = a->x + nc * (size_t)hw;
+        float *col = a->y + nc * (size_t)a->K * a->K * hw;
+        for (long ky = 0; ky < a->K; ky++)
+            for (long kx = 0; kx < a->K; kx++, col += hw) {
+                long dy = ky - P, dx = kx - P;
+                long y0 = dy < 0 ? -dy : 0, y1 = dy > 0 ? H - dy : H;   /* rows inside */
+                long j0 = y0 * W, j1 = y1 * W, off = dy * W + dx;
+                if (j0 > 0)
+                    memset(col, 0, (size_t)j0 * sizeof *col);
+                if (j1 < hw)
+                    memset(col + j1, 0, (size_t)(hw - j1) * sizeof *col);
+                /* col[j] = x[j + off], clamped to the plane: what the clamp
+                 * cuts is wrapped columns, zeroed next */
+                long s0 = j0 + off < 0 ? -off : j0, s1 = j1 + off > hw ? hw - off : j1;
+                memcpy(col + s0, x + s0 + off, (size_t)(s1 - s0) * sizeof *col);
+                for (long oy = y0; oy < y1 && dx != 0; oy++) {
+                    float *r = col + oy * W;
+                    for (long ox = dx < 0 ? 0 : W - dx; ox < (dx < 0 ? -dx : W); ox++)
+                        r[ox] = 0.0f;
+                }
+            }
+    }
+}
+
 static void cpu_im2col(const struct ddpc_lk *a)
 {
     size_t ohw = (size_t)a->OH * a->OW, kk = (size_t)a->K * a->K;
+    if (a->S == 1 && a->OH == a->H && a->OW == a->W && a->P < a->H && a->P < a->W) {
+        im2col_same(a);
+        return;
+    }
     for (int n = 0; n < a->N; n++)
         for (int c = 0; c < a->C; c++) {
             const float *x = a->x + ((size_t)n * a->C + c) * a->H * a->W;
@@ -408,6 +446,125 @@ static void cpu_col2im(const struct ddpc_lk *a, float *plane)
         }
 }
 
+/* Max pooling 2 x 2, stride 2, no padding (the CNN's pooling): the element
+ * function's three comparisons per window, in its order, as bit selects
+ * instead of branches (a data-dependent branch mispredicts on half the
+ * windows), so the same values and argmaxes, NaN propagating. Eight windows
+ * of one output row at a time in GCC/Clang vector types (the rows here are
+ * 14 and 7 wide: too short for the auto-vectorizer, which unrolls them into
+ * branches); the rest of a row one window at a time, with the same
+ * selects on the values' bits.
+ * at0: the input index of the block's first window. */
+enum { POOL2_B = 8 };
+typedef float   v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* t ? a : b per lane, t all ones or all zeros (a macro: a function
+ * returning a vector draws GCC's -Wpsabi note in the baseline clone) */
+#define V8_SEL(t, a, b) (((a) & (t)) | ((b) & ~(t)))
+
+static inline void pool2_block(const float *r0, const float *r1, float *y, int32_t *idx,
+                               int32_t at0, int32_t W)
+{
+    v8f a0, a1, b0, b1;
+    memcpy(&a0, r0, sizeof a0);
+    memcpy(&a1, r0 + POOL2_B, sizeof a1);
+    memcpy(&b0, r1, sizeof b0);
+    memcpy(&b1, r1 + POOL2_B, sizeof b1);
+    v8f x00 = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
+    v8f x01 = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8f x10 = __builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14);
+    v8f x11 = __builtin_shufflevector(b0, b1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8i at = (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 } + at0;
+    v8i best = (v8i)x00, arg = at;
+    v8i t = (x01 > (v8f)best) | (x01 != x01);
+    best = V8_SEL(t, (v8i)x01, best);
+    arg = V8_SEL(t, at + 1, arg);
+    t = (x10 > (v8f)best) | (x10 != x10);
+    best = V8_SEL(t, (v8i)x10, best);
+    arg = V8_SEL(t, at + W, arg);
+    t = (x11 > (v8f)best) | (x11 != x11);
+    best = V8_SEL(t, (v8i)x11, best);
+    arg = V8_SEL(t, at + (W + 1), arg);
+    memcpy(y, &best, sizeof best);
+    memcpy(idx, &arg, sizeof arg);
+}
+
+DDPC_HOT static void pool2_max_plane(const float *restrict x, float *restrict y,
+                                     int32_t *restrict idx, int W, int OH, int OW)
+{
+    for (int oy = 0; oy < OH; oy++) {
+        const float *r0 = x + (size_t)2 * oy * W, *r1 = r0 + W;
+        float *yr = y + (size_t)oy * OW;
+        int32_t *ir = idx + (size_t)oy * OW;
+        int32_t row0 = 2 * oy * W;
+        int ox = 0;
+        for (; ox + POOL2_B <= OW; ox += POOL2_B)
+            pool2_block(r0 + 2 * ox, r1 + 2 * ox, yr + ox, ir + ox, row0 + 2 * ox, W);
+        for (; ox < OW; ox++) {   /* the rest of the row: the same selects, on bits */
+            int32_t at = row0 + 2 * ox, arg = at;
+            float best = r0[2 * ox];
+            const float v[3] = { r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1] };
+            const int32_t off[3] = { 1, W, W + 1 };
+            for (int k = 0; k < 3; k++) {
+                uint32_t t = -(uint32_t)((v[k] > best) | (v[k] != v[k])), bb, vb;
+                memcpy(&bb, &best, sizeof bb);
+                memcpy(&vb, &v[k], sizeof vb);
+                bb = (vb & t) | (bb & ~t);
+                memcpy(&best, &bb, sizeof best);
+                arg = (int32_t)(((uint32_t)(at + off[k]) & t) | ((uint32_t)arg & ~t));
+            }
+            yr[ox] = best;
+            ir[ox] = arg;
+        }
+    }
+}
+
+/* ReLU, ddpc_k_act's expression without its switch. */
+DDPC_HOT static void relu_loop(const float *restrict x, float *restrict y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* Per-channel bias then ReLU, rows of len: y += b; t = relu(y). */
+DDPC_HOT static void bias_relu_rows(float *restrict y, float *restrict t, const float *w,
+                                    size_t rows, size_t len, int C)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float b = w[r % (size_t)C];
+        float *yr = y + r * len, *tr = t + r * len;
+        for (size_t k = 0; k < len; k++) {
+            float v = yr[k] + b;
+            yr[k] = v;
+            tr[k] = v > 0.0f ? v : 0.0f;
+        }
+    }
+}
+
+/* db[c] (+)= sum over n, s of dy[n][c][s], accumulated in double in the
+ * element function's order (n, then s) for each channel: that order is a
+ * chain of dependent additions, so eight channels' chains run side by side
+ * (the same additions, each chain in its own order: the same bits). */
+static void chan_bias_grad(const struct ddpc_lk *a)
+{
+    size_t H = (size_t)a->H, C = (size_t)a->C;
+    size_t c = 0;
+    for (; c + 8 <= C; c += 8) {
+        double s[8] = { 0 };
+        for (int n = 0; n < a->N; n++) {
+            const float *d = a->dy + ((size_t)n * C + c) * H;
+            for (size_t k = 0; k < H; k++)
+                for (int j = 0; j < 8; j++)
+                    s[j] += d[j * H + k];
+        }
+        for (int j = 0; j < 8; j++)
+            ddpc_k_put(&a->db[c + j], (float)s[j], a->accg);
+    }
+    for (; c < C; c++)
+        ddpc_lk_run(DDPC_LK_CHAN_BIAS_GRAD, c, a);
+}
+
 static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
                             struct ddpc_err *e)
 {
@@ -429,6 +586,23 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
             for (int k = 0; k < a->H; k++)
                 y[k] += b;
         }
+        break;
+    case DDPC_LK_CHAN_BIAS_ACT:
+        if (a->act == DDPC_K_RELU) {
+            bias_relu_rows(a->y, a->t, a->w, n / (size_t)a->H, (size_t)a->H, a->C);
+            break;
+        }
+        for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
+            float b = a->w[r % (size_t)a->C], *y = a->y + r * (size_t)a->H;
+            float *t = a->t + r * (size_t)a->H;
+            for (int k = 0; k < a->H; k++) {
+                y[k] += b;
+                t[k] = ddpc_k_act2(a->act, y[k], a->f0);
+            }
+        }
+        break;
+    case DDPC_LK_CHAN_BIAS_GRAD:
+        chan_bias_grad(a);
         break;
     case DDPC_LK_BN_FWD:
         for (size_t r = 0, rows = n / (size_t)a->H; r < rows; r++) {
@@ -468,6 +642,10 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
             if (a->act != 0) {
                 for (size_t i = 0; i < ohw; i++)
                     ddpc_lk_pool_fwd(i, &b);
+                continue;
+            }
+            if (a->K == 2 && a->S == 2 && a->P == 0) {
+                pool2_max_plane(b.x, b.y, b.idx, a->W, a->OH, a->OW);
                 continue;
             }
             for (int oy = 0; oy < a->OH; oy++)
@@ -555,9 +733,8 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         break;
     }
     case DDPC_LK_ACT_FWD:
-        if (a->act == DDPC_K_RELU)   /* ddpc_k_act's expression, without its switch: vectorizes */
-            for (size_t i = 0; i < n; i++)
-                a->y[i] = a->x[i] > 0.0f ? a->x[i] : 0.0f;
+        if (a->act == DDPC_K_RELU)
+            relu_loop(a->x, a->y, n);
         else
             for (size_t i = 0; i < n; i++)
                 a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0);

@@ -211,6 +211,8 @@ enum ddpc_lk_kind {
     DDPC_LK_COL2IM,        /* dx[n][c][h][w] (+)= sum of aux (col) entries that read it; i over N*C*H*W;
                               ws: H*W floats of scratch (the CPU backend's sums with accx) */
     DDPC_LK_CHAN_BIAS,     /* y[n][c][s] += w[c]; i over N*C*H (H = spatial) */
+    DDPC_LK_CHAN_BIAS_ACT, /* y[n][c][s] += w[c], then t = act(y) (act, f0 as ACT_FWD): a
+                              conv2d's bias and the activation after it in one pass */
     DDPC_LK_CHAN_BIAS_GRAD,/* db[c] (+)= sum over n, s of dy[n][c][s]; i over C */
     DDPC_LK_POOL_FWD,      /* act 0 max (idx: argmax in the plane), 1 avg; i over N*C*OH*OW */
     DDPC_LK_POOL_BWD,      /* dx (+)= gradient of the pooling; i over N*C*H*W */
@@ -584,6 +586,12 @@ DDPC_HD void ddpc_lk_run(int kind, size_t i, const struct ddpc_lk *a)
     case DDPC_LK_IM2COL:    ddpc_lk_im2col(i, a); break;
     case DDPC_LK_COL2IM:    ddpc_lk_col2im(i, a); break;
     case DDPC_LK_CHAN_BIAS: a->y[i] += a->w[i / a->H % a->C]; break;
+    case DDPC_LK_CHAN_BIAS_ACT: {
+        float v = a->y[i] + a->w[i / a->H % a->C];
+        a->y[i] = v;
+        a->t[i] = ddpc_k_act2(a->act, v, a->f0);
+        break;
+    }
     case DDPC_LK_CHAN_BIAS_GRAD: {
         double s = 0.0;
         for (int n = 0; n < a->N; n++) {

@@ -261,6 +261,8 @@ static void lk_same(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk
         a[k].dx = b->dx[k];
         a[k].db = b->db[k];
         a[k].idx = args->idx ? args->idx : b->idx[k];   /* given: pooling backward's argmax */
+        if (args->t)   /* a kind that writes t (CHAN_BIAS_ACT): into the dx buffers */
+            a[k].t = b->dx[k];
     }
     ck_assert_msg(o->layer_kernel(o, kind, n, &a[0], &e) == 0, "%s: %s", what, e.msg);
     for (size_t i = 0; i < n; i++)
@@ -282,7 +284,7 @@ START_TEST(layer_kernels_match_element_functions)
         { 2, 3, 7, 6, 3, 1, 1 }, { 2, 3, 9, 9, 3, 2, 1 }, { 2, 2, 8, 8, 2, 2, 0 },
         { 1, 2, 7, 7, 2, 2, 0 }, { 2, 2, 6, 6, 3, 2, 1 }, { 3, 4, 28, 28, 2, 2, 0 },
         { 2, 3, 14, 14, 3, 1, 1 }, { 1, 1, 5, 8, 1, 1, 0 }, { 2, 2, 6, 7, 3, 3, 0 },
-        { 2, 5, 9, 9, 2, 1, 1 },
+        { 2, 5, 9, 9, 2, 1, 1 }, { 2, 2, 6, 5, 5, 1, 2 }, { 1, 2, 3, 4, 5, 1, 2 },
     };
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
@@ -368,6 +370,20 @@ START_TEST(layer_kernels_match_element_functions)
         c.w = w;
         snprintf(what, sizeof what, "chan bias shape %zu", t);
         lk_same(&o, DDPC_LK_CHAN_BIAS, nin, &c, &b, what);
+        lk_bufs_free(&b);
+        for (int act = 0; act <= DDPC_K_GELU_TANH; act++) {
+            lk_bufs_init(&b, &r, nin, nin, (size_t)C);
+            memcpy(b.y[0], x, nin * sizeof *x);   /* NaNs, infinities, zeros */
+            memcpy(b.y[1], x, nin * sizeof *x);
+            struct ddpc_lk f = c;
+            f.act = act;
+            f.f0 = 0.01f;
+            f.t = b.dx[0];
+            snprintf(what, sizeof what, "chan bias act %d shape %zu", act, t);
+            lk_same(&o, DDPC_LK_CHAN_BIAS_ACT, nin, &f, &b, what);
+            lk_bufs_free(&b);
+        }
+        lk_bufs_init(&b, &r, nin, 1, (size_t)C);
         for (int acc = 0; acc < 2; acc++) {
             struct ddpc_lk g = c;
             g.dy = x;   /* with NaNs and infinities */
