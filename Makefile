@@ -139,8 +139,11 @@ $(B)/obj/%.o: %.c | $(B)/obj/compiler/toolchain.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -I$(B)/obj/compiler $(BLAS_CFLAGS) $(CHECK_CFLAGS) $(CFLAGS) -c $< -o $@
 
-# sqrtf without errno lets the optimizer loops vectorize (no value changes)
-$(B)/obj/runtime/ops_cpu.o: CFLAGS += -fno-math-errno
+# sqrtf without errno lets the optimizer loops vectorize; without FP traps
+# the compare-and-select clamps of ddpc_k_expf (GELU) are if-converted, so
+# its loops vectorize too. Neither changes a value (no reassociation, no
+# contraction: C11 keeps fp-contract off).
+$(B)/obj/runtime/ops_cpu.o: CFLAGS += -fno-math-errno -fno-trapping-math
 # -O3 for the hot loops: ops_cpu's optimizer and activation kernels (and the
 # ops_kernels.h code inlined into them), data_gather's per-step conversion.
 # After OPT on the command line, so it wins; the sources carry no pragma.

@@ -565,6 +565,53 @@ static void chan_bias_grad(const struct ddpc_lk *a)
         ddpc_lk_run(DDPC_LK_CHAN_BIAS_GRAD, c, a);
 }
 
+/* GELU (tanh form) over n elements: the element functions in loops that
+ * vectorize (ddpc_k_expf has no libm call), so the same values. */
+DDPC_HOT static void cpu_gelu_tanh_fwd(const float *x, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = ddpc_k_gelu_tanh(x[i]);
+}
+
+DDPC_HOT static void cpu_gelu_tanh_bwd(const float *x, const float *dy, float *dx, size_t n,
+                                       int acc)
+{
+    if (acc)
+        for (size_t i = 0; i < n; i++)
+            dx[i] += dy[i] * ddpc_k_gelu_tanh_grad(x[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * ddpc_k_gelu_tanh_grad(x[i]);
+}
+
+/* Layer norm's dw, db: rows in order as the element function (each
+ * column sums its rows in row order, in double), but a row at a time, so
+ * x and dy are read along their rows instead of down a column. */
+static void cpu_ln_bwd_dw(const struct ddpc_lk *a)
+{
+    enum { CHUNK = 256 };
+    double sw[CHUNK], sb[CHUNK];
+    for (int j0 = 0; j0 < a->C; j0 += CHUNK) {
+        int nj = a->C - j0 < CHUNK ? a->C - j0 : CHUNK;
+        for (int j = 0; j < nj; j++)
+            sw[j] = sb[j] = 0.0;
+        for (int r = 0; r < a->N; r++) {
+            size_t o = (size_t)r * a->C + j0;
+            float m = a->s0[r], rstd = a->s1[r];
+            for (int j = 0; j < nj; j++) {
+                float xhat = (a->x[o + j] - m) * rstd;
+                sw[j] += (double)a->dy[o + j] * xhat;
+                sb[j] += a->dy[o + j];
+            }
+        }
+        for (int j = 0; j < nj; j++) {
+            ddpc_k_put(&a->dw[j0 + j], (float)sw[j], a->accg);
+            if (a->db)
+                ddpc_k_put(&a->db[j0 + j], (float)sb[j], a->accg);
+        }
+    }
+}
+
 static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
                             struct ddpc_err *e)
 {
@@ -732,14 +779,25 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         }
         break;
     }
+    case DDPC_LK_LN_BWD_DW:
+        cpu_ln_bwd_dw(a);
+        break;
+    case DDPC_LK_ACT_BWD:
+        if (a->act != DDPC_K_GELU_TANH)
+            goto element;
+        cpu_gelu_tanh_bwd(a->x, a->dy, a->dx, n, a->accx);
+        break;
     case DDPC_LK_ACT_FWD:
-        if (a->act == DDPC_K_RELU)
+        if (a->act == DDPC_K_GELU_TANH)
+            cpu_gelu_tanh_fwd(a->x, a->y, n);
+        else if (a->act == DDPC_K_RELU)
             relu_loop(a->x, a->y, n);
         else
             for (size_t i = 0; i < n; i++)
                 a->y[i] = ddpc_k_act2(a->act, a->x[i], a->f0);
         break;
     default:
+    element:
         for (size_t i = 0; i < n; i++)
             ddpc_lk_run(kind, i, a);
     }

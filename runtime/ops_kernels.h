@@ -174,15 +174,60 @@ DDPC_HD double ddpc_k_mse_row(const float *x, const float *t, float *d, int cols
 #define DDPC_K_SILU       6
 #define DDPC_K_GELU_TANH  7
 
+/* exp(x) without a libm call, so loops over it vectorize (GELU below):
+ * Cephes' expf, exp(x) = 2^n exp(r) with |r| <= ln2/2, a degree-5
+ * polynomial for exp(r), about 1 ulp. x is clamped to [-87, 88], where
+ * 2^n stays a normal float (exp(-87) = 1.6e-38, exp(88) = 1.7e38); callers
+ * that must propagate a NaN argument do so themselves (GELU: z / ...). */
+DDPC_HD float ddpc_k_expf(float x)
+{
+    x = x > -87.0f ? x : -87.0f;   /* NaN -> -87: no NaN reaches the int conversion */
+    x = x < 88.0f ? x : 88.0f;
+    /* n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer (C11: no
+     * contraction, so the sum is rounded exactly once) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;          /* ln2 in two parts (Cody-Waite) */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    union { int32_t i; float f; } two_n;     /* 2^n from its exponent bits */
+    two_n.i = ((int32_t)n + 127) << 23;
+    return y * two_n.f;
+}
+
+/* GELU, tanh form: 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3),
+ * computed as z * s with s = sigmoid(2u) = 1 / (1 + exp(-2u)) (the same
+ * function: 1 + tanh(u) = 2 sigmoid(2u)), which needs one exp and no
+ * cancellation where tanh(u) is near -1. */
+DDPC_HD float ddpc_k_gelu_tanh(float z)
+{
+    float u = 0.79788456080286536f * (z + 0.044715f * z * z * z);
+    return z / (1.0f + ddpc_k_expf(-2.0f * u));
+}
+
+/* d/dz of the above, PyTorch's GeluBackward tanh form rewritten with
+ * s = sigmoid(2u): 0.5 (1 + t) = s, 0.5 z (1 - t^2) = 2 z s (1 - s), so
+ * s + 2 z s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 z^2); 1 - s = e s. */
+DDPC_HD float ddpc_k_gelu_tanh_grad(float z)
+{
+    const float beta = 0.79788456080286536f, kappa = 0.044715f;
+    float x2 = z * z;
+    float e = ddpc_k_expf(-2.0f * (beta * (z + kappa * x2 * z)));
+    float s = 1.0f / (1.0f + e);
+    return s + 2.0f * z * s * (e * s) * beta * (1.0f + 3.0f * kappa * x2);
+}
+
 DDPC_HD float ddpc_k_act2(int act, float z, float slope)
 {
     switch (act) {
     case DDPC_K_LEAKY_RELU: return z > 0.0f ? z : z * slope;
     case DDPC_K_SILU:       return z / (1.0f + expf(-z));
-    case DDPC_K_GELU_TANH: {
-        float inner = 0.79788456080286536f * (z + 0.044715f * z * z * z);
-        return 0.5f * z * (1.0f + tanhf(inner));
-    }
+    case DDPC_K_GELU_TANH:  return ddpc_k_gelu_tanh(z);
     default:                return ddpc_k_act(act, z);
     }
 }
@@ -195,12 +240,7 @@ DDPC_HD float ddpc_k_act2_grad(int act, float z, float slope)
         float s = 1.0f / (1.0f + expf(-z));
         return s * (1.0f + z * (1.0f - s));
     }
-    case DDPC_K_GELU_TANH: {   /* PyTorch's GeluBackward, tanh form */
-        const float beta = 0.79788456080286536f, kappa = 0.044715f;
-        float x2 = z * z;
-        float t = tanhf(beta * (z + kappa * x2 * z));
-        return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * beta * (1.0f + 3.0f * kappa * x2);
-    }
+    case DDPC_K_GELU_TANH:  return ddpc_k_gelu_tanh_grad(z);
     default:                return ddpc_k_act_grad(act, z);
     }
 }

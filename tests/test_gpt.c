@@ -343,6 +343,30 @@ START_TEST(op_gelu_tanh)
 }
 END_TEST
 
+/* ddpc_k_expf (GELU's exp, a polynomial so loops vectorize) against exp in
+ * double: within 2 ulp-ish (2.5e-7 relative) over its range, clamped
+ * outside it; GELU keeps NaN and its limits. */
+START_TEST(expf_and_gelu_limits)
+{
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.00731f) {
+        double want = exp((double)x), r = fabs(ddpc_k_expf(x) - want) / want;
+        worst = r > worst ? r : worst;
+    }
+    ck_assert_msg(worst < 2.5e-7, "ddpc_k_expf: worst relative error %g", worst);
+    ck_assert_float_eq(ddpc_k_expf(0.0f), 1.0f);
+    ck_assert(isfinite(ddpc_k_expf(1000.0f)) && ddpc_k_expf(-1000.0f) > 0.0f);
+    ck_assert(isnan(ddpc_k_gelu_tanh(NAN)) && isnan(ddpc_k_gelu_tanh_grad(NAN)));
+    ck_assert_float_eq(ddpc_k_gelu_tanh(50.0f), 50.0f);
+    ck_assert_float_eq_tol(ddpc_k_gelu_tanh(-50.0f), 0.0f, 1e-30f);
+    ck_assert_float_eq(ddpc_k_gelu_tanh_grad(50.0f), 1.0f);
+    ck_assert_float_eq_tol(ddpc_k_gelu_tanh_grad(-50.0f), 0.0f, 1e-30f);
+    /* torch.nn.GELU(approximate='tanh')(torch.tensor([1.0, -1.0])) */
+    ck_assert_float_eq_tol(ddpc_k_gelu_tanh(1.0f), 0.8411920f, 1e-6f);
+    ck_assert_float_eq_tol(ddpc_k_gelu_tanh(-1.0f), -0.1588080f, 1e-6f);
+}
+END_TEST
+
 /* ---- cross-entropy over every position: [B*T, V] rows ---- */
 
 START_TEST(op_xent_seq)
@@ -649,6 +673,7 @@ Suite *gpt_suite(void)
     tcase_add_test(tc, op_layernorm);
     tcase_add_test(tc, op_attention);
     tcase_add_test(tc, op_gelu_tanh);
+    tcase_add_test(tc, expf_and_gelu_limits);
     tcase_add_test(tc, op_xent_seq);
     tcase_add_test(tc, op_tied_head);
     suite_add_tcase(s, tc);
