@@ -61,6 +61,7 @@ struct ddpc_run {
     int      comm_on;       /* world > 1: gradients are all-reduced */
     int      batch;         /* per-rank batch size */
     int      in_dim, out_dim;
+    int      seq_len;       /* labels per sample: 1, or T for token windows (data.h) */
     int      eval_rows;     /* rows per evaluation batch */
     size_t   n_ck;          /* floats of a checkpoint's "params": parameters, then
                                batch-norm running statistics (model.state) */
@@ -84,7 +85,7 @@ struct ddpc_run {
     struct {
         /* host staging; aliases the backend buffers when ops->host_memory */
         float   *hx;            /* [max_rows, in] */
-        int32_t *hlab;          /* [max_rows] */
+        int32_t *hlab;          /* [max_rows * seq_len] */
         float   *hy;            /* [max_rows, out] */
         /* with ops->to_device_async: two pinned sets of the three above that
          * alternate (hx, hlab, hy point at the one in use), so a batch's copy
@@ -322,6 +323,14 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
                           struct ddpc_err *e)
 {
     const struct ddpc_job *j = r->job;
+    if (ds->stride > 0) {
+        /* token windows (data_set_windows): T inputs, T labels, every token
+         * already checked against vocab_size at load */
+        if (ds->features != r->in_dim)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "%s data (%s): windows of %d tokens, but the "
+                             "model reads %d", what, ds->source, (int)ds->features, r->in_dim);
+        return 0;
+    }
     if (ds->features != r->in_dim && j->model.type == DDPC_MODEL_SEQUENTIAL)
         return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d features per sample but "
                          "model.input is %d floats per sample; set model.input to the shape "
@@ -432,7 +441,7 @@ static int run_alloc_buffers(struct ddpc_run *r, int max_rows, struct ddpc_err *
         DDPC_TRY(o->reserve(o, max_rows, (size_t)max_rows * (size_t)widest, e));
     }
     size_t xb = (size_t)max_rows * r->in_dim * sizeof(float);
-    size_t lb = (size_t)max_rows * sizeof(int32_t);
+    size_t lb = (size_t)max_rows * (size_t)r->seq_len * sizeof(int32_t);
     size_t yb = (size_t)max_rows * r->out_dim * sizeof(float);
     DDPC_TRY(o->alloc(o, (void **)&r->buf.dx, xb, e));
     DDPC_TRY(o->alloc(o, (void **)&r->buf.dlab, lb, e));
@@ -531,6 +540,10 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     DDPC_TRY(run_check_data(r, a->train, "train", e));
     if (a->test)
         DDPC_TRY(run_check_data(r, a->test, "test", e));
+    r->seq_len = a->train->seq_len > 1 ? a->train->seq_len : 1;
+    if (a->test && (a->test->seq_len > 1 ? a->test->seq_len : 1) != r->seq_len)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "test data has %d labels per sample, training "
+                         "data %d", (int)a->test->seq_len, r->seq_len);
     if (j->loss == DDPC_LOSS_MSE) {
         r->use_y = 1;
         r->onehot = !(a->train->y && a->train->targets == r->out_dim &&
@@ -623,7 +636,7 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
     }
     size_t xbytes = (size_t)rows * r->in_dim * sizeof(float);
     size_t ybytes = (size_t)rows * r->out_dim * sizeof(float);
-    size_t lbytes = (size_t)rows * sizeof(int32_t);
+    size_t lbytes = (size_t)rows * (size_t)r->seq_len * sizeof(int32_t);
     if (r->buf.staged) {
         DDPC_TRY(o->to_device_async(o, r->buf.dx, r->buf.hx, xbytes, k, e));
         if (r->use_y)
