@@ -116,14 +116,14 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The names a tokens path stands for, sorted: *names[n], owned by the caller
+/* The names a path stands for, sorted: *names[n], owned by the caller
  * (free each and the array). */
-static int expand(const char *path, enum ddpc_data_format fmt, char ***names, int *n,
+static int expand(const char *path, char ***names, int *n,
                   char *why, size_t cap)
 {
     *names = NULL;
     *n = 0;
-    int pattern = fmt == DDPC_DATA_TOKENS && strpbrk(path, "*?[") != NULL;
+    int pattern = strpbrk(path, "*?[") != NULL;
     struct stat st;
     if (!pattern || (stat(path, &st) == 0 && S_ISREG(st.st_mode))) {
         /* one file (a name with [ ] in it that exists is that file) */
@@ -195,7 +195,7 @@ int tokens_list(const char *path, enum ddpc_data_format fmt, struct ddpc_token_f
     }
     char **names;
     int n;
-    if (expand(path, fmt, &names, &n, why, cap) < 0)
+    if (expand(path, &names, &n, why, cap) < 0)
         return -1;
     tf->f = calloc((size_t)n, sizeof *tf->f);
     if (!tf->f) {

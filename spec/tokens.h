@@ -8,9 +8,9 @@
  * A shard (llm.c's dev/data/data_common.py write_datafile): 256 little-endian
  * int32 (magic 20240520, version 1, token count n, the rest unused), then n
  * little-endian uint16 tokens; the file is exactly 1024 + 2n bytes.
- * A tokens path is one file, or a glob(3) pattern: `*`, `?` and `[...]`, no
- * braces, no `~`, no shell (glob never runs anything); its matches are read
- * in strcmp order of their names. Data files are untrusted: every count is
+ * A path is one file, or a glob(3) pattern: `*`, `?` and `[...]`, no braces,
+ * no `~`, no shell (glob never runs anything); its matches are read in
+ * strcmp order of their names, one stream (text files too: fortunes/ *.u8). Data files are untrusted: every count is
  * checked against the file's size before it is believed.
  * Files are opened read-only and non-blocking, regular files only. Nothing
  * here prints or exits; `why` gets the reason, naming the file.
@@ -42,9 +42,9 @@ struct ddpc_token_files {
     size_t  header;     /* bytes before the first token: 0 (text), 1024 (tokens) */
 };
 
-/* The files of a text or tokens source and their token counts: text: path
- * itself, count = its size; tokens: the path, or the pattern's matches,
- * each header checked (tokens_shard_header). 0, or -1 with why ("no file
+/* The files of a text or tokens source (the path, or the pattern's
+ * matches) and their token counts: text: a file's size; tokens: from each
+ * header, checked (tokens_shard_header). 0, or -1 with why ("no file
  * matches the pattern 'd/train_*.bin'", "'d/a.bin' is not an llm.c token
  * shard: ..."). tokens_list_free is safe on a zeroed list; a failed call
  * frees what it made. */

@@ -1881,91 +1881,105 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
  * a vocab_size below 256 (the job checks every byte at load anyway) */
 #define TEXT_SCAN_MAX ((int64_t)64 << 20)
 
-/* The first byte of [a, b) of text file p that is >= vocab: its offset and
- * value, 0 if none, -1 if unreadable. */
-static int text_first_over(const char *p, int64_t a, int64_t b, int vocab, int64_t *off,
-                           int *val)
+/* The first byte of stream range [a, b) of text files tf that is >= vocab:
+ * its file, offset and value; 0 if none, -1 if unreadable. */
+static int text_first_over(const struct ddpc_token_files *tf, int64_t a, int64_t b, int vocab,
+                           const char **file, int64_t *off, int *val)
 {
-    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return -1;
     unsigned char buf[65536];
-    int rc = 0;
-    for (int64_t pos = a; pos < b && rc == 0;) {
-        size_t want = b - pos < (int64_t)sizeof buf ? (size_t)(b - pos) : sizeof buf;
-        ssize_t r = pread(fd, buf, want, (off_t)pos);
-        if (r < 0 && errno == EINTR)
+    for (int k = 0; k < tf->n; k++) {
+        const struct ddpc_token_file *f = &tf->f[k];
+        int64_t lo = f->first > a ? f->first : a;
+        int64_t hi = f->first + f->count < b ? f->first + f->count : b;
+        if (lo >= hi)
             continue;
-        if (r <= 0) {
-            rc = -1;
-            break;
-        }
-        for (ssize_t i = 0; i < r; i++)
-            if (buf[i] >= vocab) {
-                *off = pos + i;
-                *val = buf[i];
-                rc = 1;
-                break;
+        int fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+            return -1;
+        for (int64_t pos = lo - f->first; pos < hi - f->first;) {
+            int64_t left = hi - f->first - pos;
+            size_t want = left < (int64_t)sizeof buf ? (size_t)left : sizeof buf;
+            ssize_t r = pread(fd, buf, want, (off_t)pos);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                close(fd);
+                return -1;
             }
-        pos += r;
+            for (ssize_t i = 0; i < r; i++)
+                if (buf[i] >= vocab) {
+                    *file = f->path;
+                    *off = pos + i;
+                    *val = buf[i];
+                    close(fd);
+                    return 1;
+                }
+            pos += r;
+        }
+        close(fd);
     }
-    close(fd);
-    return rc;
+    return 0;
 }
 
 /* A text or tokens source: its files exist, shard headers are sound, the
  * range holds one window of T + 1 tokens (T 0: unknown), and a text
  * source's bytes are below vocab (vocab 0: unknown; a file larger than
  * TEXT_SCAN_MAX gets a warning, the job checks at load). Tokens of shards
- * are compared with vocab_size at load (reading them all is not cheap). */
-static void token_source_check(struct ddpc_vctx *c, const struct ddpc_data_source *s,
-                               const char *spath, int64_t vocab, int64_t T, int64_t stride)
+ * are compared with vocab_size at load (reading them all is not cheap).
+ * Returns the windows at this stride, -1 when unknown. */
+static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_source *s,
+                                  const char *spath, int64_t vocab, int64_t T, int64_t stride)
 {
     char key[64], why[PATH_MAX + 256];
     snprintf(key, sizeof key, "%s.path", spath);
     const struct ddpc_node *n = load_lookup(c->root, key);
     struct ddpc_token_files tf;
     if (!s->path || !n || !c->opt || !c->opt->read_data_headers)
-        return;
+        return -1;
     /* the path as written (from the current directory), so messages name it so */
     char shown[PATH_MAX + 64];
     const char *p = shown_path(c, n, shown, sizeof shown);
     if (tokens_list(p, s->format, &tf, why, sizeof why) < 0) {
         vdiag(c, DDPC_SEV_ERROR, n, key, "%s", why);
-        return;
+        return -1;
     }
     int64_t a, b;
     tokens_range(tf.total, s->range_lo, s->range_hi, &a, &b);
     char rk[64];
     snprintf(rk, sizeof rk, "%s.range", spath);
     const struct ddpc_node *rn = load_lookup(c->root, rk);
-    if (T > 0 && tokens_windows(b - a, T, stride) < 1) {
-        vdiag(c, DDPC_SEV_ERROR, rn ? rn : n, rn ? rk : key, "%s%s %lld tokens%s, fewer than "
-              "block_size + 1 = %lld that one window needs; use more data%s or a smaller "
-              "model.block_size", tf.n > 1 ? "the shards of " : "", p,
-              (long long)(b - a), rn ? " in this range" : "", (long long)T + 1,
-              rn ? ", a wider range" : "");
+    int64_t w = T > 0 ? tokens_windows(b - a, T, stride) : -1;
+    if (T > 0 && w < 1) {
+        char files[32] = "";
+        if (tf.n > 1)
+            snprintf(files, sizeof files, " (%d files)", tf.n);
+        vdiag(c, DDPC_SEV_ERROR, rn ? rn : n, rn ? rk : key, "'%s'%s holds %lld tokens%s, fewer "
+              "than block_size + 1 = %lld that one window needs; use more data%s or a smaller "
+              "model.block_size", p, files, (long long)(b - a), rn ? " in this range" : "",
+              (long long)T + 1, rn ? ", a wider range" : "");
     } else if (s->format == DDPC_DATA_TEXT && vocab > 0 && vocab < 256) {
         const struct ddpc_node *vn = load_lookup(c->root, "model.vocab_size");
         if (b - a > TEXT_SCAN_MAX) {
             vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
-                  "%s is a text source (tokens are bytes, 0 to 255) larger than check reads "
+                  "'%s' is a text source (tokens are bytes, 0 to 255) larger than check reads "
                   "(%lld MiB); the job fails at load if a byte is >= vocab_size %lld",
                   p, (long long)(TEXT_SCAN_MAX >> 20), (long long)vocab);
         } else {
             int64_t off = 0;
             int val = 0;
-            int r = text_first_over(tf.f[0].path, a, b, (int)vocab, &off, &val);
+            const char *file = p;
+            int r = text_first_over(&tf, a, b, (int)vocab, &file, &off, &val);
             if (r < 0)
                 vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s", p, strerror(errno));
             else if (r > 0)
                 vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
-                      "%s holds byte %d at offset %lld, not below vocab_size %lld: a text "
-                      "source's tokens are its bytes; set model.vocab_size: 256", p,
+                      "'%s' holds byte %d at offset %lld, not below vocab_size %lld: a text "
+                      "source's tokens are its bytes; set model.vocab_size: 256", file,
                       val, (long long)off, (long long)vocab);
         }
     }
     tokens_list_free(&tf);
+    return w;
 }
 
 /* ===================== cross-key rules ===================== */
@@ -2360,13 +2374,24 @@ static void cross_rules(struct ddpc_vctx *c)
                   j->checkpoint.resume_path, strerror(errno));
     }
 
-    /* token sources: their files, shard headers and windows */
-    if (at(c, "data.train") && (j->data.train.format == DDPC_DATA_TEXT ||
-                                j->data.train.format == DDPC_DATA_TOKENS))
-        token_source_check(c, &j->data.train, "data.train", 0, 0, 0);
-    if (j->data.has_test && (j->data.test.format == DDPC_DATA_TEXT ||
-                             j->data.test.format == DDPC_DATA_TOKENS))
-        token_source_check(c, &j->data.test, "data.test", 0, 0, 0);
+    /* a gpt's token sources (token_format_rules pairs formats and models):
+     * their files, shard headers, windows and, for text, bytes vs vocab */
+    for (int s = 0; s < 2 && j->model.type == DDPC_MODEL_GPT; s++) {
+        const struct ddpc_data_source *src = s ? &j->data.test : &j->data.train;
+        const char *sp = s ? "data.test" : "data.train";
+        if (!at(c, sp) || (s && !j->data.has_test) ||
+            (src->format != DDPC_DATA_TEXT && src->format != DDPC_DATA_TOKENS))
+            continue;
+        int64_t T = j->model.block_size;
+        int64_t w = token_source_check(c, src, sp, j->model.vocab_size, T, s ? T : T + 1);
+        int eff = world > 0 ? world : nodes;
+        if (!s && w > 0 && (int64_t)j->batch_size * eff > w && (n = at(c, "batch_size")))
+            vdiag(c, DDPC_SEV_ERROR, n, "batch_size", "batch_size %d × %d device%s = %lld is "
+                  "larger than the training set (%lld window%s of block_size + 1 = %lld "
+                  "tokens)", j->batch_size, eff, eff == 1 ? "" : "s",
+                  (long long)j->batch_size * eff, (long long)w, w == 1 ? "" : "s",
+                  (long long)T + 1);
+    }
 
     /* data vs model: only when the blocks themselves were valid */
     int seq = j->model.type == DDPC_MODEL_SEQUENTIAL;

@@ -728,7 +728,7 @@ START_TEST(tokens_bad_shards_are_named)
     expect_tokens_error(path_buf[0], "extra.bin", "extra bytes after the tokens");
     write_shard(tmp_path(0, "neg.bin"), 20240520, 1, -1, t, 4);
     expect_tokens_error(path_buf[0], "neg.bin", "token count is negative (-1)");
-    write_bytes(tmp_path(0, "short.bin"), "\x28\x06\x35\x01", 4, 0);
+    write_bytes(tmp_path(0, "short.bin"), "\x88\xd8\x34\x01", 4, 0);
     expect_tokens_error(path_buf[0], "short.bin", "less than the 1024-byte header");
     expect_tokens_error(tmp_path(0, "absent.bin"), "absent.bin", "No such file");
     expect_tokens_error(tmp_path(0, "none_*.bin"), "none_*.bin", "no file matches the pattern");

@@ -367,6 +367,89 @@ static void expect_data_error(const struct small_job *s, const char *file, const
     run_result_free(&r);
 }
 
+/* ---- gpt token data: checked where check cannot afford to, at load ---- */
+
+/* An llm.c shard whose header claims `count` tokens. */
+static void write_shard_file(const char *dir, const char *name, int32_t count,
+                             const uint16_t *tok, size_t ntok)
+{
+    size_t n = 1024 + 2 * ntok;
+    unsigned char *b = calloc(1, n);
+    ck_assert_ptr_nonnull(b);
+    const int32_t h[3] = { 20240520, 1, count };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (unsigned char)((uint32_t)h[i] >> (8 * k));
+    for (size_t i = 0; i < ntok; i++) {
+        b[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
+        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
+    }
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
+    ck_assert_int_eq(write_file(p, b, n), 0);
+    free(p);
+    free(b);
+}
+
+/* The job's launcher cuts the token streams into windows before any worker
+ * starts: shards that check passed but that changed since, or that hold a
+ * token the model's vocabulary lacks (check reads headers only), end the
+ * job at once with the file, the token's place and what to do. */
+START_TEST(gpt_token_data_errors_at_load)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-tokens");
+    uint16_t tok[200];
+    for (int i = 0; i < 200; i++)
+        tok[i] = (uint16_t)(i % 50);
+    write_shard_file(dir, "train_000.bin", 200, tok, 200);
+    write_shard_file(dir, "train_001.bin", 200, tok, 200);
+    write_text(dir, "g.yaml",
+               "version: 1\nname: g\naccelerator: cpu\ndevices: 1\nepochs: 1\nbatch_size: 2\n"
+               "model: {type: gpt, vocab_size: 64, block_size: 8, n_layer: 1, n_head: 2, "
+               "n_embd: 8}\n"
+               "data:\n  train: {format: tokens, path: \"train_*.bin\", range: [0.0, 0.9]}\n"
+               "  test: {format: tokens, path: \"train_*.bin\", range: [0.9, 1.0]}\n");
+    char *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/g.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/g", dir), 0);
+    build_job(spec, job);
+    struct small_job s = { .dir = dir, .job = job };
+    /* token 70 at position 123 of the second shard */
+    tok[123] = 70;
+    write_shard_file(dir, "train_001.bin", 200, tok, 200);
+    expect_data_error(&s, "train_001.bin", "token 123 (counting from 0) is 70, not below "
+                      "model.vocab_size 64; set model.vocab_size to at least 71");
+    /* in the test range only (its last 40 tokens): the test set is checked too */
+    tok[123] = 7;
+    tok[190] = 99;
+    write_shard_file(dir, "train_001.bin", 200, tok, 200);
+    expect_data_error(&s, "train_001.bin", "token 190 (counting from 0) is 99");
+    /* a shard cut short after the build */
+    write_shard_file(dir, "train_001.bin", 200, tok, 150);
+    expect_data_error(&s, "train_001.bin", "truncated");
+    /* two short shards: 20 tokens leave the test range 2, not the 9 of a window */
+    write_shard_file(dir, "train_000.bin", 10, tok, 10);
+    write_shard_file(dir, "train_001.bin", 10, tok, 10);
+    expect_data_error(&s, "train_*.bin", "has 2 tokens (range [0.9, 1] of its 20 tokens), "
+                      "fewer than the block_size + 1 = 9");
+    /* and gone */
+    char *gone = NULL;
+    for (int i = 0; i < 2; i++) {
+        free(gone);
+        gone = NULL;
+        ck_assert_int_ge(asprintf(&gone, "%s/train_00%d.bin", dir, i), 0);
+        ck_assert_int_eq(unlink(gone), 0);
+    }
+    expect_data_error(&s, "train_*.bin", "no file matches the pattern");
+    free(gone);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(small_job_trains_then_bad_data_fails_cleanly)
 {
     adopt_orphans();
@@ -818,6 +901,7 @@ Suite *e2e_suite(void)
     TCase *run = tcase_create("run");
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
+    tcase_add_test(run, gpt_token_data_errors_at_load);
     tcase_add_test(run, job_start_refusals_name_the_cause);
     tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);

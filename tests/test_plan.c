@@ -462,6 +462,53 @@ END_TEST
 
 /* ---- sample counts from data headers ---- */
 
+/* Token streams: the plan's samples are training windows of T + 1 in the
+ * range, from file sizes and shard headers, as the job cuts them. */
+START_TEST(count_token_windows)
+{
+    char *dir = make_temp_dir("plan");
+    char path[512], why[320];
+    /* 100 bytes of text: 100 / 9 = 11 windows of T = 8; range [0, 0.5]: 50 / 9 = 5 */
+    snprintf(path, sizeof path, "%s/t.txt", dir);
+    char txt[100];
+    memset(txt, 'a', sizeof txt);
+    ck_assert_int_eq(write_file(path, txt, sizeof txt), 0);
+    struct ddpc_data_source s = { .format = DDPC_DATA_TEXT, .path = path, .range_lo = 0,
+                                  .range_hi = 1 };
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), -1);
+    ck_assert_int_eq(plan_count_windows(&s, 8, 9, why, sizeof why), 11);
+    ck_assert_msg(strstr(why, "windows of 9 tokens in 100 tokens of") != NULL, "%s", why);
+    s.range_hi = 0.5;
+    ck_assert_int_eq(plan_count_windows(&s, 8, 9, why, sizeof why), 5);
+    ck_assert_msg(strstr(why, "(range [0, 0.5])") != NULL, "%s", why);
+    /* two shards of 30 tokens by a pattern: 60 / 9 = 6; test stride 8: 59 / 8 = 7 */
+    unsigned char sh[1024 + 60];
+    memset(sh, 0, sizeof sh);
+    const unsigned char hdr[12] = { 0x88, 0xd8, 0x34, 0x01, 1, 0, 0, 0, 30, 0, 0, 0 };
+    memcpy(sh, hdr, sizeof hdr);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/s_%d.bin", dir, i);
+        ck_assert_int_eq(write_file(path, sh, sizeof sh), 0);
+    }
+    snprintf(path, sizeof path, "%s/s_*.bin", dir);
+    s = (struct ddpc_data_source){ .format = DDPC_DATA_TOKENS, .path = path, .range_lo = 0,
+                                   .range_hi = 1 };
+    ck_assert_int_eq(plan_count_windows(&s, 8, 9, why, sizeof why), 6);
+    ck_assert_msg(strstr(why, "(2 files)") != NULL, "%s", why);
+    ck_assert_int_eq(plan_count_windows(&s, 8, 8, why, sizeof why), 7);
+    /* a bad shard: unknown, with the reason */
+    sh[0] = 0;
+    snprintf(path, sizeof path, "%s/s_1.bin", dir);
+    ck_assert_int_eq(write_file(path, sh, sizeof sh), 0);
+    snprintf(path, sizeof path, "%s/s_*.bin", dir);
+    ck_assert_int_eq(plan_count_windows(&s, 8, 9, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "s_1.bin' is not an llm.c token shard") != NULL, "%s", why);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+
 START_TEST(count_idx_gz_npy_csv)
 {
     char *dir = make_temp_dir("plan");
@@ -765,6 +812,7 @@ Suite *plan_suite(void)
     tcase_add_test(tc, ranks_and_launch);
     tcase_add_test(tc, json_is_ascii_and_escaped);
     tcase_add_test(tc, count_idx_gz_npy_csv);
+    tcase_add_test(tc, count_token_windows);
     tcase_add_test(tc, count_fashion_mnist);
     tcase_add_test(tc, text_output);
     tcase_add_test(tc, json_layers_of_example_cnn);
