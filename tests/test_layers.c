@@ -357,11 +357,11 @@ END_TEST
 START_TEST(gpt_lowering_is_nanogpt)
 {
     struct built b;
-    /* a token stream long enough for one window of 1024 + 1 */
+    /* a token stream long enough for batch_size 4 windows of 1024 + 1 */
     char *dir = make_temp_dir("gpt"), *text = NULL, *yaml = NULL;
     ck_assert_ptr_nonnull(dir);
     ck_assert_int_ge(asprintf(&text, "%s/t.txt", dir), 0);
-    static char bytes[4096];
+    static char bytes[8192];
     memset(bytes, 'a', sizeof bytes);
     ck_assert_int_eq(write_file(text, bytes, sizeof bytes), 0);
     ck_assert_int_ge(asprintf(&yaml, HEAD "model:\n  type: gpt\n  vocab_size: 50257\n"
