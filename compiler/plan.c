@@ -173,10 +173,13 @@ int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_
     int nf = tf.n;
     tokens_list_free(&tf);
     int64_t w = tokens_windows(b - a, T, stride);
-    int partial = src->range_lo > 0 || src->range_hi < 1;
-    snprintf(why, why_len, "windows of %lld tokens in the %lld tokens of %s%s%s", (long long)T + 1,
-             (long long)(b - a), nf > 1 ? "the shards of " : "", src->path,
-             partial ? " (its range)" : "");
+    char files[32] = "", range[64] = "";
+    if (nf > 1)
+        snprintf(files, sizeof files, " (%d files)", nf);
+    if (src->range_lo > 0 || src->range_hi < 1)
+        snprintf(range, sizeof range, " (range [%g, %g])", src->range_lo, src->range_hi);
+    snprintf(why, why_len, "windows of %lld tokens in %lld tokens%s of %s%s", (long long)T + 1,
+             (long long)(b - a), range, src->path, files);
     return w;
 }
 
