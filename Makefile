@@ -305,7 +305,7 @@ fuzz: $(B)/fuzz/fuzz_spec
 	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
 
 # Benchmarks (never installed, never run by test): build/bench/<name>.
-BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c $(B)/bench/spec_limits \
+BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c $(B)/bench/spec_limits $(B)/bench/gpt_step \
              $(if $(GLOO_SO),$(B)/bench/gloo_allreduce)
 bench: $(BENCH_BIN)
 # ddpc's gloo path (comm_gloo.cc compiled in) against gloo's own ring

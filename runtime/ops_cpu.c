@@ -584,6 +584,36 @@ DDPC_HOT static void cpu_gelu_tanh_bwd(const float *x, const float *dy, float *d
             dx[i] = dy[i] * ddpc_k_gelu_tanh_grad(x[i]);
 }
 
+/* y = x + aux (residual add); dx (+)= dy (gradient copies): the element
+ * functions' expressions in loops that vectorize. */
+DDPC_HOT static void cpu_add(const float *restrict x, const float *restrict aux,
+                             float *restrict y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] + aux[i];
+}
+
+DDPC_HOT static void cpu_accum(const float *dy, float *dx, size_t n, int acc)
+{
+    if (acc)
+        for (size_t i = 0; i < n; i++)
+            dx[i] += dy[i];
+    else if (dx != dy)
+        memcpy(dx, dy, n * sizeof *dx);
+}
+
+/* The causal softmax's rows (forward, backward): the element functions,
+ * whose lane loops vectorize in these clones. */
+DDPC_HOT static void cpu_attn_softmax(const struct ddpc_lk *a, size_t rows, int bwd)
+{
+    if (bwd)
+        for (size_t i = 0; i < rows; i++)
+            ddpc_lk_attn_softmax_bwd(i, a);
+    else
+        for (size_t i = 0; i < rows; i++)
+            ddpc_lk_attn_softmax(i, a);
+}
+
 /* Layer norm's dw, db: rows in order as the element function (each
  * column sums its rows in row order, in double), but a row at a time, so
  * x and dy are read along their rows instead of down a column. */
@@ -781,6 +811,18 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
     }
     case DDPC_LK_LN_BWD_DW:
         cpu_ln_bwd_dw(a);
+        break;
+    case DDPC_LK_ADD:
+        if (a->y == a->x || a->y == a->aux)
+            goto element;   /* in place: restrict would not hold */
+        cpu_add(a->x, a->aux, a->y, n);
+        break;
+    case DDPC_LK_ACCUM:
+        cpu_accum(a->dy, a->dx, n, a->accx);
+        break;
+    case DDPC_LK_ATTN_SOFTMAX:
+    case DDPC_LK_ATTN_SOFTMAX_BWD:
+        cpu_attn_softmax(a, n, kind == DDPC_LK_ATTN_SOFTMAX_BWD);
         break;
     case DDPC_LK_ACT_BWD:
         if (a->act != DDPC_K_GELU_TANH)

@@ -177,11 +177,11 @@ DDPC_HD double ddpc_k_mse_row(const float *x, const float *t, float *d, int cols
 /* exp(x) without a libm call, so loops over it vectorize (GELU below):
  * Cephes' expf, exp(x) = 2^n exp(r) with |r| <= ln2/2, a degree-5
  * polynomial for exp(r), about 1 ulp. x is clamped to [-87, 88], where
- * 2^n stays a normal float (exp(-87) = 1.6e-38, exp(88) = 1.7e38); callers
- * that must propagate a NaN argument do so themselves (GELU: z / ...). */
-DDPC_HD float ddpc_k_expf(float x)
+ * 2^n stays a normal float (exp(-87) = 1.6e-38, exp(88) = 1.7e38); NaN
+ * gives NaN. */
+DDPC_HD float ddpc_k_expf(float x0)
 {
-    x = x > -87.0f ? x : -87.0f;   /* NaN -> -87: no NaN reaches the int conversion */
+    float x = x0 > -87.0f ? x0 : -87.0f;   /* NaN -> -87: no NaN reaches the int conversion */
     x = x < 88.0f ? x : 88.0f;
     /* n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer (C11: no
      * contraction, so the sum is rounded exactly once) */
@@ -197,7 +197,7 @@ DDPC_HD float ddpc_k_expf(float x)
     float y = p * (r * r) + r + 1.0f;
     union { int32_t i; float f; } two_n;     /* 2^n from its exponent bits */
     two_n.i = ((int32_t)n + 127) << 23;
-    return y * two_n.f;
+    return x0 == x0 ? y * two_n.f : x0;   /* NaN in, NaN out */
 }
 
 /* GELU, tanh form: 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3),
@@ -584,38 +584,74 @@ DDPC_HD void ddpc_lk_emb_bwd_wpe(size_t i, const struct ddpc_lk *a)
     ddpc_k_put(&a->db[i], (float)s, a->accg);
 }
 
+/* Sums and maxima of a softmax row in DDPC_K_LANES interleaved partial
+ * results (element j goes to lane j % LANES), combined in a fixed tree:
+ * a fixed order, so deterministic and the same on both backends, and
+ * loops the CPU vectorizes instead of one chain of dependent additions. */
+#define DDPC_K_LANES 8
+
+DDPC_HD double ddpc_k_lanes_sum(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/* max over y[0..n). A NaN is passed over here (v > m is false), but the
+ * row still ends NaN: exp(NaN - max) is NaN and so is the row's sum, as in
+ * PyTorch. (The comparison is x86's maxps, so this vectorizes.) */
+DDPC_HD float ddpc_k_row_max(const float *y, int n)
+{
+    float m[DDPC_K_LANES];
+    for (int l = 0; l < DDPC_K_LANES; l++)
+        m[l] = -INFINITY;
+    int j = 0;
+    for (; j + DDPC_K_LANES <= n; j += DDPC_K_LANES)
+        for (int l = 0; l < DDPC_K_LANES; l++)
+            m[l] = y[j + l] > m[l] ? y[j + l] : m[l];
+    for (int l = 0; j + l < n; l++)
+        m[l] = y[j + l] > m[l] ? y[j + l] : m[l];
+    float mx = m[0];
+    for (int l = 1; l < DDPC_K_LANES; l++)
+        mx = m[l] > mx ? m[l] : mx;
+    return mx;
+}
+
 DDPC_HD void ddpc_lk_attn_softmax(size_t i, const struct ddpc_lk *a)
 {
-    int T = a->T, t = (int)(i % (size_t)T);
+    int T = a->T, t = (int)(i % (size_t)T), n = t + 1;
     float *y = a->y + i * (size_t)T;
-    float mx = y[0];
-    for (int j = 1; j <= t; j++)
-        mx = y[j] > mx ? y[j] : mx;
-    double s = 0.0;
-    for (int j = 0; j <= t; j++) {
-        float ex = expf(y[j] - mx);
-        y[j] = ex;
-        s += ex;
-    }
-    float inv = (float)(1.0 / s);
-    for (int j = 0; j <= t; j++)
+    float mx = ddpc_k_row_max(y, n);
+    for (int j = 0; j < n; j++)   /* vectorizes (ddpc_k_expf) */
+        y[j] = ddpc_k_expf(y[j] - mx);
+    double s[DDPC_K_LANES] = { 0 };
+    int j = 0;
+    for (; j + DDPC_K_LANES <= n; j += DDPC_K_LANES)
+        for (int l = 0; l < DDPC_K_LANES; l++)
+            s[l] += y[j + l];
+    for (int l = 0; j + l < n; l++)
+        s[l] += y[j + l];
+    float inv = (float)(1.0 / ddpc_k_lanes_sum(s));
+    for (j = 0; j < n; j++)
         y[j] *= inv;
-    for (int j = t + 1; j < T; j++)
+    for (j = n; j < T; j++)
         y[j] = 0.0f;
 }
 
 DDPC_HD void ddpc_lk_attn_softmax_bwd(size_t i, const struct ddpc_lk *a)
 {
-    int T = a->T, t = (int)(i % (size_t)T);
+    int T = a->T, t = (int)(i % (size_t)T), n = t + 1;
     const float *p = a->x + i * (size_t)T, *dy = a->dy + i * (size_t)T;
     float *dx = a->dx + i * (size_t)T;
-    double s = 0.0;
-    for (int j = 0; j <= t; j++)
-        s += (double)p[j] * dy[j];
-    float fs = (float)s;
-    for (int j = 0; j <= t; j++)
+    double s[DDPC_K_LANES] = { 0 };
+    int j = 0;
+    for (; j + DDPC_K_LANES <= n; j += DDPC_K_LANES)
+        for (int l = 0; l < DDPC_K_LANES; l++)
+            s[l] += (double)p[j + l] * dy[j + l];
+    for (int l = 0; j + l < n; l++)
+        s[l] += (double)p[j + l] * dy[j + l];
+    float fs = (float)ddpc_k_lanes_sum(s);
+    for (j = 0; j < n; j++)
         dx[j] = a->f1 * (p[j] * (dy[j] - fs));
-    for (int j = t + 1; j < T; j++)
+    for (j = n; j < T; j++)
         dx[j] = 0.0f;
 }
 

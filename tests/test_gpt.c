@@ -361,6 +361,22 @@ START_TEST(expf_and_gelu_limits)
     ck_assert_float_eq_tol(ddpc_k_gelu_tanh(-50.0f), 0.0f, 1e-30f);
     ck_assert_float_eq(ddpc_k_gelu_tanh_grad(50.0f), 1.0f);
     ck_assert_float_eq_tol(ddpc_k_gelu_tanh_grad(-50.0f), 0.0f, 1e-30f);
+    ck_assert(isnan(ddpc_k_expf(NAN)));
+    /* the causal softmax: rows sum to 1 over keys 0..t, 0 after; a NaN
+     * score makes its row NaN (as torch.softmax does) */
+    float att[4 * 4] = { 1, 9, 9, 9,  2, 3, 9, 9,  0, NAN, 1, 9,  -1, 0, 1, 2 };
+    struct ddpc_lk a;
+    memset(&a, 0, sizeof a);
+    a.y = att;
+    a.T = 4;
+    for (size_t i = 0; i < 4; i++)
+        ddpc_lk_attn_softmax(i, &a);
+    ck_assert_float_eq(att[0], 1.0f);
+    ck_assert(att[1] == 0.0f && att[2] == 0.0f && att[3] == 0.0f && att[7] == 0.0f);
+    ck_assert_float_eq_tol(att[4] + att[5], 1.0f, 1e-6f);
+    ck_assert_float_eq_tol(att[5], 1.0f / (1.0f + expf(-1.0f)), 1e-6f);
+    ck_assert(isnan(att[8]) && isnan(att[9]) && isnan(att[10]) && att[11] == 0.0f);
+    ck_assert_float_eq_tol(att[12] + att[13] + att[14] + att[15], 1.0f, 1e-6f);
     /* torch.nn.GELU(approximate='tanh')(torch.tensor([1.0, -1.0])) */
     ck_assert_float_eq_tol(ddpc_k_gelu_tanh(1.0f), 0.8411920f, 1e-6f);
     ck_assert_float_eq_tol(ddpc_k_gelu_tanh(-1.0f), -0.1588080f, 1e-6f);
