@@ -462,6 +462,14 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 /* t ? a : b per lane, t all ones or all zeros (a macro: a function
  * returning a vector draws GCC's -Wpsabi note in the baseline clone) */
 #define V8_SEL(t, a, b) (((a) & (t)) | ((b) & ~(t)))
+/* the even and the odd lanes of a:b (__builtin_shufflevector: Clang, GCC >= 12) */
+#if defined(__clang__) || __GNUC__ >= 12
+#define V8_EVEN(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
+#define V8_ODD(a, b)  __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
+#else
+#define V8_EVEN(a, b) __builtin_shuffle(a, b, (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 })
+#define V8_ODD(a, b)  __builtin_shuffle(a, b, (v8i){ 1, 3, 5, 7, 9, 11, 13, 15 })
+#endif
 
 static inline void pool2_block(const float *r0, const float *r1, float *y, int32_t *idx,
                                int32_t at0, int32_t W)
@@ -471,10 +479,8 @@ static inline void pool2_block(const float *r0, const float *r1, float *y, int32
     memcpy(&a1, r0 + POOL2_B, sizeof a1);
     memcpy(&b0, r1, sizeof b0);
     memcpy(&b1, r1 + POOL2_B, sizeof b1);
-    v8f x00 = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
-    v8f x01 = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15);
-    v8f x10 = __builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14);
-    v8f x11 = __builtin_shufflevector(b0, b1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8f x00 = V8_EVEN(a0, a1), x01 = V8_ODD(a0, a1);
+    v8f x10 = V8_EVEN(b0, b1), x11 = V8_ODD(b0, b1);
     v8i at = (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 } + at0;
     v8i best = (v8i)x00, arg = at;
     v8i t = (x01 > (v8f)best) | (x01 != x01);
