@@ -1,7 +1,8 @@
 /* attn.c - causal self-attention forward and backward (see attn.h).
  *
  * Forward, per sample b and head h (Q, K, V: [T, hs] views of qkv with row
- * stride 3C; batched over heads with stride hs):
+ * stride 3C; batched over heads with stride hs; every product in causal
+ * blocks of query rows on the CPU, see ATTN_BLOCK):
  *   S = scale * Q K^T            [T, T], scale = 1/sqrt(hs) as a float
  *   P = causal softmax(S)        row t: keys 0..t, zeros after (kept: att)
  *   Pd = dropout(P)              training with p > 0 only, into scratch
@@ -52,17 +53,36 @@ static int check_shape(const struct ddpc_attn *at, struct ddpc_err *e)
     return 0;
 }
 
+/* Causal blocks: queries in blocks of bs rows; block [r0, r1) needs keys
+ * [0, r1) only, so the products skip part of the zero upper triangle
+ * (T = 128, bs = 64: 3/4 of the full products' work; measured on the bench
+ * GPT, 1 thread: attention's gemms 23.7 -> 20.3 ms/step; blocks of 32 gain
+ * nothing more, their extra calls cost what they save). Entries above the
+ * diagonal inside a block are computed and then ignored (softmax) or zero
+ * (P, dS). On the GPU one call per sample keeps the launches few. */
+#define ATTN_BLOCK 64
+
+static int block_rows(const struct ddpc_ops *o, int T)
+{
+    return o->host_memory ? ATTN_BLOCK : T;
+}
+
 int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qkv, float *att,
                  float *y, float *scratch, struct ddpc_err *e)
 {
     DDPC_TRY(check_shape(at, e));
-    int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C;
+    int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C, bs = block_rows(o, T);
     long long tt = (long long)T * T, htt = (long long)H * tt;
     float scale = (float)(1.0 / sqrt((double)hs));
     for (int b = 0; b < at->B; b++) {
         const float *q = qkv + (size_t)b * T * C3;
-        DDPC_TRY(o->gemm_batched(o, 0, 1, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                                 att + b * htt, T, tt, H, e));
+        for (int r0 = 0; r0 < T; r0 += bs) {
+            int r1 = r0 + bs < T ? r0 + bs : T;
+            /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
+            DDPC_TRY(o->gemm_batched(o, 0, 1, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                                     hs, q + C, C3, hs, 0.0f, att + b * htt + (size_t)r0 * T, T,
+                                     tt, H, e));
+        }
     }
     struct ddpc_lk a;
     memset(&a, 0, sizeof a);
@@ -76,8 +96,13 @@ int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qk
     }
     for (int b = 0; b < at->B; b++) {
         const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-        DDPC_TRY(o->gemm_batched(o, 0, 0, T, hs, T, 1.0f, pd + b * htt, T, tt, v, C3, hs, 0.0f,
-                                 y + (size_t)b * T * C, C, hs, H, e));
+        for (int r0 = 0; r0 < T; r0 += bs) {
+            int r1 = r0 + bs < T ? r0 + bs : T;
+            /* Y[r0:r1] = Pd[r0:r1, 0:r1] V[0:r1] */
+            DDPC_TRY(o->gemm_batched(o, 0, 0, r1 - r0, hs, r1, 1.0f,
+                                     pd + b * htt + (size_t)r0 * T, T, tt, v, C3, hs, 0.0f,
+                                     y + ((size_t)b * T + r0) * C, C, hs, H, e));
+        }
     }
     return 0;
 }
@@ -87,7 +112,7 @@ int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *q
                   struct ddpc_err *e)
 {
     DDPC_TRY(check_shape(at, e));
-    int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C;
+    int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C, bs = block_rows(o, T);
     long long tt = (long long)T * T, htt = (long long)H * tt;
     size_t n = (size_t)at->B * (size_t)htt;
     float scale = (float)(1.0 / sqrt((double)hs)), beta = acc ? 1.0f : 0.0f;
@@ -99,10 +124,19 @@ int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *q
     }
     for (int b = 0; b < at->B; b++) {
         const float *v = qkv + (size_t)b * T * C3 + 2 * C, *dyb = dy + (size_t)b * T * C;
-        DDPC_TRY(o->gemm_batched(o, 0, 1, T, T, hs, 1.0f, dyb, C, hs, v, C3, hs, 0.0f,
-                                 dp + b * htt, T, tt, H, e));
-        DDPC_TRY(o->gemm_batched(o, 1, 0, T, hs, T, 1.0f, pd + b * htt, T, tt, dyb, C, hs, beta,
-                                 dqkv + (size_t)b * T * C3 + 2 * C, C3, hs, H, e));
+        float *dv = dqkv + (size_t)b * T * C3 + 2 * C;
+        for (int r0 = 0; r0 < T; r0 += bs) {
+            int r1 = r0 + bs < T ? r0 + bs : T;
+            /* dPd[r0:r1, 0:r1] = dY[r0:r1] V[0:r1]^T */
+            DDPC_TRY(o->gemm_batched(o, 0, 1, r1 - r0, r1, hs, 1.0f, dyb + (size_t)r0 * C, C, hs,
+                                     v, C3, hs, 0.0f, dp + b * htt + (size_t)r0 * T, T, tt, H,
+                                     e));
+            /* keys [r0, r1): dV = Pd[r0:T, r0:r1]^T dY[r0:T] (later queries only) */
+            DDPC_TRY(o->gemm_batched(o, 1, 0, r1 - r0, hs, T - r0, 1.0f,
+                                     pd + b * htt + (size_t)r0 * T + r0, T, tt,
+                                     dyb + (size_t)r0 * C, C, hs, beta, dv + (size_t)r0 * C3, C3,
+                                     hs, H, e));
+        }
     }
     struct ddpc_lk a;
     memset(&a, 0, sizeof a);
@@ -122,12 +156,18 @@ int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *q
     a.T = T;
     DDPC_TRY(o->layer_kernel(o, DDPC_LK_ATTN_SOFTMAX_BWD, (size_t)at->B * H * T, &a, e));
     for (int b = 0; b < at->B; b++) {
-        const float *q = qkv + (size_t)b * T * C3;
+        const float *q = qkv + (size_t)b * T * C3, *ds = dp + b * htt;
         float *dq = dqkv + (size_t)b * T * C3;
-        DDPC_TRY(o->gemm_batched(o, 0, 0, T, hs, T, 1.0f, dp + b * htt, T, tt, q + C, C3, hs,
-                                 beta, dq, C3, hs, H, e));
-        DDPC_TRY(o->gemm_batched(o, 1, 0, T, hs, T, 1.0f, dp + b * htt, T, tt, q, C3, hs, beta,
-                                 dq + C, C3, hs, H, e));
+        for (int r0 = 0; r0 < T; r0 += bs) {
+            int r1 = r0 + bs < T ? r0 + bs : T;
+            /* dQ[r0:r1] = dS[r0:r1, 0:r1] K[0:r1] */
+            DDPC_TRY(o->gemm_batched(o, 0, 0, r1 - r0, hs, r1, 1.0f, ds + (size_t)r0 * T, T, tt,
+                                     q + C, C3, hs, beta, dq + (size_t)r0 * C3, C3, hs, H, e));
+            /* keys [r0, r1): dK = dS[r0:T, r0:r1]^T Q[r0:T] */
+            DDPC_TRY(o->gemm_batched(o, 1, 0, r1 - r0, hs, T - r0, 1.0f,
+                                     ds + (size_t)r0 * T + r0, T, tt, q + (size_t)r0 * C3, C3,
+                                     hs, beta, dq + C + (size_t)r0 * C3, C3, hs, H, e));
+        }
     }
     return 0;
 }

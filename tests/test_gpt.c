@@ -312,6 +312,8 @@ START_TEST(op_attention)
     attention_case(2, 9, 12, 3, 0.0, 31);
     attention_case(3, 5, 8, 1, 0.0, 32);
     attention_case(2, 8, 16, 2, 0.25, 33);   /* attn_dropout with ddpc's mask */
+    attention_case(2, 70, 16, 2, 0.0, 34);   /* causal blocks of 32: 32 + 32 + 6 rows */
+    attention_case(1, 64, 8, 2, 0.1, 35);
 }
 END_TEST
 
