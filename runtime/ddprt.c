@@ -1,7 +1,7 @@
 /* ddprt.c - ddprt_main: what ./job does between argv and the exit status.
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
- * --master), the backend and device choice (cpu / gpu / auto), the dry-run
+ * --master --sample --prompt --temperature), the backend and device choice (cpu / gpu / auto), the dry-run
  * report of the baked job, the rendezvous (node 0 hosts the job's store,
  * store.h, for gloo and NCCL alike: at master_addr:master_port, or on an
  * ephemeral loopback port for a one-node GPU job), the node rank and the
@@ -44,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -100,6 +101,7 @@ struct ddprt_run {
     struct ddpc_dataset train, test;
     int   has_test;
     double t_launch;
+    struct ddpc_sample_opts sample;    /* --sample; n 0: none */
 };
 
 /* ===== flags ===== */
@@ -109,12 +111,17 @@ struct ddprt_flags {
     const char *resume;
     int node_rank;                     /* -1: not given */
     const char *master;                /* HOST:PORT */
+    int64_t sample;                    /* --sample N; 0: none */
+    const char *prompt;                /* --prompt TEXT */
+    double temperature;                /* --temperature T; default 1 */
+    int have_temperature;
 };
 
 static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *p)
 {
     fprintf(f,
             "usage: %s [--dry-run] [--resume PATH] [--node-rank K] [--master HOST:PORT]\n"
+            "       [--sample N [--prompt TEXT] [--temperature T]]\n"
             "\n"
             "Trains the job `%s` built by ddpc from %s: one worker process per device,\n"
             "gradients all-reduced every step.\n"
@@ -126,6 +133,14 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "  --master HOST:PORT the rendezvous, hosted by node 0 (default: launch.master_addr\n"
             "                     and master_port from the spec; IPv6 as [ADDR]:PORT; one-node\n"
             "                     GPU jobs pick a free local port)\n"
+            "  --sample N         after training (or when a resumed job has nothing left to\n"
+            "                     train), generate N tokens from the final model: rank 0, the\n"
+            "                     job's seed; raw bytes when vocab_size <= 256, else token ids\n"
+            "                     (model.type gpt)\n"
+            "  --prompt TEXT      the text the sample continues (vocab_size <= 256: its bytes\n"
+            "                     are the tokens; default: a newline)\n"
+            "  --temperature T    divide the logits by T >= 0 before sampling; 0 takes the most\n"
+            "                     likely token (default 1)\n"
             "  --version          print the ddpc version and the spec's hash\n"
             "  --help             this text\n"
             "\n"
@@ -151,10 +166,61 @@ static int ddprt_parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+/* "N" or "T": 0 and *out, or -1 (not a number, out of range, trailing text). */
+static int ddprt_parse_i64(const char *s, long long lo, long long hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int ddprt_parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The --sample flags against the baked model. Returns 0, or an exit
+ * status after printing the problem. */
+static int ddprt_check_sample(const struct ddprt_flags *f, const struct ddpc_job *j,
+                              const char *argv0)
+{
+    if (!f->sample) {
+        if (f->prompt || f->have_temperature) {
+            fprintf(stderr, "%s: %s applies only with --sample N (see --help)\n", argv0,
+                    f->prompt ? "--prompt" : "--temperature");
+            return DDPRT_EXIT_USAGE;
+        }
+        return 0;
+    }
+    if (j->model.type != DDPC_MODEL_GPT) {
+        fprintf(stderr, "%s: --sample generates text from a language model; this job's "
+                "model.type is not gpt\n", argv0);
+        return DDPRT_EXIT_USAGE;
+    }
+    if (f->prompt && j->model.vocab_size > 256) {
+        fprintf(stderr, "%s: --prompt: this model's tokens are not bytes (vocab_size %d > 256), "
+                "so ddpc cannot tokenize the text; leave --prompt out to start from "
+                "<|endoftext|>\n", argv0, (int)j->model.vocab_size);
+        return DDPRT_EXIT_USAGE;
+    }
+    return 0;
+}
+
 static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
 {
     memset(f, 0, sizeof *f);
     f->node_rank = -1;
+    f->temperature = 1.0;
     const char *argv0 = argc > 0 ? argv[0] : "job";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -191,6 +257,24 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
         } else if (FLAG_IS("--master")) {
             TAKE_VALUE();
             f->master = val;
+        } else if (FLAG_IS("--sample")) {
+            TAKE_VALUE();
+            if (ddprt_parse_i64(val, 1, 1000000000, &f->sample) < 0) {
+                fprintf(stderr, "%s: --sample '%s': expected a number of tokens, 1 to "
+                        "1000000000\n", argv0, val);
+                return DDPRT_EXIT_USAGE;
+            }
+        } else if (FLAG_IS("--prompt")) {
+            TAKE_VALUE();
+            f->prompt = val;
+        } else if (FLAG_IS("--temperature")) {
+            TAKE_VALUE();
+            if (ddprt_parse_double(val, &f->temperature) < 0 || f->temperature < 0) {
+                fprintf(stderr, "%s: --temperature '%s': expected a number >= 0 (0: the most "
+                        "likely token every time)\n", argv0, val);
+                return DDPRT_EXIT_USAGE;
+            }
+            f->have_temperature = 1;
         } else {
             fprintf(stderr, "%s: unknown argument '%s' (see --help)\n", argv0, a);
             return DDPRT_EXIT_USAGE;
@@ -832,6 +916,7 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         .out = w->rank == 0 ? stdout : NULL,
         .t_launch = r->t_launch,
         .spec_hash = r->p->spec_hash,   /* stamped into checkpoints, checked on resume */
+        .sample = r->sample.n > 0 ? &r->sample : NULL,
     };
     struct ddpc_worker_result res;
     memset(&res, 0, sizeof res);
@@ -1232,6 +1317,8 @@ static struct ddprt_run *ddprt_run_new(const struct ddprt_program *p,
         r->job.checkpoint.resume = DDPC_RESUME_PATH;
         r->job.checkpoint.resume_path = fl->resume;
     }
+    r->sample = (struct ddpc_sample_opts){ .n = fl->sample, .prompt = fl->prompt,
+                                           .temperature = fl->temperature, .seed = p->job->seed };
     return r;
 }
 
@@ -1418,6 +1505,8 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         ddprt_print_version(p, argv0);
         return 0;
     }
+    if ((st = ddprt_check_sample(&fl, p->job, argv0)) != 0)
+        return st;
 
     struct ddpc_err ee = { 0 };
     if (env_load(&ee) < 0) {   /* a DDPC_* variable with a value it cannot take */

@@ -15,6 +15,7 @@
 #include "ops.h"
 #include "comm.h"
 #include "data.h"
+#include "sample.h"
 
 /* Rows per evaluation batch: a worker sizes its buffers for
  * max(batch_size, this) rows (the launcher's memory preflight too). */
@@ -34,6 +35,9 @@ struct ddpc_worker_args {
     const char                *spec_hash;   /* hex SHA-256 of the spec, stamped into
                                                checkpoints; NULL: all zeros, and
                                                resume does not check it */
+    const struct ddpc_sample_opts *sample;  /* rank 0 generates from the final model
+                                               into out after the ranks' last barrier
+                                               (sample.h); NULL: no */
 };
 
 /* What a finished run reports (identical on every rank after the final
@@ -44,6 +48,7 @@ struct ddpc_worker_result {
     double  test_loss;
     double  test_accuracy;     /* -1 without a test set */
     double  samples_per_s;     /* global training samples / training seconds */
+    double  tokens_per_s;      /* gpt: samples_per_s * block_size; else samples_per_s */
     double  wall_s;            /* since t_launch */
     double  first_step_s;      /* since t_launch, to the end of the first step */
     int64_t steps;             /* optimizer steps taken */

@@ -984,6 +984,31 @@ START_TEST(ddprt_flags)
     ck_assert_msg(strstr(main_err, "/nonexistent/ckpt"), "%s", main_err);
     ck_assert_int_eq(run_main(&j, NULL, "--master", "nohost"), 1);
     ck_assert_msg(strstr(main_err, "HOST:PORT"), "%s", main_err);
+    /* --sample N >= 1 tokens; --temperature a number >= 0; both of them and
+     * --prompt only with --sample */
+    static const char *const bad_sample[][2] = {
+        { "--sample", "0" }, { "--sample", "-3" }, { "--sample", "12abc" }, { "--sample", "" },
+        { "--sample=5", "--temperature=-1" }, { "--sample=5", "--temperature=nan" },
+        { "--sample=5", "--temperature=warm" }, { "--temperature=0.5", NULL },
+        { "--prompt=hello", NULL }, { "--sample", NULL },
+    };
+    for (size_t i = 0; i < sizeof bad_sample / sizeof bad_sample[0]; i++) {
+        ck_assert_msg(run_main(&j, NULL, bad_sample[i][0], bad_sample[i][1]) == 2,
+                      "%s %s: %s", bad_sample[i][0], bad_sample[i][1], main_err);
+        ck_assert_msg(strstr(main_err, "--sample") || strstr(main_err, "--temperature"),
+                      "%s", main_err);
+    }
+    ck_assert_int_eq(run_main(&j, NULL, "--help", NULL), 0);
+    ck_assert_msg(strstr(main_out, "--sample N") && strstr(main_out, "--temperature T"), "%s",
+                  main_out);
+    /* a model that is not a gpt has nothing to sample; a prompt needs bytes
+     * for tokens (checked before anything starts) */
+    ck_assert_int_eq(run_main(&j, NULL, "--sample=5", NULL), 2);
+    ck_assert_msg(strstr(main_err, "gpt"), "%s", main_err);
+    j.model.type = DDPC_MODEL_GPT;
+    j.model.vocab_size = 50257;
+    ck_assert_int_eq(run_main(&j, NULL, "--sample=5", "--prompt=Once"), 2);
+    ck_assert_msg(strstr(main_err, "vocab_size 50257"), "%s", main_err);
 }
 END_TEST
 
