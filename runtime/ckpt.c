@@ -1411,14 +1411,31 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
     int entries = 0;
     for (const char *q = hdr; (q = strstr(q, "\"data_offsets\"")); q++)
         entries++;
-    if (entries != net->n_tensors) {
+    /* a tied weight is in the file twice (nanoGPT's state_dict: wte and
+     * lm_head.weight); read it once under each name and require equality */
+    int tied = net->tie_tensor >= 0 && net->tie_tensor < net->n_tensors && net->tie_name[0];
+    if (entries != net->n_tensors + tied) {
         rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s holds %d tensors; this model has %d "
-                       "(`ddpc plan` lists them; the file must hold exactly those names)", path,
-                       entries, net->n_tensors);
+                       "(`ddpc plan` lists them%s%s; the file must hold exactly those names)", path,
+                       entries, net->n_tensors + tied, tied ? ", and the tied " : "",
+                       tied ? net->tie_name : "");
         goto out;
     }
-    for (int t = 0; t < net->n_tensors && rc == 0; t++) {
-        const struct ddpc_tensor *T = &net->tensor[t];
+    float *tie_copy = NULL;
+    for (int t = 0; t < net->n_tensors + tied && rc == 0; t++) {
+        /* t == n_tensors: the tied weight's second name, read into a copy */
+        struct ddpc_tensor tie_alias;
+        const struct ddpc_tensor *T = &net->tensor[t < net->n_tensors ? t : net->tie_tensor];
+        if (t == net->n_tensors) {
+            tie_alias = *T;
+            snprintf(tie_alias.name, sizeof tie_alias.name, "%s", net->tie_name);
+            T = &tie_alias;
+            tie_copy = malloc(4 * T->numel + 4);
+            if (!tie_copy) {
+                rc = DDPC_FAIL(e, DDPC_E_NOMEM, "model.init_from %s: out of memory", path);
+                break;
+            }
+        }
         char key[96];
         snprintf(key, sizeof key, "\"%s\"", T->name);
         const char *k = strstr(hdr, key), *open = NULL, *close = NULL;
@@ -1464,7 +1481,8 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                            "fit its shape or the file", path, T->name);
             break;
         }
-        float *dst = (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
+        float *dst = t == net->n_tensors ? tie_copy
+                                         : (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
         if (fseeko(f, (off_t)(8 + hl + offs[0]), SEEK_SET) != 0) {
             rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s", path, strerror(errno));
             break;
@@ -1487,7 +1505,21 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
             rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: truncated", path);
             break;
         }
+        if (t == net->n_tensors) {
+            const struct ddpc_tensor *W = &net->tensor[net->tie_tensor];
+            if (memcmp(tie_copy, params + W->off, 4 * W->numel) != 0) {
+                size_t i = 0;
+                while (i < W->numel && memcmp(&tie_copy[i], &params[W->off + i], 4) == 0)
+                    i++;
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s differs from %s (element "
+                               "%zu: %.9g vs %.9g), but this model ties them (one weight): a "
+                               "file of an untied model cannot be continued", path,
+                               net->tie_name, W->name, i, (double)tie_copy[i],
+                               (double)params[W->off + i]);
+            }
+        }
     }
+    free(tie_copy);
 out:
     free(hdr);
     fclose(f);
@@ -1537,11 +1569,15 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
         return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_export_net: no path, job, net or buffers");
     struct sbuf b = { 0 };
     uint64_t off = 0;
+    /* a tied weight is written a second time under its other name, as
+     * PyTorch's state_dict lists both (nanoGPT: lm_head.weight) */
+    int tied = net->tie_tensor >= 0 && net->tie_tensor < net->n_tensors && net->tie_name[0];
     sb_printf(&b, "{");
-    for (int t = 0; t < net->n_tensors; t++) {
-        const struct ddpc_tensor *T = &net->tensor[t];
+    for (int t = 0; t < net->n_tensors + tied; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t < net->n_tensors ? t : net->tie_tensor];
+        const char *name = t < net->n_tensors ? T->name : net->tie_name;
         uint64_t bytes = (T->is_count ? 8 : 4) * (uint64_t)T->numel;
-        sb_printf(&b, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", T->name, T->is_count ? "I64" : "F32");
+        sb_printf(&b, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", name, T->is_count ? "I64" : "F32");
         for (int d = 0; d < T->nd; d++)
             sb_printf(&b, "%s%lld", d ? "," : "", (long long)T->shape[d]);
         sb_printf(&b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]},", off, off + bytes);
@@ -1549,13 +1585,18 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
     }
     sb_printf(&b, "\"__metadata__\":{\"format\":\"pt\",\"ddpc_job\":");
     sb_json_str(&b, job->name ? job->name : "");
-    sb_printf(&b, ",\"ddpc_model\":\"sequential\",\"ddpc_layout\":\"torch.nn.Sequential held as "
-              "attribute layers; index = position in the spec's list; residual i: a module whose "
-              "body (nn.Sequential) is layers.<i>.body, output x + body(x)\"}}");
+    if (job->model.type == DDPC_MODEL_GPT)
+        sb_printf(&b, ",\"ddpc_model\":\"gpt\",\"ddpc_layout\":\"nanoGPT's GPT (model.py) "
+                  "state_dict: nn.Linear weights [out, in]; lm_head.weight is "
+                  "transformer.wte.weight (tied); the attn.bias causal masks are not stored\"}}");
+    else
+        sb_printf(&b, ",\"ddpc_model\":\"sequential\",\"ddpc_layout\":\"torch.nn.Sequential held "
+                  "as attribute layers; index = position in the spec's list; residual i: a module "
+                  "whose body (nn.Sequential) is layers.<i>.body, output x + body(x)\"}}");
     struct ckpt_afile f;
     int rc = export_begin(path, &b, off, &f, e);
-    for (int t = 0; t < net->n_tensors && rc == 0; t++) {
-        const struct ddpc_tensor *T = &net->tensor[t];
+    for (int t = 0; t < net->n_tensors + tied && rc == 0; t++) {
+        const struct ddpc_tensor *T = &net->tensor[t < net->n_tensors ? t : net->tie_tensor];
         const float *src = (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
         if (T->is_count) {
             unsigned char c8[8];

@@ -184,11 +184,15 @@ int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
  * safetensors, atomically: parameters from params, batch-norm buffers from
  * state (num_batches_tracked as I64, as PyTorch keeps it). A
  * torch.nn.Module whose `layers` is the matching nn.Sequential loads it
- * with strict=True (tests/torch_ref.py builds one). */
+ * with strict=True (tests/torch_ref.py builds one). A gpt's names are
+ * nanoGPT's, and its tied weight (net->tie_tensor) is written a second
+ * time as net->tie_name (lm_head.weight), so nanoGPT's GPT loads the file
+ * with strict=True (its attn.bias mask buffers aside, on torch < 2.0). */
 struct ddpc_net;
 /* model.init_from: reads a safetensors file holding exactly net's tensors
  * (names, shapes, F32; num_batches_tracked I64 or F32) into host params and
- * state. Every mismatch is an error naming the tensor and both shapes. The
+ * state; with a tied weight also its second name, which must hold the same
+ * values. Every mismatch is an error naming the tensor and both shapes. The
  * file is untrusted: every offset is checked against the file's size. */
 int  ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
                    struct ddpc_err *e);

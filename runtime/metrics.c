@@ -135,6 +135,14 @@ char *metrics_format_eta(double eta_s, char *buf, size_t n)
 
 static const char csv_header[] =
     "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n";
+/* a gpt counts tokens (samples * block_size) and has no accuracy to show */
+static const char csv_header_gpt[] =
+    "step,epoch,lr,loss,tokens_per_s,eval_loss,eval_accuracy\n";
+
+static const char *csv_header_of(const struct ddpc_metrics *m)
+{
+    return m->job->model.type == DDPC_MODEL_GPT ? csv_header_gpt : csv_header;
+}
 
 /* A cell: %.9g keeps every digit a float-precision metric has and reads
  * back in any CSV reader; absent values are empty cells. */
@@ -170,7 +178,7 @@ static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, d
  * writes those steps again, so they go (like TensorBoard's purge at a
  * SessionLog START). 0: not our file (or unreadable): start it afresh.
  * Rows are in step order, an evaluation row carrying its step too. */
-static off_t csv_keep(int fd, int64_t resume_step)
+static off_t csv_keep(const struct ddpc_metrics *m, int fd, int64_t resume_step)
 {
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (off_t)1 << 30)
@@ -190,8 +198,9 @@ static off_t csv_keep(int fd, int64_t resume_step)
     }
     t[got] = '\0';
     off_t keep = 0;
-    size_t hl = sizeof csv_header - 1;
-    if (got >= hl && memcmp(t, csv_header, hl) == 0) {
+    const char *header = csv_header_of(m);
+    size_t hl = strlen(header);
+    if (got >= hl && memcmp(t, header, hl) == 0) {
         keep = (off_t)hl;
         for (char *p = t + hl; *p;) {
             char *nl = strchr(p, '\n');
@@ -270,7 +279,7 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
             goto fail;
         }
         if (resume_step >= 0)
-            keep = csv_keep(fd, resume_step);
+            keep = csv_keep(m, fd, resume_step);
         /* truncated only now, under the lock: another run's file is never
          * cut before the lock says it is ours */
         if (ftruncate(fd, keep) != 0 || lseek(fd, 0, SEEK_END) < 0) {
@@ -287,7 +296,7 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
     }
     if (keep > 0)
         return 0;
-    return write_flush(m->csv, csv_header, sizeof csv_header - 1, "metrics CSV", e);
+    return write_flush(m->csv, csv_header_of(m), strlen(csv_header_of(m)), "metrics CSV", e);
 fail:
     (void)close(fd);            /* nothing of ours was written */
     return rc;
@@ -517,13 +526,14 @@ static int progress_put(struct ddpc_metrics *m, int redraw, int64_t step, int ep
     if (m->total_steps > 0)
         (void)snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
     metrics_format_eta(eta_s, eta, sizeof eta);
+    const char *unit = m->job->model.type == DDPC_MODEL_GPT ? "tokens" : "samples";
     int len = redraw
         ? snprintf(line, sizeof line,
-                   CLEAR_LINE "epoch %d/%d  step %lld%s  loss %.4f  %.0f samples/s  ETA %s",
-                   epoch, m->job->epochs, (long long)step, total, loss, sps, eta)
+                   CLEAR_LINE "epoch %d/%d  step %lld%s  loss %.4f  %.0f %s/s  ETA %s",
+                   epoch, m->job->epochs, (long long)step, total, loss, sps, unit, eta)
         : snprintf(line, sizeof line,
-                   "step %lld%s  epoch %d/%d  loss %.4f  %.0f samples/s  ETA %s\n",
-                   (long long)step, total, epoch, m->job->epochs, loss, sps, eta);
+                   "step %lld%s  epoch %d/%d  loss %.4f  %.0f %s/s  ETA %s\n",
+                   (long long)step, total, epoch, m->job->epochs, loss, sps, unit, eta);
     if (len < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "formatting the progress line failed");
     if ((size_t)len >= sizeof line) {
@@ -591,7 +601,8 @@ int metrics_step(struct ddpc_metrics *m, int64_t step, int epoch, double lr, dou
         if (m->tb) {
             const struct tb_scalar v[] = {
                 { "train/loss", loss }, { "train/lr", lr },
-                { "train/samples_per_s", samples_per_s },
+                { m->job->model.type == DDPC_MODEL_GPT ? "train/tokens_per_s"
+                                                       : "train/samples_per_s", samples_per_s },
             };
             DDPC_TRY(tb_event(m, step, NULL, v, 3, e));
         }

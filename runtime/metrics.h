@@ -16,12 +16,14 @@
  * Outputs, each only when the job asks for it:
  *   logging.metrics_csv  a CSV file (parent directories are created), columns
  *                        step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy
+ *                        (a gpt: tokens_per_s, its eval_accuracy cells empty)
  *                        with a header line first and empty cells where a
  *                        column does not apply (train rows have no eval_*).
  *   logging.tensorboard  a directory (created) holding one new event file
  *                        events.out.tfevents.<unix-time>.<hostname>.<pid>.ddpc
  *                        with scalars train/loss, train/lr, train/samples_per_s,
- *                        eval/loss, eval/accuracy; readable by TensorBoard.
+ *                        eval/loss, eval/accuracy (a gpt: train/tokens_per_s, no
+ *                        eval/accuracy); readable by TensorBoard.
  *   logging.progress     on `out`: on a terminal (is_tty) one line rewritten in
  *                        place; elsewhere (CI, SLURM output, a pipe) a plain
  *                        line every logging.every_n_steps steps and at the last

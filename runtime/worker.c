@@ -522,6 +522,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
                          (int)j->epochs);
     /* the model's input and output sizes, and the evaluation batch */
+    int seq = 1;
     {
         struct ddpc_net *net = malloc(sizeof *net);
         char why[512];
@@ -533,7 +534,9 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
             return DDPC_FAIL(e, DDPC_E_INVALID, "model: %s", why);
         }
         r->in_dim = (int)net->in_numel;
-        r->out_dim = (int)net->out_numel;
+        /* a gpt's logits are [T, V] per sample: the loss sees T rows of V */
+        r->out_dim = (int)(net->out_numel / (net->seq_len > 1 ? net->seq_len : 1));
+        seq = net->seq_len > 1 ? net->seq_len : 1;
         r->eval_rows = layers_eval_rows(net, r->batch, DDPC_EVAL_BATCH);
         free(net);
     }
@@ -541,6 +544,9 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (a->test)
         DDPC_TRY(run_check_data(r, a->test, "test", e));
     r->seq_len = a->train->seq_len > 1 ? a->train->seq_len : 1;
+    if (r->seq_len != seq)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "training data has %d labels per sample, the model "
+                         "predicts %d", r->seq_len, seq);
     if (a->test && (a->test->seq_len > 1 ? a->test->seq_len : 1) != r->seq_len)
         return DDPC_FAIL(e, DDPC_E_INVALID, "test data has %d labels per sample, training "
                          "data %d", (int)a->test->seq_len, r->seq_len);
@@ -558,11 +564,6 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->scaler.scale = 65536.0f;
     int max_rows = r->batch > r->eval_rows ? r->batch : r->eval_rows;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
-    /* the model computes a gpt; the loop below still takes one label per
-     * sample (issue 15's sequence loss lands with the worker's part) */
-    if (r->model.net.seq_len > 1)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "model.type gpt: training is not wired yet (its "
-                         "sequence loss over every position is missing)");
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
                           j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,
                           j->limit_train_fraction, e));
@@ -654,15 +655,17 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
 }
 
 /* Forward + loss; dlogits land in model.dbuf[0]; the loss sum and correct
- * count are added into acc (backend memory, ops.h). */
+ * count are added into acc (backend memory, ops.h). A gpt's loss runs over
+ * rows * T rows of logits [V], one label each (the next token), so acc
+ * sums per-token losses; grad_scale already divides by the tokens. */
 static int batch_forward(struct ddpc_run *r, int rows, float grad_scale, double *acc,
                          struct ddpc_err *e)
 {
     struct ddpc_ops *o = r->ops;
     DDPC_TRY(model_forward(&r->model, r->buf.dx, rows, e));
     return o->loss(o, (int)r->job->loss, r->model.logits, r->use_y ? NULL : r->buf.dlab,
-                   r->use_y ? r->buf.dy : NULL, r->model.dbuf[0], rows, r->out_dim, grad_scale,
-                   acc, e);
+                   r->use_y ? r->buf.dy : NULL, r->model.dbuf[0], rows * r->seq_len,
+                   r->out_dim, grad_scale, acc, e);
 }
 
 /* Loss accumulator `which` (0 training, 1 evaluation) set to zero. */
@@ -774,7 +777,7 @@ static int evaluate(struct ddpc_run *r, double *loss_sum, double *correct, doubl
     DDPC_TRY(acc_read(r, 1, h, e));
     *loss_sum = h[0];
     *correct = h[1];
-    *count = (double)mine;
+    *count = (double)mine * r->seq_len;   /* gpt: every token of every test window */
     return 0;
 }
 
@@ -1181,7 +1184,11 @@ static int step_forward(struct ddpc_run *r, struct train_state *t, struct ddpc_e
     model_set_mode(&r->model, 1, j->seed * 0x9E3779B97F4A7C15ull ^
                    ((uint64_t)r->rank << 48) ^
                    (uint64_t)(t->epoch * r->sampler.n_batches + t->b));
-    DDPC_TRY(batch_forward(r, t->rows, ls / ((float)t->rows * (float)t->accum), r->acc, e));
+    /* the mean over this rank's rows (a gpt's: over its rows * T tokens,
+     * GPT.md 2); the all-reduce averages over the ranks */
+    DDPC_TRY(batch_forward(r, t->rows,
+                           ls / ((float)t->rows * (float)r->seq_len * (float)t->accum), r->acc,
+                           e));
     double t2 = ddpc_now();
     r->prof.fwd += t2 - t->tick;
     t->tick = t2;
@@ -1308,7 +1315,7 @@ static int step_log(struct ddpc_run *r, struct train_state *t, struct ddpc_err *
     }
     if (t->read) {
         t->win_sum = t->cur[0] - t->win_base;
-        t->win_cnt = (double)(t->seen - t->win_seen);
+        t->win_cnt = (double)(t->seen - t->win_seen) * r->seq_len;   /* gpt: per token */
         if (t->fp32_plain && !o->host_memory)
             DDPC_TRY(grads_check(r, 0, r->model.n_params, -1, e));
     }
@@ -1322,7 +1329,8 @@ static int step_log(struct ddpc_run *r, struct train_state *t, struct ddpc_err *
                                 (double)(r->optim.total_steps - r->optim.step) : -1;
         DDPC_TRY(metrics_step(&r->log.metrics, r->optim.step, (int)t->epoch + 1, t->lr,
                               t->win_cnt > 0 ? t->win_sum / t->win_cnt : 0.0,
-                              el > 0 ? (double)t->seen * r->world / el : 0.0, eta, e));
+                              el > 0 ? (double)t->seen * r->seq_len * r->world / el : 0.0, eta,
+                              e));
     }
     if (t->read && r->optim.step % t->every == 0) {
         t->win_base = t->cur[0];
@@ -1373,14 +1381,16 @@ static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc
                          "epoch %d: the training loss is %g on rank %d: the run diverged. "
                          "Lower learning_rate, set grad_clip_norm, or check the data for "
                          "nan/inf", (int)t->epoch + 1, t->cur[0], r->rank);
-    double m[5] = { t->cur[0], (double)t->seen, 0, 0, 0 };
+    /* loss sums over samples, a gpt's over tokens: the means per token */
+    double m[5] = { t->cur[0], (double)t->seen * r->seq_len, 0, 0, 0 };
     if (t->eval)
         DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
     DDPC_TRY(metrics_reduce(r, m, 5, e));
     res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
     if (t->eval) {
         res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
-        res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0
+        /* a gpt's next-token accuracy is not a figure anyone reads: none */
+        res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0 && r->seq_len == 1
                                  ? m[3] / m[4] : -1;
     }
     t->epoch_s = ddpc_now() - t->t_epoch;
@@ -1406,8 +1416,9 @@ static int epoch_report(struct ddpc_run *r, struct train_state *t, struct ddpc_e
             if (res->test_accuracy >= 0)
                 fprintf(out, "  test_accuracy=%.4f", res->test_accuracy);
         }
-        fprintf(out, "  samples_per_s=%.0f  epoch_s=%.2f\n",
-                t->t_train > 0 ? t->global_seen / t->t_train : 0.0, t->epoch_s);
+        fprintf(out, "  %s=%.0f  epoch_s=%.2f\n",
+                r->seq_len > 1 ? "tokens_per_s" : "samples_per_s",
+                t->t_train > 0 ? t->global_seen * r->seq_len / t->t_train : 0.0, t->epoch_s);
         fflush(out);
     }
     return 0;
@@ -1434,6 +1445,7 @@ static void train_totals(struct ddpc_run *r, struct train_state *t)
     t->res->steps = r->optim.step;
     t->res->skipped_steps = r->scaler.skipped_steps;
     t->res->samples_per_s = t->train_time > 0 ? t->total_samples / t->train_time : 0;
+    t->res->tokens_per_s = t->res->samples_per_s * r->seq_len;
 }
 
 /* Final report, export: rank 0 writes checkpoint.export_path. */
@@ -1443,7 +1455,7 @@ static int train_export(struct ddpc_run *r, struct ddpc_err *e)
     if (r->rank != 0 || !j->checkpoint.export_path || !*j->checkpoint.export_path)
         return 0;
     DDPC_TRY(state_to_host(r, 0, e));
-    if (j->model.type == DDPC_MODEL_SEQUENTIAL)
+    if (j->model.type == DDPC_MODEL_SEQUENTIAL || j->model.type == DDPC_MODEL_GPT)
         return ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
                                r->ckpt.host_state, r->ckpt.host_state + r->model.n_params, e);
     return ckpt_export_safetensors(j->checkpoint.export_path, j, r->ckpt.host_state,
@@ -1475,8 +1487,11 @@ static int train_report(struct ddpc_run *r, struct train_state *t, struct ddpc_e
             if (res->test_accuracy >= 0)
                 fprintf(out, " test_accuracy=%.4f", res->test_accuracy);
         }
-        fprintf(out, " samples_per_s=%.0f first_step_s=%.3f wall_s=%.3f",
-                res->samples_per_s, res->first_step_s, res->wall_s);
+        if (r->seq_len > 1)
+            fprintf(out, " tokens_per_s=%.0f", res->tokens_per_s);
+        else
+            fprintf(out, " samples_per_s=%.0f", res->samples_per_s);
+        fprintf(out, " first_step_s=%.3f wall_s=%.3f", res->first_step_s, res->wall_s);
         if (j->precision == DDPC_PRECISION_FP16)
             fprintf(out, " skipped_steps=%lld", (long long)res->skipped_steps);
         fputc('\n', out);
@@ -1599,6 +1614,10 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
      * collective is in flight anywhere. */
     if (rc == 0 && r.comm_on)
         rc = a->grad_comm->barrier(a->grad_comm, ddpc_deadline_after(r.job->nccl_timeout_s), e);
+    /* --sample: rank 0 alone, from the parameters in memory; the others
+     * have left (no collective waits on this) */
+    if (rc == 0 && a->sample && a->rank == 0 && a->out)
+        rc = sample_run(&r.model, a->sample, a->out, e);
     run_free(&r);
     return rc;
 }
