@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # compare.sh - ddpc against PyTorch on the same machine, in the same run.
 #
-#   bench/compare.sh [EPOCHS] [RUNS] [mlp|cnn] [LIMIT]   (from the repository root, after make)
+#   bench/compare.sh [EPOCHS] [RUNS] [mlp|cnn|gpt] [LIMIT]   (from the repository root, after make)
 #       defaults: 3 epochs, 3 runs of each configuration, mlp; LIMIT (cnn:
-#       default 150) caps the batches per epoch per rank on both sides
+#       default 150, gpt: 200) caps the batches per epoch per rank on both sides
+#
+# gpt: issue 15's GPT (vocab 256, block 128, 4 layers, 4 heads, 128 wide,
+# dropout 0; batch 16 per rank; AdamW lr 1e-3, betas 0.9/0.95, weight decay
+# 0.1 on 2-D weights; one thread per rank) on Debian's fortunes (every file
+# of /usr/share/games/fortunes, concatenated in name order: [0, 0.95) trains,
+# [0.95, 1] tests), ddpc 2 workers against tests/nanogpt.py's GPT under
+# PyTorch DDP (gloo, 2 processes), EPOCHS epochs of LIMIT steps; tokens_per_s
+# and the test_loss after those steps. Only these two configurations, bare
+# (no measure.py run: a GPT run takes minutes).
 #
 # cnn: examples/fashion-mnist-cnn.yaml without batchnorm2d and dropout (the
 # issue's setting), against the same nn.Sequential in PyTorch (Adam 1e-3,
@@ -32,7 +41,30 @@ OUT=$(mktemp -d /tmp/ddpc-bench-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 SPEC=examples/fashion-mnist.yaml
 TORCH_ARGS=""
-if [ "$MODEL" = cnn ]; then
+if [ "$MODEL" = gpt ]; then
+    LIMIT=${4:-200}
+    ls -d /usr/share/games/fortunes/* | grep -v -e '\.dat$' -e '\.u8$' | sort | xargs cat \
+        > "$OUT/fortunes.txt"
+    cat > "$OUT/gpt.yaml" <<YAML
+version: 1
+name: gpt-bench
+devices: 2
+accelerator: cpu
+epochs: $EPOCHS
+limit_train_batches: $LIMIT
+batch_size: 16
+learning_rate: 0.001
+lr_scaling: none
+optimizer: {type: adamw, weight_decay: 0.1, betas: [0.9, 0.95]}
+model: {type: gpt, vocab_size: 256, block_size: 128, n_layer: 4, n_head: 4, n_embd: 128, dropout: 0.0}
+data:
+  train: {format: text, path: $OUT/fortunes.txt, range: [0.0, 0.95]}
+  test: {format: text, path: $OUT/fortunes.txt, range: [0.95, 1.0]}
+logging: {progress: off}
+YAML
+    SPEC=$OUT/gpt.yaml
+    TORCH_ARGS="--model gpt --text $OUT/fortunes.txt --limit $LIMIT"
+elif [ "$MODEL" = cnn ]; then
     LIMIT=${4:-150}
     # the issue's setting: Adam 1e-3, no schedule (the example's accuracy
     # settings, 3e-3 with warmup and cosine decay, are not what torch_ddp.py runs)
@@ -63,6 +95,11 @@ run() {   # label, run number, command...
     DDPC_PROFILE=1 DDPC_BENCH_T0=$(date +%s.%N) "$@" \
         > "$OUT/$label.$i.out" 2> "$OUT/$label.$i.log" || {
         echo "$label failed:"; cat "$OUT/$label.$i.out" "$OUT/$label.$i.log"; return 1; }
+    if [ "$MODEL" = gpt ]; then
+        grep -E '^done ' "$OUT/$label.$i.out" | tail -1 | sed "s/^/$label #$i: /"
+        echo "measure: peak_pss_mib=nan (not measured for gpt)" > "$OUT/$label.$i.err"
+        return 0
+    fi
     bench/measure.py --label "$label" -- "$@" > /dev/null 2> "$OUT/$label.$i.err" || {
         echo "$label (measured) failed:"; cat "$OUT/$label.$i.err"; return 1; }
     grep -E '^done ' "$OUT/$label.$i.out" | tail -1 | sed "s/^/$label #$i: /"
@@ -77,6 +114,13 @@ else
 fi
 echo "# $(date -u +%FT%TZ), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq 1 "$RUNS"); do
+    if [ "$MODEL" = gpt ]; then
+        run ddpc-2w "$i" "$OUT/fmnist"
+        if [ "$have_torch" = 1 ]; then
+            run torch-ddp-2p "$i" /usr/bin/python3 bench/torch_ddp.py --world 2 --epochs "$EPOCHS" $TORCH_ARGS
+        fi
+        continue
+    fi
     run ddpc-2w "$i" "$OUT/fmnist"
     run ddpc-1w "$i" "$OUT/fmnist1"
     if [ "$have_torch" = 1 ]; then
@@ -99,19 +143,24 @@ for f in sorted(glob.glob(os.path.join(out, "*.out"))):
     text = open(f).read().splitlines()
     err = open(f[:-4] + ".err").read().splitlines()
     done = [l for l in text if l.startswith("done ")][-1]
-    epochs = [kv(l, "samples_per_s") for l in text if l.startswith("epoch ")]
+    gpt = kv(done, "tokens_per_s") is not None
+    rate = "tokens_per_s" if gpt else "samples_per_s"
+    epochs = [kv(l, rate) for l in text if l.startswith("epoch ")]
     r = rows.setdefault(label, {"sps": [], "first": [], "acc": [], "pss": [], "prof": []})
     if label.startswith("ddpc") and epochs:
         r["sps"].append(statistics.median(epochs))
     else:
-        r["sps"].append(kv(done, "samples_per_s"))
+        r["sps"].append(kv(done, rate))
     r["first"].append(kv(done, "first_step_s"))
-    r["acc"].append(kv(done, "test_accuracy"))
+    r["acc"].append(kv(done, "test_loss" if gpt else "test_accuracy"))
     r["pss"].append(kv([l for l in err if l.startswith("measure:")][-1], "peak_pss_mib"))
     r["prof"] += [l for l in text if l.startswith("profile:")]
 med = lambda xs: statistics.median([x for x in xs if x is not None]) if any(x is not None for x in xs) else float("nan")
 print()
-print(f"{'run':<13} {'n':>2} {'samples_per_s':>14} {'(min..max)':>18} {'first_step_s':>13} {'test_acc':>9} {'peak_pss_mib':>13}")
+gpt = any(l.startswith("done ") and "tokens_per_s=" in l
+          for f in glob.glob(os.path.join(out, "*.out")) for l in open(f))
+print(f"{'run':<13} {'n':>2} {'tokens_per_s' if gpt else 'samples_per_s':>14} {'(min..max)':>18} "
+      f"{'first_step_s':>13} {'test_loss' if gpt else 'test_acc':>9} {'peak_pss_mib':>13}")
 order = ["ddpc-2w", "ddpc-1w", "torch-ddp-2p", "torch-1p", "torch-1p-2t"]
 for label in order:
     if label not in rows:

@@ -10,8 +10,19 @@ thread per rank unless --threads says otherwise, 3 epochs, evaluation on the
     /usr/bin/python3 bench/torch_ddp.py --world 1            # 1 process
     /usr/bin/python3 bench/torch_ddp.py --world 1 --threads 2
 
+    /usr/bin/python3 bench/torch_ddp.py --model gpt --text FILE --world 2 --limit 200
+        issue 15's GPT: tests/nanogpt.py's GPT (vocab 256, block 128, 4 layers,
+        4 heads, 128 wide, dropout 0, GPT-2's tanh GELU as ddpc computes it),
+        bytes of FILE as tokens: [0, 0.95) trains in non-overlapping windows
+        of 129 (DistributedSampler over window indices), [0.95, 1] tests
+        (windows at stride 128, every target once: ddpc's test_loss); AdamW
+        lr 1e-3, betas (0.9, 0.95), weight decay 0.1 on 2-D weights only
+        (nanoGPT's configure_optimizers), batch 16 per rank, one thread per
+        rank, one epoch of at most --limit steps. Reports tokens_per_s.
+
 Prints one line per epoch and a summary line in ddpc's key=value form:
   done world=2 samples_per_s=… first_step_s=… test_accuracy=… allreduce_ms_median=…
+  (gpt: done world=2 tokens_per_s=… first_step_s=… test_loss=…)
 first_step_s counts from DDPC_BENCH_T0 (set by bench/measure.py before the
 interpreter starts) or from the script's first line.
 """
@@ -36,7 +47,89 @@ def load_idx(images, labels):
     return x, y
 
 
+def gpt_worker(rank, world, args, port):
+    """The GPT run (see the file comment)."""
+    import contextlib
+    import io
+    import math
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import nanogpt
+    torch.set_num_threads(args.threads)
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=rank, world_size=world)
+    torch.manual_seed(args.seed)
+    T = 128
+    with open(args.text, "rb") as f:
+        d = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).to(torch.int64)
+    n = d.numel()
+    cut = math.floor(0.95 * n)            # ddpc's range [lo, hi]: floor(lo n) .. floor(hi n)
+    tr, te = d[:cut], d[cut:]
+    nw = tr.numel() // (T + 1)
+    windows = tr[:nw * (T + 1)].view(nw, T + 1)
+    ds = torch.utils.data.TensorDataset(windows)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler)
+    cfg = nanogpt.GPTConfig(block_size=T, vocab_size=256, n_layer=4, n_head=4, n_embd=128,
+                            dropout=0.0, bias=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        model = nanogpt.GPT(cfg)
+        for block in model.transformer.h:
+            block.mlp.gelu = torch.nn.GELU(approximate="tanh")
+        opt = model.configure_optimizers(0.1, args.lr, (0.9, 0.95), "cpu")
+    raw = model
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    rates, first_step, steps = [], None, 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        t0 = time.perf_counter()
+        ntok = 0
+        for bi, (w,) in enumerate(loader):
+            if args.limit and bi >= args.limit:
+                break
+            x, y = w[:, :-1].contiguous(), w[:, 1:].contiguous()
+            opt.zero_grad(set_to_none=True)
+            _, loss = model(x, y)
+            loss.backward()
+            opt.step()
+            ntok += x.numel()
+            steps += 1
+            if first_step is None:
+                first_step = time.time() - T_START
+        dt = time.perf_counter() - t0
+        rates.append(ntok * world / dt)
+        if rank == 0:
+            print(f"epoch {epoch + 1}/{args.epochs} tokens_per_s={rates[-1]:.0f} "
+                  f"epoch_s={dt:.2f}", flush=True)
+    test_loss = float("nan")
+    if rank == 0:
+        raw.eval()
+        m = (te.numel() - 1) // T
+        total = 0.0
+        with torch.no_grad():
+            for s in range(0, m, 64):
+                idx = range(s, min(m, s + 64))
+                x = torch.stack([te[i * T:i * T + T] for i in idx])
+                y = torch.stack([te[i * T + 1:i * T + T + 1] for i in idx])
+                logits, _ = raw(x, y)
+                total += F.cross_entropy(logits.view(-1, 256), y.reshape(-1),
+                                         reduction="sum").double().item()
+        test_loss = total / (m * T)
+        print(f"done world={world} threads={args.threads} steps={steps} "
+              f"tokens_per_s={statistics.median(rates):.0f} first_step_s={first_step:.3f} "
+              f"test_loss={test_loss:.4f}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
 def worker(rank, world, args, port):
+    if args.model == "gpt":
+        return gpt_worker(rank, world, args, port)
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -109,9 +202,16 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--port", type=int, default=29533)
-    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--model", choices=["mlp", "cnn", "gpt"], default="mlp")
+    ap.add_argument("--text", help="gpt: the text file (bytes are tokens)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="gpt: AdamW's learning rate")
     ap.add_argument("--limit", type=int, default=0, help="batches per epoch per rank (0: all)")
     args = ap.parse_args()
+    if args.model == "gpt":
+        if not args.text:
+            ap.error("--model gpt needs --text FILE")
+        if "--batch" not in sys.argv:
+            args.batch = 16
     try:
         import torch  # noqa: F401
     except ImportError:
