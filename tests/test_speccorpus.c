@@ -754,6 +754,7 @@ START_TEST(test_readme_commands)
     int built = access(p, X_OK) == 0;
     /* clean up what the commands wrote, then judge */
     static const char *const made[] = { "fashion-mnist", "fashion-mnist-cnn", "quick",
+                                        "gpt-fortunes",
                                         "ddpc.schema.json", "examples",
                                         "build" };
     for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
