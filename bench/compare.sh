@@ -7,12 +7,17 @@
 #
 # gpt: issue 15's GPT (vocab 256, block 128, 4 layers, 4 heads, 128 wide,
 # dropout 0; batch 16 per rank; AdamW lr 1e-3, betas 0.9/0.95, weight decay
-# 0.1 on 2-D weights; one thread per rank) on Debian's fortunes (every file
-# of /usr/share/games/fortunes, concatenated in name order: [0, 0.95) trains,
-# [0.95, 1] tests), ddpc 2 workers against tests/nanogpt.py's GPT under
-# PyTorch DDP (gloo, 2 processes), EPOCHS epochs of LIMIT steps; tokens_per_s
-# and the test_loss after those steps. Only these two configurations, bare
-# (no measure.py run: a GPT run takes minutes).
+# 0.1 on 2-D weights; one thread per rank) on Debian's fortunes (every
+# fortune of /usr/share/games/fortunes, in an order shuffled once with a
+# fixed seed: [0, 0.95) trains, [0.95, 1] tests), ddpc 2 workers against
+# tests/nanogpt.py's GPT under PyTorch DDP (gloo, 2 processes), EPOCHS
+# epochs of LIMIT steps: tokens_per_s, and the test_loss after those steps.
+# Both start from the same weights (nanoGPT's init, written by torch_ddp.py
+# --write-init, read by ddpc's model.init_from) and read the same windows in
+# the same order (no per-epoch shuffle on either side: the text itself is
+# shuffled), so the two test_losses are one trajectory computed twice and
+# differ only by float rounding. Only these two configurations, bare (no
+# measure.py run: a GPT run takes minutes).
 #
 # cnn: examples/fashion-mnist-cnn.yaml without batchnorm2d and dropout (the
 # issue's setting), against the same nn.Sequential in PyTorch (Adam 1e-3,
@@ -43,8 +48,21 @@ SPEC=examples/fashion-mnist.yaml
 TORCH_ARGS=""
 if [ "$MODEL" = gpt ]; then
     LIMIT=${4:-200}
-    ls -d /usr/share/games/fortunes/* | grep -v -e '\.dat$' -e '\.u8$' | sort | xargs cat \
-        > "$OUT/fortunes.txt"
+    /usr/bin/python3 - "$OUT/fortunes.txt" <<'PY'
+import glob, random, sys
+quotes = []
+for f in sorted(glob.glob("/usr/share/games/fortunes/*")):
+    if f.endswith((".dat", ".u8")):
+        continue
+    quotes += open(f, "rb").read().split(b"\n%\n")
+random.Random(15).shuffle(quotes)
+open(sys.argv[1], "wb").write(b"\n%\n".join(quotes))
+PY
+    INIT=""
+    if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+        /usr/bin/python3 bench/torch_ddp.py --model gpt --write-init "$OUT/init.safetensors"
+        INIT=", init_from: $OUT/init.safetensors"
+    fi
     cat > "$OUT/gpt.yaml" <<YAML
 version: 1
 name: gpt-bench
@@ -56,14 +74,15 @@ batch_size: 16
 learning_rate: 0.001
 lr_scaling: none
 optimizer: {type: adamw, weight_decay: 0.1, betas: [0.9, 0.95]}
-model: {type: gpt, vocab_size: 256, block_size: 128, n_layer: 4, n_head: 4, n_embd: 128, dropout: 0.0}
+model: {type: gpt, vocab_size: 256, block_size: 128, n_layer: 4, n_head: 4, n_embd: 128, dropout: 0.0$INIT}
 data:
+  shuffle: false
   train: {format: text, path: $OUT/fortunes.txt, range: [0.0, 0.95]}
   test: {format: text, path: $OUT/fortunes.txt, range: [0.95, 1.0]}
 logging: {progress: off}
 YAML
     SPEC=$OUT/gpt.yaml
-    TORCH_ARGS="--model gpt --text $OUT/fortunes.txt --limit $LIMIT"
+    TORCH_ARGS="--model gpt --text $OUT/fortunes.txt --limit $LIMIT --no-shuffle --port 29571"
 elif [ "$MODEL" = cnn ]; then
     LIMIT=${4:-150}
     # the issue's setting: Adam 1e-3, no schedule (the example's accuracy

@@ -19,6 +19,12 @@ thread per rank unless --threads says otherwise, 3 epochs, evaluation on the
         lr 1e-3, betas (0.9, 0.95), weight decay 0.1 on 2-D weights only
         (nanoGPT's configure_optimizers), batch 16 per rank, one thread per
         rank, one epoch of at most --limit steps. Reports tokens_per_s.
+        --no-shuffle: windows in order (rank r takes r, r + W, ...: ddpc's
+        order with data.shuffle false).
+    /usr/bin/python3 bench/torch_ddp.py --model gpt --write-init FILE
+        writes the GPT's initial weights (torch.manual_seed(--seed), nanoGPT's
+        init: the state a run above starts from) as safetensors with
+        nanoGPT's names, for ddpc's model.init_from, and exits.
 
 Prints one line per epoch and a summary line in ddpc's key=value form:
   done world=2 samples_per_s=… first_step_s=… test_accuracy=… allreduce_ms_median=…
@@ -47,6 +53,47 @@ def load_idx(images, labels):
     return x, y
 
 
+def gpt_model(nanogpt, T):
+    """nanoGPT's GPT of the issue, GELU in GPT-2's tanh form (as ddpc)."""
+    import contextlib
+    import io
+    import torch
+    cfg = nanogpt.GPTConfig(block_size=T, vocab_size=256, n_layer=4, n_head=4, n_embd=128,
+                            dropout=0.0, bias=True)
+    with contextlib.redirect_stdout(io.StringIO()):   # nanoGPT prints its size
+        model = nanogpt.GPT(cfg)
+    for block in model.transformer.h:
+        block.mlp.gelu = torch.nn.GELU(approximate="tanh")
+    return model
+
+
+def write_init(args):
+    """--write-init: the initial weights as safetensors (nanoGPT's names,
+    lm_head.weight included, the attn.bias masks left out)."""
+    import json
+    import struct
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import nanogpt
+    torch.manual_seed(args.seed)
+    model = gpt_model(nanogpt, 128)
+    header, blobs, off = {}, [], 0
+    for k, v in model.state_dict().items():
+        if k.endswith(".attn.bias"):
+            continue
+        b = v.detach().float().contiguous().numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(args.write_init, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
 def gpt_worker(rank, world, args, port):
     """The GPT run (see the file comment)."""
     import contextlib
@@ -72,14 +119,10 @@ def gpt_worker(rank, world, args, port):
     windows = tr[:nw * (T + 1)].view(nw, T + 1)
     ds = torch.utils.data.TensorDataset(windows)
     sampler = torch.utils.data.distributed.DistributedSampler(
-        ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+        ds, num_replicas=world, rank=rank, shuffle=not args.no_shuffle, seed=args.seed)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, sampler=sampler)
-    cfg = nanogpt.GPTConfig(block_size=T, vocab_size=256, n_layer=4, n_head=4, n_embd=128,
-                            dropout=0.0, bias=True)
+    model = gpt_model(nanogpt, T)
     with contextlib.redirect_stdout(io.StringIO()):
-        model = nanogpt.GPT(cfg)
-        for block in model.transformer.h:
-            block.mlp.gelu = torch.nn.GELU(approximate="tanh")
         opt = model.configure_optimizers(0.1, args.lr, (0.9, 0.95), "cpu")
     raw = model
     if world > 1:
@@ -205,8 +248,13 @@ def main():
     ap.add_argument("--model", choices=["mlp", "cnn", "gpt"], default="mlp")
     ap.add_argument("--text", help="gpt: the text file (bytes are tokens)")
     ap.add_argument("--lr", type=float, default=1e-3, help="gpt: AdamW's learning rate")
+    ap.add_argument("--no-shuffle", action="store_true", help="gpt: windows in order")
+    ap.add_argument("--write-init", help="gpt: write the initial weights here and exit")
     ap.add_argument("--limit", type=int, default=0, help="batches per epoch per rank (0: all)")
     args = ap.parse_args()
+    if args.model == "gpt" and args.write_init:
+        write_init(args)
+        return
     if args.model == "gpt":
         if not args.text:
             ap.error("--model gpt needs --text FILE")
