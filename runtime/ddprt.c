@@ -1,8 +1,8 @@
 /* ddprt.c - ddprt_main: what ./job does between argv and the exit status.
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
- * --master --sample --prompt --temperature), the backend and device choice (cpu / gpu / auto), the dry-run
- * report of the baked job, the rendezvous (node 0 hosts the job's store,
+ * --master --sample --prompt --temperature), the backend and device choice
+ * (cpu / gpu / auto), the dry-run report of the baked job, the rendezvous (node 0 hosts the job's store,
  * store.h, for gloo and NCCL alike: at master_addr:master_port, or on an
  * ephemeral loopback port for a one-node GPU job), the node rank and the
  * Slurm checks, the gloo plugin, loading the datasets once before fork,
@@ -166,7 +166,8 @@ static int ddprt_parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-/* "N" or "T": 0 and *out, or -1 (not a number, out of range, trailing text). */
+/* An integer in [lo, hi] into *out: 0, or -1 (not a number, out of range,
+ * trailing text). */
 static int ddprt_parse_i64(const char *s, long long lo, long long hi, int64_t *out)
 {
     char *end;
@@ -178,6 +179,7 @@ static int ddprt_parse_i64(const char *s, long long lo, long long hi, int64_t *o
     return 0;
 }
 
+/* A finite number into *out: 0, or -1. */
 static int ddprt_parse_double(const char *s, double *out)
 {
     char *end;

@@ -59,7 +59,9 @@ int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out
             return DDPC_FAIL(e, DDPC_E_INVALID, "--prompt: byte %zu (0x%02x) is not a token of "
                              "this model (vocab_size %d)", i, (unsigned char)o->prompt[i], V);
 
-    size_t cap = (plen ? plen : 1) + (size_t)o->n;
+    /* the context: at most the last T tokens matter, so 2T slots, shifted
+     * back to T when full (N may be far larger than memory would hold) */
+    size_t cap = 2 * (size_t)T;
     int32_t *ctx = malloc(cap * sizeof *ctx);
     float *x = malloc((size_t)T * sizeof *x), *row = malloc((size_t)V * sizeof *row);
     float *dx = NULL;
@@ -71,7 +73,7 @@ int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out
     if (!ops->host_memory && (rc = ops->alloc(ops, (void **)&dx, (size_t)T * sizeof *dx, e)) < 0)
         goto done;
     size_t len = 0;
-    for (size_t i = 0; i < plen; i++)
+    for (size_t i = plen > (size_t)T ? plen - (size_t)T : 0; i < plen; i++)
         ctx[len++] = (unsigned char)o->prompt[i];
     if (!plen)
         ctx[len++] = bytes ? (V > '\n' ? '\n' : 0) : (V > GPT2_EOT ? GPT2_EOT : 0);
@@ -101,6 +103,10 @@ int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out
         if (tok < 0) {
             rc = tok;
             goto done;
+        }
+        if (len == cap) {
+            memmove(ctx, ctx + len - (size_t)T, (size_t)T * sizeof *ctx);
+            len = (size_t)T;
         }
         ctx[len++] = tok;
         int w = bytes ? fputc(tok, out) : fprintf(out, "%s%d", t ? " " : "", tok);
