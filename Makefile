@@ -295,14 +295,32 @@ $(B)/fuzz/fuzz_spec: tests/fuzz/fuzz_spec.c $(SPEC_SRC) $(wildcard spec/*.h spec
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -Ispec -Iruntime -g -O1 -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -o $@ tests/fuzz/fuzz_spec.c $(SPEC_SRC) $(YAML_LIBS) -lz -lm
 
-fuzz: $(B)/fuzz/fuzz_spec
-	@mkdir -p $(B)/fuzz/corpus
+# ... and over token data (text files, llm.c shards) through the job's loader
+# and windows, seeded with the corpus's shards and text
+$(B)/fuzz/fuzz_tokens: tests/fuzz/fuzz_tokens.c spec/tokens.c runtime/data.c runtime/err.c \
+                       $(wildcard spec/*.h runtime/*.h)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -Ispec -Iruntime -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ tests/fuzz/fuzz_tokens.c spec/tokens.c runtime/data.c \
+	  runtime/err.c -lz -lm
+
+fuzz: $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_tokens
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/corpus-tokens
 	cp -f examples/*.yaml tests/specs/*/*.yaml $(B)/fuzz/corpus/ 2>/dev/null || true
 	@echo "fuzzing the spec front end for $(FUZZ_SECONDS) s (log: $(B)/fuzz/log)"
 	@$(B)/fuzz/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=5 \
 	  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/ $(B)/fuzz/corpus \
 	  > $(B)/fuzz/log 2>&1 || { tail -60 $(B)/fuzz/log; echo "fuzz: FAILED, reproducer in $(B)/fuzz/"; exit 1; }
 	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' $(B)/fuzz/log
+	@for f in tests/specs/data/tokens-*.bin tests/specs/data/tiny.txt; do \
+	  { printf '\001\007\000\120'; cat $$f; } > $(B)/fuzz/corpus-tokens/$$(basename $$f); done
+	@echo "fuzzing token data for $(FUZZ_SECONDS) s (log: $(B)/fuzz/log-tokens)"
+	@$(B)/fuzz/fuzz_tokens -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=5 \
+	  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/ \
+	  $(B)/fuzz/corpus-tokens > $(B)/fuzz/log-tokens 2>&1 || \
+	  { tail -60 $(B)/fuzz/log-tokens; echo "fuzz: FAILED, reproducer in $(B)/fuzz/"; exit 1; }
+	@grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb))' \
+	  $(B)/fuzz/log-tokens
 
 # Benchmarks (never installed, never run by test): build/bench/<name>.
 BENCH_BIN := $(B)/bench/allreduce $(B)/bench/crc32c $(B)/bench/spec_limits $(B)/bench/gpt_step \
