@@ -682,6 +682,36 @@ START_TEST(gpt_cpu_is_bitwise_deterministic)
 }
 END_TEST
 
+/* model.h's contract for the GPT's nodes too: a training step (dropout on,
+ * overwrite then accumulate) and an eval forward allocate nothing. */
+START_TEST(gpt_step_never_allocates)
+{
+    struct gpt_case g;
+    gpt_open(&g, GPT_SMALL "  dropout: 0.1\n", 2, 5);
+    int T = g.job.model.block_size, V = g.job.model.vocab_size, R = g.rows * T;
+    struct ddpc_err e = { 0 };
+    double acc[DDPC_LOSS_ACC] = { 0 };
+    int rc = 0;
+    alloc_count_start();   /* no ck_assert inside: Check's own records allocate */
+    for (int step = 0; step < 2 && rc == 0; step++) {
+        model_set_mode(&g.m, 1, 11 + (uint64_t)step);
+        rc = model_forward(&g.m, g.x, g.rows, &e);
+        if (rc == 0)
+            rc = g.o.loss(&g.o, DDPC_LOSS_CROSS_ENTROPY, g.m.logits, g.y, NULL, g.m.dbuf[0], R,
+                          V, 1.0f / (float)R, acc, &e);
+        if (rc == 0)
+            rc = model_backward(&g.m, g.x, g.m.dbuf[0], g.rows, step, NULL, NULL, &e);
+    }
+    model_set_mode(&g.m, 0, 0);
+    if (rc == 0)
+        rc = model_forward(&g.m, g.x, g.rows, &e);
+    long n = alloc_count_stop();
+    ck_assert_msg(rc == 0, "%s", e.msg);
+    ck_assert_msg(n == 0, "a GPT step allocated %ld times", n);
+    gpt_close(&g);
+}
+END_TEST
+
 Suite *gpt_suite(void)
 {
     Suite *s = suite_create("gpt");
@@ -701,6 +731,7 @@ Suite *gpt_suite(void)
     tcase_add_test(tm, gpt_no_bias_dropout_matches_nanogpt);
     tcase_add_test(tm, gpt_init_is_nanogpts);
     tcase_add_test(tm, gpt_cpu_is_bitwise_deterministic);
+    tcase_add_test(tm, gpt_step_never_allocates);
     suite_add_tcase(s, tm);
     return s;
 }

@@ -64,6 +64,7 @@
 #include "comm_shm.h"
 #include "data.h"
 #include "devprobe.h"
+#include "model.h"
 #include "ops.h"
 #include "ops_kernels.h"
 #include "store.h"
@@ -532,6 +533,119 @@ static void test_optim(struct pair *p)
     }
 }
 
+/* A small GPT (issue 15: embedding, causal attention through gemm_batched
+ * and the softmax kernels, tanh GELU, bias-less layer norms, the tied
+ * lm_head, attention and residual dropout) trained one step on ops o from
+ * nanoGPT's init (seed 5); logits [B*T, V], every gradient and the loss come
+ * back to the host. */
+static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float *x,
+                       const int32_t *y, int B, float *logits, float *grads, double *loss,
+                       struct ddpc_err *e)
+{
+    static struct ddpc_model m;
+    int T = j->model.block_size, V = j->model.vocab_size, R = B * T;
+    float *dx = NULL;
+    int32_t *dy = NULL;
+    double *acc = NULL, hacc[DDPC_LOSS_ACC] = {0, 0, 0};
+    int rc = model_init(&m, o, j, B, e);
+    if (rc == 0)
+        rc = model_init_params(&m, DDPC_INIT_PYTORCH, 5, e);
+    if (rc == 0)
+        rc = o->alloc(o, (void **)&dx, (size_t)R * sizeof *dx, e);
+    if (rc == 0)
+        rc = o->alloc(o, (void **)&dy, (size_t)R * sizeof *dy, e);
+    if (rc == 0)
+        rc = o->alloc(o, (void **)&acc, sizeof hacc, e);
+    if (rc == 0)
+        rc = o->to_device(o, dx, x, (size_t)R * sizeof *x, e);
+    if (rc == 0)
+        rc = o->to_device(o, dy, y, (size_t)R * sizeof *y, e);
+    if (rc == 0)
+        rc = o->to_device(o, acc, hacc, sizeof hacc, e);
+    model_set_mode(&m, 1, 99);
+    if (rc == 0)
+        rc = model_forward(&m, dx, B, e);
+    if (rc == 0)
+        rc = o->loss(o, DDPC_LOSS_CROSS_ENTROPY, m.logits, dy, NULL, m.dbuf[0], R, V,
+                     1.0f / (float)R, acc, e);
+    if (rc == 0)
+        rc = o->to_host(o, logits, m.logits, (size_t)R * V * sizeof *logits, e);
+    if (rc == 0)
+        rc = model_backward(&m, dx, m.dbuf[0], B, 0, NULL, NULL, e);
+    if (rc == 0)
+        rc = o->to_host(o, grads, m.grads, m.n_params * sizeof *grads, e);
+    if (rc == 0)
+        rc = o->to_host(o, hacc, acc, sizeof hacc, e);
+    *loss = hacc[0] / R;
+    if (dx)
+        o->release(o, dx);
+    if (dy)
+        o->release(o, dy);
+    if (acc)
+        o->release(o, acc);
+    model_free(&m);
+    return rc;
+}
+
+static void test_gpt(struct pair *p)
+{
+    static struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    j.model.type = DDPC_MODEL_GPT;
+    j.model.vocab_size = 64;
+    j.model.block_size = 80;   /* more than one causal block of the CPU's attention */
+    j.model.n_layer = 2;
+    j.model.n_head = 2;
+    j.model.n_embd = 32;
+    j.model.dropout = 0.1;
+    j.model.bias = 1;
+    j.loss = DDPC_LOSS_CROSS_ENTROPY;
+    enum { B = 3 };
+    int T = j.model.block_size, V = j.model.vocab_size, R = B * T;
+    static struct ddpc_net net;
+    char why[256];
+    int bad;
+    if (layers_build(&j, NULL, &net, &bad, why, sizeof why) < 0) {
+        check(0, why, 1, 0);
+        return;
+    }
+    float *x = malloc((size_t)R * sizeof *x);
+    int32_t *y = malloc((size_t)R * sizeof *y);
+    for (int i = 0; i < R; i++) {
+        x[i] = (float)(((uint32_t)i * 2654435761u >> 7) % (uint32_t)V);
+        y[i] = (int32_t)(((uint32_t)i * 40503u >> 3) % (uint32_t)V);
+    }
+    size_t nl = (size_t)R * V, np = net.n_params;
+    float *lc = malloc(nl * 4), *lg = malloc(nl * 4), *gc = malloc(np * 4), *gg = malloc(np * 4);
+    float *gg2 = malloc(np * 4);
+    double loss_c = 0, loss_g = 0, loss_g2 = 0;
+    struct ddpc_err e = {0};
+    if (gpt_step_on(&p->cpu, &j, x, y, B, lc, gc, &loss_c, &e) < 0 ||
+        gpt_step_on(&p->gpu, &j, x, y, B, lg, gg, &loss_g, &e) < 0 ||
+        gpt_step_on(&p->gpu, &j, x, y, B, lg, gg2, &loss_g2, &e) < 0) {
+        fail_err("gpt step", &e);
+    } else {
+        /* fp32 both sides; the GPU sums in other orders (cuBLAS), through
+         * two blocks of products and norms */
+        double err = fabs(loss_g - loss_c) / fabs(loss_c);
+        check(err <= 1e-5, "gpt loss", err, 1e-5);
+        err = rel_err(lg, lc, nl);
+        check(err <= 1e-4, "gpt logits", err, 1e-4);
+        err = rel_err(gg, gc, np);
+        check(err <= 1e-4, "gpt gradients (all parameters)", err, 1e-4);
+        /* deterministic on the GPU too (GPT.md item 7: no float atomics) */
+        check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
+              "gpt: two GPU steps give the same gradient bytes", 0, 0);
+    }
+    free(x);
+    free(y);
+    free(lc);
+    free(lg);
+    free(gc);
+    free(gg);
+    free(gg2);
+}
+
 static void run_ops_tests(const struct ddpc_backend *b)
 {
     struct pair p;
@@ -553,6 +667,7 @@ static void run_ops_tests(const struct ddpc_backend *b)
     test_loss(&p);
     test_sumsq_scale(&p);
     test_optim(&p);
+    test_gpt(&p);
     p.gpu.destroy(&p.gpu);
     p.cpu.destroy(&p.cpu);
 }
