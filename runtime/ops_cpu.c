@@ -620,6 +620,14 @@ DDPC_HOT static void cpu_attn_softmax(const struct ddpc_lk *a, size_t rows, int 
             ddpc_lk_attn_softmax(i, a);
 }
 
+/* Layer norm's rows (forward): the element function, whose lane sums and
+ * row loops vectorize in these clones. */
+DDPC_HOT static void cpu_ln_rows(const struct ddpc_lk *a, size_t rows)
+{
+    for (size_t r = 0; r < rows; r++)
+        ddpc_lk_ln_fwd(r, a);
+}
+
 /* Layer norm's dw, db: rows in order as the element function (each
  * column sums its rows in row order, in double), but a row at a time, so
  * x and dy are read along their rows instead of down a column. */
@@ -825,6 +833,9 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         break;
     case DDPC_LK_ACCUM:
         cpu_accum(a->dy, a->dx, n, a->accx);
+        break;
+    case DDPC_LK_LN_FWD:
+        cpu_ln_rows(a, n);
         break;
     case DDPC_LK_ATTN_SOFTMAX:
     case DDPC_LK_ATTN_SOFTMAX_BWD:

@@ -486,27 +486,52 @@ DDPC_HD void ddpc_lk_bn_bwd_dx(size_t i, const struct ddpc_lk *a)
     ddpc_k_put(&a->dx[i], v, a->accx);
 }
 
+/* Row sums (layer norm, softmax) and maxima in DDPC_K_LANES interleaved partial
+ * results (element j goes to lane j % LANES), combined in a fixed tree:
+ * a fixed order, so deterministic and the same on both backends, and
+ * loops the CPU vectorizes instead of one chain of dependent additions. */
+#define DDPC_K_LANES 8
+
+DDPC_HD double ddpc_k_lanes_sum(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 DDPC_HD void ddpc_lk_ln_fwd(size_t r, const struct ddpc_lk *a)
 {
     const float *x = a->x + r * a->C;
-    double sum = 0.0, sq = 0.0;
-    for (int j = 0; j < a->C; j++)
-        sum += x[j];
-    double mean = sum / a->C;
-    for (int j = 0; j < a->C; j++) {
-        double d = x[j] - mean;
-        sq += d * d;
+    int C = a->C, j = 0;
+    double sum[DDPC_K_LANES] = { 0 }, sq[DDPC_K_LANES] = { 0 };
+    for (; j + DDPC_K_LANES <= C; j += DDPC_K_LANES)
+        for (int l = 0; l < DDPC_K_LANES; l++)
+            sum[l] += x[j + l];
+    for (int l = 0; j + l < C; l++)
+        sum[l] += x[j + l];
+    double mean = ddpc_k_lanes_sum(sum) / C;
+    for (j = 0; j + DDPC_K_LANES <= C; j += DDPC_K_LANES)
+        for (int l = 0; l < DDPC_K_LANES; l++) {
+            double d = x[j + l] - mean;
+            sq[l] += d * d;
+        }
+    for (int l = 0; j + l < C; l++) {
+        double d = x[j + l] - mean;
+        sq[l] += d * d;
     }
-    float fm = (float)mean, rstd = (float)(1.0 / sqrt(sq / a->C + (double)a->f2));
+    float fm = (float)mean, rstd = (float)(1.0 / sqrt(ddpc_k_lanes_sum(sq) / C + (double)a->f2));
     a->s0[r] = fm;
     a->s1[r] = rstd;
     float *y = a->y + r * a->C;
-    for (int j = 0; j < a->C; j++)
-        y[j] = (x[j] - fm) * rstd * a->w[j] + (a->b ? a->b[j] : 0.0f);
+    if (a->b)
+        for (j = 0; j < C; j++)
+            y[j] = (x[j] - fm) * rstd * a->w[j] + a->b[j];
+    else
+        for (j = 0; j < C; j++)
+            y[j] = (x[j] - fm) * rstd * a->w[j] + 0.0f;
 }
 
 DDPC_HD void ddpc_lk_ln_bwd_dx(size_t r, const struct ddpc_lk *a)
 {
+    /* one chain of sums: lanes as in the forward measured slower here */
     const float *x = a->x + r * a->C, *dy = a->dy + r * a->C;
     float fm = a->s0[r], rstd = a->s1[r];
     double s1 = 0.0, s2 = 0.0;
@@ -582,17 +607,6 @@ DDPC_HD void ddpc_lk_emb_bwd_wpe(size_t i, const struct ddpc_lk *a)
     for (int n = 0; n < a->N; n++)
         s += a->dy[(size_t)n * tc + i];
     ddpc_k_put(&a->db[i], (float)s, a->accg);
-}
-
-/* Sums and maxima of a softmax row in DDPC_K_LANES interleaved partial
- * results (element j goes to lane j % LANES), combined in a fixed tree:
- * a fixed order, so deterministic and the same on both backends, and
- * loops the CPU vectorizes instead of one chain of dependent additions. */
-#define DDPC_K_LANES 8
-
-DDPC_HD double ddpc_k_lanes_sum(const double *l)
-{
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
 /* max over y[0..n). A NaN is passed over here (v > m is false), but the
