@@ -381,12 +381,63 @@ START_TEST(gpt_trains_deterministically_resumes_exports_and_samples)
 }
 END_TEST
 
+/* A vocabulary that is not bytes (llm.c's token shards, vocab 50304):
+ * --sample prints N token ids, each a token of the model, and refuses a
+ * prompt (ddpc has no tokenizer) before anything starts. */
+START_TEST(gpt_sample_token_ids)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("gptids"), *spec = NULL, *job = NULL, *yaml = NULL, *ddpc = NULL;
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/t.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/t", dir), 0);
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    ck_assert_int_ge(asprintf(&yaml,
+        "version: 1\nname: t\naccelerator: cpu\ndevices: 1\nepochs: 1\nbatch_size: 2\n"
+        "model: {type: gpt, vocab_size: 50304, block_size: 4, n_layer: 1, n_head: 1, n_embd: 8}\n"
+        "data: {train: {format: tokens, path: %s/tests/specs/data/tokens-00.bin}}\n"
+        "logging: {progress: off}\n", test_top()), 0);
+    ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
+    char *build[] = { ddpc, "build", spec, "-o", job, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build: %s%s", r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, "--sample", "7", NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d: %s%s", r.code, r.out, r.err);
+    const char *s = strstr(r.out, "wall_s=");
+    ck_assert_ptr_nonnull(s);
+    s = strchr(s, '\n') + 1;
+    int n = 0;
+    for (char *end; *s && *s != '\n'; s = end, n++) {
+        long v = strtol(s, &end, 10);
+        ck_assert_msg(end != s && v >= 0 && v < 50304, "not a token id: '%s'", s);
+    }
+    ck_assert_int_eq(n, 7);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    char *bad[] = { job, "--sample", "7", "--prompt", "hello", NULL };
+    ck_assert_int_eq(run_capture(bad, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 2 && strstr(r.err, "vocab_size 50304"), "%d: %s", r.code,
+                  r.err);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+    free(yaml);
+    free(ddpc);
+}
+END_TEST
+
 Suite *gpt_run_suite(void)
 {
     Suite *s = suite_create("gpt_run");
     TCase *t = tcase_create("run");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, gpt_trains_deterministically_resumes_exports_and_samples);
+    tcase_add_test(t, gpt_sample_token_ids);
     suite_add_tcase(s, t);
     return s;
 }
