@@ -1,6 +1,6 @@
 /* clock.c - monotonic time, deadlines, and the blocking all-reduce wrapper.
  *
- * Owns ddpc_now, ddpc_deadline_after and comm_all_reduce (comm.h). Deadlines
+ * Owns ddpc_now, ddpc_deadline_after, comm_all_reduce and comm_leave (comm.h). Deadlines
  * are absolute CLOCK_MONOTONIC seconds so that a chain of calls shares one
  * budget and wall-clock jumps (NTP) never fire or hide a timeout.
  * Never sleeps, never allocates.
@@ -29,4 +29,12 @@ int comm_all_reduce(struct ddpc_comm *c, const float *send, float *recv, size_t 
 {
     DDPC_TRY(c->all_reduce_start(c, 0, send, recv, n, op, deadline, e));
     return c->all_reduce_wait(c, 0, deadline, e);
+}
+
+int comm_leave(struct ddpc_comm *c, double deadline, double linger_s, struct ddpc_err *e)
+{
+    DDPC_TRY(c->barrier(c, deadline, e));
+    struct ddpc_err ignored = { 0 };
+    (void)c->barrier(c, ddpc_deadline_after(linger_s), &ignored);
+    return 0;
 }

@@ -76,6 +76,18 @@ struct ddpc_comm {
 int comm_all_reduce(struct ddpc_comm *c, const float *send, float *recv, size_t n,
                     enum ddpc_reduce op, double deadline, struct ddpc_err *e);
 
+/* The ranks leave together, at the end of a job: a barrier whose failure
+ * is the caller's (deadline: the job's), then a second one whose failure is
+ * ignored (bounded by linger_s). Why two: a rank that passes the last
+ * collective and exits closes its connections while a slower peer may still
+ * be inside that collective; gloo then fails the peer's call ("connection
+ * closed by peer", seen in a 3-rank barrier under load) although every
+ * message it needed was sent. After the first barrier every rank has done
+ * all its work; a rank leaves the second only once all have entered it,
+ * i.e. all have passed the first, so the first never sees an early close,
+ * and whatever the second sees can no longer change a result. */
+int comm_leave(struct ddpc_comm *c, double deadline, double linger_s, struct ddpc_err *e);
+
 /* Seconds on CLOCK_MONOTONIC; deadline_after(0) = 0 (none). */
 double ddpc_now(void);
 double ddpc_deadline_after(double seconds);

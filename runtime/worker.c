@@ -1610,10 +1610,11 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
      * the last collective can reset the connection under it (TCP answers a
      * close with unread bytes, such as gloo's ring notifications, with a
      * reset), and that peer fails its last step: seen between two nodes,
-     * "connection closed by peer" at step 64/64. After this barrier no
-     * collective is in flight anywhere. */
+     * "connection closed by peer" at step 64/64. comm_leave's first barrier
+     * ends every collective; its second keeps each rank until all have
+     * passed the first (comm.h). */
     if (rc == 0 && r.comm_on)
-        rc = a->grad_comm->barrier(a->grad_comm, ddpc_deadline_after(r.job->nccl_timeout_s), e);
+        rc = comm_leave(a->grad_comm, ddpc_deadline_after(r.job->nccl_timeout_s), 60, e);
     /* --sample: rank 0 alone, from the parameters in memory; the others
      * have left (no collective waits on this) */
     if (rc == 0 && a->sample && a->rank == 0 && a->out)
