@@ -1203,9 +1203,12 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
                              "arena, %s of model, "
                              "optimizer state and activations. Raise it (ulimit -v %llu or "
                              "more) or lift it (ulimit -v unlimited)", a, b, c, d, f,
-                             /* + another arena: vm may have been read
-                              * before this process's own appeared */
-                             (unsigned long long)((need + 67108864.0) / 1024 * 1.1));
+                             /* + two more arenas: vm may have been read
+                              * before this process's threads made theirs
+                              * (measured under ulimit -v 300000: 123 MiB
+                              * mapped, then 251 MiB in the run the advice
+                              * allowed, two arenas more) */
+                             (unsigned long long)((need + 2 * 67108864.0) / 1024 * 1.1));
         }
     }
     unsigned long long cg = ddprt_cgroup_max();
