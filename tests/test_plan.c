@@ -797,6 +797,62 @@ START_TEST(json_layers_of_example_cnn)
 }
 END_TEST
 
+/* GPT-2 124M on 8 GPUs, as the issue asks: nanoGPT's parameter count, the
+ * FLOPs per token with attention (within 1% of nanoGPT's 6N + 12LTC), the
+ * tokens per optimizer step, activation memory from the layer table. */
+START_TEST(gpt2_124m_on_gpus)
+{
+    struct ddpc_job j = fmnist();
+    j.model.type = DDPC_MODEL_GPT;
+    j.model.n_layers = 0;
+    j.model.vocab_size = 50257;
+    j.model.block_size = 1024;
+    j.model.n_layer = 12;
+    j.model.n_head = 12;
+    j.model.n_embd = 768;
+    j.model.bias = 1;
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.n_devices = 8;
+    for (int i = 0; i < 8; i++)
+        j.devices[i] = i;
+    j.batch_size = 8;
+    j.grad_accumulation = 4;
+    j.optimizer.type = DDPC_OPTIM_ADAMW;
+    struct ddpc_plan p;
+    build(&j, &p);
+    ck_assert_int_eq(p.total_params, 124439808);
+    ck_assert_int_eq(p.world_size, 8);
+    ck_assert_str_eq(p.params[0].name, "transformer.wte.weight");
+    ck_assert_str_eq(p.params[0].shape, "[50257, 768]");
+    /* outputs and gradients of every node, norm statistics, the kept
+     * attention probabilities [12, 1024, 1024] per block: gigabytes */
+    ck_assert_int_gt(p.mem_activations, (int64_t)8 * 12 * 12 * 1024 * 1024 * 4);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "tokens per optimizer step: 32768 per device (batch 8 x "
+                               "block_size 1024 x grad_accumulation 4), 262144 across 8 devices"),
+                  "%s", text);
+    ck_assert_msg(strstr(text, "lm_head") && strstr(text, "(weight tied to transformer.wte)"),
+                  "%s", text);
+    const char *pt = strstr(text, "per token: ");
+    ck_assert_ptr_nonnull(pt);
+    double per_tok = strtod(pt + 11, NULL);
+    double nano = 6.0 * (124439808.0 - 1024 * 768) + 12.0 * 12 * 1024 * 768;
+    ck_assert_double_lt(fabs(per_tok / nano - 1), 0.01);
+    free(text);
+    char *json = plan_json(&p, &j);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_msg(strstr(json, "\"tokens_per_step_per_device\": 32768, \"tokens_per_step\": "
+                               "262144}"), "%s", json);
+    free(json);
+    plan_free(&p);
+}
+END_TEST
+
 Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -818,6 +874,7 @@ Suite *plan_suite(void)
     tcase_add_test(tc, json_layers_of_example_cnn);
     tcase_add_test(tc, agrees_with_runtime_sampler);
     tcase_add_test(tc, ranks_shards_rendezvous_memory);
+    tcase_add_test(tc, gpt2_124m_on_gpus);
     suite_add_tcase(s, tc);
     return s;
 }
