@@ -491,6 +491,66 @@ static int gpt_dropout(struct bctx *b, int src, const char *name)
     return gpt_node(b, &it, src, "%s", name);
 }
 
+/* The residual add closing a block's branch: reads the branch's last node
+ * (src) and adds the block's input (skip). */
+static int gpt_add(struct bctx *b, int src, int skip, const char *name)
+{
+    struct ddpc_layer_item it = gpt_item(DDPC_LAYER_RESIDUAL, 0, 0);
+    int k = new_node(b, -1, &it, src, name);
+    if (k < 0)
+        return -1;
+    b->net->node[k].skip = skip;
+    return node_resolve(b, k) < 0 ? -1 : k;
+}
+
+/* One transformer block reading node x; returns its last node or -1. */
+static int gpt_block(struct bctx *b, int l, int x)
+{
+    const struct ddpc_job *job = b->job;
+    int C = job->model.n_embd, bias = job->model.bias != 0;
+    char pre[32], name[64];   /* "transformer.h.47.attn.resid_dropout": 35 */
+    snprintf(pre, sizeof pre, "transformer.h.%d", l);
+    struct ddpc_layer_item it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
+    int k = gpt_node(b, &it, x, "%s.ln_1", pre);
+    if (k < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LINEAR, 3 * C, bias);
+    if ((k = gpt_node(b, &it, k, "%s.attn.c_attn", pre)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_ATTENTION, 0, 0);
+    it.heads = job->model.n_head;
+    it.p = job->model.dropout;
+    if ((k = gpt_node(b, &it, k, "%s.attn", pre)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
+    if ((k = gpt_node(b, &it, k, "%s.attn.c_proj", pre)) < 0)
+        return -1;
+    snprintf(name, sizeof name, "%s.attn.resid_dropout", pre);
+    if ((k = gpt_dropout(b, k, name)) < 0)
+        return -1;
+    snprintf(name, sizeof name, "%s.add_1", pre);
+    if ((x = gpt_add(b, k, x, name)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
+    if ((k = gpt_node(b, &it, x, "%s.ln_2", pre)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LINEAR, 4 * C, bias);
+    if ((k = gpt_node(b, &it, k, "%s.mlp.c_fc", pre)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_GELU, 0, 0);
+    it.approximate = DDPC_GELU_TANH;
+    if ((k = gpt_node(b, &it, k, "%s.mlp.gelu", pre)) < 0)
+        return -1;
+    it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
+    if ((k = gpt_node(b, &it, k, "%s.mlp.c_proj", pre)) < 0)
+        return -1;
+    snprintf(name, sizeof name, "%s.mlp.dropout", pre);
+    if ((k = gpt_dropout(b, k, name)) < 0)
+        return -1;
+    snprintf(name, sizeof name, "%s.add_2", pre);
+    return gpt_add(b, k, x, name);
+}
+
 /* nanoGPT's GPT as nodes (layers.h); names are its module paths. */
 static int build_gpt(struct bctx *b)
 {
@@ -518,59 +578,8 @@ static int build_gpt(struct bctx *b)
     if (emb < 0)
         return -1;
     int x = gpt_dropout(b, emb, "transformer.drop");
-    for (int l = 0; l < L && x >= 0; l++) {
-        int k;
-        it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
-        k = gpt_node(b, &it, x, "transformer.h.%d.ln_1", l);
-        it = gpt_item(DDPC_LAYER_LINEAR, 3 * C, bias);
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.attn.c_attn", l);
-        it = gpt_item(DDPC_LAYER_ATTENTION, 0, 0);
-        it.heads = H;
-        it.p = job->model.dropout;
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.attn", l);
-        it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.attn.c_proj", l);
-        char name[48];
-        snprintf(name, sizeof name, "transformer.h.%d.attn.resid_dropout", l);
-        if (k >= 0)
-            k = gpt_dropout(b, k, name);
-        it = gpt_item(DDPC_LAYER_RESIDUAL, 0, 0);
-        if (k >= 0 && (k = new_node(b, -1, &it, k, "")) >= 0) {
-            snprintf(net->node[k].name, sizeof net->node[k].name, "transformer.h.%d.add_1", l);
-            net->node[k].skip = x;
-            if (node_resolve(b, k) < 0)
-                return -1;
-        }
-        if (k < 0)
-            return -1;
-        x = k;
-        it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
-        k = gpt_node(b, &it, x, "transformer.h.%d.ln_2", l);
-        it = gpt_item(DDPC_LAYER_LINEAR, 4 * C, bias);
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.c_fc", l);
-        it = gpt_item(DDPC_LAYER_GELU, 0, 0);
-        it.approximate = DDPC_GELU_TANH;
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.gelu", l);
-        it = gpt_item(DDPC_LAYER_LINEAR, C, bias);
-        if (k >= 0)
-            k = gpt_node(b, &it, k, "transformer.h.%d.mlp.c_proj", l);
-        snprintf(name, sizeof name, "transformer.h.%d.mlp.dropout", l);
-        if (k >= 0)
-            k = gpt_dropout(b, k, name);
-        it = gpt_item(DDPC_LAYER_RESIDUAL, 0, 0);
-        if (k >= 0 && (k = new_node(b, -1, &it, k, "")) >= 0) {
-            snprintf(net->node[k].name, sizeof net->node[k].name, "transformer.h.%d.add_2", l);
-            net->node[k].skip = x;
-            if (node_resolve(b, k) < 0)
-                return -1;
-        }
-        x = k;
-    }
+    for (int l = 0; l < L && x >= 0; l++)
+        x = gpt_block(b, l, x);
     if (x < 0)
         return -1;
     it = gpt_item(DDPC_LAYER_LAYERNORM, 0, bias);
