@@ -1183,31 +1183,37 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     struct rlimit rl;
     size_t vm = ddprt_self_bytes(0);
     if (vm > 0 && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        /* + one glibc malloc arena (64 MiB of address space) for a worker's
-         * thread: whether this process already has one when vm is read
-         * depends on its threads' timing (measured: 187 or 251 MiB mapped
-         * for the same job), and a limit that passed only because it had
-         * none yet let the workers spin in OpenBLAS. */
+        /* + two glibc malloc arenas (64 MiB of address space each): a
+         * worker's main thread and its OpenBLAS thread each allocate from
+         * one of their own (gdb on a spinning worker: OpenBLAS's thread in
+         * arena_get2 for its 128 MiB buffer), and whether this process
+         * already has them when vm is read depends on its threads' timing
+         * (measured for the same job: 51, 123, 179, 251 MiB mapped). A
+         * limit that passed because vm was read early let both workers spin
+         * in OpenBLAS's malloc retry loop until killed (2 runs in 5 at
+         * ulimit -v 300000); counting arenas that vm may already hold twice
+         * refuses a limit a little too eagerly instead. */
         double need = (double)vm + (double)comm + (double)DDPRT_BLAS_BUFFER + (double)model +
-                      67108864.0;
+                      2 * 67108864.0;
         if ((double)rl.rlim_cur < need) {
             ddprt_mib(a, sizeof a, (double)rl.rlim_cur);
             ddprt_mib(b, sizeof b, need);
             ddprt_mib(c, sizeof c, (double)vm);
-            ddprt_mib(d, sizeof d, (double)comm + (double)DDPRT_BLAS_BUFFER + 67108864.0);
+            ddprt_mib(d, sizeof d, (double)comm + (double)DDPRT_BLAS_BUFFER + 2 * 67108864.0);
             ddprt_mib(f, sizeof f, (double)model);
             return DDPC_FAIL(e, DDPC_E_NOMEM,
                              "the address-space limit (ulimit -v, RLIMIT_AS) is %s per process, "
                              "but each worker needs about %s: %s mapped already (libraries and "
-                             "the data), %s of collective and OpenBLAS buffers and a thread's malloc "
-                             "arena, %s of model, "
+                             "the data), %s of collective and OpenBLAS buffers and two threads' "
+                             "malloc arenas, %s of model, "
                              "optimizer state and activations. Raise it (ulimit -v %llu or "
                              "more) or lift it (ulimit -v unlimited)", a, b, c, d, f,
                              /* + two more arenas: vm may have been read
                               * before this process's threads made theirs
                               * (measured under ulimit -v 300000: 123 MiB
                               * mapped, then 251 MiB in the run the advice
-                              * allowed, two arenas more) */
+                              * allowed, two arenas more), so the advice
+                              * holds for the next run's vm too */
                              (unsigned long long)((need + 2 * 67108864.0) / 1024 * 1.1));
         }
     }
