@@ -285,6 +285,27 @@ static int exists_in(const char *dir, const char *name)
     return ok;
 }
 
+/* Starts job in cwd and lets it run until checkpoint `name` is durable in
+ * ck (exists_in): from the end-of-epoch line `after` on, the job is
+ * stopped and stepped 1 ms at a time, so it stops soon after the
+ * checkpoint appears. The job is left stopped; w gets its workers. */
+static void run_until_checkpoint(struct run_proc *p, const char *job, const char *cwd,
+                                 const char *after, const char *ck, const char *name,
+                                 pid_t w[2])
+{
+    start(p, job, cwd, NULL);
+    wait_line(p, after);
+    kill(-p->pid, SIGSTOP);
+    workers_of(p, w);
+    double t0 = tnow();
+    while (!exists_in(ck, name)) {
+        kill(-p->pid, SIGCONT);
+        usleep(1000);
+        kill(-p->pid, SIGSTOP);
+        ck_assert_msg(tnow() - t0 < 30, "no checkpoint %s within 30 s", name);
+    }
+}
+
 static unsigned char *slurp(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -685,17 +706,7 @@ START_TEST(kill9_then_resume_is_byte_identical)
      *    freezes 4 KiB into the epoch-3 checkpoint, then the last start. */
     cwd = subdir(dir, "midwrite");
     ck = path_in(cwd, "ckpt");
-    start(&p, job, cwd, NULL);
-    wait_line(&p, "epoch 2/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0002-s000000512.ckpt")) {   /* its checkpoint is durable */
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no epoch-2 checkpoint");
-    }
+    run_until_checkpoint(&p, job, cwd, "epoch 2/", ck, JOB_NAME "-e0002-s000000512.ckpt", w);
     kill(-p.pid, SIGKILL);
     finish(&p, &r);
     assert_nothing_left(w, 2);
@@ -703,7 +714,7 @@ START_TEST(kill9_then_resume_is_byte_identical)
     char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=4096", NULL };
     start(&p, job, cwd, env);
     workers_of(&p, w);
-    t0 = tnow();
+    double t0 = tnow();
     while (proc_state(w[0]) != 'T') {
         ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
         usleep(2000);
@@ -825,17 +836,7 @@ START_TEST(fresh_start_keeps_its_own_checkpoints)
     char *job_never = build_job(dir, "jobn", &on);
     struct run_proc p;
     pid_t w[2];
-    start(&p, job_never, dir, NULL);
-    wait_line(&p, "epoch 3/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0003-s000000768.ckpt")) {
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no epoch-3 checkpoint");
-    }
+    run_until_checkpoint(&p, job_never, dir, "epoch 3/", ck, JOB_NAME "-e0003-s000000768.ckpt", w);
     kill(-p.pid, SIGKILL);
     finish(&p, &r);
     ck_assert_msg(!strstr(r.out, "resumed from"), "resume: never resumed:\n%s", r.out);
@@ -932,17 +933,7 @@ START_TEST(flipped_byte_falls_back_to_the_previous_checkpoint)
     char *cwd = subdir(dir, "run"), *ck = path_in(cwd, "ckpt");
     struct run_proc p;
     pid_t w[2];
-    start(&p, job, cwd, NULL);
-    wait_line(&p, "epoch 3/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0003-s000000768.ckpt")) {
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no epoch-3 checkpoint");
-    }
+    run_until_checkpoint(&p, job, cwd, "epoch 3/", ck, JOB_NAME "-e0003-s000000768.ckpt", w);
     kill(-p.pid, SIGKILL);
     struct run_result r;
     finish(&p, &r);
@@ -1147,17 +1138,7 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
     char *cwd = subdir(dir, "killed"), *ck = path_in(cwd, "ckpt");
     struct run_proc p;
     pid_t w[2];
-    start(&p, job, cwd, NULL);
-    wait_line(&p, "epoch 1/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0001-s000000300.ckpt")) {
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no step-300 checkpoint");
-    }
+    run_until_checkpoint(&p, job, cwd, "epoch 1/", ck, JOB_NAME "-e0001-s000000300.ckpt", w);
     kill(-p.pid, SIGKILL);
     struct run_result r;
     finish(&p, &r);
@@ -1254,17 +1235,7 @@ START_TEST(cnn_with_batchnorm_dropout_resumes_byte_identical)
     char *cwd = subdir(dir, "killed"), *ck = path_in(cwd, "ckpt");
     struct run_proc p;
     pid_t w[2];
-    start(&p, job, cwd, NULL);
-    wait_line(&p, "epoch 1/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0001-s000000300.ckpt")) {
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no step-300 checkpoint");
-    }
+    run_until_checkpoint(&p, job, cwd, "epoch 1/", ck, JOB_NAME "-e0001-s000000300.ckpt", w);
     kill(-p.pid, SIGKILL);
     finish(&p, &r);
     assert_nothing_left(w, 2);
@@ -1498,17 +1469,7 @@ START_TEST(checkpoint_dir_full_or_unwritable)
      * the next checkpoint fails at write time, the first stays intact. */
     char *ck = path_in(dir, "mnt/ckpt"), *filler = path_in(dir, "mnt/filler");
     pid_t w[2];
-    start(&p, job, dir, NULL);
-    wait_line(&p, "epoch 1/");
-    kill(-p.pid, SIGSTOP);
-    workers_of(&p, w);
-    double t0 = tnow();
-    while (!exists_in(ck, JOB_NAME "-e0001-s000000256.ckpt")) {
-        kill(-p.pid, SIGCONT);
-        usleep(1000);
-        kill(-p.pid, SIGSTOP);
-        ck_assert_msg(tnow() - t0 < 30, "no epoch-1 checkpoint");
-    }
+    run_until_checkpoint(&p, job, dir, "epoch 1/", ck, JOB_NAME "-e0001-s000000256.ckpt", w);
     FILE *f = fopen(filler, "wb");
     ck_assert_ptr_nonnull(f);
     static char zero[4096];
