@@ -1014,9 +1014,8 @@ static int load_tokens(const struct ddpc_data_source *src, struct ddpc_dataset *
     ds->max_token = -1;
     for (int i = 0; i < tf->n; i++) {
         const struct ddpc_token_file *f = &tf->f[i];
-        int64_t lo = f->first > a ? f->first : a;
-        int64_t hi = f->first + f->count < b ? f->first + f->count : b;
-        if (lo >= hi)
+        int64_t lo, hi;
+        if (!tokens_file_part(f, a, b, &lo, &hi))
             continue;
         DDPC_TRY(token_file_read(f, (int64_t)tf->header + (lo - f->first) * (int64_t)elem,
                                  (size_t)(hi - lo) * elem, buf + (size_t)(lo - a) * elem, e));

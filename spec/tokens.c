@@ -244,6 +244,14 @@ int64_t tokens_windows(int64_t n, int64_t T, int64_t stride)
     return (n - T - 1) / stride + 1;
 }
 
+int tokens_file_part(const struct ddpc_token_file *f, int64_t a, int64_t b, int64_t *lo,
+                     int64_t *hi)
+{
+    *lo = f->first > a ? f->first : a;
+    *hi = f->first + f->count < b ? f->first + f->count : b;
+    return *lo < *hi;
+}
+
 const struct ddpc_token_file *tokens_locate(const struct ddpc_token_files *tf, int64_t g,
                                             int64_t *in_file)
 {

@@ -3,7 +3,7 @@
  * (validate.c), `ddpc plan` (plan.c) and the job's loader (runtime/data.c).
  *
  * defines: tokens_list, tokens_list_free, tokens_shard_header, tokens_range,
- *          tokens_windows, tokens_locate
+ *          tokens_windows, tokens_file_part, tokens_locate
  *
  * A shard (llm.c's dev/data/data_common.py write_datafile): 256 little-endian
  * int32 (magic 20240520, version 1, token count n, the rest unused), then n
@@ -66,6 +66,11 @@ void tokens_range(int64_t n, double lo, double hi, int64_t *a, int64_t *b);
  * windows; T: test windows, whose targets overlap the next input by one)
  * in a stream of n tokens: floor((n - T - 1) / stride) + 1, 0 when n < T + 1. */
 int64_t tokens_windows(int64_t n, int64_t T, int64_t stride);
+
+/* The part of stream range [a, b) that file f holds, as stream indices
+ * [*lo, *hi); 0 when it holds none of it. */
+int  tokens_file_part(const struct ddpc_token_file *f, int64_t a, int64_t b, int64_t *lo,
+                      int64_t *hi);
 
 /* The file holding stream token g, and g's index in that file; NULL when g
  * is outside the list. */

@@ -1889,9 +1889,8 @@ static int text_first_over(const struct ddpc_token_files *tf, int64_t a, int64_t
     unsigned char buf[65536];
     for (int k = 0; k < tf->n; k++) {
         const struct ddpc_token_file *f = &tf->f[k];
-        int64_t lo = f->first > a ? f->first : a;
-        int64_t hi = f->first + f->count < b ? f->first + f->count : b;
-        if (lo >= hi)
+        int64_t lo, hi;
+        if (!tokens_file_part(f, a, b, &lo, &hi))
             continue;
         int fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
