@@ -697,6 +697,14 @@ static void put_text(struct ddpc_buf *b, const char *s)
 /* Long on purpose (~240 lines): straight-line printing, one block per
  * section of `ddpc plan`, in the order a reader scans them; it computes
  * nothing (plan_build did), so each line can be checked against the output. */
+/* Tokens one device consumes per optimizer step: batch x block_size x
+ * accumulation micro-steps (the text and JSON plans both print it). */
+static int64_t gpt_tokens_per_step(const struct ddpc_job *job)
+{
+    return (int64_t)job->batch_size * job->model.block_size *
+           (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+}
+
 /* A gpt's figures per token, the unit its users count in: a sample is one
  * window of block_size tokens. Attention is in the FLOPs (as the full T x T
  * score matrices the kernels compute); nanoGPT's 6N + 12 L T C estimate is
@@ -709,8 +717,7 @@ static void plan_text_gpt(struct ddpc_buf *b, const struct ddpc_plan *p,
     double per_tok = (net->fwd_flops + net->bwd_flops) / T;
     /* nanoGPT counts parameters without the position embedding */
     double n_nonemb = (double)p->total_params - T * C;
-    int64_t tokens = (int64_t)job->batch_size * job->model.block_size *
-                     (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+    int64_t tokens = gpt_tokens_per_step(job);
     buf_printf(b, "  per token: %.4g FLOPs (forward %.4g + backward %.4g, attention included; "
                "nanoGPT's 6N + 12LTC estimate: %.4g)\n", per_tok, net->fwd_flops / T,
                net->bwd_flops / T, 6 * n_nonemb + 12 * L * T * C);
@@ -1117,8 +1124,7 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     }
     if (job->model.type == DDPC_MODEL_GPT && p->net) {
         const struct ddpc_net *net = p->net;
-        int64_t tokens = (int64_t)job->batch_size * job->model.block_size *
-                         (job->grad_accumulation > 0 ? job->grad_accumulation : 1);
+        int64_t tokens = gpt_tokens_per_step(job);
         buf_puts(&b, ",\n  \"gpt\": {");
         json_double(&b, "flops_per_token", (net->fwd_flops + net->bwd_flops) /
                                            job->model.block_size);
