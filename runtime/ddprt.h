@@ -37,4 +37,9 @@ struct ddprt_program {
  * launches and supervises the workers. Returns the process exit status. */
 int ddprt_main(const struct ddprt_program *p, int argc, char **argv);
 
+/* A job's first call: execs the job again with OPENBLAS_NUM_THREADS=1 when
+ * it was started without, so OpenBLAS's unused thread pool never starts;
+ * returns where that is already so or the exec fails. */
+void ddprt_blas_without_pool(char **argv);
+
 #endif /* DDPC_DDPRT_H */

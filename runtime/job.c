@@ -11,7 +11,9 @@
  *     libddprt_cuda.so, when the job may use GPUs; the path is handed to
  *     the runtime here, which dlopen()s the plugin only when a GPU will be
  *     used. The job itself never links CUDA. Nothing else tests for CUDA;
- *   - it never parses anything and holds no logic beyond filling the struct.
+ *   - it never parses anything and holds no logic beyond filling the struct
+ *     (and ddprt_blas_without_pool, which must run in the job's own main:
+ *     tests call ddprt_main inside their own process).
  */
 #include "ddprt.h"
 #include "job_config.h"
@@ -47,5 +49,6 @@ int main(int argc, char **argv)
         .gloo         = NULL,
         .gloo_plugin  = DDPC_GLOO_PLUGIN,
     };
+    ddprt_blas_without_pool(argv);
     return ddprt_main(&program, argc, argv);
 }

@@ -680,11 +680,34 @@ static void expect_refusal(char *const argv[], const char *cwd, const char *cons
     run_result_free(&r);
 }
 
-/* ulimit -v 300000: room for the launcher (~250 MiB here with the data),
+/* ulimit -v 300000: room for the launcher (~115 MiB here with the data),
  * not for a worker's OpenBLAS buffer on top (which used to spin forever);
- * refused before fork naming both numbers, and the advised limit runs. */
+ * refused before fork naming both numbers, and the advised limit runs.
+ * Tighter limits are refused too, each advice enough, and none hangs:
+ * OpenBLAS's idle thread pool once spun in its buffer allocation there and
+ * the refused launcher's exit waited on it (the fresh-clone CI's hang). */
 static void ulimit_refused_then_advice_runs(const struct small_job *s)
 {
+    static const long tight_kb[] = { 80000, 150000, 220000 };
+    for (size_t i = 0; i < sizeof tight_kb / sizeof tight_kb[0]; i++) {
+        char cmd[96];
+        (void)snprintf(cmd, sizeof cmd, "ulimit -v %ld && exec \"$0\"", tight_kb[i]);
+        char *tight[] = { "/bin/sh", "-c", cmd, s->job, NULL };
+        struct run_result t;
+        ck_assert_int_eq(run_capture(tight, s->dir, NULL, 30, &t), 0);
+        ck_assert_msg(!t.timed_out, "the job hung under ulimit -v %ld", tight_kb[i]);
+        const char *adv = strstr(t.err, "(ulimit -v ");
+        ck_assert_msg(t.exited && t.code != 0 && adv, "ulimit -v %ld: exit %d:\n%s%s",
+                      tight_kb[i], t.code, t.out, t.err);
+        long kb = strtol(adv + 11, NULL, 10);
+        run_result_free(&t);
+        (void)snprintf(cmd, sizeof cmd, "ulimit -v %ld && exec \"$0\"", kb);
+        ck_assert_int_eq(run_capture(tight, s->dir, NULL, 60, &t), 0);
+        ck_assert_msg(t.exited && t.code == 0, "ulimit -v %ld, advised under %ld: exit %d:\n%s",
+                      kb, tight_kb[i], t.code, t.err);
+        run_result_free(&t);
+    }
+
     /* in a shell the test starts */
     char *sh[] = { "/bin/sh", "-c", "ulimit -v 300000 && exec \"$0\"", s->job, NULL };
     struct run_result r;
