@@ -58,6 +58,21 @@ namespace {
 
 constexpr double kCallerSlackS = 0.05;  /* after the deadline: gloo's own timeout (broadcast) fires first */
 
+/* From this size an all-reduce runs on the caller's floats through gloo's
+ * options API (unbound buffers, its segmented ring) instead of a copy into
+ * and out of a ring object's own buffer. Where it pays was measured in
+ * jobs, not the microbenchmark (which favoured it from 256 KiB): a 2-node
+ * MLP job's all-reduce wait per step, ring object vs options API, idle
+ * machine (bench/README.md): 795 KiB bucket 1.3 vs 2.0 ms, 1.6 MB 2.2 vs
+ * 2.6 ms (the step equal), 3.3 MB 4.2 vs 4.3 ms (the step 7.5 vs 6.9 ms),
+ * 6.5 MB 9.0 vs 7.2 ms, 12.9 MB 19.1 vs 12.7 ms. Below, the options
+ * API's segments cost round trips that two memcpys of the ring path do
+ * not. */
+constexpr size_t kInPlaceBytes = 2u << 20;
+/* Its slot: operations run one at a time on the comm thread, so one tag
+ * serves them all; the ring objects take theirs from the context. */
+constexpr uint32_t kInPlaceTag = 0x64647063;   /* "ddpc" */
+
 /* ===== gloo's Store over the job's store ===== */
 
 /* gloo asks for keys under a PrefixStore; the ones connectFullMesh waits
@@ -158,11 +173,12 @@ struct Gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host;      /* rank -> its host address */
 
-    /* The all-reduce of a (tag, n) is gloo's own ring algorithm object,
-     * made once (its buffers registered with the pairs) and run on a copy
-     * of the caller's floats held here: gloo::allreduce's unbound buffers
-     * cost ~4 ms per call on small sizes, the ring object ~30 us
-     * (bench/README.md). Made on the comm thread, in the order operations
+    /* The all-reduce of a (tag, n) below kInPlaceBytes is gloo's own ring
+     * algorithm object, made once (its buffers registered with the pairs)
+     * and run on a copy of the caller's floats held here: gloo::allreduce's
+     * unbound buffers cost 150-200 us per call on small sizes (~4 ms on a
+     * loaded machine), the ring object 80-110 us (bench/README.md, idle
+     * machine). Made on the comm thread, in the order operations
      * arrive, which is the same on every rank, so the ranks' slots match;
      * the key never depends on a rank's own pointers. */
     struct Ring {
@@ -274,6 +290,22 @@ void run_op(Gloo &g, Op &op)
                                   "at most %d at once", g.purpose.c_str(), op.n, INT32_MAX);
                 break;
             }
+            if (op.n * sizeof(float) >= kInPlaceBytes) {
+                /* gloo's options API on the caller's floats: no copies */
+                gloo::AllreduceOptions o(g.ctx);
+                o.setOutput(op.buf, op.n);
+                o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *,
+                                                         size_t)>(&gloo::sum<float>));
+                o.setTag(kInPlaceTag);
+                o.setTimeout(ms);
+                gloo::allreduce(o);
+                if (op.avg) {
+                    const float inv = 1.0f / (float)g.world;
+                    for (size_t i = 0; i < op.n; i++)
+                        op.buf[i] *= inv;
+                }
+                break;
+            }
             Gloo::Ring &ring = g.rings[std::make_pair(op.tag, op.n)];
             if (!ring.algo) {
                 ring.buf.assign(op.n, 0.0f);
@@ -282,11 +314,13 @@ void run_op(Gloo &g, Op &op)
             }
             memcpy(ring.buf.data(), op.buf, op.n * sizeof(float));
             ring.algo->run();
-            memcpy(op.buf, ring.buf.data(), op.n * sizeof(float));
-            if (op.avg) {
+            if (op.avg) {   /* the copy back and the average in one pass */
                 const float inv = 1.0f / (float)g.world;
+                const float *sum = ring.buf.data();
                 for (size_t i = 0; i < op.n; i++)
-                    op.buf[i] *= inv;
+                    op.buf[i] = sum[i] * inv;
+            } else {
+                memcpy(op.buf, ring.buf.data(), op.n * sizeof(float));
             }
             break;
         }

@@ -178,6 +178,8 @@ START_TEST(all_reduce_sizes)
     static const struct ar_case cases[] = {
         { 1, DDPC_REDUCE_SUM, 0 }, { 1000, DDPC_REDUCE_AVG, 1 },
         { 300000, DDPC_REDUCE_SUM, 1 }, { 0, DDPC_REDUCE_SUM, 0 },
+        /* from 2 MiB on the caller's floats (comm_gloo.cc kInPlaceBytes) */
+        { 524288, DDPC_REDUCE_AVG, 0 }, { 524287, DDPC_REDUCE_AVG, 1 },
     };
     for (int w = 2; w <= 3; w++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -278,8 +280,8 @@ END_TEST
 static void body_one_dies(struct ddpc_comm *c, int rank, int world, struct report *rep,
                           void *arg)
 {
-    enum { N = 1000 };
-    static float x[N];
+    const size_t N = *(const size_t *)arg;
+    float *x = calloc(N, sizeof *x);
     struct ddpc_err e = { 0 };
     /* one good round first, so every connection is up */
     int rc = comm_all_reduce(c, x, x, N, DDPC_REDUCE_SUM, ddpc_deadline_after(20), &e);
@@ -301,26 +303,33 @@ static void body_one_dies(struct ddpc_comm *c, int rank, int world, struct repor
     struct ddpc_err e2 = { 0 };
     if (rc < 0 && c->barrier(c, ddpc_deadline_after(20), &e2) != DDPC_E_ABORTED)
         rep->wrong[rank] = 1;
+    free(x);
 }
+
+/* a small all-reduce (gloo's ring object) and a large one (in place) */
+static const size_t fault_sizes[] = { 1000, 600000 };
 
 START_TEST(dead_peer_is_noticed_at_once)
 {
     if (!gloo_backend())
         return;
-    struct report *rep = report_map();
-    struct job j = { 3, 1, 10, -1 };
-    int st[MAXR];
-    run_ranks(&j, body_one_dies, NULL, rep, st);
-    ck_assert(WIFSIGNALED(st[1]));
-    for (int r = 0; r < 3; r += 2) {
-        ck_assert_msg(rep->code[r] == DDPC_E_PEER, "rank %d: code %d: %s", r, rep->code[r],
-                      rep->msg[r]);
-        ck_assert_msg(rep->took[r] < 0.3 + 0.7, "rank %d noticed after %.3f s", r,
-                      rep->took[r]);
-        ck_assert_msg(strstr(rep->msg[r], "node 1"), "rank %d: %s", r, rep->msg[r]);
-        ck_assert_int_eq(rep->wrong[r], 0);
+    for (size_t k = 0; k < sizeof fault_sizes / sizeof fault_sizes[0]; k++) {
+        struct report *rep = report_map();
+        struct job j = { 3, 1, 10, -1 };
+        int st[MAXR];
+        run_ranks(&j, body_one_dies, (void *)&fault_sizes[k], rep, st);
+        ck_assert(WIFSIGNALED(st[1]));
+        for (int r = 0; r < 3; r += 2) {
+            ck_assert_msg(rep->code[r] == DDPC_E_PEER, "n=%zu rank %d: code %d: %s",
+                          fault_sizes[k], r, rep->code[r], rep->msg[r]);
+            ck_assert_msg(rep->took[r] < 0.3 + 0.7, "n=%zu rank %d noticed after %.3f s",
+                          fault_sizes[k], r, rep->took[r]);
+            ck_assert_msg(strstr(rep->msg[r], "node 1"), "n=%zu rank %d: %s", fault_sizes[k],
+                          r, rep->msg[r]);
+            ck_assert_int_eq(rep->wrong[r], 0);
+        }
+        munmap(rep, sizeof *rep);
     }
-    munmap(rep, sizeof *rep);
 }
 END_TEST
 
@@ -328,34 +337,38 @@ END_TEST
  * others wait exactly their deadline. */
 static void body_hang(struct ddpc_comm *c, int rank, int world, struct report *rep, void *arg)
 {
-    enum { N = 100 };
-    static float x[N];
+    const size_t N = *(const size_t *)arg;
     struct ddpc_err e = { 0 };
     if (rank == 0) {
         sleep(4);
         return;
     }
+    float *x = calloc(N, sizeof *x);
     double t0 = ddpc_now();
     int rc = comm_all_reduce(c, x, x, N, DDPC_REDUCE_SUM, t0 + 1.0, &e);
     rep->rc[rank] = rc;
     rep->code[rank] = e.code;
     rep->took[rank] = ddpc_now() - t0;
     snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+    free(x);
 }
 
 START_TEST(hung_peer_costs_the_deadline)
 {
     if (!gloo_backend())
         return;
-    struct report *rep = report_map();
-    struct job j = { 2, 1, 10, -1 };
-    int st[MAXR];
-    run_ranks(&j, body_hang, NULL, rep, st);
-    ck_assert_msg(rep->code[1] == DDPC_E_TIMEOUT, "code %d: %s", rep->code[1], rep->msg[1]);
-    ck_assert_msg(rep->took[1] > 0.95 && rep->took[1] < 2.2, "gave up after %.3f s",
-                  rep->took[1]);
-    ck_assert_msg(strstr(rep->msg[1], "nccl_timeout"), "%s", rep->msg[1]);
-    munmap(rep, sizeof *rep);
+    for (size_t k = 0; k < sizeof fault_sizes / sizeof fault_sizes[0]; k++) {
+        struct report *rep = report_map();
+        struct job j = { 2, 1, 10, -1 };
+        int st[MAXR];
+        run_ranks(&j, body_hang, (void *)&fault_sizes[k], rep, st);
+        ck_assert_msg(rep->code[1] == DDPC_E_TIMEOUT, "n=%zu code %d: %s", fault_sizes[k],
+                      rep->code[1], rep->msg[1]);
+        ck_assert_msg(rep->took[1] > 0.95 && rep->took[1] < 2.2, "n=%zu gave up after %.3f s",
+                      fault_sizes[k], rep->took[1]);
+        ck_assert_msg(strstr(rep->msg[1], "nccl_timeout"), "%s", rep->msg[1]);
+        munmap(rep, sizeof *rep);
+    }
 }
 END_TEST
 
