@@ -70,6 +70,7 @@
 #include "env.h"
 #include "keytab.h"
 #include "launch.h"
+#include "sample.h"
 #include "slurm.h"
 #include "store.h"
 #include "worker.h"
@@ -209,10 +210,10 @@ static int ddprt_check_sample(const struct ddprt_flags *f, const struct ddpc_job
                 "model.type is not gpt\n", argv0);
         return DDPRT_EXIT_USAGE;
     }
-    if (f->prompt && j->model.vocab_size > 256) {
-        fprintf(stderr, "%s: --prompt: this model's tokens are not bytes (vocab_size %d > 256), "
-                "so ddpc cannot tokenize the text; leave --prompt out to start from "
-                "<|endoftext|>\n", argv0, (int)j->model.vocab_size);
+    /* before training, not after it: a bad prompt must not cost the run */
+    struct ddpc_err e = { 0 };
+    if (sample_prompt_check(f->prompt, (int)j->model.vocab_size, &e) < 0) {
+        fprintf(stderr, "%s: %s\n", argv0, e.msg);
         return DDPRT_EXIT_USAGE;
     }
     return 0;

@@ -40,6 +40,21 @@ static int sample_pick(const float *logits, int V, double temperature, struct dd
     return arg;   /* u within rounding of sum: the most likely token */
 }
 
+int sample_prompt_check(const char *prompt, int vocab, struct ddpc_err *e)
+{
+    size_t plen = prompt ? strlen(prompt) : 0;
+    if (plen && vocab > 256)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--prompt: this model's tokens are not bytes "
+                         "(vocab_size %d > 256), so ddpc cannot tokenize the text; leave "
+                         "--prompt out to start from <|endoftext|>", vocab);
+    for (size_t i = 0; i < plen; i++)
+        if ((unsigned char)prompt[i] >= vocab)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "--prompt: byte %zu (0x%02x) is not a token of "
+                             "this model (vocab_size %d): the prompt must be text of the bytes "
+                             "the model was trained on", i, (unsigned char)prompt[i], vocab);
+    return 0;
+}
+
 int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out,
                struct ddpc_err *e)
 {
@@ -51,13 +66,7 @@ int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out
     const int V = (int)(m->net.out_numel / T);
     const int bytes = V <= 256;
     size_t plen = o->prompt ? strlen(o->prompt) : 0;
-    if (plen && !bytes)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "--prompt needs a byte vocabulary (vocab_size <= "
-                         "256); this model has %d tokens", V);
-    for (size_t i = 0; i < plen; i++)
-        if ((unsigned char)o->prompt[i] >= V)
-            return DDPC_FAIL(e, DDPC_E_INVALID, "--prompt: byte %zu (0x%02x) is not a token of "
-                             "this model (vocab_size %d)", i, (unsigned char)o->prompt[i], V);
+    DDPC_TRY(sample_prompt_check(o->prompt, V, e));
 
     /* the context: at most the last T tokens matter, so 2T slots, shifted
      * back to T when full (N may be far larger than memory would hold) */

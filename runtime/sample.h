@@ -1,6 +1,6 @@
 /* sample.h - text from a trained GPT: `./job --sample N` (rank 0, after training).
  *
- * defines: sample_run
+ * defines: sample_run, sample_prompt_check
  *
  * Autoregressive generation with the model in memory, as nanoGPT's
  * generate(): the context is cropped to its last block_size tokens, one
@@ -39,5 +39,10 @@ struct ddpc_sample_opts {
  * logits, a backend or write error). */
 int sample_run(struct ddpc_model *m, const struct ddpc_sample_opts *o, FILE *out,
                struct ddpc_err *e);
+
+/* The prompt against a vocabulary of `vocab` tokens: each byte must be a
+ * token (and the vocabulary bytes). The job checks it before training too,
+ * so a bad prompt costs nothing; 0 or a negative code with e filled. */
+int sample_prompt_check(const char *prompt, int vocab, struct ddpc_err *e);
 
 #endif /* DDPC_SAMPLE_H */

@@ -1009,6 +1009,12 @@ START_TEST(ddprt_flags)
     j.model.vocab_size = 50257;
     ck_assert_int_eq(run_main(&j, NULL, "--sample=5", "--prompt=Once"), 2);
     ck_assert_msg(strstr(main_err, "vocab_size 50257"), "%s", main_err);
+    /* a byte outside a byte vocabulary: refused before training, not after
+     * it (the job used to train, then fail at the sample) */
+    j.model.vocab_size = 128;
+    ck_assert_int_eq(run_main(&j, NULL, "--sample=5", "--prompt=caf\xc3\xa9"), 2);
+    ck_assert_msg(strstr(main_err, "byte 3 (0xc3) is not a token of this model (vocab_size 128)"),
+                  "%s", main_err);
 }
 END_TEST
 
