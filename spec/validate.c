@@ -801,6 +801,19 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
               where);
         return;
     }
+    /* the block's name and the key joined is a top-level key: checkpoint:
+     * {dir: ...} for checkpoint_dir */
+    const char *block = validate_block_path(b);
+    if (b != DDPC_B_ROOT && block && !strchr(block, '.')) {
+        char joined[160];
+        snprintf(joined, sizeof joined, "%s_%s", block, key->str);
+        for (int i = 0; i < ddpc_n_keys; i++)
+            if (ddpc_keys[i].block == DDPC_B_ROOT && strcmp(ddpc_keys[i].name, joined) == 0) {
+                vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s here; did you mean '%s' "
+                      "(top level)?", found, joined);
+                return;
+            }
+    }
     vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s", found);
 }
 
