@@ -25,6 +25,7 @@
 #endif
 
 #include "data.h"
+#include "npy_dtype.h"
 #include "rng.h"
 
 /* ===== reading: libdeflate for whole gzip files, zlib otherwise ===== */
@@ -229,7 +230,18 @@ static int read_owned(struct dfile *f, const char *path, size_t bytes, unsigned 
 
 /* ===== element conversion ===== */
 
-/* kind: 'u' unsigned, 'i' signed, 'f' float; size 1, 2, 4, 8 bytes. */
+/* IEEE 754 binary16 (numpy's float16), exactly: every half is a double. */
+static double half_to_double(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v = exp == 0 ? ldexp(man, -24)                     /* zero, subnormal */
+             : exp == 31 ? (man ? NAN : INFINITY)
+             : ldexp(man + 1024, exp - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* kind: 'u' unsigned, 'i' signed, 'f' float; size 1, 2, 4, 8 bytes (a
+ * float: 2, 4, 8). */
 static double elem_load(const unsigned char *p, char kind, int size, int big_endian)
 {
     unsigned char b[8];
@@ -239,6 +251,8 @@ static double elem_load(const unsigned char *p, char kind, int size, int big_end
     for (int i = size - 1; i >= 0; i--)
         u = (u << 8) | b[i];
     if (kind == 'f') {
+        if (size == 2)
+            return half_to_double((uint16_t)u);
         if (size == 4) {
             uint32_t w = (uint32_t)u;
             float fv;
@@ -536,23 +550,16 @@ static int npy_read(const char *path, const char *what, struct raw_array *a,
                        "with numpy.ascontiguousarray", path);
         goto out;
     }
-    const char *t = d + 1;   /* e.g. <f4 |u1 >i8 */
-    char order = t[0];
-    a->kind = t[1];
-    char *size_end = NULL;
-    long size = strtol(t + 2, &size_end, 10);
-    a->size = size_end != t + 2 && *size_end == *d && size > 0 && size <= 16 ? (int)size : 0;
-    a->big_endian = order == '>' || (order == '=' && host_big_endian());
-    if (!(order == '<' || order == '>' || order == '|' || order == '=') ||
-        !(a->kind == 'u' || a->kind == 'i' || a->kind == 'f' || a->kind == 'b') ||
-        !(a->size == 1 || a->size == 2 || a->size == 4 || a->size == 8) ||
-        (a->kind == 'f' && a->size < 4)) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: NPY dtype %.8s is not supported (use float32, "
-                       "float64, or an integer type)", path, d);
+    const char *dend = strchr(d + 1, *d);   /* e.g. '<f4' '|u1' '>i8' */
+    struct npy_dtype dt;
+    if (!dend || npy_dtype_parse(d + 1, (size_t)(dend - d - 1), &dt) < 0) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: NPY dtype %.*s is not supported (use "
+                       NPY_DTYPES_READ ")", path, dend ? (int)(dend - d + 1) : 12, d);
         goto out;
     }
-    if (a->kind == 'b')
-        a->kind = 'u';
+    a->kind = dt.kind;
+    a->size = dt.size;
+    a->big_endian = dt.big_endian;
     const char *p = sh + 1;
     a->count = 1;
     while (*p && *p != ')') {

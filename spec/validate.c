@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "layers.h"
+#include "npy_dtype.h"
 #include "probe.h"
 #include "tokens.h"
 #include "units.h"
@@ -1643,6 +1644,12 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
         type = pr.idx_type;
         hdr = pr.header_bytes;
         snprintf(f->descr, sizeof f->descr, "%s", pr.descr);
+        struct npy_dtype dt;
+        if (fmt == DDPC_DATA_NPY && npy_dtype_parse(f->descr, strlen(f->descr), &dt) < 0) {
+            f->ok = 0;
+            snprintf(f->why, sizeof f->why, "its NPY dtype '%s' is not one ddpc reads (use "
+                     NPY_DTYPES_READ ")", f->descr);
+        }
     }
     if (!f->ok || role != ROLE_LABELS || f->nd < 1)
         return;

@@ -272,6 +272,71 @@ START_TEST(npy_f32_u8_and_targets)
 }
 END_TEST
 
+/* float16 (numpy's '<f2', either byte order) reads exactly: normal,
+ * subnormal, negative zero; an infinity is refused like float32's; dtypes
+ * ddpc does not read (complex, strings) are named. check reads the same
+ * rule (spec/npy_dtype.h): it used to pass '<f2' that the job refused. */
+START_TEST(npy_float16_and_unsupported_dtypes)
+{
+    unsigned char buf[512];
+    struct ddpc_err e = {0};
+    struct ddpc_dataset ds;
+    /* 1.0, -2.5, 65504 (max), 2^-24 (smallest subnormal), -0.0, 0.333 (0x3555) */
+    const uint16_t hx[6] = { 0x3c00, 0xc100, 0x7bff, 0x0001, 0x8000, 0x3555 };
+    const float want[6] = { 1.0f, -2.5f, 65504.0f, 5.9604644775390625e-08f, -0.0f,
+                            0.333251953125f };
+    for (int big = 0; big < 2; big++) {
+        size_t h = npy_header(buf, big ? ">f2" : "<f2", "(2, 3)");
+        for (int i = 0; i < 6; i++) {
+            buf[h + 2 * i + (big ? 1 : 0)] = (unsigned char)(hx[i] & 0xff);
+            buf[h + 2 * i + (big ? 0 : 1)] = (unsigned char)(hx[i] >> 8);
+        }
+        write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof hx, 0);
+        /* float16 regression targets [2, 1] */
+        h = npy_header(buf, "<f2", "(2, 1)");
+        const uint16_t ht[2] = { 0x3800, 0xb400 };   /* 0.5, -0.25 */
+        memcpy(buf + h, ht, sizeof ht);
+        write_bytes(tmp_path(1, "y.npy"), buf, h + sizeof ht, 0);
+        struct ddpc_data_source src = { .format = DDPC_DATA_NPY, .inputs = path_buf[0],
+                                        .labels = path_buf[1] };
+        ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(ds.targets, 1);
+        float x[8], y[2];
+        for (int64_t r = 0; r < 2; r++) {
+            int64_t idx[1] = { r };
+            data_gather(&ds, idx, 1, x, NULL, y);
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(memcmp(&x[i], &want[3 * r + i], sizeof(float)) == 0,
+                              "big=%d [%lld][%d]: %a, want %a", big, (long long)r, i, x[i],
+                              want[3 * r + i]);
+            ck_assert_float_eq(y[0], r ? -0.25f : 0.5f);
+        }
+        data_free(&ds);
+    }
+    struct ddpc_data_source src = { .format = DDPC_DATA_NPY, .inputs = path_buf[0],
+                                    .labels = path_buf[1] };
+    /* an infinity in float16 inputs: refused, naming the sample */
+    size_t h = npy_header(buf, "<f2", "(2, 3)");
+    const uint16_t hi[6] = { 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x7c00, 0x3c00 };
+    memcpy(buf + h, hi, sizeof hi);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof hi, 0);
+    expect_error(&src, path_buf[0], "sample 1, column 1");
+    /* complex, unicode strings, float128: named, with what ddpc reads */
+    const char *bad[] = { "<c8", "<U1", "<f16" };
+    for (int i = 0; i < 3; i++) {
+        h = npy_header(buf, bad[i], "(2, 3)");
+        memset(buf + h, 0, 96);
+        write_bytes(tmp_path(0, "x.npy"), buf, h + 96, 0);
+        memset(&e, 0, sizeof e);   /* an error keeps its first message */
+        ck_assert_int_eq(data_load(&src, &ds, &e), DDPC_E_DATA);
+        char want_msg[64];
+        snprintf(want_msg, sizeof want_msg, "NPY dtype '%s' is not supported (use float16",
+                 bad[i]);
+        ck_assert_msg(strstr(e.msg, want_msg), "%s", e.msg);
+    }
+}
+END_TEST
+
 START_TEST(csv_with_header)
 {
     const char *text = "label,a,b\n2,0.5,1.5\n0,-1,2\r\n\n1,3,4\n";
@@ -821,6 +886,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, idx_errors_name_the_file);
     tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
+    tcase_add_test(tc, npy_float16_and_unsupported_dtypes);
     tcase_add_test(tc, csv_with_header);
     tcase_add_test(tc, csv_label_hint);
     tcase_add_test(tc, synthetic_deterministic);
