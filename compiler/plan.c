@@ -166,7 +166,8 @@ int64_t plan_count_windows(const struct ddpc_data_source *src, int64_t T, int64_
                            char *why, size_t why_len)
 {
     struct ddpc_token_files tf;
-    if (tokens_list(src->path, src->format, &tf, why, why_len) < 0)
+    if (tokens_list(src->path, (size_t)src->path_literal, src->format, &tf, why,
+                    why_len) < 0)
         return -1;
     int64_t a, b;
     tokens_range(tf.total, src->range_lo, src->range_hi, &a, &b);

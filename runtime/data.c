@@ -1003,7 +1003,8 @@ static int load_tokens(const struct ddpc_data_source *src, struct ddpc_dataset *
 {
     char why[PATH_MAX + 256];
     struct ddpc_token_files *tf = &ds->files;
-    if (tokens_list(src->path, src->format, tf, why, sizeof why) < 0)
+    if (tokens_list(src->path, (size_t)src->path_literal, src->format, tf, why,
+                    sizeof why) < 0)
         return DDPC_FAIL(e, DDPC_E_DATA, "%s; check data's path in the spec", why);
     int64_t a, b;
     tokens_range(tf->total, src->range_lo, src->range_hi, &a, &b);

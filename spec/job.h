@@ -157,6 +157,11 @@ struct ddpc_layer_item {
  *   text:      path (the file's bytes are the tokens), range
  *   tokens:    path (one llm.c shard, or a glob(3) pattern of shards, read in
  *              strcmp order), range
+ * path_literal: the bytes at the start of path that ddpc joined on (the
+ * spec's directory, absolute, and '/'): a directory name, never pattern
+ * characters, whatever it holds (a checkout at run[1]/); 0 for a path
+ * written absolute, whose every byte is the user's. Only text and tokens
+ * read it (tokens_list).
  * range_lo, range_hi: the part of the token stream used, as fractions of
  * its length n: tokens [floor(lo * n), floor(hi * n)), so [0, 0.9] and
  * [0.9, 1] of one stream never share a token. */
@@ -165,6 +170,7 @@ struct ddpc_data_source {
     const char *inputs;         /* idx, npy: path of the input array */
     const char *labels;         /* idx, npy: path of the label array */
     const char *path;           /* csv, text, tokens (tokens: may be a glob pattern) */
+    int32_t     path_literal;   /* text, tokens: bytes of path that are no pattern */
     int32_t     label_column;   /* csv */
     int64_t     samples;        /* synthetic */
     int32_t     features;       /* synthetic */

@@ -117,13 +117,13 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* The names a path stands for, sorted: *names[n], owned by the caller
- * (free each and the array). */
-static int expand(const char *path, char ***names, int *n,
+ * (free each and the array). Its first `literal` bytes are no pattern. */
+static int expand(const char *path, size_t literal, char ***names, int *n,
                   char *why, size_t cap)
 {
     *names = NULL;
     *n = 0;
-    int pattern = strpbrk(path, "*?[") != NULL;
+    int pattern = strpbrk(path + literal, "*?[") != NULL;
     struct stat st;
     if (!pattern || (stat(path, &st) == 0 && S_ISREG(st.st_mode))) {
         /* one file (a name with [ ] in it that exists is that file) */
@@ -137,10 +137,29 @@ static int expand(const char *path, char ***names, int *n,
         *n = 1;
         return 0;
     }
+    /* the literal part's \ * ? [ escaped with a backslash (glob without
+     * GLOB_NOESCAPE matches an escaped character as itself); messages keep
+     * the path as it is */
+    size_t len = strlen(path), esc = 0;
+    for (size_t i = 0; i < literal; i++)
+        esc += strchr("\\*?[", path[i]) != NULL;
+    char *pat = malloc(len + esc + 1);
+    if (!pat) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    char *o = pat;
+    for (size_t i = 0; i < literal; i++) {
+        if (strchr("\\*?[", path[i]))
+            *o++ = '\\';
+        *o++ = path[i];
+    }
+    memcpy(o, path + literal, len - literal + 1);
     glob_t g;
     memset(&g, 0, sizeof g);
     /* no GLOB_BRACE, GLOB_TILDE, GLOB_NOCHECK: only *, ? and [...] */
-    int rc = glob(path, GLOB_ERR | GLOB_NOSORT, NULL, &g);
+    int rc = glob(pat, GLOB_ERR | GLOB_NOSORT, NULL, &g);
+    free(pat);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         globfree(&g);
         snprintf(why, cap, "no file matches the pattern '%s'", path);
@@ -179,8 +198,8 @@ static int expand(const char *path, char ***names, int *n,
     return 0;
 }
 
-int tokens_list(const char *path, enum ddpc_data_format fmt, struct ddpc_token_files *tf,
-                char *why, size_t cap)
+int tokens_list(const char *path, size_t literal, enum ddpc_data_format fmt,
+                struct ddpc_token_files *tf, char *why, size_t cap)
 {
     memset(tf, 0, sizeof *tf);
     tf->elem = fmt == DDPC_DATA_TOKENS ? 2 : 1;
@@ -195,7 +214,8 @@ int tokens_list(const char *path, enum ddpc_data_format fmt, struct ddpc_token_f
     }
     char **names;
     int n;
-    if (expand(path, &names, &n, why, cap) < 0)
+    size_t len = strlen(path);
+    if (expand(path, literal < len ? literal : len, &names, &n, why, cap) < 0)
         return -1;
     tf->f = calloc((size_t)n, sizeof *tf->f);
     if (!tf->f) {

@@ -44,12 +44,15 @@ struct ddpc_token_files {
 
 /* The files of a text or tokens source (the path, or the pattern's
  * matches) and their token counts: text: a file's size; tokens: from each
- * header, checked (tokens_shard_header). 0, or -1 with why ("no file
- * matches the pattern 'd/train_*.bin'", "'d/a.bin' is not an llm.c token
- * shard: ..."). tokens_list_free is safe on a zeroed list; a failed call
- * frees what it made. */
-int  tokens_list(const char *path, enum ddpc_data_format fmt, struct ddpc_token_files *tf,
-                 char *why, size_t cap);
+ * header, checked (tokens_shard_header). The first `literal` bytes of path
+ * (the directory ddpc joined a relative path on: the source's path_literal)
+ * are taken as they are, never as pattern characters; 0: all of path is
+ * the user's. 0, or -1 with why ("no file matches the pattern
+ * 'd/train_*.bin'", "'d/a.bin' is not an llm.c token shard: ..."), which
+ * names path unescaped. tokens_list_free is safe on a zeroed list; a failed
+ * call frees what it made. */
+int  tokens_list(const char *path, size_t literal, enum ddpc_data_format fmt,
+                 struct ddpc_token_files *tf, char *why, size_t cap);
 void tokens_list_free(struct ddpc_token_files *tf);
 
 /* Checks one shard header (h: its first 1024 bytes, got of them read) of a

@@ -65,6 +65,8 @@ static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void
                             const char *path);
 static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
 static int check_sync_bn(struct ddpc_vctx *c, const struct ddpc_node *n, void *field, const char *path);
+static int check_path_literal(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                              const char *path);
 
 #define NOLO     DDPC_NOLO
 #define NOHI     DDPC_NOHI
@@ -1385,6 +1387,21 @@ static int key_range(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
     return rc;
 }
 
+/* data.<source>.path, once parsed (field: the source's path, joined on the
+ * spec's absolute directory when written relative): how many of its bytes
+ * ddpc joined on, so that only the user's part is read as a pattern. */
+static int check_path_literal(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
+                              const char *path)
+{
+    (void)c;
+    (void)path;
+    struct ddpc_data_source *src =
+        (struct ddpc_data_source *)((char *)field - offsetof(struct ddpc_data_source, path));
+    size_t full = src->path ? strlen(src->path) : 0, own = n ? strlen(n->str) : full;
+    src->path_literal = n && n->str[0] != '/' && full > own ? (int32_t)(full - own) : 0;
+    return 0;
+}
+
 static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field,
                      const char *path)
 {
@@ -1955,10 +1972,12 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
     struct ddpc_token_files tf;
     if (!s->path || !n || !c->opt || !c->opt->read_data_headers)
         return -1;
-    /* the path as written (from the current directory), so messages name it so */
+    /* the path as written (from the current directory), so messages name it so;
+     * the spec's directory in front of it is no pattern */
     char shown[PATH_MAX + 64];
     const char *p = shown_path(c, n, shown, sizeof shown);
-    if (tokens_list(p, s->format, &tf, why, sizeof why) < 0) {
+    size_t lit = n->str[0] == '/' || !c->dir[0] ? 0 : strlen(c->dir) + 1;
+    if (tokens_list(p, lit < strlen(p) ? lit : 0, s->format, &tf, why, sizeof why) < 0) {
         vdiag(c, DDPC_SEV_ERROR, n, key, "%s", why);
         return -1;
     }

@@ -741,6 +741,65 @@ START_TEST(tokens_shards_in_order)
 }
 END_TEST
 
+/* The directory ddpc joined a spec's relative path on (path_literal bytes)
+ * is a name, not a pattern, whatever it holds: d[1]/ is not d1/, s*t?/ is
+ * not sXtY/, b\[x]/ is itself, not b[x]/; the spec's own part stays a
+ * pattern, and its messages show the path unescaped. A path written
+ * absolute (path_literal 0) is all the user's, pattern characters and all. */
+START_TEST(tokens_pattern_below_a_literal_dir)
+{
+    static const char *const dirs[][2] = {
+        { "d[1]", "d1" }, { "s*t?", "sXtY" }, { "b\\[x]", "b[x]" } };
+    uint16_t a[3] = { 1, 2, 3 }, b[2] = { 4, 5 }, z[4] = { 9, 9, 9, 9 };
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        char d[288], decoy[288];
+        snprintf(d, sizeof d, "%s/%s", dir, dirs[k][0]);
+        snprintf(decoy, sizeof decoy, "%s/%s", dir, dirs[k][1]);
+        ck_assert_int_eq(mkdir(d, 0700), 0);
+        ck_assert_int_eq(mkdir(decoy, 0700), 0);
+        snprintf(path_buf[0], sizeof path_buf[0], "%s/sh_a.bin", d);
+        write_shard(path_buf[0], 20240520, 1, 3, a, 3);
+        snprintf(path_buf[0], sizeof path_buf[0], "%s/sh_b.bin", d);
+        write_shard(path_buf[0], 20240520, 1, 2, b, 2);
+        snprintf(path_buf[0], sizeof path_buf[0], "%s/sh_z.bin", decoy);
+        write_shard(path_buf[0], 20240520, 1, 4, z, 4);
+        snprintf(path_buf[1], sizeof path_buf[1], "%s/sh_*.bin", d);
+        struct ddpc_data_source src = { .format = DDPC_DATA_TOKENS, .path = path_buf[1],
+                                        .path_literal = (int32_t)strlen(d) + 1,
+                                        .range_lo = 0, .range_hi = 1 };
+        struct ddpc_dataset ds;
+        load_ok(&src, &ds);
+        ck_assert_int_eq(ds.files.n, 2);
+        ck_assert_int_eq(ds.ntok, 5);
+        snprintf(path_buf[0], sizeof path_buf[0], "%s/sh_a.bin", d);
+        ck_assert_str_eq(ds.files.f[0].path, path_buf[0]);
+        ck_assert_int_eq(((uint16_t *)ds.x)[4], 5);
+        data_free(&ds);
+        /* the spec's part: still a pattern after the escaped directory */
+        snprintf(path_buf[1], sizeof path_buf[1], "%s/sh_[b].bin", d);
+        load_ok(&src, &ds);
+        ck_assert_int_eq(ds.files.n, 1);
+        ck_assert_int_eq(ds.ntok, 2);
+        data_free(&ds);
+        /* written absolute: the directory's name is the user's pattern */
+        snprintf(path_buf[1], sizeof path_buf[1], "%s/sh_*.bin", d);
+        src.path_literal = 0;
+        load_ok(&src, &ds);
+        int decoyed = 0;
+        for (int i = 0; i < ds.files.n; i++)
+            decoyed |= strstr(ds.files.f[i].path, "sh_z.bin") != NULL;
+        ck_assert_msg(decoyed, "%s: the pattern did not match %s", dirs[k][0], dirs[k][1]);
+        data_free(&ds);
+        /* nothing matches: the path as given */
+        snprintf(path_buf[1], sizeof path_buf[1], "%s/none_*.bin", d);
+        src.path_literal = (int32_t)strlen(d) + 1;
+        char want[400];
+        snprintf(want, sizeof want, "no file matches the pattern '%s'", path_buf[1]);
+        expect_error(&src, path_buf[1], want);
+    }
+}
+END_TEST
+
 /* A token at or above vocab_size: the file, its position in that file and
  * its value, and what to do; text names the byte. */
 START_TEST(tokens_over_vocab_are_named)
@@ -896,6 +955,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, text_windows_train_and_test);
     tcase_add_test(tc, text_range_splits_one_file);
     tcase_add_test(tc, tokens_shards_in_order);
+    tcase_add_test(tc, tokens_pattern_below_a_literal_dir);
     tcase_add_test(tc, tokens_over_vocab_are_named);
     tcase_add_test(tc, tokens_bad_shards_are_named);
     tcase_add_test(tc, windows_through_the_sampler);

@@ -450,6 +450,105 @@ START_TEST(gpt_token_data_errors_at_load)
 }
 END_TEST
 
+/* A spec in a directory whose name holds glob characters (a checkout at
+ * run[1]/): only the path the spec wrote is a pattern, the directory ddpc
+ * puts in front of it is taken as it is. A sibling that the directory's
+ * name matches as a pattern (run1/, aXb/) holds other shards: check, the
+ * plan and the job read the spec's own 600 tokens (540 train: 60 windows
+ * of 9, 30 steps of 2), not those; and with the shards gone, check and the
+ * job say no file matches, naming the path as written. */
+START_TEST(gpt_tokens_pattern_below_a_glob_named_dir)
+{
+    adopt_orphans();
+    static const char *const dirs[][2] = { { "run[1]", "run1" }, { "a*b?", "aXbY" } };
+    char *top = make_temp_dir("e2e-globdir"), *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(top);
+    uint16_t tok[300];
+    for (int i = 0; i < 300; i++)
+        tok[i] = (uint16_t)(i % 50);
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        char *dir = NULL, *decoy = NULL, *sh = NULL, *spec = NULL, *job = NULL, *rel = NULL;
+        ck_assert_int_ge(asprintf(&dir, "%s/%s", top, dirs[k][0]), 0);
+        ck_assert_int_ge(asprintf(&decoy, "%s/%s", top, dirs[k][1]), 0);
+        ck_assert_int_ge(asprintf(&spec, "%s/g.yaml", dir), 0);
+        ck_assert_int_ge(asprintf(&rel, "%s/g.yaml", dirs[k][0]), 0);
+        ck_assert_int_ge(asprintf(&job, "%s/g", dir), 0);
+        for (int d = 0; d < 2; d++) {
+            free(sh);
+            sh = NULL;
+            ck_assert_int_ge(asprintf(&sh, "%s/shards", d ? decoy : dir), 0);
+            ck_assert_int_eq(mkdir(d ? decoy : dir, 0700), 0);
+            ck_assert_int_eq(mkdir(sh, 0700), 0);
+        }
+        write_shard_file(sh, "train_000.bin", 100, tok, 100);   /* the decoy's: 100 tokens */
+        free(sh);
+        sh = NULL;
+        ck_assert_int_ge(asprintf(&sh, "%s/shards", dir), 0);
+        write_shard_file(sh, "train_000.bin", 300, tok, 300);
+        write_shard_file(sh, "train_001.bin", 300, tok, 300);
+        write_text(dir, "g.yaml",
+                   "version: 1\nname: g\naccelerator: cpu\ndevices: 1\nepochs: 1\nbatch_size: 2\n"
+                   "model: {type: gpt, vocab_size: 64, block_size: 8, n_layer: 1, n_head: 2, "
+                   "n_embd: 8}\n"
+                   "data:\n  train: {format: tokens, path: \"shards/train_*.bin\", "
+                   "range: [0.0, 0.9]}\n"
+                   "  test: {format: tokens, path: \"shards/train_*.bin\", range: [0.9, 1.0]}\n"
+                   "logging: {progress: off}\n");
+        /* check, the spec named absolute and from its parent (relative) */
+        struct run_result r;
+        for (int from_top = 0; from_top < 2; from_top++) {
+            char *argv[] = { ddpc, "check", from_top ? rel : spec, NULL };
+            ck_assert_int_eq(run_capture(argv, from_top ? top : NULL, NULL, 30, &r), 0);
+            ck_assert_msg(r.exited && r.code == 0 && !strstr(r.out, "error:") &&
+                          !strstr(r.err, "error:"),
+                          "check %s: exit %d:\n%s%s", argv[2], r.code, r.out, r.err);
+            run_result_free(&r);
+        }
+        char *plan[] = { ddpc, "plan", spec, NULL };
+        ck_assert_int_eq(run_capture(plan, NULL, NULL, 30, &r), 0);
+        const char *ts = strstr(r.out, "train samples");
+        ck_assert_msg(r.exited && r.code == 0 && ts && strstr(ts, "windows of 9 tokens in 540 "
+                      "tokens (range [0, 0.9])") && strstr(ts, "(2 files)"),
+                      "plan: exit %d:\n%.300s\n%.2000s", r.code, ts ? ts : r.out, r.err);
+        run_result_free(&r);
+        build_job(spec, job);
+        char *run[] = { job, NULL };
+        ck_assert_int_eq(run_capture(run, dir, NULL, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=1 steps=30 "),
+                      "%s: exit %d:\n%s%s", dirs[k][0], r.code, r.out, r.err);
+        run_result_free(&r);
+        ck_assert_int_eq(leftover_children(1.0), 0);
+        /* no shards: the clear error, the path as written (not escaped) */
+        for (int i = 0; i < 2; i++) {
+            char *gone = NULL;
+            ck_assert_int_ge(asprintf(&gone, "%s/train_00%d.bin", sh, i), 0);
+            ck_assert_int_eq(unlink(gone), 0);
+            free(gone);
+        }
+        char *shown = NULL;
+        ck_assert_int_ge(asprintf(&shown, "no file matches the pattern '%s/train_*.bin'", sh),
+                         0);
+        char *check[] = { ddpc, "check", spec, NULL };
+        ck_assert_int_eq(run_capture(check, NULL, NULL, 30, &r), 0);
+        ck_assert_msg(r.exited && r.code != 0 && (strstr(r.out, shown) || strstr(r.err, shown)),
+                      "check: exit %d:\n%s%s", r.code, r.out, r.err);
+        run_result_free(&r);
+        struct small_job s = { .dir = dir, .job = job };
+        expect_data_error(&s, shown, "no file matches");
+        free(shown);
+        free(dir);
+        free(decoy);
+        free(sh);
+        free(spec);
+        free(job);
+        free(rel);
+    }
+    rm_tree(top);
+    free(top);
+    free(ddpc);
+}
+END_TEST
+
 START_TEST(small_job_trains_then_bad_data_fails_cleanly)
 {
     adopt_orphans();
@@ -925,6 +1024,7 @@ Suite *e2e_suite(void)
     tcase_set_timeout(run, 600);
     tcase_add_test(run, small_job_trains_then_bad_data_fails_cleanly);
     tcase_add_test(run, gpt_token_data_errors_at_load);
+    tcase_add_test(run, gpt_tokens_pattern_below_a_glob_named_dir);
     tcase_add_test(run, job_start_refusals_name_the_cause);
     tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
