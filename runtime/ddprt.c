@@ -295,11 +295,14 @@ static int ddprt_split_master(const char *s, char *addr, size_t len, int *port)
     if (!colon || colon == s)
         return -1;
     const char *h = s, *he = colon;
-    if (*h == '[' && he > h + 1 && he[-1] == ']') {
+    if (*h == '[' || he[-1] == ']') {   /* [v6]:port, brackets matched */
+        if (*h != '[' || he[-1] != ']' || he <= h + 2)
+            return -1;
         h++;
         he--;
     }
-    if ((size_t)(he - h) >= len)
+    if (memchr(h, '[', (size_t)(he - h)) || memchr(h, ']', (size_t)(he - h)) ||
+        (size_t)(he - h) >= len)
         return -1;
     memcpy(addr, h, (size_t)(he - h));
     addr[he - h] = '\0';
@@ -604,7 +607,8 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     r->master_port = j->launch.master_port > 0 ? j->launch.master_port : DDPRT_DEFAULT_PORT;
     if (f->master && ddprt_split_master(f->master, r->master_addr, sizeof r->master_addr,
                                         &r->master_port) < 0)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "--master '%s': expected HOST:PORT", f->master);
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--master '%s': expected HOST:PORT, or [ADDRESS]:PORT for "
+                         "IPv6", f->master);
 
     switch (j->accelerator) {
     case DDPC_ACCEL_CPU:

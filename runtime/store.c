@@ -4,7 +4,8 @@
  * socket, the stop pipe and every connection; no threads) and the blocking
  * client. Never trains, never knows about ranks beyond the `who` string a
  * caller passes for messages, never calls exit() except in the serving
- * child it forks.
+ * child it forks. Prints one thing: the client's notice, after 5 s and then
+ * every minute, that it still cannot reach the store, and why.
  *
  * Wire format (integers big-endian):
  *   request  u32 len | u8 op | u16 klen | key | body
@@ -36,6 +37,9 @@
 #include "store.h"
 
 enum { OP_SET = 1, OP_GET = 2, OP_CHECK = 3, OP_ADD = 4 };
+/* store_client_connect's notices while it cannot connect */
+#define STORE_NOTE_FIRST_S 5.0
+#define STORE_NOTE_EVERY_S 60.0
 enum { ST_OK = 0, ST_TIMEOUT = 1 };
 
 #define STORE_FRAME_MAX  (1 + 2 + STORE_KEY_MAX + STORE_VALUE_MAX)
@@ -600,8 +604,11 @@ static int set_nonblock(int fd, int on)
     return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
 }
 
-/* One attempt at each resolved address, each bounded by `until`. */
-static int client_try(const char *host, int port, double until, int *fd_out, int *err_out)
+/* One attempt at each resolved address, each bounded by `until`. On
+ * failure *err_out is an errno, or 0 with *gai_out a getaddrinfo code
+ * (glibc's EAI_* are negative, other systems' positive: never mixed). */
+static int client_try(const char *host, int port, double until, int *fd_out, int *err_out,
+                      int *gai_out)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -610,7 +617,8 @@ static int client_try(const char *host, int port, double until, int *fd_out, int
     (void)snprintf(ps, sizeof ps, "%d", port);
     int g = getaddrinfo(host, ps, &hints, &res);
     if (g != 0) {
-        *err_out = -g;   /* negative: a getaddrinfo code */
+        *err_out = 0;
+        *gai_out = g;
         return -1;
     }
     int ok = -1;
@@ -660,15 +668,27 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
 {
     c->fd = -1;
     store_format_addr(c->addr, sizeof c->addr, host, port);
-    double t0 = ddpc_now();
-    int err = 0;
+    double t0 = ddpc_now(), next_note = t0 + STORE_NOTE_FIRST_S;
+    int err = 0, gai = 0;
     for (int attempt = 0;; attempt++) {
         double now = ddpc_now();
+        if (now >= next_note && (err || gai)) {
+            /* a typo in master_addr, or node 0 not started, would otherwise
+             * be silent until the deadline (nccl_timeout: 30 min by default) */
+            char left[48] = "no deadline";
+            if (deadline > 0)
+                (void)snprintf(left, sizeof left, "giving up in %.0f s", deadline - now);
+            fprintf(stderr, "ddpc: still waiting for the rendezvous store at %s (node 0) after "
+                    "%.0f s: %s; %s. Is node 0 running, and is launch.master_addr / --master "
+                    "its address?\n", c->addr, now - t0,
+                    err ? strerror(err) : gai_strerror(gai), left);
+            next_note = now + STORE_NOTE_EVERY_S;
+        }
         double until = now + 2.0;
         if (deadline > 0 && until > deadline)
             until = deadline;
         int fd;
-        if (client_try(host, port, until, &fd, &err) == 0) {
+        if (client_try(host, port, until, &fd, &err, &gai) == 0) {
             c->fd = fd;
             return 0;
         }
@@ -686,7 +706,7 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
                      "within %.1f s: %s.\n---> HINT: node 0 must be running (it hosts the "
                      "store); check launch.master_addr / --master and that this host can "
                      "reach it", c->addr, ddpc_now() - t0,
-                     err < 0 ? gai_strerror(-err) : strerror(err));
+                     err ? strerror(err) : gai ? gai_strerror(gai) : "no attempt finished");
 }
 
 void store_client_close(struct store_client *c)

@@ -66,9 +66,12 @@ struct store_client {
     char addr[300];     /* "host:port" ("[v6]:port"), for messages */
 };
 
-/* Connects to host:port, retrying refused/unreachable connections until
- * deadline (node 0 may start later than this node). On timeout:
- * DDPC_E_TIMEOUT naming the address and the last error. */
+/* Connects to host:port, retrying refused/unreachable connections (and
+ * names that do not resolve yet: a cluster's DNS may learn node 0 late)
+ * until deadline (node 0 may start later than this node). After 5 s of
+ * failed attempts, and then every minute, prints to stderr that it is
+ * still waiting and the last error. On timeout: DDPC_E_TIMEOUT naming the
+ * address and the last error. */
 int  store_client_connect(struct store_client *c, const char *host, int port, double deadline,
                           struct ddpc_err *e);
 void store_client_close(struct store_client *c);

@@ -1468,7 +1468,10 @@ static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     for (size_t i = 0; ok && i < n->len; i++) {
         char ch = n->str[i];
         ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-             ch == '.' || ch == '-' || ch == ':' || ch == '_' || ch == '[' || ch == ']';
+             ch == '.' || ch == '-' || ch == ':' || ch == '_' ||
+             /* brackets only around a whole IPv6 address: [::1] */
+             (ch == '[' && i == 0 && n->str[n->len - 1] == ']' && n->len > 2) ||
+             (ch == ']' && i == n->len - 1 && n->str[0] == '[');
     }
     if (!ok) {
         vdiag(c, DDPC_SEV_ERROR, n, path, "expected a host name or IP address, found %s",

@@ -984,6 +984,14 @@ START_TEST(ddprt_flags)
     ck_assert_msg(strstr(main_err, "/nonexistent/ckpt"), "%s", main_err);
     ck_assert_int_eq(run_main(&j, NULL, "--master", "nohost"), 1);
     ck_assert_msg(strstr(main_err, "HOST:PORT"), "%s", main_err);
+    /* brackets only around a whole IPv6 address: '[::1' used to become
+     * host '[:' and port 1, and the job then waited for it */
+    static const char *const bad_master[] = { "[::1", "::1]:5", "[]:5", "a[b:5", "[::1]5:6" };
+    for (size_t i = 0; i < sizeof bad_master / sizeof bad_master[0]; i++) {
+        ck_assert_int_eq(run_main(&j, NULL, "--master", bad_master[i]), 1);
+        ck_assert_msg(strstr(main_err, "[ADDRESS]:PORT for IPv6"), "%s: %s", bad_master[i],
+                      main_err);
+    }
     /* --sample N >= 1 tokens; --temperature a number >= 0; both of them and
      * --prompt only with --sample */
     static const char *const bad_sample[][2] = {

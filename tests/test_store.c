@@ -295,6 +295,42 @@ START_TEST(unreachable_and_vanishing_store)
 }
 END_TEST
 
+/* A client that cannot connect says so on stderr after 5 s, naming the
+ * address and the cause, instead of waiting silently until its deadline
+ * (nccl_timeout: 30 min by default) as it did when master_addr was wrong. */
+START_TEST(waiting_client_says_why_after_5_s)
+{
+    struct store_host h = start_host("127.0.0.1");
+    int port = h.port;
+    store_host_stop(&h);   /* nobody listens there any more: refused */
+    char path[] = "/tmp/ddpc-test-store-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(dup2(fd, 2), 0);
+    struct store_client c;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    int rc = store_client_connect(&c, "127.0.0.1", port, t0 + 5.6, &e);
+    fflush(stderr);
+    ck_assert_int_ge(dup2(saved, 2), 0);
+    close(saved);
+    char out[1024] = "";
+    ssize_t n = pread(fd, out, sizeof out - 1, 0);
+    close(fd);
+    unlink(path);
+    out[n > 0 ? n : 0] = '\0';
+    ck_assert_int_eq(rc, DDPC_E_TIMEOUT);
+    char want[128];
+    snprintf(want, sizeof want, "still waiting for the rendezvous store at 127.0.0.1:%d (node 0) "
+             "after 5 s: %s", port, strerror(ECONNREFUSED));
+    ck_assert_msg(strstr(out, want), "stderr: '%s'", out);
+    ck_assert_msg(strstr(e.msg, strerror(ECONNREFUSED)), "%s", e.msg);
+}
+END_TEST
+
 /* Garbage on the port (a client that is not ddpc's) costs that
  * connection, not the store. */
 START_TEST(garbage_drops_only_that_connection)
@@ -331,6 +367,7 @@ Suite *store_suite(void)
     tcase_add_test(t, second_job_on_the_port_is_refused);
     tcase_add_test(t, ipv6_in_brackets);
     tcase_add_test(t, unreachable_and_vanishing_store);
+    tcase_add_test(t, waiting_client_says_why_after_5_s);
     tcase_add_test(t, garbage_drops_only_that_connection);
     suite_add_tcase(s, t);
     return s;
