@@ -1100,6 +1100,19 @@ static int train_open_metrics(struct ddpc_run *r, struct train_state *t, struct 
                           r->ckpt.resumed ? (int64_t)r->optim.step : -1, t->out,
                           t->out ? isatty(fileno(t->out)) : 0, e));
     r->log.on = 1;
+    /* Lightning warns of this too: a training-loss row is written every
+     * every_n_steps optimizer steps, so a shorter run writes none */
+    const struct ddpc_job *j = r->job;
+    int64_t every = j->logging.every_n_steps;
+    if ((j->logging.metrics_csv || j->logging.tensorboard) && r->optim.total_steps > 0 &&
+        every > r->optim.total_steps)
+        fprintf(stderr, "ddpc: warning: logging.every_n_steps is %lld, but this run has %lld "
+                "optimizer step%s: %s will hold no training loss; set logging.every_n_steps "
+                "to %lld or less to see it\n", (long long)every,
+                (long long)r->optim.total_steps, r->optim.total_steps == 1 ? "" : "s",
+                j->logging.metrics_csv && j->logging.tensorboard ? "metrics_csv and tensorboard"
+                : j->logging.metrics_csv ? "metrics_csv" : "tensorboard",
+                (long long)r->optim.total_steps);
     return 0;
 }
 

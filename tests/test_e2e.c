@@ -760,6 +760,48 @@ START_TEST(sequential_input_width_at_runtime)
 }
 END_TEST
 
+/* A run shorter than logging.every_n_steps writes no training-loss row to
+ * metrics_csv: the job says so at its start (as Lightning does), and says
+ * nothing once the interval fits. */
+START_TEST(log_interval_longer_than_the_run_is_named)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-logint"), *spec = NULL, *job = NULL;
+    char *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/l.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/l", dir), 0);
+    write_text(dir, "d.csv", "1,2,3\n0,4,5\n1,6,7\n0,8,9\n");
+    for (int fits = 0; fits < 2; fits++) {
+        char text[512];
+        snprintf(text, sizeof text, "name: l\naccelerator: cpu\ndevices: 1\nepochs: 2\n"
+                 "batch_size: 1\nmodel: {layers: [2, 2]}\n"
+                 "logging: {metrics_csv: m.csv%s}\n"
+                 "data: {train: {format: csv, path: d.csv, label_column: 0}}\n",
+                 fits ? ", every_n_steps: 8" : "");
+        write_text(dir, "l.yaml", text);
+        char *build[] = { ddpc, "build", spec, "-o", job, NULL };
+        struct run_result r;
+        ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+        run_result_free(&r);
+        char *run[] = { job, NULL };
+        ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s", r.code, r.err);
+        const char *w = strstr(r.err, "logging.every_n_steps is 50, but this run has 8 "
+                                      "optimizer steps: metrics_csv will hold no training loss");
+        ck_assert_msg(fits ? !strstr(r.err, "every_n_steps") : w != NULL, "fits=%d:\n%s", fits,
+                      r.err);
+        run_result_free(&r);
+    }
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -1031,6 +1073,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, sequential_input_width_at_runtime);
+    tcase_add_test(run, log_interval_longer_than_the_run_is_named);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
