@@ -607,8 +607,8 @@ static int ddprt_plan(struct ddprt_run *r, const struct ddprt_flags *f, struct d
     r->master_port = j->launch.master_port > 0 ? j->launch.master_port : DDPRT_DEFAULT_PORT;
     if (f->master && ddprt_split_master(f->master, r->master_addr, sizeof r->master_addr,
                                         &r->master_port) < 0)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "--master '%s': expected HOST:PORT, or [ADDRESS]:PORT for "
-                         "IPv6", f->master);
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--master '%s': expected HOST:PORT, or "
+                         "[ADDRESS]:PORT for IPv6", f->master);
 
     switch (j->accelerator) {
     case DDPC_ACCEL_CPU:
