@@ -603,6 +603,8 @@ void spec_write_reference(FILE *out)
           "  files (labels are class indices from 0); `model.type: linear` takes exactly 2 sizes;\n"
           "- `loss: cross_entropy` needs class labels (not synthetic `classes: 0`);\n"
           "- `batch_size` × world size must not exceed the training set;\n"
+          "- `schedule.warmup_steps` (or, for `decay: step`, the first decay) at or past the\n"
+          "  run's last optimizer step: a warning; the rate never reaches its peak (decays);\n"
           "- `checkpoint.resume` naming a file that does not exist is an error;\n"
           "- `launch.num_nodes` > 1 needs a GPU accelerator, and with launcher local a\n"
           "  `launch.master_addr`;\n"

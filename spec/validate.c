@@ -2295,6 +2295,46 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
     }
 }
 
+/* A schedule whose warmup or first step decay lies at or past the run's
+ * last optimizer step: the rate never reaches its peak (or never decays),
+ * which the job does without a word. The run's steps are the plan's
+ * (compiler/plan.c plan_data): DistributedSampler shards, then
+ * limit_train_batches, then ceil over grad_accumulation, times epochs. */
+static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
+{
+    const struct ddpc_job *j = c->job;
+    int64_t bs = j->batch_size > 0 ? j->batch_size : 1, W = world;
+    int64_t per_rank = j->data.drop_last ? samples / W : (samples + W - 1) / W;
+    int64_t nb = j->data.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs, full = nb;
+    if (j->limit_train_batches > 0) {
+        if (j->limit_train_batches < nb)
+            nb = j->limit_train_batches;
+    } else if (j->limit_train_fraction > 0 && j->limit_train_fraction < 1.0) {
+        nb = (int64_t)floor(j->limit_train_fraction * (double)nb);
+        if (nb < 1 && full > 0)
+            nb = 1;
+    }
+    int64_t acc = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
+    int64_t total = (nb + acc - 1) / acc * (j->epochs > 0 ? j->epochs : 1);
+    const struct ddpc_node *n;
+    if (total < 1)
+        return;
+    if (j->schedule.warmup_steps >= total && (n = at(c, "schedule.warmup_steps")))
+        vdiag(c, DDPC_SEV_WARNING, n, "schedule.warmup_steps", "warmup of %lld steps, but the run "
+              "has %lld optimizer step%s: the learning rate never reaches its peak%s; lower "
+              "warmup_steps below %lld (`ddpc plan` shows the rate at each point)",
+              (long long)j->schedule.warmup_steps, (long long)total, total == 1 ? "" : "s",
+              j->schedule.decay != DDPC_DECAY_CONSTANT ? " and never decays" : "",
+              (long long)total);
+    else if (j->schedule.decay == DDPC_DECAY_STEP && j->schedule.step_size > 0 &&
+             j->schedule.warmup_steps + j->schedule.step_size >= total &&
+             (n = at(c, "schedule.step_size")))
+        vdiag(c, DDPC_SEV_WARNING, n, "schedule.step_size", "the first decay is at optimizer "
+              "step %lld (warmup_steps + step_size + 1), but the run has %lld: the learning rate "
+              "never decays; lower step_size (`ddpc plan` shows the rate at each point)",
+              (long long)(j->schedule.warmup_steps + j->schedule.step_size + 1), (long long)total);
+}
+
 static void cross_rules(struct ddpc_vctx *c)
 {
     outpath_kind(c, "checkpoint_dir", 1);
@@ -2478,6 +2518,8 @@ static void cross_rules(struct ddpc_vctx *c)
                   "larger than the training set (%lld samples), and the job refuses that at "
                   "start", ncpu * nodes, j->batch_size, ncpu * nodes, g, (long long)tr.samples);
     }
+    else if (tr.samples >= 0 && world > 0)
+        schedule_reach(c, tr.samples, world);
 }
 
 /* ===================== entry ===================== */
