@@ -259,7 +259,18 @@ static void diff_scan(struct diff_out *d, const char *from, const char *to, char
             const char *v = eq + 1, *w;
             size_t vl = len - 3 - klen, wl;
             int there = find_line(to, kind, key, klen, &w, &wl);
-            if (from_is_old) {
+            /* a key whose kind changed with the job (epochs is T under a
+             * cosine schedule, else C) is not absent: its value is the
+             * other kind's; the other side of the change is named too */
+            int moved = !there && find_line(to, kind == 'T' ? 'C' : 'T', key, klen, &w, &wl);
+            if (moved) {
+                if (vl != wl || memcmp(v, w, vl) != 0) {
+                    if (from_is_old)
+                        diff_add(d, key, klen, v, vl, w, wl);
+                    else
+                        diff_add(d, key, klen, w, wl, v, vl);
+                }
+            } else if (from_is_old) {
                 if (!there)
                     diff_add(d, key, klen, v, vl, "(absent)", 8);
                 else if (vl != wl || memcmp(v, w, vl) != 0)
