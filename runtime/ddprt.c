@@ -1488,6 +1488,11 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
                     e->code == DDPC_E_DATA ? "data" : "configuration");
             break;
         }
+        if (e->code == DDPC_E_DIVERGED) {
+            fprintf(stderr, "ddpc: not restarting: from the last checkpoint the run would "
+                    "diverge again\n");
+            break;
+        }
         int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
         fprintf(stderr, "ddpc: restarting (%d of %d) %s\n", attempt + 1, max_restarts,
                 ckpt ? "from the last checkpoint" : "from scratch: no checkpoint_dir is set");

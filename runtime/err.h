@@ -29,6 +29,7 @@ enum ddpc_err_code {
     DDPC_E_DEVICE = -6,    /* CUDA / cuBLAS / NCCL failure */
     DDPC_E_INVALID = -7,   /* an invariant the compiler should have guaranteed */
     DDPC_E_NOMEM = -8,
+    DDPC_E_DIVERGED = -9,  /* the loss or the gradients became nan/inf */
 };
 
 struct ddpc_err {

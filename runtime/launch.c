@@ -86,6 +86,7 @@ const char *launch_exit_name(int status)
     case 10 - DDPC_E_DEVICE:  return "device error";
     case 10 - DDPC_E_INVALID: return "internal error";
     case 10 - DDPC_E_NOMEM:   return "out of memory";
+    case 10 - DDPC_E_DIVERGED: return "the run diverged";
     default:                  return NULL;
     }
 }

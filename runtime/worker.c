@@ -206,7 +206,7 @@ static int grads_check(struct ddpc_run *r, size_t lo, size_t hi, double ss, stru
     }
     if (isfinite(ss))
         return 0;
-    return DDPC_FAIL(e, DDPC_E_INVALID,
+    return DDPC_FAIL(e, DDPC_E_DIVERGED,
                      "step %ld: the gradient norm is not finite (%s) on rank %d%s: the run "
                      "diverged. Lower learning_rate, set grad_clip_norm, or check the data",
                      r->step_no, isnan(ss) ? "a gradient is NaN" : "a gradient is infinite",
@@ -705,7 +705,7 @@ static int train_loss_read(struct ddpc_run *r, double *cur, struct ddpc_err *e)
 {
     DDPC_TRY(acc_read(r, 0, cur, e));
     if (!isfinite(cur[0]))
-        return DDPC_FAIL(e, DDPC_E_INVALID,
+        return DDPC_FAIL(e, DDPC_E_DIVERGED,
                          "step %ld: the training loss is %g on rank %d (read at this step; it "
                          "became non-finite at or before it): the run diverged. Lower "
                          "learning_rate, set grad_clip_norm, or check the data for nan/inf",
@@ -1211,7 +1211,7 @@ static int step_forward(struct ddpc_run *r, struct train_state *t, struct ddpc_e
      * epoch's end), so a step never waits for it: a divergence stops the
      * run that many steps later, named by the step that read it */
     if (r->ops->host_memory && !isfinite(r->acc[0] - t->before))
-        return DDPC_FAIL(e, DDPC_E_INVALID,
+        return DDPC_FAIL(e, DDPC_E_DIVERGED,
                          "step %ld: the training loss is %g on rank %d: the run "
                          "diverged. Lower learning_rate, set grad_clip_norm, or check "
                          "the data for nan/inf", r->step_no, r->acc[0] - t->before, r->rank);
@@ -1390,7 +1390,7 @@ static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc
     t->eval = r->a->test && ((t->epoch + 1) % every_test == 0 || t->epoch + 1 == j->epochs);
     DDPC_TRY(acc_read(r, 0, t->cur, e));
     if (!isfinite(t->cur[0]))
-        return DDPC_FAIL(e, DDPC_E_INVALID,
+        return DDPC_FAIL(e, DDPC_E_DIVERGED,
                          "epoch %d: the training loss is %g on rank %d: the run diverged. "
                          "Lower learning_rate, set grad_clip_norm, or check the data for "
                          "nan/inf", (int)t->epoch + 1, t->cur[0], r->rank);

@@ -670,7 +670,7 @@ START_TEST(comm_errors_name_the_step)
     struct ddpc_job big = j;
     big.learning_rate = 3e38;
     a.job = &big;
-    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_DIVERGED);
     ck_assert_msg(strstr(e.msg, "diverged") && strncmp(e.msg, "step ", 5) == 0, "%s", e.msg);
     a.job = &j;
     ddpc_err_clear(&e);
@@ -918,7 +918,7 @@ START_TEST(fp16_loss_scaler_counts_skips_and_stops)
     /* a non-finite loss is divergence under fp16 too, not a scaling problem */
     ddpc_err_clear(&e);
     j.learning_rate = 3e38;
-    ck_assert_int_eq(run_fp16(&j, 3.4e38f, &res, NULL, &e), DDPC_E_INVALID);
+    ck_assert_int_eq(run_fp16(&j, 3.4e38f, &res, NULL, &e), DDPC_E_DIVERGED);
     ck_assert_msg(strstr(e.msg, "the training loss is") && strstr(e.msg, "diverged") &&
                   strncmp(e.msg, "step 2: ", 8) == 0, "%s", e.msg);
 }
@@ -984,13 +984,13 @@ START_TEST(nonfinite_gradient_names_the_step)
     struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
                                   .train = &tr };
     struct ddpc_worker_result res = {0};
-    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_DIVERGED);
     ck_assert_msg(strncmp(e.msg, "step 1: the gradient norm is not finite", 39) == 0, "%s",
                   e.msg);
     /* with clipping, the norm clipping computes is the one checked */
     ddpc_err_clear(&e);
     j.grad_clip_norm = 1.0;
-    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_INVALID);
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_DIVERGED);
     ck_assert_msg(strncmp(e.msg, "step 1: the gradient norm is not finite", 39) == 0, "%s",
                   e.msg);
     ops.destroy(&ops);

@@ -802,6 +802,45 @@ START_TEST(log_interval_longer_than_the_run_is_named)
 }
 END_TEST
 
+/* A run whose loss goes to nan/inf: the launcher's line says it diverged
+ * (it said "internal error", a ddpc bug to the reader), max_restarts does
+ * not relaunch it (from the last checkpoint it diverges again), and the
+ * checkpoints and the old export are kept. */
+START_TEST(diverged_run_is_named_and_not_restarted)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-diverge");
+    ck_assert_ptr_nonnull(dir);
+    write_text(dir, "dv.yaml",
+               "name: dv\naccelerator: cpu\ndevices: 2\nepochs: 3\nbatch_size: 16\n"
+               "learning_rate: 10\nlr_scaling: linear\nloss: mse\noptimizer: {type: sgd}\n"
+               "model: {type: mlp, layers: [16, 8, 1]}\nlaunch: {max_restarts: 2}\n"
+               "checkpoint_dir: ck\ncheckpoint: {every_n_steps: 1, export: m.safetensors}\n"
+               "data: {train: {format: synthetic, samples: 512, features: 16, classes: 0}}\n");
+    write_text(dir, "m.safetensors", "the old export");
+    struct run_result r;
+    run_in(dir, "dv", 0, &r);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "the run diverged. Lower learning_rate") &&
+                  strstr(r.err, "exited with status 19 (the run diverged)") &&
+                  strstr(r.err, "not restarting: from the last checkpoint the run would diverge "
+                                "again") &&
+                  !strstr(r.err, "internal error") && !strstr(r.err, "restarting (1 of 2)"),
+                  "%s", r.err);
+    char *p = NULL, old[64];
+    ck_assert_int_ge(asprintf(&p, "%s/m.safetensors", dir), 0);
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(old, 1, sizeof old, f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(n == 14 && memcmp(old, "the old export", 14) == 0, "the old export changed");
+    run_result_free(&r);
+    free(p);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -1074,6 +1113,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, sequential_input_width_at_runtime);
     tcase_add_test(run, log_interval_longer_than_the_run_is_named);
+    tcase_add_test(run, diverged_run_is_named_and_not_restarted);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
