@@ -605,7 +605,8 @@ void spec_write_reference(FILE *out)
           "- `batch_size` × world size must not exceed the training set;\n"
           "- `schedule.warmup_steps` (or, for `decay: step`, the first decay) at or past the\n"
           "  run's last optimizer step: a warning; the rate never reaches its peak (decays);\n"
-          "- `checkpoint.resume` naming a file that does not exist is an error;\n"
+          "- `checkpoint.resume` naming a file that does not exist: an error when the path\n"
+          "  is absolute, a warning when it is relative (the job runs in its own directory);\n"
           "- `launch.num_nodes` > 1 needs a GPU accelerator, and with launcher local a\n"
           "  `launch.master_addr`;\n"
           "- keys for one optimizer type or data format (e.g. `momentum` with adam) are errors.\n",

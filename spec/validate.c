@@ -2449,10 +2449,20 @@ static void cross_rules(struct ddpc_vctx *c)
 
     if (j->checkpoint.resume == DDPC_RESUME_PATH && c->opt && c->opt->read_data_headers &&
         (n = at(c, "checkpoint.resume"))) {
+        /* relative to the directory the job runs in, which need not be
+         * where check runs (build here, run in the experiment's directory):
+         * as for outputs, only an absolute path is sure to be missing */
         struct stat st;
-        if (stat(j->checkpoint.resume_path, &st) < 0)
-            vdiag(c, DDPC_SEV_ERROR, n, "checkpoint.resume", "cannot resume from '%s': %s",
-                  j->checkpoint.resume_path, strerror(errno));
+        if (stat(j->checkpoint.resume_path, &st) < 0) {
+            if (j->checkpoint.resume_path[0] == '/')
+                vdiag(c, DDPC_SEV_ERROR, n, "checkpoint.resume", "cannot resume from '%s': %s",
+                      j->checkpoint.resume_path, strerror(errno));
+            else
+                vdiag(c, DDPC_SEV_WARNING, n, "checkpoint.resume", "cannot resume from '%s' "
+                      "here: %s; a job run from this directory would refuse it (the path is "
+                      "relative to the directory the job runs in)", j->checkpoint.resume_path,
+                      strerror(errno));
+        }
     }
 
     /* a gpt's token sources (token_format_rules pairs formats and models):
