@@ -2041,8 +2041,20 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
 {
     const struct ddpc_node *n = at(c, key);
     struct stat st;
-    if (!n || n->kind != DDPC_NODE_SCALAR || !n->str[0] || stat(n->str, &st) != 0)
+    if (!n || n->kind != DDPC_NODE_SCALAR || !n->str[0])
         return;
+    if (stat(n->str, &st) != 0) {
+        /* a directory on the way is a file: the job cannot create it */
+        if (errno != ENOTDIR)
+            return;
+        if (n->str[0] == '/')
+            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s': a directory on the path is a file; the job "
+                  "would refuse it", n->str);
+        else
+            vdiag(c, DDPC_SEV_WARNING, n, key, "'%s': a directory on the path is a file here; a "
+                  "job run from this directory would refuse it", n->str);
+        return;
+    }
     if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
         return;
     const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"

@@ -376,6 +376,24 @@ START_TEST(test_check_knows_what_the_job_refuses)
                              "refuse it\n");
     checked_free(&c);
 
+    /* a directory on the way that is a file: the job cannot create the path */
+    snprintf(y, sizeof y, MINIMAL "checkpoint_dir: %s/sub\ncheckpoint: {export: %s/m.st}\n",
+             file, file);
+    check(&c, y);
+    ck_assert_int_ne(c.rc, 0);
+    ck_assert_msg(strstr(c.text, "error: checkpoint_dir: '") &&
+                  strstr(c.text, "afile/sub': a directory on the path is a file; the job would "
+                                 "refuse it") &&
+                  strstr(c.text, "error: checkpoint.export: '") &&
+                  strstr(c.text, "afile/m.st': a directory on the path is a file"), "%s", c.text);
+    checked_free(&c);
+    check(&c, "logging: {metrics_csv: Makefile/m.csv}\n" MINIMAL);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert_str_eq(c.text, "dir/t.yaml:1:24: warning: logging.metrics_csv: 'Makefile/m.csv': a "
+                             "directory on the path is a file here; a job run from this "
+                             "directory would refuse it\n");
+    checked_free(&c);
+
     /* devices: -1 on CPU: as many workers as this process's CPUs */
     cpu_set_t set;
     ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
