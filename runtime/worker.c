@@ -928,6 +928,15 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch by %d ranks; "
                                "resume it with %d ranks (this job has %d)", path, (int)c.world,
                                (int)c.world, r->world);
+            else if (c.sampler_batches >= r->sampler.n_batches)
+                /* a position past this job's epoch would train nothing of
+                 * it and report its loss as nan */
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch, %lld batches "
+                               "into epoch %lld, but this job's epochs have %lld batches "
+                               "(batch_size, limit_train_batches or the training data differ): "
+                               "resume from a checkpoint taken at an epoch's end, or keep those "
+                               "settings", path, (long long)c.sampler_batches,
+                               (long long)c.sampler_epoch + 1, (long long)r->sampler.n_batches);
             else if (c.seed != j->seed)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was written with seed %llu, this "
                                "job has seed %llu; the data order would differ", path,

@@ -3,6 +3,7 @@
  * printed) and that no process is left behind. Runs the real binaries from
  * $DDPC_BUILD; writes only into temporary directories. */
 #include <check.h>
+#include <dirent.h>
 #include <sched.h>
 #include <math.h>
 #include <stdint.h>
@@ -841,6 +842,58 @@ START_TEST(diverged_run_is_named_and_not_restarted)
 }
 END_TEST
 
+/* A mid-epoch checkpoint named explicitly by a job whose epochs are shorter
+ * (a larger batch_size): its position lies past this job's epoch. The job
+ * trained nothing of that epoch, printed train_loss=nan and exited 0; it
+ * refuses, naming the position and the way out. */
+START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-midepoch");
+    ck_assert_ptr_nonnull(dir);
+    const char *base = "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\nlr_scaling: linear\n"
+                       "loss: mse\noptimizer: {type: sgd}\nmodel: {type: mlp, layers: [16, 8, 1]}\n"
+                       "checkpoint_dir: ck\ncheckpoint: {every_n_steps: 1}\n"
+                       "data: {train: {format: synthetic, samples: 512, features: 16, "
+                       "classes: 0}}\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%sbatch_size: 16\n", base);   /* 16 batches an epoch */
+    write_text(dir, "me.yaml", text);
+    struct run_result r;
+    run_in(dir, "me", 1, &r);
+    run_result_free(&r);
+    snprintf(text, sizeof text, "%sbatch_size: 128\n", base);  /* 2 batches an epoch */
+    write_text(dir, "big.yaml", text);
+    char *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/big.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/big", dir), 0);
+    build_job(spec, job);
+    /* the one file of step 20 (4 batches into epoch 2), whatever its identity tag */
+    DIR *d = NULL;
+    char *ck = NULL, name[300] = "";
+    ck_assert_int_ge(asprintf(&ck, "%s/ck", dir), 0);
+    ck_assert_ptr_nonnull(d = opendir(ck));
+    for (struct dirent *de; (de = readdir(d));)
+        if (strncmp(de->d_name, "me-e0001-s000000020-", 20) == 0)
+            snprintf(name, sizeof name, "ck/%s", de->d_name);
+    ck_assert_int_eq(closedir(d), 0);
+    ck_assert_msg(name[0], "no checkpoint of step 20 in %s", ck);
+    char *argv[] = { job, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, but this job's "
+                                "epochs have 2 batches") &&
+                  strstr(r.err, "resume from a checkpoint taken at an epoch's end") &&
+                  !strstr(r.out, "nan"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    free(ck);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -1114,6 +1167,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, sequential_input_width_at_runtime);
     tcase_add_test(run, log_interval_longer_than_the_run_is_named);
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
+    tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
