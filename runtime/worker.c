@@ -922,8 +922,14 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             if (c.n_params != r->n_ck || c.n_opt != r->ckpt.n_opt)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s holds %zu parameters and %zu "
                                "optimizer values; this job's model and optimizer need %zu and "
-                               "%zu. Point checkpoint_dir elsewhere or set checkpoint.resume: "
-                               "never", path, c.n_params, c.n_opt, r->n_ck, r->ckpt.n_opt);
+                               "%zu. %s", path, c.n_params, c.n_opt, r->n_ck, r->ckpt.n_opt,
+                               /* named by --resume or checkpoint.resume: PATH, the
+                                * way out is another file, not checkpoint_dir */
+                               by_path ? "Name a checkpoint of this model and optimizer "
+                                         "(--resume, or checkpoint.resume), or leave it out to "
+                                         "start fresh"
+                                       : "Point checkpoint_dir elsewhere or set "
+                                         "checkpoint.resume: never");
             else if (c.world != r->world && c.sampler_batches != 0)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch by %d ranks; "
                                "resume it with %d ranks (this job has %d)", path, (int)c.world,

@@ -886,6 +886,27 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
                   strstr(r.err, "resume from a checkpoint taken at an epoch's end") &&
                   !strstr(r.out, "nan"), "%s%s", r.out, r.err);
     run_result_free(&r);
+    /* the same file named for another model: the way out is another file
+     * (it advised checkpoint_dir and checkpoint.resume: never, which a
+     * --resume on the command line does not heed) */
+    char *spec2 = NULL, *job2 = NULL;
+    snprintf(text, sizeof text, "%sbatch_size: 16\n", base);
+    char *wide = strstr(text, "[16, 8, 1]");
+    ck_assert_ptr_nonnull(wide);
+    memcpy(wide, "[16, 4, 1]", 10);
+    write_text(dir, "narrow.yaml", text);
+    ck_assert_int_ge(asprintf(&spec2, "%s/narrow.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job2, "%s/narrow", dir), 0);
+    build_job(spec2, job2);
+    char *argv2[] = { job2, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv2, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "Name a checkpoint of this model and optimizer (--resume, or "
+                                "checkpoint.resume)") &&
+                  !strstr(r.err, "checkpoint_dir elsewhere"), "%s", r.err);
+    run_result_free(&r);
+    free(spec2);
+    free(job2);
     free(ck);
     free(spec);
     free(job);
