@@ -17,6 +17,7 @@
 #include "suites.h"
 #include "data.h"
 #include "sampler.h"
+#include "testutil.h"
 
 static char dir[256];
 static char path_buf[8][320];
@@ -554,25 +555,11 @@ END_TEST
 
 /* ===== token streams: text and llm.c shards ===== */
 
-/* An llm.c shard (dev/data/data_common.py write_datafile): 256 little-endian
- * int32 (magic, version, count, zeros), then ntok little-endian uint16;
- * count is what the header claims, which a bad shard makes differ. */
+/* An llm.c shard (testutil's write_llmc_shard) at path. */
 static void write_shard(const char *path, int32_t magic, int32_t version, int32_t count,
                         const uint16_t *tok, size_t ntok)
 {
-    size_t n = 1024 + 2 * ntok;
-    unsigned char *b = calloc(1, n);
-    ck_assert_ptr_nonnull(b);
-    int32_t h[3] = { magic, version, count };
-    for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 4; k++)
-            b[4 * i + k] = (unsigned char)((uint32_t)h[i] >> (8 * k));
-    for (size_t i = 0; i < ntok; i++) {
-        b[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
-        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
-    }
-    write_bytes(path, b, n, 0);
-    free(b);
+    ck_assert_int_eq(write_llmc_shard(path, magic, version, count, tok, ntok), 0);
 }
 
 static void load_ok(const struct ddpc_data_source *src, struct ddpc_dataset *ds)

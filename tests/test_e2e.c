@@ -25,20 +25,6 @@ static char *ddpc_path(void)
     return p;
 }
 
-/* Runs `ddpc build spec -o out`; asserts it succeeded. */
-static void build_job(const char *spec, const char *out)
-{
-    char *ddpc = ddpc_path();
-    char *argv[] = { ddpc, "build", (char *)spec, "-o", (char *)out, NULL };
-    struct run_result r;
-    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0, "ddpc build %s failed (%d):\n%s%s", spec, r.code,
-                  r.out, r.err);
-    ck_assert_int_eq(access(out, X_OK), 0);
-    run_result_free(&r);
-    free(ddpc);
-}
-
 /* ---- ddpc check, as CI runs it ---- */
 
 START_TEST(check_accepts_the_example)
@@ -113,7 +99,7 @@ START_TEST(fashion_mnist_reaches_accuracy)
     char *dir = make_temp_dir("e2e-fmnist"), *spec = NULL, *job = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist.yaml", test_top()), 0);
     ck_assert_int_ge(asprintf(&job, "%s/fashion-mnist", dir), 0);
-    build_job(spec, job);
+    ddpc_build_ok(spec, job);
 
     char *argv[] = { job, NULL };
     struct run_result r;
@@ -228,7 +214,7 @@ static void run_in(const char *dir, const char *name, int want_ok, struct run_re
     char *spec = NULL, *job = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", dir, name), 0);
     ck_assert_int_ge(asprintf(&job, "%s/%s", dir, name), 0);
-    build_job(spec, job);
+    ddpc_build_ok(spec, job);
     char *argv[] = { job, NULL };
     ck_assert_int_eq(run_capture(argv, dir, NULL, 120, r), 0);
     if (want_ok)
@@ -343,7 +329,7 @@ static void small_job_make(struct small_job *s)
         s->images, s->labels, s->images, s->labels), 0);
     ck_assert_int_eq(write_file(s->spec, text, strlen(text)), 0);
     free(text);
-    build_job(s->spec, s->job);
+    ddpc_build_ok(s->spec, s->job);
 }
 
 static void small_job_free(struct small_job *s)
@@ -374,22 +360,10 @@ static void expect_data_error(const struct small_job *s, const char *file, const
 static void write_shard_file(const char *dir, const char *name, int32_t count,
                              const uint16_t *tok, size_t ntok)
 {
-    size_t n = 1024 + 2 * ntok;
-    unsigned char *b = calloc(1, n);
-    ck_assert_ptr_nonnull(b);
-    const int32_t h[3] = { 20240520, 1, count };
-    for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 4; k++)
-            b[4 * i + k] = (unsigned char)((uint32_t)h[i] >> (8 * k));
-    for (size_t i = 0; i < ntok; i++) {
-        b[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
-        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
-    }
     char *p = NULL;
     ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
-    ck_assert_int_eq(write_file(p, b, n), 0);
+    ck_assert_int_eq(write_llmc_shard(p, 20240520, 1, count, tok, ntok), 0);
     free(p);
-    free(b);
 }
 
 /* The job's launcher cuts the token streams into windows before any worker
@@ -414,7 +388,7 @@ START_TEST(gpt_token_data_errors_at_load)
     char *spec = NULL, *job = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/g.yaml", dir), 0);
     ck_assert_int_ge(asprintf(&job, "%s/g", dir), 0);
-    build_job(spec, job);
+    ddpc_build_ok(spec, job);
     struct small_job s = { .dir = dir, .job = job };
     /* token 70 at position 123 of the second shard */
     tok[123] = 70;
@@ -512,7 +486,7 @@ START_TEST(gpt_tokens_pattern_below_a_glob_named_dir)
                       "tokens (range [0, 0.9])") && strstr(ts, "(2 files)"),
                       "plan: exit %d:\n%.300s\n%.2000s", r.code, ts ? ts : r.out, r.err);
         run_result_free(&r);
-        build_job(spec, job);
+        ddpc_build_ok(spec, job);
         char *run[] = { job, NULL };
         ck_assert_int_eq(run_capture(run, dir, NULL, 120, &r), 0);
         ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=1 steps=30 "),
@@ -767,11 +741,8 @@ END_TEST
 START_TEST(log_interval_longer_than_the_run_is_named)
 {
     adopt_orphans();
-    char *dir = make_temp_dir("e2e-logint"), *spec = NULL, *job = NULL;
-    char *ddpc = ddpc_path();
+    char *dir = make_temp_dir("e2e-logint");
     ck_assert_ptr_nonnull(dir);
-    ck_assert_int_ge(asprintf(&spec, "%s/l.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job, "%s/l", dir), 0);
     write_text(dir, "d.csv", "1,2,3\n0,4,5\n1,6,7\n0,8,9\n");
     for (int fits = 0; fits < 2; fits++) {
         char text[512];
@@ -781,14 +752,8 @@ START_TEST(log_interval_longer_than_the_run_is_named)
                  "data: {train: {format: csv, path: d.csv, label_column: 0}}\n",
                  fits ? ", every_n_steps: 8" : "");
         write_text(dir, "l.yaml", text);
-        char *build[] = { ddpc, "build", spec, "-o", job, NULL };
         struct run_result r;
-        ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
-        ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
-        run_result_free(&r);
-        char *run[] = { job, NULL };
-        ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
-        ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s", r.code, r.err);
+        run_in(dir, "l", 1, &r);
         const char *w = strstr(r.err, "logging.every_n_steps is 50, but this run has 8 "
                                       "optimizer steps: metrics_csv will hold no training loss");
         ck_assert_msg(fits ? !strstr(r.err, "every_n_steps") : w != NULL, "fits=%d:\n%s", fits,
@@ -797,9 +762,6 @@ START_TEST(log_interval_longer_than_the_run_is_named)
     }
     rm_tree(dir);
     free(dir);
-    free(spec);
-    free(job);
-    free(ddpc);
 }
 END_TEST
 
@@ -867,7 +829,7 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
     char *spec = NULL, *job = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/big.yaml", dir), 0);
     ck_assert_int_ge(asprintf(&job, "%s/big", dir), 0);
-    build_job(spec, job);
+    ddpc_build_ok(spec, job);
     /* the one file of step 20 (4 batches into epoch 2), whatever its identity tag */
     DIR *d = NULL;
     char *ck = NULL, name[300] = "";
@@ -897,7 +859,7 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
     write_text(dir, "narrow.yaml", text);
     ck_assert_int_ge(asprintf(&spec2, "%s/narrow.yaml", dir), 0);
     ck_assert_int_ge(asprintf(&job2, "%s/narrow", dir), 0);
-    build_job(spec2, job2);
+    ddpc_build_ok(spec2, job2);
     char *argv2[] = { job2, "--resume", name, NULL };
     ck_assert_int_eq(run_capture(argv2, dir, NULL, 60, &r), 0);
     ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
@@ -1030,7 +992,7 @@ START_TEST(job_start_refusals_name_the_cause)
         "logging: {metrics_csv: m.csv}\n"
         "data: {train: {format: idx, inputs: %s, labels: %s}}\n", s.images, s.labels), 0);
     ck_assert_int_eq(write_file(spec2, text, strlen(text)), 0);
-    build_job(spec2, job2);
+    ddpc_build_ok(spec2, job2);
     char *jobm[] = { job2, NULL };
     if (access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0) {
         test_skip("bf16 with accelerator auto", "this machine has a GPU");
@@ -1043,7 +1005,7 @@ START_TEST(job_start_refusals_name_the_cause)
     char *p = strstr(text, "precision: bf16");
     memcpy(p, "precision: fp32", 15);
     ck_assert_int_eq(write_file(spec2, text, strlen(text)), 0);
-    build_job(spec2, job2);
+    ddpc_build_ok(spec2, job2);
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
     expect_refusal(jobm, s.dir, (const char *const[]){ "logging.metrics_csv", "is a FIFO", NULL });
 
@@ -1124,7 +1086,7 @@ START_TEST(devices_all_follows_cpu_affinity)
         "batch_size: 600\nmodel: {layers: [16, 8, 2]}\n"
         "data: {train: {format: synthetic, samples: 1000}}\n";
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
-    build_job(spec, job);   /* check warns with this machine's count; it builds */
+    ddpc_build_ok(spec, job);   /* check warns with this machine's count; it builds */
     char *argv[] = { job, NULL };
     struct run_result r;
     /* pinned to one CPU: one worker, 600 of 1000 samples per step */

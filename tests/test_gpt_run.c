@@ -184,10 +184,7 @@ static void run_init_from(const struct gjob *g, const char *file, int want_ok,
         "data:\n  train: {format: text, path: train.txt}\n  test: {format: text, path: test.txt}\n"
         "logging: {metrics_csv: i.csv, progress: off}\n", file), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
-    char *argv[] = { g->ddpc, "build", spec, "-o", job, NULL };
-    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, r), 0);
-    ck_assert_msg(r->exited && r->code == 0, "build: %s%s", r->out, r->err);
-    run_result_free(r);
+    ddpc_build_ok(spec, job);
     char *run[] = { job, NULL };
     ck_assert_int_eq(run_capture(run, g->dir, NULL, 120, r), 0);
     ck_assert_msg(!want_ok || (r->exited && r->code == 0), "i: exit %d\n%s%s", r->code, r->out,
@@ -387,22 +384,18 @@ END_TEST
 START_TEST(gpt_sample_token_ids)
 {
     adopt_orphans();
-    char *dir = make_temp_dir("gptids"), *spec = NULL, *job = NULL, *yaml = NULL, *ddpc = NULL;
+    char *dir = make_temp_dir("gptids"), *spec = NULL, *job = NULL, *yaml = NULL;
     ck_assert_ptr_nonnull(dir);
     ck_assert_int_ge(asprintf(&spec, "%s/t.yaml", dir), 0);
     ck_assert_int_ge(asprintf(&job, "%s/t", dir), 0);
-    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
     ck_assert_int_ge(asprintf(&yaml,
         "version: 1\nname: t\naccelerator: cpu\ndevices: 1\nepochs: 1\nbatch_size: 2\n"
         "model: {type: gpt, vocab_size: 50304, block_size: 4, n_layer: 1, n_head: 1, n_embd: 8}\n"
         "data: {train: {format: tokens, path: %s/tests/specs/data/tokens-00.bin}}\n"
         "logging: {progress: off}\n", test_top()), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
-    char *build[] = { ddpc, "build", spec, "-o", job, NULL };
+    ddpc_build_ok(spec, job);
     struct run_result r;
-    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0, "build: %s%s", r.out, r.err);
-    run_result_free(&r);
     char *run[] = { job, "--sample", "7", NULL };
     ck_assert_int_eq(run_capture(run, dir, NULL, 120, &r), 0);
     ck_assert_msg(r.exited && r.code == 0, "exit %d: %s%s", r.code, r.out, r.err);
@@ -427,7 +420,6 @@ START_TEST(gpt_sample_token_ids)
     free(spec);
     free(job);
     free(yaml);
-    free(ddpc);
 }
 END_TEST
 

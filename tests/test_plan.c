@@ -67,6 +67,18 @@ static void build(const struct ddpc_job *j, struct ddpc_plan *p)
     diag_free(&d);
 }
 
+/* The text `ddpc plan` prints for p; the caller frees it. */
+static char *plan_text(const struct ddpc_plan *p, const struct ddpc_job *j)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(plan_write_text(p, j, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    return text;
+}
+
 START_TEST(shards_padded)
 {
     struct ddpc_job j = fmnist();
@@ -408,12 +420,7 @@ START_TEST(ranks_shards_rendezvous_memory)
                                        "\"optimizer_steps_per_epoch\": 469}"));
     ck_assert_ptr_nonnull(strstr(json, "\"port\": null"));
     free(json);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
-    fclose(f);
+    char *text = plan_text(&p, &j);
     ck_assert_msg(strstr(text, "shard samples  batches/epoch  steps/epoch") &&
                   strstr(text, "     1     0      1           1          30000            469"
                                "          469\n"), "%s", text);
@@ -661,12 +668,7 @@ START_TEST(text_output)
     struct ddpc_job j = fmnist();
     struct ddpc_plan p;
     build(&j, &p);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
-    ck_assert_int_eq(fclose(f), 0);
+    char *text = plan_text(&p, &j);
     ck_assert_ptr_nonnull(strstr(text, "world size      2 = 1 node x 2 devices"));
     ck_assert_ptr_nonnull(strstr(text, "30000 samples per rank"));
     ck_assert_ptr_nonnull(strstr(text, "bucket 0: b1 W1 b0 W0"));
@@ -827,12 +829,7 @@ START_TEST(gpt2_124m_on_gpus)
     /* outputs and gradients of every node, norm statistics, the kept
      * attention probabilities [12, 1024, 1024] per block: gigabytes */
     ck_assert_int_gt(p.mem_activations, (int64_t)8 * 12 * 12 * 1024 * 1024 * 4);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(plan_write_text(&p, &j, f), 0);
-    fclose(f);
+    char *text = plan_text(&p, &j);
     ck_assert_msg(strstr(text, "tokens per optimizer step: 32768 per device (batch 8 x "
                                "block_size 1024 x grad_accumulation 4), 262144 across 8 devices"),
                   "%s", text);

@@ -364,6 +364,40 @@ static void put_be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
+void ddpc_build_ok(const char *spec, const char *out)
+{
+    char *ddpc = NULL;
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    char *argv[] = { ddpc, "build", (char *)spec, "-o", (char *)out, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc build %s failed (%d):\n%s%s", spec, r.code,
+                  r.out, r.err);
+    ck_assert_int_eq(access(out, X_OK), 0);
+    run_result_free(&r);
+    free(ddpc);
+}
+
+int write_llmc_shard(const char *path, int32_t magic, int32_t version, int32_t count,
+                     const uint16_t *tok, size_t ntok)
+{
+    size_t n = 1024 + 2 * ntok;
+    unsigned char *b = calloc(1, n);
+    if (!b)
+        return -1;
+    const int32_t h[3] = { magic, version, count };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (unsigned char)((uint32_t)h[i] >> (8 * k));
+    for (size_t i = 0; i < ntok; i++) {
+        b[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
+        b[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
+    }
+    int rc = write_file(path, b, n);
+    free(b);
+    return rc;
+}
+
 int write_idx_pair(const char *images, const char *labels, int n, int rows, int cols,
                    const unsigned char *pixels, const unsigned char *label_bytes)
 {

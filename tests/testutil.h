@@ -81,6 +81,15 @@ int   write_file(const char *path, const void *data, size_t len);
  * Returns 0, or -1 if a file could not be written. */
 int   write_idx_pair(const char *images, const char *labels, int n, int rows, int cols,
                      const unsigned char *pixels, const unsigned char *label_bytes);
+/* Runs `ddpc build spec -o out` (the ddpc of $DDPC_BUILD) and asserts that
+ * it succeeded and out is executable. */
+void  ddpc_build_ok(const char *spec, const char *out);
+/* Writes an llm.c token shard (dev/data/data_common.py write_datafile): 256
+ * little-endian int32 (magic, version, count, zeros), then ntok
+ * little-endian uint16; count is what the header claims, which a bad shard
+ * makes differ. Returns 0, or -1 if it could not be written. */
+int   write_llmc_shard(const char *path, int32_t magic, int32_t version, int32_t count,
+                       const uint16_t *tok, size_t ntok);
 /* The double after "key=" in text (first occurrence at or after from), or NAN. */
 double find_kv(const char *text, const char *key);
 
