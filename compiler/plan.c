@@ -16,6 +16,7 @@
 #include <string.h>
 #include <zlib.h>
 #include "buf.h"
+#include "epoch_batches.h"
 #include "keytab.h"
 #include "plan.h"
 #include "tokens.h"
@@ -358,26 +359,11 @@ static int plan_data(const struct ddpc_job *job, struct ddpc_plan *p)
     if (n < 0 || !p->world_known)
         return 0;
     int64_t W = p->world_size, bs = job->batch_size > 0 ? job->batch_size : 1;
-    if (job->data.drop_last) {
-        p->samples_per_rank = n / W;
-        p->dropped_samples = n - p->samples_per_rank * W;
-        p->padded_samples = 0;
-        p->full_batches_per_epoch = p->samples_per_rank / bs;
-    } else {
-        p->samples_per_rank = ceil_div(n, W);
-        p->padded_samples = p->samples_per_rank * W - n;
-        p->dropped_samples = 0;
-        p->full_batches_per_epoch = ceil_div(p->samples_per_rank, bs);
-    }
-    int64_t nb = p->full_batches_per_epoch;
-    if (job->limit_train_batches > 0) {
-        if (job->limit_train_batches < nb)
-            nb = job->limit_train_batches;
-    } else if (job->limit_train_fraction > 0 && job->limit_train_fraction < 1.0) {
-        nb = (int64_t)floor(job->limit_train_fraction * (double)nb);
-        if (nb < 1 && p->full_batches_per_epoch > 0)
-            nb = 1;
-    }
+    int64_t nb = epoch_batches(n, W, bs, job->data.drop_last, job->limit_train_batches,
+                               job->limit_train_fraction, &p->samples_per_rank,
+                               &p->full_batches_per_epoch);
+    p->padded_samples = job->data.drop_last ? 0 : p->samples_per_rank * W - n;
+    p->dropped_samples = job->data.drop_last ? n - p->samples_per_rank * W : 0;
     p->batches_per_epoch = nb;
     if (nb == p->full_batches_per_epoch && !job->data.drop_last &&
         p->samples_per_rank % bs != 0)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "epoch_batches.h"
 #include "rng.h"
 #include "sampler.h"
 
@@ -28,29 +29,19 @@ int sampler_init(struct ddpc_sampler *s, int64_t n, int rank, int world, int bat
     s->seed = seed;
     s->epoch = -1;
     /* DistributedSampler: drop_last cuts to floor(n / W), else pads to ceil */
-    if (drop_last && n % world != 0)
-        s->num_samples = n / world;
-    else
-        s->num_samples = (n + world - 1) / world;
+    int64_t full;
+    int64_t nb = epoch_batches(n, world, batch_size, drop_last, limit_batches, limit_fraction,
+                               &s->num_samples, &full);
     s->total_size = s->num_samples * world;
     if (s->num_samples == 0)
         return DDPC_FAIL(e, DDPC_E_DATA,
                          "%lld samples cannot be split over %d ranks with drop_last",
                          (long long)n, world);
-    int64_t nb = drop_last ? s->num_samples / batch_size
-                           : (s->num_samples + batch_size - 1) / batch_size;
-    if (nb == 0)
+    if (full == 0)
         return DDPC_FAIL(e, DDPC_E_DATA,
                          "each rank gets %lld samples, fewer than one batch of %d with "
                          "drop_last: lower batch_size or set drop_last: false",
                          (long long)s->num_samples, batch_size);
-    if (limit_batches > 0) {
-        if (nb > limit_batches)
-            nb = limit_batches;
-    } else if (limit_fraction > 0.0 && limit_fraction < 1.0) {
-        int64_t lim = (int64_t)floor((double)nb * limit_fraction);
-        nb = lim < 1 ? 1 : lim;
-    }
     s->n_batches = nb;
     s->perm = malloc((size_t)n * sizeof *s->perm);
     s->indices = malloc((size_t)s->num_samples * sizeof *s->indices);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "layers.h"
+#include "epoch_batches.h"
 #include "npy_dtype.h"
 #include "probe.h"
 #include "tokens.h"
@@ -2309,23 +2310,15 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
 
 /* A schedule whose warmup or first step decay lies at or past the run's
  * last optimizer step: the rate never reaches its peak (or never decays),
- * which the job does without a word. The run's steps are the plan's
- * (compiler/plan.c plan_data): DistributedSampler shards, then
- * limit_train_batches, then ceil over grad_accumulation, times epochs. */
+ * which the job does without a word. The run's steps are the plan's and
+ * the job's: epoch_batches, then ceil over grad_accumulation, times
+ * epochs. */
 static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
 {
     const struct ddpc_job *j = c->job;
-    int64_t bs = j->batch_size > 0 ? j->batch_size : 1, W = world;
-    int64_t per_rank = j->data.drop_last ? samples / W : (samples + W - 1) / W;
-    int64_t nb = j->data.drop_last ? per_rank / bs : (per_rank + bs - 1) / bs, full = nb;
-    if (j->limit_train_batches > 0) {
-        if (j->limit_train_batches < nb)
-            nb = j->limit_train_batches;
-    } else if (j->limit_train_fraction > 0 && j->limit_train_fraction < 1.0) {
-        nb = (int64_t)floor(j->limit_train_fraction * (double)nb);
-        if (nb < 1 && full > 0)
-            nb = 1;
-    }
+    int64_t nb = epoch_batches(samples, world, j->batch_size > 0 ? j->batch_size : 1,
+                               j->data.drop_last, j->limit_train_batches,
+                               j->limit_train_fraction, NULL, NULL);
     int64_t acc = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
     int64_t total = (nb + acc - 1) / acc * (j->epochs > 0 ? j->epochs : 1);
     const struct ddpc_node *n;
