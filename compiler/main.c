@@ -332,6 +332,13 @@ static int cmd_build(int argc, char **argv)
         return usage_error("build: no spec file given%s", "");
     if (out && (!out[0] || out[strlen(out) - 1] == '/'))
         return usage_error("build: -o needs a file name, not %s", out[0] ? out : "\"\"");
+    /* '-' is standard output to most tools; a program cannot go there (it
+     * is an executable file, with job.sbatch beside it), and a file named
+     * '-' is never what was meant. */
+    if (out && strcmp(out, "-") == 0)
+        return usage_error("build: -o - would name a file '-': the program is an executable "
+                           "file and cannot be written to standard output; give it a name "
+                           "(-o ./- if '-' is really the name you want)%s", "");
 
     struct ddpc_diag d;
     struct ddpc_job job;

@@ -840,6 +840,9 @@ START_TEST(build_never_overwrites_the_spec_or_a_non_program)
         { { ddpc, "build", yaml, "-o", fx.dir, NULL }, NULL, NULL, "names a directory" },
         { { ddpc, "build", yaml, "-o", "/nonexistent/dir/job", NULL }, NULL, NULL,
           "directory /nonexistent/dir does not exist" },
+        /* '-' is standard output to most tools; it wrote a program named '-' */
+        { { ddpc, "build", yaml, "-o", "-", NULL }, fx.dir, NULL,
+          "cannot be written to standard output" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t before_n = 0, after_n = 0;
@@ -858,6 +861,10 @@ START_TEST(build_never_overwrites_the_spec_or_a_non_program)
             free(before);
         }
     }
+    char *dash;
+    ck_assert_int_ge(asprintf(&dash, "%s/-", fx.dir), 0);
+    ck_assert_msg(!exists(dash), "-o - wrote a file named '-'");
+    free(dash);
     /* an executable that is not a program (a script) is refused too; the
      * program of an earlier build is rebuilt in place */
     ck_assert_int_eq(chmod(notes, 0755), 0);
