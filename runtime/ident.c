@@ -246,6 +246,28 @@ static void diff_add(struct diff_out *d, const char *key, size_t klen, const cha
     d->len = d->cap - 1;
 }
 
+/* The spec's limit_train_batches is two fields in the job (a count, 0 when
+ * it is a fraction; the fraction): described apart, so the hash of every
+ * checkpoint stays what it was, but named in a diff as the one key the user
+ * wrote, spelled as written there: 3, or 1.0 and 0.5 (a fraction keeps its
+ * point: 1 would be one batch). Writes text's value into buf; 0 when text
+ * has no such line. */
+static int limit_spelled(const char *text, char kind, char *buf, size_t cap)
+{
+    const char *v;
+    size_t vl;
+    if (!find_line(text, kind, "limit_train_batches", 19, &v, &vl))
+        return 0;
+    if (!(vl == 1 && v[0] == '0') ||
+        !find_line(text, kind, "limit_train_fraction", 20, &v, &vl)) {
+        (void)snprintf(buf, cap, "%.*s", (int)vl, v);
+        return 1;
+    }
+    int bare = !memchr(v, '.', vl) && !memchr(v, 'e', vl) && !memchr(v, 'n', vl);
+    (void)snprintf(buf, cap, "%.*s%s", (int)vl, v, bare ? ".0" : "");
+    return 1;
+}
+
 static void diff_scan(struct diff_out *d, const char *from, const char *to, char kind,
                       int from_is_old)
 {
@@ -258,6 +280,19 @@ static void diff_scan(struct diff_out *d, const char *from, const char *to, char
             size_t klen = (size_t)(eq - key);
             const char *v = eq + 1, *w;
             size_t vl = len - 3 - klen, wl;
+            char lv[64], lw[64];
+            if (klen == 20 && memcmp(key, "limit_train_fraction", 20) == 0)
+                goto next;              /* named as limit_train_batches */
+            if (klen == 19 && memcmp(key, "limit_train_batches", 19) == 0 &&
+                limit_spelled(from, kind, lv, sizeof lv)) {
+                if (!limit_spelled(to, kind, lw, sizeof lw))
+                    diff_add(d, key, klen, from_is_old ? lv : "(absent)",
+                             from_is_old ? strlen(lv) : 8, from_is_old ? "(absent)" : lv,
+                             from_is_old ? 8 : strlen(lv));
+                else if (from_is_old && strcmp(lv, lw) != 0)
+                    diff_add(d, key, klen, lv, strlen(lv), lw, strlen(lw));
+                goto next;
+            }
             int there = find_line(to, kind, key, klen, &w, &wl);
             /* a key whose kind changed with the job (epochs is T under a
              * cosine schedule, else C) is not absent: its value is the
@@ -279,6 +314,7 @@ static void diff_scan(struct diff_out *d, const char *from, const char *to, char
                 diff_add(d, key, klen, "(absent)", 8, v, vl);
             }
         }
+next:
         p = nl ? nl + 1 : NULL;
     }
 }

@@ -646,7 +646,7 @@ START_TEST(identity_splits_trajectory_from_the_rest)
     ck_assert_str_eq(t0, t1);                     /* same job: same bytes */
     ck_assert_int_eq(ident_format(&j0, 2, "cpu", t1, 64), -1);   /* too small: said */
 
-    for (int k = 0; k < 32; k++) {
+    for (int k = 0; k < 35; k++) {
         j = j0;
         int world = 2, traj = 1;
         const char *backend = "cpu", *want = NULL;
@@ -693,6 +693,14 @@ START_TEST(identity_splits_trajectory_from_the_rest)
         case 29: j.matmul_precision = DDPC_MATMUL_HIGH; want = "matmul_precision changed: highest -> high"; break;
         case 30: j.optimizer.weight_decay_on = DDPC_WD_ON_WEIGHTS;
                  want = "optimizer.weight_decay_on changed: all -> weights"; break;
+        /* limit_train_batches is two fields (a count, 0 for a fraction; the
+         * fraction), named as the one key the spec wrote, as written: it
+         * said 'limit_train_batches changed: 0 -> 3' of a spec's 1.0, and
+         * 'limit_train_fraction changed: 1 -> 0.5', a key no spec has */
+        case 32: j.limit_train_batches = 3; want = "limit_train_batches changed: 1.0 -> 3"; break;
+        case 33: j.limit_train_fraction = 0.5; want = "limit_train_batches changed: 1.0 -> 0.5"; break;
+        case 34: j0.limit_train_batches = 5; j.limit_train_batches = 2;
+                 want = "limit_train_batches changed: 5 -> 2"; break;
         }
         ck_assert_int_gt(ident_format(&j0, 2, "cpu", t0, 16384), 0);
         ident_hash(t0, h0);
@@ -704,12 +712,14 @@ START_TEST(identity_splits_trajectory_from_the_rest)
         if (traj) {
             ck_assert_msg(nt >= 1 && strstr(d, want), "edit %d: T diff '%s', want '%s'", k, d, want);
             ck_assert_msg(!strstr(d, "(absent)") || k == 27, "edit %d: T diff '%s'", k, d);
+            ck_assert_msg(!strstr(d, "limit_train_fraction"), "edit %d: T diff '%s'", k, d);
         } else {
             ck_assert_msg(nt == 0, "edit %d: T diff '%s'", k, d);
             ck_assert_msg(ident_diff(t0, t1, 'C', d, sizeof d) >= 1 && strstr(d, want),
                           "edit %d: C diff '%s', want '%s'", k, d, want);
         }
         j0.schedule.decay = DDPC_DECAY_CONSTANT;
+        j0.limit_train_batches = 0;
     }
     /* a description missing from an old checkpoint: every line differs */
     ck_assert_int_gt(ident_diff("", t0, 'T', d, sizeof d), 10);
