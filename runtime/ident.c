@@ -221,6 +221,16 @@ static int find_line(const char *text, char kind, const char *key, size_t klen,
     return 0;
 }
 
+int ident_value(const char *text, char kind, const char *key, char *buf, size_t cap)
+{
+    const char *v;
+    size_t vl;
+    int found = text && find_line(text, kind, key, strlen(key), &v, &vl);
+    if (cap)
+        (void)snprintf(buf, cap, "%.*s", found ? (int)vl : 0, found ? v : "");
+    return found;
+}
+
 struct diff_out {
     char  *p;
     size_t cap, len;

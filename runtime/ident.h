@@ -1,7 +1,7 @@
 /* ident.h - a run's identity for checkpoints: what decides the training
  * trajectory, and what does not.
  *
- * defines: ident_format, ident_hash, ident_diff
+ * defines: ident_format, ident_hash, ident_diff, ident_value
  *
  * ident_format describes a job as text, one "K key=value" line per field,
  * K = 'T' when the field changes the trajectory (the sequence of parameters
@@ -56,5 +56,10 @@ void ident_hash(const char *text, char out[DDPC_IDENT_HASH_LEN + 1]);
  * text only counts as changed from/to "(absent)". old may be "" (a
  * checkpoint without a description): then every line of now differs. */
 int  ident_diff(const char *old, const char *now, char kind, char *out, size_t cap);
+
+/* Copies the value of text's kind line for key ("batch_size") into buf
+ * (NUL-terminated, cut to cap). Returns 1, or 0 when text has no such line
+ * (buf is then ""). */
+int  ident_value(const char *text, char kind, const char *key, char *buf, size_t cap);
 
 #endif /* DDPC_IDENT_H */

@@ -894,6 +894,26 @@ static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, F
                 "formatting); no setting did\n");
 }
 
+/* A mid-epoch position is a batch index into the epoch's shard: it means
+ * the same samples only while the batch size and the shuffle do (the world
+ * and the seed are checked apart). Writes "batch_size changed: 16 -> 32"
+ * into what and returns 1 when one of them differs between c (which must
+ * describe itself: a format-1 file does not) and this job's identity. */
+static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, char *what,
+                           size_t cap)
+{
+    static const char *const keys[] = { "batch_size", "data.shuffle" };
+    for (size_t i = 0; c->ident && ident && i < sizeof keys / sizeof keys[0]; i++) {
+        char was[64], is[64];
+        if (ident_value(c->ident, 'T', keys[i], was, sizeof was) &&
+            ident_value(ident, 'T', keys[i], is, sizeof is) && strcmp(was, is) != 0) {
+            (void)snprintf(what, cap, "%s changed: %s -> %s", keys[i], was, is);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Rank 0 picks and reads the checkpoint (ckpt_find_resume), then broadcasts
  * the position and the state, so all ranks resume identically. Every rank
  * decides from the job alone whether to look, so the collectives match. */
@@ -909,7 +929,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     size_t n = r->model.n_params;
     if (r->rank == 0) {
         struct ddpc_ckpt c;
-        char path[4096] = "";
+        char path[4096] = "", what[256];
         memset(&c, 0, sizeof c);
         int found = ckpt_find_resume(r->ckpt.on ? j->checkpoint_dir : ".", j->name,
                                      r->ckpt.ident_hash, r->ckpt.ident,
@@ -943,6 +963,17 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                                "resume from a checkpoint taken at an epoch's end, or keep those "
                                "settings", path, (long long)c.sampler_batches,
                                (long long)c.sampler_epoch + 1, (long long)r->sampler.n_batches);
+            else if (c.sampler_batches != 0 && mid_epoch_moved(&c, r->ckpt.ident, what,
+                                                               sizeof what))
+                /* batch k of the epoch is other samples now: the rest of
+                 * the epoch would train some twice and skip others */
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch, %lld batches "
+                               "into epoch %lld, and %s: the batches left of that epoch are "
+                               "not the ones it had left (samples would be trained twice or "
+                               "skipped). Resume it with the checkpoint's setting, or from a "
+                               "checkpoint taken at an epoch's end", path,
+                               (long long)c.sampler_batches, (long long)c.sampler_epoch + 1,
+                               what);
             else if (c.seed != j->seed)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was written with seed %llu, this "
                                "job has seed %llu; the data order would differ", path,

@@ -848,6 +848,38 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
                   strstr(r.err, "resume from a checkpoint taken at an epoch's end") &&
                   !strstr(r.out, "nan"), "%s%s", r.out, r.err);
     run_result_free(&r);
+    /* a batch_size whose epoch still holds the position (8 batches of 32):
+     * batch 4 is other samples now, so the rest of the epoch would train
+     * some twice and skip others; it resumed there without a word */
+    snprintf(text, sizeof text, "%sbatch_size: 32\n", base);
+    write_text(dir, "b32.yaml", text);
+    char *spec3 = NULL, *job3 = NULL;
+    ck_assert_int_ge(asprintf(&spec3, "%s/b32.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job3, "%s/b32", dir), 0);
+    ddpc_build_ok(spec3, job3);
+    char *argv3[] = { job3, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv3, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, and batch_size "
+                                "changed: 16 -> 32") &&
+                  strstr(r.err, "from a checkpoint taken at an epoch's end") &&
+                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    /* at an epoch's end the position is none: that resumes (step 16 ends epoch 1) */
+    ck_assert_ptr_nonnull(d = opendir(ck));
+    char name16[300] = "";
+    for (struct dirent *de; (de = readdir(d));)
+        if (strncmp(de->d_name, "me-e0001-s000000016-", 20) == 0)
+            snprintf(name16, sizeof name16, "ck/%s", de->d_name);
+    ck_assert_int_eq(closedir(d), 0);
+    ck_assert_msg(name16[0], "no checkpoint of step 16 in %s", ck);
+    argv3[2] = name16;
+    ck_assert_int_eq(run_capture(argv3, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "epoch 2/2"), "exit %d:\n%s%s",
+                  r.code, r.out, r.err);
+    run_result_free(&r);
+    free(spec3);
+    free(job3);
     /* the same file named for another model: the way out is another file
      * (it advised checkpoint_dir and checkpoint.resume: never, which a
      * --resume on the command line does not heed) */
