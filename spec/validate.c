@@ -1674,16 +1674,17 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
     }
     if (!f->ok || role != ROLE_LABELS || f->nd < 1)
         return;
-    /* class labels: IDX ubyte, or NPY integers in little-endian or byte order */
-    const char *d = f->descr;
-    /* IDX integers: 08 ubyte, 09 sbyte, 0B short, 0C int, big-endian */
+    /* class labels: IDX integers (08 ubyte, 09 sbyte, 0B short, 0C int,
+     * big-endian), or NPY integers and bools of either byte order, as the
+     * loader reads them (npy_dtype_parse, the loader's rule) */
     int idx_size = type == 0x08 || type == 0x09 ? 1 : type == 0x0B ? 2 : type == 0x0C ? 4 : 0;
+    struct npy_dtype dt;
     if (fmt == DDPC_DATA_IDX && idx_size)
         label_range(p, hdr, idx_size, type != 0x08, 1, f->dims[0], &f->min_label,
                     &f->max_label, &f->labels_known);
-    else if (fmt == DDPC_DATA_NPY && (d[0] == '<' || d[0] == '|') && (d[1] == 'i' || d[1] == 'u') &&
-             d[2] >= '1' && d[2] <= '8' && d[3] == '\0')
-        label_range(p, hdr, d[2] - '0', d[1] == 'i', 0, f->dims[0], &f->min_label,
+    else if (fmt == DDPC_DATA_NPY && npy_dtype_parse(f->descr, strlen(f->descr), &dt) == 0 &&
+             dt.kind != 'f')
+        label_range(p, hdr, dt.size, dt.kind == 'i', dt.big_endian, f->dims[0], &f->min_label,
                     &f->max_label, &f->labels_known);
 }
 
