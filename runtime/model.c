@@ -298,26 +298,42 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
         size_t ckk = (size_t)C * K * K, ohw = (size_t)OH * OW;
         a.C = C; a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = OH; a.OW = OW;
         a.K = K; a.S = it->stride; a.P = it->padding;
-        a.y = m->col;
-        DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)rows * ckk * ohw, &a, e));
-        for (int s = 0; s < rows; s++)
-            DDPC_TRY(o->gemm(o, 0, 0, it->out, (int)ohw, (int)ckk, 1.0f, m->params + L->w_off,
-                             (int)ckk, m->col + (size_t)s * ckk * ohw, (int)ohw, 0.0f,
-                             y + (size_t)s * it->out * ohw, (int)ohw, e));
-        if (!L->b_numel)
-            return 0;
-        memset(&a, 0, sizeof a);
-        a.y = y;
-        a.w = m->params + L->b_off;
-        a.C = it->out;
-        a.H = (int)ohw;
-        if (!m->fused[k])
-            return lk(o, DDPC_LK_CHAN_BIAS, n_out, &a, e);
-        const struct ddpc_layer_item *next = &m->net.node[k + 1].it;
-        a.t = m->y[k + 1];
-        a.act = act_id(next->type, next);
-        a.f0 = (float)next->negative_slope;
-        return lk(o, DDPC_LK_CHAN_BIAS_ACT, n_out, &a, e);
+        size_t in_numel = (size_t)L->in_numel, out_numel = (size_t)L->out_numel;
+        const struct ddpc_layer_item *next = m->fused[k] ? &m->net.node[k + 1].it : NULL;
+        struct ddpc_lk b;
+        memset(&b, 0, sizeof b);
+        b.w = m->params + L->b_off;
+        b.C = it->out;
+        b.H = (int)ohw;
+        b.act = next ? act_id(next->type, next) : 0;
+        b.f0 = next ? (float)next->negative_slope : 0.0f;
+        /* chunks of conv_rows samples (all of them where the backend says
+         * 0): im2col, the per-sample gemms and the bias (+ activation) of
+         * one chunk run back to back, so its columns and outputs are still
+         * in cache; the same operations on the same values as one pass
+         * per stage, so the same bits */
+        int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
+        for (int s0 = 0; s0 < rows; s0 += chunk) {
+            int n = rows - s0 < chunk ? rows - s0 : chunk;
+            a.x = in + (size_t)s0 * in_numel;
+            a.y = m->col;
+            a.N = n;
+            DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)n * ckk * ohw, &a, e));
+            for (int s = 0; s < n; s++)
+                DDPC_TRY(o->gemm(o, 0, 0, it->out, (int)ohw, (int)ckk, 1.0f,
+                                 m->params + L->w_off, (int)ckk, m->col + (size_t)s * ckk * ohw,
+                                 (int)ohw, 0.0f, y + (size_t)(s0 + s) * out_numel, (int)ohw, e));
+            if (!L->b_numel)
+                continue;
+            b.y = y + (size_t)s0 * out_numel;
+            if (!next) {
+                DDPC_TRY(lk(o, DDPC_LK_CHAN_BIAS, (size_t)n * out_numel, &b, e));
+                continue;
+            }
+            b.t = m->y[k + 1] + (size_t)s0 * out_numel;
+            DDPC_TRY(lk(o, DDPC_LK_CHAN_BIAS_ACT, (size_t)n * out_numel, &b, e));
+        }
+        return 0;
     }
     case DDPC_LAYER_MAXPOOL2D:
     case DDPC_LAYER_AVGPOOL2D:
@@ -447,18 +463,34 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         size_t ckk = (size_t)C * K * K, ohw = (size_t)OH * OW;
         a.H = L->in.d[1]; a.W = L->in.d[2]; a.OH = OH; a.OW = OW;
         a.K = K; a.S = it->stride; a.P = it->padding;
-        a.y = m->col;
-        DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)rows * ckk * ohw, &a, e));
-        for (int s = 0; s < rows; s++) {
-            float *col = m->col + (size_t)s * ckk * ohw;
-            const float *dys = dy + (size_t)s * OC * ohw;
-            /* dW[OC, ckk] (+)= dY_s[OC, ohw] . col_s[ckk, ohw]^T */
-            DDPC_TRY(o->gemm(o, 0, 1, OC, (int)ckk, (int)ohw, 1.0f, dys, (int)ohw, col, (int)ohw,
-                             s == 0 ? beta : 1.0f, m->grads + L->w_off, (int)ckk, e));
-            /* dcol_s[ckk, ohw] = W^T . dY_s, in place of col_s (read above) */
-            if (want_dx)
-                DDPC_TRY(o->gemm(o, 1, 0, (int)ckk, (int)ohw, OC, 1.0f, m->params + L->w_off,
-                                 (int)ckk, dys, (int)ohw, 0.0f, col, (int)ohw, e));
+        size_t in_numel = (size_t)L->in_numel;
+        /* in chunks, as the forward (same operations in the same order per
+         * sample: im2col, dW, dcol in place of col, col2im) */
+        int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
+        for (int s0 = 0; s0 < rows; s0 += chunk) {
+            int n = rows - s0 < chunk ? rows - s0 : chunk;
+            a.x = in + (size_t)s0 * in_numel;
+            a.y = m->col;
+            a.N = n;
+            DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)n * ckk * ohw, &a, e));
+            for (int s = 0; s < n; s++) {
+                float *col = m->col + (size_t)s * ckk * ohw;
+                const float *dys = dy + (size_t)(s0 + s) * OC * ohw;
+                /* dW[OC, ckk] (+)= dY_s[OC, ohw] . col_s[ckk, ohw]^T */
+                DDPC_TRY(o->gemm(o, 0, 1, OC, (int)ckk, (int)ohw, 1.0f, dys, (int)ohw, col,
+                                 (int)ohw, s0 + s == 0 ? beta : 1.0f, m->grads + L->w_off,
+                                 (int)ckk, e));
+                /* dcol_s[ckk, ohw] = W^T . dY_s, in place of col_s (read above) */
+                if (want_dx)
+                    DDPC_TRY(o->gemm(o, 1, 0, (int)ckk, (int)ohw, OC, 1.0f, m->params + L->w_off,
+                                     (int)ckk, dys, (int)ohw, 0.0f, col, (int)ohw, e));
+            }
+            if (want_dx) {
+                a.aux = m->col;
+                a.ws = m->ws;
+                a.dx = dx + (size_t)s0 * in_numel;
+                DDPC_TRY(lk(o, DDPC_LK_COL2IM, (size_t)n * in_numel, &a, e));
+            }
         }
         if (L->b_numel) {
             struct ddpc_lk b;
@@ -470,11 +502,6 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
             b.H = (int)ohw;
             b.accg = beta != 0.0f;
             DDPC_TRY(lk(o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)OC, &b, e));
-        }
-        if (want_dx) {
-            a.aux = m->col;
-            a.ws = m->ws;
-            rc = lk(o, DDPC_LK_COL2IM, n_in, &a, e);
         }
         break;
     }

@@ -125,6 +125,13 @@ struct ddpc_ops {
      * to_device. Zero-initialised ops default to 0, the safe choice. */
     int host_memory;
 
+    /* Samples per pass of a convolution's stages (im2col, gemms, bias;
+     * backward: im2col, gemms, col2im): n > 0 runs them n samples at a
+     * time, so a chunk's columns are still in cache from one stage to the
+     * next (the CPU: 1); 0 runs each stage over the whole batch (CUDA: one
+     * launch each). The same values either way. */
+    int conv_rows;
+
     /* enum ddpc_precision of gemm inputs; the caller sets it after init
      * (0 = fp32, the default). CUDA: bf16/fp16 copies of A and B, fp32
      * accumulation and fp32 C (cublasGemmEx, CUBLAS_COMPUTE_32F); weights,

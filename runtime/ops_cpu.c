@@ -884,6 +884,7 @@ int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
     o->layer_kernel = cpu_layer_kernel;
     o->destroy = cpu_destroy;
     o->host_memory = 1;
+    o->conv_rows = 1;
 #if defined(__x86_64__) || defined(__i386__)
     _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
     _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);

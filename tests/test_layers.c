@@ -350,6 +350,70 @@ START_TEST(train_and_eval_modes)
 }
 END_TEST
 
+/* A convolution's stages run a chunk of samples at a time on the CPU
+ * (ops.conv_rows, so the columns stay in cache): any chunk gives the bits
+ * of whole-batch stages (conv_rows 0, the CUDA backend's way), forward and
+ * backward, with and without bias, into a first layer (no input gradient)
+ * and a later one (col2im), strided and padded. */
+START_TEST(conv_chunks_are_the_whole_batch)
+{
+    struct built b;
+    build_spec(&b, HEAD "model:\n  type: sequential\n  input: [3, 11, 10]\n  layers:\n"
+               "    - conv2d: {out_channels: 5, kernel_size: 3, padding: 1}\n    - relu\n"
+               "    - conv2d: {out_channels: 4, kernel_size: 3, stride: 2, bias: false}\n"
+               "    - conv2d: {out_channels: 6, kernel_size: 2, padding: 1}\n"
+               "    - flatten\n    - linear: {out_features: 3}\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 330, classes: 3}\n");
+    enum { ROWS = 7 };
+    static const int chunks[] = { 0, 1, 3, 7, 100 };
+    float *ref = NULL;
+    size_t nref = 0;
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        struct ddpc_ops o;
+        struct ddpc_err e = { 0 };
+        ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+        o.conv_rows = chunks[c];
+        struct ddpc_model m;
+        ck_assert_msg(model_init(&m, &o, &b.job, ROWS, &e) == 0, "%s", e.msg);
+        ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 5, &e), 0);
+        size_t in = (size_t)m.net.in_numel, out = (size_t)m.net.out_numel;
+        float x[ROWS * 330];
+        int32_t lab[ROWS];
+        ck_assert_uint_eq(in, 330);
+        for (size_t i = 0; i < ROWS * in; i++)
+            x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+        for (int i = 0; i < ROWS; i++)
+            lab[i] = i % 3;
+        model_set_mode(&m, 1, 1);
+        ck_assert_msg(model_forward(&m, x, ROWS, &e) == 0, "%s", e.msg);
+        double acc[DDPC_LOSS_ACC] = { 0 };
+        ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, m.logits, lab, NULL, m.dbuf[0],
+                                ROWS, (int)out, 1.0f / ROWS, acc, &e), 0);
+        ck_assert_msg(model_backward(&m, x, m.dbuf[0], ROWS, 0, NULL, NULL, &e) == 0, "%s",
+                      e.msg);
+        /* the logits, then every gradient */
+        size_t n = ROWS * out + m.n_params;
+        float *got = malloc(n * sizeof *got);
+        ck_assert_ptr_nonnull(got);
+        memcpy(got, m.logits, ROWS * out * sizeof *got);
+        memcpy(got + ROWS * out, m.grads, m.n_params * sizeof *got);
+        if (!ref) {
+            ref = got;
+            nref = n;
+        } else {
+            ck_assert_uint_eq(n, nref);
+            ck_assert_msg(memcmp(got, ref, n * sizeof *got) == 0,
+                          "conv_rows %d: not the whole batch's bits", chunks[c]);
+            free(got);
+        }
+        model_free(&m);
+        o.destroy(&o);
+    }
+    free(ref);
+    built_free(&b);
+}
+END_TEST
+
 /* The gpt preset lowers to nanoGPT's modules: GPT-2 124M has nanoGPT's
  * parameter count (124,439,808 with the tied lm_head counted once), its
  * tensor names in named_parameters() order, and about the FLOPs per token
@@ -509,6 +573,7 @@ Suite *layers_suite(void)
     TCase *u = tcase_create("runtime");
     tcase_add_test(u, plan_buckets_are_runtime_buckets);
     tcase_add_test(u, train_and_eval_modes);
+    tcase_add_test(u, conv_chunks_are_the_whole_batch);
     tcase_add_test(u, gpt_lowering_is_nanogpt);
     tcase_add_test(u, step_never_allocates);
     suite_add_tcase(s, u);
