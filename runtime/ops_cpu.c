@@ -466,9 +466,14 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #if defined(__clang__) || __GNUC__ >= 12
 #define V8_EVEN(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
 #define V8_ODD(a, b)  __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
+/* a0 b0 a1 b1 ... a3 b3 and a4 b4 ... a7 b7: V8_EVEN/V8_ODD's inverse */
+#define V8_ILO(a, b)  __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11)
+#define V8_IHI(a, b)  __builtin_shufflevector(a, b, 4, 12, 5, 13, 6, 14, 7, 15)
 #else
 #define V8_EVEN(a, b) __builtin_shuffle(a, b, (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 })
 #define V8_ODD(a, b)  __builtin_shuffle(a, b, (v8i){ 1, 3, 5, 7, 9, 11, 13, 15 })
+#define V8_ILO(a, b)  __builtin_shuffle(a, b, (v8i){ 0, 8, 1, 9, 2, 10, 3, 11 })
+#define V8_IHI(a, b)  __builtin_shuffle(a, b, (v8i){ 4, 12, 5, 13, 6, 14, 7, 15 })
 #endif
 
 static inline void pool2_block(const float *r0, const float *r1, float *y, int32_t *idx,
@@ -496,32 +501,131 @@ static inline void pool2_block(const float *r0, const float *r1, float *y, int32
     memcpy(idx, &arg, sizeof arg);
 }
 
-DDPC_HOT static void pool2_max_plane(const float *restrict x, float *restrict y,
-                                     int32_t *restrict idx, int W, int OH, int OW)
+/* The rest of one output row, from ox: the block's selects on bits, one
+ * window at a time. */
+static void pool2_row_scalar(const float *r0, const float *r1, float *yr, int32_t *ir,
+                             int32_t row0, int W, int ox, int OW)
 {
-    for (int oy = 0; oy < OH; oy++) {
-        const float *r0 = x + (size_t)2 * oy * W, *r1 = r0 + W;
-        float *yr = y + (size_t)oy * OW;
-        int32_t *ir = idx + (size_t)oy * OW;
+    for (; ox < OW; ox++) {
+        int32_t at = row0 + 2 * ox, arg = at;
+        float best = r0[2 * ox];
+        const float v[3] = { r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1] };
+        const int32_t off[3] = { 1, W, W + 1 };
+        for (int k = 0; k < 3; k++) {
+            uint32_t t = -(uint32_t)((v[k] > best) | (v[k] != v[k])), bb, vb;
+            memcpy(&bb, &best, sizeof bb);
+            memcpy(&vb, &v[k], sizeof vb);
+            bb = (vb & t) | (bb & ~t);
+            memcpy(&best, &bb, sizeof best);
+            arg = (int32_t)(((uint32_t)(at + off[k]) & t) | ((uint32_t)arg & ~t));
+        }
+        yr[ox] = best;
+        ir[ox] = arg;
+    }
+}
+
+/* planes planes of H x W in, OH x OW out (2 OH <= H, 2 OW <= W). A row
+ * shorter than a block, or its last partial block, is one block that
+ * reads on into the rows after it and writes on into the next output row,
+ * which is computed after it and overwrites those lanes; a partial last
+ * block starts at OW - 8 instead and recomputes windows already done, to
+ * the same values. The call's last output row, which has nothing after it
+ * to read or overwrite, and short rows near the end, whose block would
+ * reach past it, take the scalar path. */
+DDPC_HOT static void pool2_max_planes(const float *restrict x, float *restrict y,
+                                      int32_t *restrict idx, int H, int W, int OH, int OW,
+                                      size_t planes)
+{
+    size_t rows = planes * (size_t)OH, x_len = planes * (size_t)H * W;
+    for (size_t r = 0; r < rows; r++) {
+        size_t pl = r / (size_t)OH;
+        int oy = (int)(r % (size_t)OH);
+        size_t at_x = pl * (size_t)H * W + (size_t)2 * oy * W;
+        const float *r0 = x + at_x, *r1 = r0 + W;
+        float *yr = y + r * OW;
+        int32_t *ir = idx + r * OW;
         int32_t row0 = 2 * oy * W;
+        int inside = x_len - at_x >= (size_t)W + 2 * POOL2_B && (rows - r) * OW >= POOL2_B;
+        if (r + 1 == rows || (OW < POOL2_B && !inside)) {
+            int ox = 0;
+            for (; ox + POOL2_B <= OW; ox += POOL2_B)
+                pool2_block(r0 + 2 * ox, r1 + 2 * ox, yr + ox, ir + ox, row0 + 2 * ox, W);
+            pool2_row_scalar(r0, r1, yr, ir, row0, W, ox, OW);
+            continue;
+        }
+        if (OW < POOL2_B) {
+            pool2_block(r0, r1, yr, ir, row0, W);
+            continue;
+        }
         int ox = 0;
         for (; ox + POOL2_B <= OW; ox += POOL2_B)
             pool2_block(r0 + 2 * ox, r1 + 2 * ox, yr + ox, ir + ox, row0 + 2 * ox, W);
-        for (; ox < OW; ox++) {   /* the rest of the row: the same selects, on bits */
-            int32_t at = row0 + 2 * ox, arg = at;
-            float best = r0[2 * ox];
-            const float v[3] = { r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1] };
-            const int32_t off[3] = { 1, W, W + 1 };
-            for (int k = 0; k < 3; k++) {
-                uint32_t t = -(uint32_t)((v[k] > best) | (v[k] != v[k])), bb, vb;
-                memcpy(&bb, &best, sizeof bb);
-                memcpy(&vb, &v[k], sizeof vb);
-                bb = (vb & t) | (bb & ~t);
-                memcpy(&best, &bb, sizeof best);
-                arg = (int32_t)(((uint32_t)(at + off[k]) & t) | ((uint32_t)arg & ~t));
-            }
-            yr[ox] = best;
-            ir[ox] = arg;
+        if (ox < OW) {
+            ox = OW - POOL2_B;
+            pool2_block(r0 + 2 * ox, r1 + 2 * ox, yr + ox, ir + ox, row0 + 2 * ox, W);
+        }
+    }
+}
+
+/* Backward of 2 x 2 / stride 2 max pooling over planes of exactly
+ * 2 OH x 2 OW: every input written once, the window's gradient where the
+ * forward's argmax is and +0 elsewhere, so no zeroing pass and no
+ * scattered adds. 0 + dy, as the generic path's add into a zeroed plane,
+ * so a -0 gradient arrives as +0 there too. Short rows and partial last
+ * blocks as pool2_max_planes: a block that writes on into the rows after
+ * it is overwritten by theirs; the end of the call goes window by window. */
+static inline void pool2_back_block(const float *dy, const int32_t *idx, float *d0, float *d1,
+                                    int32_t at0, int32_t W)
+{
+    v8f d, zero = { 0 };
+    v8i a;
+    memcpy(&d, dy, sizeof d);
+    memcpy(&a, idx, sizeof a);
+    d = d + zero;
+    v8i at = (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 } + at0;
+    v8i z = (v8i)zero, dv = (v8i)d;
+    v8f t00 = (v8f)V8_SEL(a == at, dv, z), t01 = (v8f)V8_SEL(a == at + 1, dv, z);
+    v8f t10 = (v8f)V8_SEL(a == at + W, dv, z), t11 = (v8f)V8_SEL(a == at + (W + 1), dv, z);
+    v8f top_lo = V8_ILO(t00, t01), top_hi = V8_IHI(t00, t01);
+    v8f bot_lo = V8_ILO(t10, t11), bot_hi = V8_IHI(t10, t11);
+    memcpy(d0, &top_lo, sizeof top_lo);
+    memcpy(d0 + POOL2_B, &top_hi, sizeof top_hi);
+    memcpy(d1, &bot_lo, sizeof bot_lo);
+    memcpy(d1 + POOL2_B, &bot_hi, sizeof bot_hi);
+}
+
+DDPC_HOT static void pool2_back_planes(const float *restrict dy, const int32_t *restrict idx,
+                                       float *restrict dx, int OH, int OW, size_t planes)
+{
+    int W = 2 * OW;
+    size_t rows = planes * (size_t)OH;
+    for (size_t r = 0; r < rows; r++) {
+        int oy = (int)(r % (size_t)OH);
+        const float *dyr = dy + r * OW;
+        const int32_t *ir = idx + r * OW;
+        float *d0 = dx + r * 2 * (size_t)W, *d1 = d0 + W;
+        int32_t row0 = 2 * oy * W;
+        /* a block reads 8 outputs and writes 16 floats from d1 */
+        int inside = (rows - r) * OW >= POOL2_B && (rows - r) * 2 * (size_t)W >= (size_t)W + 2 * POOL2_B;
+        if (OW < POOL2_B && inside) {
+            pool2_back_block(dyr, ir, d0, d1, row0, W);
+            continue;
+        }
+        int ox = 0;
+        for (; ox + POOL2_B <= OW; ox += POOL2_B)
+            pool2_back_block(dyr + ox, ir + ox, d0 + 2 * ox, d1 + 2 * ox, row0 + 2 * ox, W);
+        if (ox < OW && OW >= POOL2_B) {
+            ox = OW - POOL2_B;
+            pool2_back_block(dyr + ox, ir + ox, d0 + 2 * ox, d1 + 2 * ox, row0 + 2 * ox, W);
+            continue;
+        }
+        for (; ox < OW; ox++) {
+            int32_t at = row0 + 2 * ox;
+            float v = dyr[ox] + 0.0f;
+            d0[2 * ox] = ir[ox] == at ? v : 0.0f;
+            d0[2 * ox + 1] = ir[ox] == at + 1 ? v : 0.0f;
+            d1[2 * ox] = ir[ox] == at + W ? v : 0.0f;
+            d1[2 * ox + 1] = ir[ox] == at + W + 1 ? v : 0.0f;
         }
     }
 }
@@ -724,6 +828,11 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
          * the plane: the element function's comparisons without its
          * index arithmetic and bounds tests (its first term always wins
          * the arg < 0 test), so the same value and argmax. */
+        if (a->act == 0 && a->K == 2 && a->S == 2 && a->P == 0 && a->idx) {
+            pool2_max_planes(a->x, a->y, a->idx, a->H, a->W, a->OH, a->OW,
+                             n / ((size_t)a->OH * a->OW));
+            break;
+        }
         for (size_t pl = 0, planes = n / ((size_t)a->OH * a->OW); pl < planes; pl++) {
             struct ddpc_lk b = *a;
             size_t ohw = (size_t)a->OH * a->OW;
@@ -733,10 +842,6 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
             if (a->act != 0) {
                 for (size_t i = 0; i < ohw; i++)
                     ddpc_lk_pool_fwd(i, &b);
-                continue;
-            }
-            if (a->K == 2 && a->S == 2 && a->P == 0) {
-                pool2_max_plane(b.x, b.y, b.idx, a->W, a->OH, a->OW);
                 continue;
             }
             for (int oy = 0; oy < a->OH; oy++)
@@ -767,6 +872,12 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         if (a->S < a->K || a->accx) {   /* overlapping windows: the gather's order */
             for (size_t i = 0; i < n; i++)
                 ddpc_lk_run(kind, i, a);
+            break;
+        }
+        if (a->act == 0 && a->K == 2 && a->S == 2 && a->P == 0 && a->H == 2 * a->OH &&
+            a->W == 2 * a->OW) {
+            pool2_back_planes(a->dy, a->idx, a->dx, a->OH, a->OW,
+                              n / ((size_t)a->H * a->W));
             break;
         }
         /* windows do not overlap: each input takes at most one term */

@@ -285,6 +285,12 @@ START_TEST(layer_kernels_match_element_functions)
         { 1, 2, 7, 7, 2, 2, 0 }, { 2, 2, 6, 6, 3, 2, 1 }, { 3, 4, 28, 28, 2, 2, 0 },
         { 2, 3, 14, 14, 3, 1, 1 }, { 1, 1, 5, 8, 1, 1, 0 }, { 2, 2, 6, 7, 3, 3, 0 },
         { 2, 5, 9, 9, 2, 1, 1 }, { 2, 2, 6, 5, 5, 1, 2 }, { 1, 2, 3, 4, 5, 1, 2 },
+        /* 2 x 2 max pooling's blocks of 8 windows: rows shorter than a
+         * block (7, 2, 1 windows), a row of exactly two blocks, rows with
+         * a partial last block (14, 17), odd planes whose last row and
+         * column no window reads */
+        { 2, 3, 14, 14, 2, 2, 0 }, { 3, 2, 4, 4, 2, 2, 0 }, { 1, 1, 2, 2, 2, 2, 0 },
+        { 2, 2, 32, 32, 2, 2, 0 }, { 2, 1, 6, 34, 2, 2, 0 }, { 2, 3, 15, 13, 2, 2, 0 },
     };
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
