@@ -735,6 +735,20 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
         rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s: out of memory", path);
         goto out;
     }
+    /* the lines below are C strings: a NUL would end the file there, and
+     * every row after it would be dropped without a word (a file cut short
+     * by a crash is often padded with zeros) */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        size_t line = 1;
+        for (const char *c = text; c < nul; c++)
+            line += *c == '\n';
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s:%zu: a NUL byte (byte %zu of %zu): a CSV file is "
+                       "text, and this one is binary or zero-filled from there (a copy or "
+                       "write cut short?); fix or regenerate the file", path, line,
+                       (size_t)(nul - text) + 1, len);
+        goto out;
+    }
     size_t nl = 0;
     for (char *p = text; p && *p;) {
         char *q = strchr(p, '\n');

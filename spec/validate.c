@@ -1543,6 +1543,16 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
         snprintf(why, cap, got == 0 ? "empty CSV file" : "first CSV line longer than 64 KiB");
         return -1;
     }
+    const unsigned char *nul = memchr(b, '\0', (size_t)got);
+    if (nul) {      /* the job refuses it too (runtime/data.c) */
+        long line = 1;
+        for (const unsigned char *c = b; c < nul; c++)
+            line += *c == '\n';
+        snprintf(why, cap, "a NUL byte on line %ld (byte %ld): a CSV file is text, and this "
+                 "one is binary or zero-filled from there (a copy or write cut short?)", line,
+                 (long)(nul - b) + 1);
+        return -1;
+    }
     *cols = n;
     memset(look, 0, sizeof *look);
     look->labels = ~UINT64_C(0);
