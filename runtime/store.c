@@ -2,7 +2,8 @@
  *
  * Owns the wire protocol, the serving loop (one poll() over the listening
  * socket, the stop pipe and every connection; no threads) and the blocking
- * client. Never trains, never knows about ranks beyond the `who` string a
+ * client (whose name lookups run on glibc's getaddrinfo_a thread, so that
+ * the job's deadline bounds them too). Never trains, never knows about ranks beyond the `who` string a
  * caller passes for messages, never calls exit() except in the serving
  * child it forks. Prints one thing: the client's notice, after 5 s and then
  * every minute, that it still cannot reach the store, and why.
@@ -604,21 +605,121 @@ static int set_nonblock(int fd, int on)
     return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
 }
 
+/* ----- name resolution with a deadline -----
+ * getaddrinfo blocks for as long as the resolver likes (a name server that
+ * never answers: resolv.conf's timeout x attempts x servers; an NSS module:
+ * without bound), and the job's deadline and its "still waiting" notices
+ * would wait behind it. glibc's getaddrinfo_a runs the lookup on its own
+ * thread; the client waits for it with gai_suspend, by a time it chooses.
+ * A lookup still running when the client gives up is cancelled, or, when
+ * glibc cannot cancel it (it is inside the resolver), abandoned: its block
+ * is then never freed, since glibc's thread still writes its result there. */
+struct store_lookup {
+    struct gaicb    cb;
+    struct addrinfo hints;
+    double          since;      /* ddpc_now() at its start */
+    char            port[16];
+    char            host[];
+};
+
+static struct store_lookup *lookup_start(const char *host, int port, int *gai_out)
+{
+    size_t hl = strlen(host) + 1;
+    struct store_lookup *l = calloc(1, sizeof *l + hl);
+    if (!l) {
+        *gai_out = EAI_MEMORY;
+        return NULL;
+    }
+    memcpy(l->host, host, hl);
+    (void)snprintf(l->port, sizeof l->port, "%d", port);
+    l->hints.ai_socktype = SOCK_STREAM;
+    l->cb.ar_name = l->host;
+    l->cb.ar_service = l->port;
+    l->cb.ar_request = &l->hints;
+    l->since = ddpc_now();
+    struct gaicb *list[1] = { &l->cb };
+    int g = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL);
+    if (g != 0) {
+        free(l);
+        *gai_out = g;
+        return NULL;
+    }
+    return l;
+}
+
+/* Waits for l until `until`: 1 when it finished (its result or error in
+ * gai_error(&l->cb)), 0 when it is still running. */
+static int lookup_wait(struct store_lookup *l, double until)
+{
+    const struct gaicb *list[1] = { &l->cb };
+    for (;;) {
+        if (gai_error(&l->cb) != EAI_INPROGRESS)
+            return 1;
+        double left = until - ddpc_now();
+        if (left <= 0)
+            return 0;
+        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+        (void)gai_suspend(list, 1, &ts);    /* done, timed out or interrupted: look again */
+    }
+}
+
+/* Ends l: frees it, or abandons it to glibc's thread (see above). */
+static void lookup_end(struct store_lookup *l)
+{
+    if (!l)
+        return;
+    int g = gai_error(&l->cb);
+    if (g == EAI_INPROGRESS) {
+        if (gai_cancel(&l->cb) == EAI_NOTCANCELED)
+            return; /* still running inside the resolver: its memory is glibc's now */
+        if ((g = gai_error(&l->cb)) == EAI_INPROGRESS)
+            return;
+    }
+    if (g == 0 && l->cb.ar_result)
+        freeaddrinfo(l->cb.ar_result);
+    free(l);
+}
+
 /* One attempt at each resolved address, each bounded by `until`. On
  * failure *err_out is an errno, or 0 with *gai_out a getaddrinfo code
- * (glibc's EAI_* are negative, other systems' positive: never mixed). */
-static int client_try(const char *host, int port, double until, int *fd_out, int *err_out,
-                      int *gai_out)
+ * (glibc's EAI_* are negative, other systems' positive: never mixed).
+ * *lookup carries a name lookup across attempts: one that has not finished
+ * by `until` is waited for again at the next attempt (*gai_out is then
+ * EAI_INPROGRESS), so a slow name server is given the whole deadline while
+ * the caller still prints its notices and stops at its deadline. */
+static int client_try(const char *host, int port, double until, struct store_lookup **lookup,
+                      int *fd_out, int *err_out, int *gai_out)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST;    /* an address: no lookup, no thread */
     char ps[16];
     (void)snprintf(ps, sizeof ps, "%d", port);
     int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0) {
+    if (g == EAI_NONAME) {              /* a name */
+        if (!*lookup && !(*lookup = lookup_start(host, port, gai_out))) {
+            *err_out = 0;
+            return -1;
+        }
+        if (!lookup_wait(*lookup, until)) {
+            /* the cause once it has taken a while; until then the last
+             * attempt's (a refused connection) still is */
+            if (ddpc_now() - (*lookup)->since >= 1.0 || (!*err_out && !*gai_out)) {
+                *err_out = 0;
+                *gai_out = EAI_INPROGRESS;
+            }
+            return -1;
+        }
+        g = gai_error(&(*lookup)->cb);
+        res = g == 0 ? (*lookup)->cb.ar_result : NULL;
+        (*lookup)->cb.ar_result = NULL;     /* ours to free now */
+        lookup_end(*lookup);
+        *lookup = NULL;
+    }
+    if (g != 0 || !res) {
         *err_out = 0;
-        *gai_out = g;
+        *gai_out = g ? g : EAI_NONAME;
         return -1;
     }
     int ok = -1;
@@ -663,6 +764,18 @@ static int client_try(const char *host, int port, double until, int *fd_out, int
     return ok;
 }
 
+/* What the last attempt ran into, for a message. */
+static const char *client_why(int err, int gai)
+{
+    if (err)
+        return strerror(err);
+    if (gai == EAI_INPROGRESS)
+        return "the name lookup of its host has not finished (no answer from the name server "
+               "yet: see /etc/resolv.conf, or give launch.master_addr / --master as an IP "
+               "address)";
+    return gai_strerror(gai);
+}
+
 int store_client_connect(struct store_client *c, const char *host, int port, double deadline,
                          struct ddpc_err *e)
 {
@@ -670,6 +783,7 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
     store_format_addr(c->addr, sizeof c->addr, host, port);
     double t0 = ddpc_now(), next_note = t0 + STORE_NOTE_FIRST_S;
     int err = 0, gai = 0;
+    struct store_lookup *lookup = NULL;
     for (int attempt = 0;; attempt++) {
         double now = ddpc_now();
         if (now >= next_note && (err || gai)) {
@@ -680,21 +794,24 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
                 (void)snprintf(left, sizeof left, "giving up in %.0f s", deadline - now);
             fprintf(stderr, "ddpc: still waiting for the rendezvous store at %s (node 0) after "
                     "%.0f s: %s; %s. Is node 0 running, and is launch.master_addr / --master "
-                    "its address?\n", c->addr, now - t0,
-                    err ? strerror(err) : gai_strerror(gai), left);
+                    "its address?\n", c->addr, now - t0, client_why(err, gai), left);
             next_note = now + STORE_NOTE_EVERY_S;
         }
         double until = now + 2.0;
         if (deadline > 0 && until > deadline)
             until = deadline;
+        if (until > next_note && now < next_note)
+            until = next_note;      /* a lookup that hangs must not hold back the notice */
         int fd;
-        if (client_try(host, port, until, &fd, &err, &gai) == 0) {
+        if (client_try(host, port, until, &lookup, &fd, &err, &gai) == 0) {
             c->fd = fd;
             return 0;
         }
         now = ddpc_now();
         if (deadline > 0 && now >= deadline)
             break;
+        if (lookup)
+            continue;               /* the lookup goes on: wait for it again */
         /* refused: node 0 is not listening yet; back off up to 100 ms */
         double pause = attempt < 10 ? 0.01 : 0.1;
         if (deadline > 0 && now + pause > deadline)
@@ -702,11 +819,12 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
         struct timespec ts = { 0, (long)(pause * 1e9) };
         (void)nanosleep(&ts, NULL);
     }
+    lookup_end(lookup);
     return DDPC_FAIL(e, DDPC_E_TIMEOUT, "could not reach the rendezvous store at %s (node 0) "
                      "within %.1f s: %s.\n---> HINT: node 0 must be running (it hosts the "
                      "store); check launch.master_addr / --master and that this host can "
                      "reach it", c->addr, ddpc_now() - t0,
-                     err ? strerror(err) : gai ? gai_strerror(gai) : "no attempt finished");
+                     err || gai ? client_why(err, gai) : "no attempt finished");
 }
 
 void store_client_close(struct store_client *c)

@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
+#include <sched.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <check.h>
@@ -331,6 +337,123 @@ START_TEST(waiting_client_says_why_after_5_s)
 }
 END_TEST
 
+/* ----- a name server that never answers ----- */
+
+/* In the calling process: a network and mount namespace of its own, its
+ * loopback up, /etc/resolv.conf replaced (bind mount) by one naming a name
+ * server on 127.0.0.1 that reads queries and never answers, with a 30 s
+ * timeout. Returns 0, or -1 with why filled (no root, no namespaces). */
+static int silent_dns_enter(char *why, size_t cap, int *dns_fd)
+{
+    char conf[] = "/tmp/ddpc-test-resolv-XXXXXX";
+    int fd = mkstemp(conf);
+    if (fd < 0) {
+        snprintf(why, cap, "mkstemp: %s", strerror(errno));
+        return -1;
+    }
+    static const char text[] = "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n";
+    int ok = write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1);
+    close(fd);
+    const char *step = !ok ? "write" : NULL;
+    if (!step && unshare(CLONE_NEWNS | CLONE_NEWNET) != 0)
+        step = "unshare(CLONE_NEWNS | CLONE_NEWNET)";
+    if (!step && mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        step = "mount --make-rprivate /";
+    if (!step && mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0)
+        step = "bind mount over /etc/resolv.conf";
+    int e = errno;
+    unlink(conf);   /* the mount holds it */
+    if (step) {
+        snprintf(why, cap, "%s: %s", step, strerror(e));
+        return -1;
+    }
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(53) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0 || (ifr.ifr_flags |= IFF_UP, 0) ||
+        ioctl(s, SIOCSIFFLAGS, &ifr) != 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        snprintf(why, cap, "loopback name server: %s", strerror(errno));
+        return -1;
+    }
+    *dns_fd = s;    /* bound, never read: queries go unanswered */
+    return 0;
+}
+
+/* master_addr a name, and a name server that never answers: the client
+ * gives up at the job's deadline, after its 5 s notice saying the name
+ * lookup has not finished. getaddrinfo blocked for the resolver's own
+ * timeout (here 30 s; with an NSS module, without bound) past both. */
+START_TEST(name_lookup_is_bounded_by_the_deadline)
+{
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    char errpath[] = "/tmp/ddpc-test-store-XXXXXX";
+    int errfd = mkstemp(errpath);
+    ck_assert_int_ge(errfd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char why[256] = "";
+        int dns = -1;
+        close(pfd[0]);
+        if (silent_dns_enter(why, sizeof why, &dns) != 0) {
+            dprintf(pfd[1], "SKIP %s", why);
+            _exit(0);
+        }
+        (void)dup2(errfd, 2);
+        struct store_client c;
+        struct ddpc_err e = { 0 };
+        double t0 = ddpc_now();
+        int rc = store_client_connect(&c, "ddpc-rendezvous.example.org", 29500, t0 + 5.6, &e);
+        fflush(stderr);
+        dprintf(pfd[1], "rc=%d after=%.2f msg=%s", rc, ddpc_now() - t0, e.msg);
+        _exit(0);
+    }
+    close(pfd[1]);
+    char out[2048] = "";
+    size_t n = 0;
+    double t0 = ddpc_now();
+    struct pollfd p = { pfd[0], POLLIN, 0 };
+    while (n < sizeof out - 1 && ddpc_now() - t0 < 15 && poll(&p, 1, 200) >= 0) {
+        if (!(p.revents & (POLLIN | POLLHUP)))
+            continue;
+        ssize_t r = read(pfd[0], out + n, sizeof out - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    out[n] = '\0';
+    double took = ddpc_now() - t0;
+    (void)kill(pid, SIGKILL);
+    (void)waitpid(pid, NULL, 0);
+    close(pfd[0]);
+    char err[2048] = "";
+    ssize_t en = pread(errfd, err, sizeof err - 1, 0);
+    err[en > 0 ? en : 0] = '\0';
+    close(errfd);
+    unlink(errpath);
+    if (strncmp(out, "SKIP ", 5) == 0) {
+        test_skip("name_lookup_is_bounded_by_the_deadline", "%s", out + 5);
+        return;
+    }
+    ck_assert_msg(n > 0, "the client was still in its name lookup after %.1f s (deadline "
+                  "5.6 s)\nstderr: %s", took, err);
+    printf("store: silent name server: %s\n", out);
+    double after = 0;
+    ck_assert_msg(sscanf(out, "rc=%*d after=%lf", &after) == 1, "%s", out);
+    ck_assert_msg(strncmp(out, "rc=-", 4) == 0 && after >= 5.5 && after < 7.0, "%s", out);
+    ck_assert_msg(strstr(out, "the name lookup of its host has not finished"), "%s", out);
+    ck_assert_msg(strstr(err, "still waiting for the rendezvous store at "
+                              "ddpc-rendezvous.example.org:29500 (node 0) after 5 s: the name "
+                              "lookup of its host has not finished"), "stderr: %s", err);
+}
+END_TEST
+
 /* Garbage on the port (a client that is not ddpc's) costs that
  * connection, not the store. */
 START_TEST(garbage_drops_only_that_connection)
@@ -368,6 +491,7 @@ Suite *store_suite(void)
     tcase_add_test(t, ipv6_in_brackets);
     tcase_add_test(t, unreachable_and_vanishing_store);
     tcase_add_test(t, waiting_client_says_why_after_5_s);
+    tcase_add_test(t, name_lookup_is_bounded_by_the_deadline);
     tcase_add_test(t, garbage_drops_only_that_connection);
     suite_add_tcase(s, t);
     return s;
