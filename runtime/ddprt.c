@@ -1025,6 +1025,47 @@ static int ddprt_output_kind(const char *path, const char *key, int want_dir,
                      want_dir ? "directory" : "file");
 }
 
+/* An output file that is one of the job's inputs (a data file, init_from,
+ * the checkpoint it resumes from), the program itself, or the other output
+ * file would be overwritten by the run: the training data replaced by the
+ * metrics, the program by the export. Refused before any worker starts;
+ * paths that do not exist yet are no input (inputs exist), and two
+ * outputs are the same when their paths are. */
+static int ddprt_output_clobbers(const struct ddpc_job *j, const char *out, const char *key,
+                                 const char *other, const char *other_key, struct ddpc_err *e)
+{
+    struct stat so, si;
+    if (!out || !*out)
+        return 0;
+    int there = stat(out, &so) == 0 && S_ISREG(so.st_mode);
+    if (other && *other && (strcmp(out, other) == 0 ||
+                            (there && stat(other, &si) == 0 && si.st_dev == so.st_dev &&
+                             si.st_ino == so.st_ino)))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s and %s are the same file (%s): one would "
+                         "overwrite the other; give each its own path", other_key, key, out);
+    if (!there)
+        return 0;
+    const struct { const char *path, *what; } in[] = {
+        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
+        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
+        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
+        { j->model.init_from, "model.init_from" },
+        { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
+          "the checkpoint to resume from" },
+        { "/proc/self/exe", "this program" },
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i].path || !*in[i].path || stat(in[i].path, &si) != 0 ||
+            si.st_dev != so.st_dev || si.st_ino != so.st_ino)
+            continue;
+        int self = i == sizeof in / sizeof in[0] - 1;   /* its path says nothing */
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s: %s is %s%s%s%s: the run would overwrite it; "
+                         "point %s at another file", key, out, in[i].what, self ? "" : " (",
+                         self ? "" : in[i].path, self ? "" : ")", key);
+    }
+    return 0;
+}
+
 static int ddprt_output_preflight(const struct ddprt_run *r, struct ddpc_err *e)
 {
     const struct ddpc_job *j = &r->job;
@@ -1033,6 +1074,10 @@ static int ddprt_output_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     DDPC_TRY(ddprt_output_kind(j->logging.metrics_csv, "logging.metrics_csv", 0, e));
     DDPC_TRY(ddprt_output_kind(j->logging.tensorboard, "logging.tensorboard", 1, e));
     DDPC_TRY(ddprt_output_kind(j->checkpoint.export_path, "checkpoint.export", 0, e));
+    DDPC_TRY(ddprt_output_clobbers(j, j->logging.metrics_csv, "logging.metrics_csv",
+                                   j->checkpoint.export_path, "checkpoint.export", e));
+    DDPC_TRY(ddprt_output_clobbers(j, j->checkpoint.export_path, "checkpoint.export", NULL,
+                                   NULL, e));
     return ddprt_output_kind(j->checkpoint_dir, "checkpoint_dir", 1, e);
 }
 

@@ -1058,6 +1058,62 @@ START_TEST(job_start_refusals_name_the_cause)
 }
 END_TEST
 
+/* An output file that is an input (the training data, the program itself)
+ * or the other output: refused before any worker starts, the file as it
+ * was. metrics_csv over the training CSV replaced the data with a header
+ * line; the export over the program replaced it with a safetensors file. */
+START_TEST(outputs_never_overwrite_inputs)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-clobber");
+    ck_assert_ptr_nonnull(dir);
+    static const char data[] = "1,2,3,4,0\n5,6,7,8,1\n1,2,3,4,0\n5,6,7,8,1\n";
+    write_text(dir, "d.csv", data);
+    static const struct { const char *name, *outputs, *want[3]; } cases[] = {
+        { "m", "logging: {metrics_csv: d.csv}",
+          { "logging.metrics_csv: d.csv is data.train.path", "point logging.metrics_csv at "
+            "another file", NULL } },
+        { "x", "checkpoint: {export: d.csv}", { "checkpoint.export: d.csv is data.train.path",
+                                               NULL } },
+        { "self", "checkpoint: {export: self}", { "checkpoint.export: self is this program",
+                                                 NULL } },
+        { "both", "logging: {metrics_csv: out}\ncheckpoint: {export: out}",
+          { "checkpoint.export and logging.metrics_csv are the same file (out)", NULL } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024], *spec = NULL, *job = NULL;
+        snprintf(text, sizeof text, "version: 1\nname: %s\ndevices: 1\naccelerator: cpu\n"
+                 "epochs: 1\nbatch_size: 2\nmodel: {type: mlp, layers: [4, 8, 2]}\n%s\n"
+                 "data: {train: {format: csv, path: d.csv, label_column: 4}}\n",
+                 cases[i].name, cases[i].outputs);
+        ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", dir, cases[i].name), 0);
+        ck_assert_int_ge(asprintf(&job, "%s/%s", dir, cases[i].name), 0);
+        write_text(dir, strrchr(spec, '/') + 1, text);
+        ddpc_build_ok(spec, job);
+        size_t jn = 0;
+        char *prog = read_whole(job, &jn);
+        char *argv[] = { job, NULL };
+        expect_refusal(argv, dir, cases[i].want);
+        size_t n = 0, jn2 = 0;
+        char *d = NULL, *csv = NULL, *prog2 = read_whole(job, &jn2);
+        ck_assert_int_ge(asprintf(&csv, "%s/d.csv", dir), 0);
+        d = read_whole(csv, &n);
+        ck_assert_msg(n == sizeof data - 1 && memcmp(d, data, n) == 0, "case %s: d.csv changed",
+                      cases[i].name);
+        ck_assert_msg(jn == jn2 && memcmp(prog, prog2, jn) == 0, "case %s: the program changed",
+                      cases[i].name);
+        free(d);
+        free(csv);
+        free(prog);
+        free(prog2);
+        free(spec);
+        free(job);
+    }
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A cgroup memory limit below what the job needs is an error before fork
  * naming both numbers. The limit is faked where only this test sees it: a
  * private mount namespace (unshare --mount, root) with a tmpfs over
@@ -1175,6 +1231,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, gpt_token_data_errors_at_load);
     tcase_add_test(run, gpt_tokens_pattern_below_a_glob_named_dir);
     tcase_add_test(run, job_start_refusals_name_the_cause);
+    tcase_add_test(run, outputs_never_overwrite_inputs);
     tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
     tcase_add_test(run, build_with_set_logs_plain_progress);

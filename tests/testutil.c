@@ -356,6 +356,27 @@ int write_file(const char *path, const void *data, size_t len)
     return (w == len && rc == 0) ? 0 : -1;
 }
 
+char *read_whole(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    char *s = NULL;
+    size_t n = 0, cap = 0, got;
+    do {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            ck_assert_ptr_nonnull(s = realloc(s, cap));
+        }
+        n += got = fread(s + n, 1, cap - n - 1, f);
+    } while (got > 0);
+    ck_assert_msg(!ferror(f), "%s: read error", path);
+    ck_assert_int_eq(fclose(f), 0);
+    s[n] = '\0';
+    if (len)
+        *len = n;
+    return s;
+}
+
 static void put_be32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)(v >> 24);

@@ -76,6 +76,9 @@ const char *test_build(void);
 char *make_temp_dir(const char *tag);
 int   rm_tree(const char *path);
 int   write_file(const char *path, const void *data, size_t len);
+/* The whole file, NUL-terminated (len without it); asserts it could be
+ * read. Caller frees. */
+char *read_whole(const char *path, size_t *len);
 /* Writes an IDX pair as the Fashion-MNIST files are laid out: images
  * [n, rows, cols] of uint8 (magic 0x803) and labels [n] of uint8 (0x801).
  * Returns 0, or -1 if a file could not be written. */
