@@ -70,6 +70,7 @@
 #include "env.h"
 #include "keytab.h"
 #include "launch.h"
+#include "same_file.h"
 #include "sample.h"
 #include "slurm.h"
 #include "store.h"
@@ -1029,8 +1030,8 @@ static int ddprt_output_kind(const char *path, const char *key, int want_dir,
  * the checkpoint it resumes from), the program itself, or the other output
  * file would be overwritten by the run: the training data replaced by the
  * metrics, the program by the export. Refused before any worker starts;
- * paths that do not exist yet are no input (inputs exist), and two
- * outputs are the same when their paths are. */
+ * paths that do not exist yet are no input (inputs exist); two outputs are
+ * compared by same_file (check refuses the ones it can see). */
 static int ddprt_output_clobbers(const struct ddpc_job *j, const char *out, const char *key,
                                  const char *other, const char *other_key, struct ddpc_err *e)
 {
@@ -1038,9 +1039,7 @@ static int ddprt_output_clobbers(const struct ddpc_job *j, const char *out, cons
     if (!out || !*out)
         return 0;
     int there = stat(out, &so) == 0 && S_ISREG(so.st_mode);
-    if (other && *other && (strcmp(out, other) == 0 ||
-                            (there && stat(other, &si) == 0 && si.st_dev == so.st_dev &&
-                             si.st_ino == so.st_ino)))
+    if (other && *other && same_file(out, other))
         return DDPC_FAIL(e, DDPC_E_INVALID, "%s and %s are the same file (%s): one would "
                          "overwrite the other; give each its own path", other_key, key, out);
     if (!there)

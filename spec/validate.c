@@ -26,6 +26,7 @@
 #include "layers.h"
 #include "epoch_batches.h"
 #include "npy_dtype.h"
+#include "same_file.h"
 #include "probe.h"
 #include "tokens.h"
 #include "units.h"
@@ -2083,6 +2084,46 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
                                                               : "a regular file");
 }
 
+/* An output file that is the spec file, one of the job's inputs (data,
+ * model.init_from, checkpoint.resume; resolved already) or the other output
+ * would be overwritten by the run (the job refuses all but the spec, which
+ * it does not know). Error or warning as in outpath_kind: a relative output
+ * resolves where the job runs. */
+static void outpath_clobbers(struct ddpc_vctx *c, const char *key, const char *other_key)
+{
+    const struct ddpc_node *n = at(c, key), *o = other_key ? at(c, other_key) : NULL;
+    if (!n || n->kind != DDPC_NODE_SCALAR || !n->str[0])
+        return;
+    int sev = n->str[0] == '/' ? DDPC_SEV_ERROR : DDPC_SEV_WARNING;
+    const char *here = n->str[0] == '/' ? "" : " here";
+    struct stat so, si;
+    int there = stat(n->str, &so) == 0 && S_ISREG(so.st_mode);
+    if (o && o->kind == DDPC_NODE_SCALAR && o->str[0] && same_file(o->str, n->str)) {
+        vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' is %s's file too: one would overwrite the "
+              "other; give each its own path", n->str, other_key);
+        return;
+    }
+    if (!there)
+        return;
+    const struct ddpc_job *j = c->job;
+    const struct { const char *path, *what; } in[] = {
+        { c->file, "the spec file itself" },
+        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
+        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
+        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
+        { j->model.init_from, "model.init_from" },
+        { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
+          "checkpoint.resume" },
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (in[i].path && in[i].path[0] && stat(in[i].path, &si) == 0 &&
+            si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            vdiag(c, sev, n, key, "'%s' is %s%s: the run would overwrite it; point %s at "
+                  "another file", n->str, in[i].what, here, key);
+            return;
+        }
+}
+
 /* Where data.train's sample shape came from, for the messages that ask for
  * model.input: "its NPY array is [6, 5]", "its CSV rows have 3 values besides
  * the label", ... (buf is empty when the format says nothing more). */
@@ -2357,6 +2398,8 @@ static void cross_rules(struct ddpc_vctx *c)
     outpath_kind(c, "logging.tensorboard", 1);
     outpath_kind(c, "checkpoint.export", 0);
     outpath_kind(c, "logging.metrics_csv", 0);
+    outpath_clobbers(c, "logging.metrics_csv", "checkpoint.export");
+    outpath_clobbers(c, "checkpoint.export", NULL);
 
     struct ddpc_job *j = c->job;
     const struct ddpc_node *n;
