@@ -441,14 +441,18 @@ static int idx_read(const char *path, const char *what, struct raw_array *a,
     if (rc < 0)
         goto out;
     a->count = 1;
+    int wrapped = 0;    /* dims whose product wraps to a small count: see npy_read */
     for (int i = 0; i < a->ndims; i++) {
         const unsigned char *d = dimb + 4 * i;
         a->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
-        a->count *= a->dims[i];
+        wrapped |= __builtin_mul_overflow(a->count, a->dims[i], &a->count);
     }
-    if (a->count <= 0 || a->count > ((int64_t)1 << 40)) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: IDX header gives %lld elements", path,
-                       (long long)a->count);
+    if (wrapped || a->count <= 0 || a->count > ((int64_t)1 << 40)) {
+        rc = wrapped ? DDPC_FAIL(e, DDPC_E_DATA, "%s: the IDX header's dimensions multiply "
+                                 "to more elements than any file can hold: the header is "
+                                 "corrupt", path)
+                     : DDPC_FAIL(e, DDPC_E_DATA, "%s: IDX header gives %lld elements", path,
+                                 (long long)a->count);
         goto out;
     }
     size_t bytes = (size_t)a->count * a->size;
@@ -574,7 +578,14 @@ static int npy_read(const char *path, const char *what, struct raw_array *a,
             goto out;
         }
         a->dims[a->ndims++] = v;
-        a->count *= v;
+        /* a shape whose product wraps (2^62 + 1 rows of 4) would read a
+         * few bytes as a huge array, and index past them */
+        if (__builtin_mul_overflow(a->count, (int64_t)v, &a->count) ||
+            a->count > INT64_MAX / 8) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: the NPY shape in \"%s\" has more elements "
+                           "than any file can hold: the header is corrupt", path, hdr);
+            goto out;
+        }
         p = endp;
     }
     if (a->ndims == 0 || a->count <= 0) {

@@ -338,6 +338,43 @@ START_TEST(npy_float16_and_unsupported_dtypes)
 }
 END_TEST
 
+/* Shapes whose element count wraps past 2^64 to a few elements: the
+ * loader read those few bytes as the whole array, then indexed the huge
+ * one past them (labels 1.. of 2^62 + 1 read past the buffer; ASan's
+ * heap-buffer-overflow). Refused, naming the file. */
+START_TEST(wrapping_shapes_are_refused)
+{
+    unsigned char buf[512];
+    /* NPY: 2^62 + 1 rows of 4 floats (16 bytes: 4 elements, wrapped), and
+     * as many int64 labels (8 bytes: the byte count wraps) */
+    size_t h = npy_header(buf, "<f4", "(4611686018427387905, 4)");
+    memset(buf + h, 0, 16);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + 16, 0);
+    h = npy_header(buf, "<i8", "(4611686018427387905,)");
+    memset(buf + h, 0, 8);
+    write_bytes(tmp_path(1, "y.npy"), buf, h + 8, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_NPY, .inputs = path_buf[0],
+                                    .labels = path_buf[1] };
+    expect_error(&src, path_buf[0], "more elements than any file can hold");
+    /* the labels alone, with inputs of 3 rows */
+    h = npy_header(buf, "<f4", "(3, 4)");
+    memset(buf + h, 0, 48);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + 48, 0);
+    expect_error(&src, path_buf[1], "more elements than any file can hold");
+    /* IDX: 111620 x 429509837 x 384773 = 2^64 + 4 (4 bytes of u8 images) */
+    static const unsigned char idx[] = { 0, 0, 0x08, 3, 0x00, 0x01, 0xb4, 0x04,
+                                         0x19, 0x99, 0xcc, 0xcd, 0x00, 0x05, 0xdf, 0x05,
+                                         1, 2, 3, 4 };
+    unsigned char lab[16];
+    size_t nl = idx_labels(lab, 3);
+    struct ddpc_data_source isrc = { .format = DDPC_DATA_IDX, .inputs = tmp_path(0, "x.idx"),
+                                     .labels = tmp_path(1, "y.idx") };
+    write_bytes(isrc.inputs, idx, sizeof idx, 0);
+    write_bytes(isrc.labels, lab, nl, 0);
+    expect_error(&isrc, isrc.inputs, "more elements than any file can hold");
+}
+END_TEST
+
 START_TEST(csv_with_header)
 {
     const char *text = "label,a,b\n2,0.5,1.5\n0,-1,2\r\n\n1,3,4\n";
@@ -940,6 +977,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
     tcase_add_test(tc, npy_float16_and_unsupported_dtypes);
+    tcase_add_test(tc, wrapping_shapes_are_refused);
     tcase_add_test(tc, csv_with_header);
     tcase_add_test(tc, csv_label_hint);
     tcase_add_test(tc, synthetic_deterministic);
