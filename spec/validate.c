@@ -1656,6 +1656,47 @@ struct file_facts {
 
 enum { ROLE_INPUTS, ROLE_LABELS, ROLE_CSV };
 
+/* An uncompressed IDX or NPY file holds what its header announces (the job
+ * refuses one that does not: runtime/data.c): a shape whose element count
+ * wraps past 2^63 is a corrupt header, a file shorter than header + data
+ * was cut short. A gzipped file's size says nothing: left to the job. */
+static void facts_size(const char *p, enum ddpc_data_format fmt, int idx_type, size_t hdr,
+                       struct file_facts *f)
+{
+    struct npy_dtype dt;
+    int elem = fmt == DDPC_DATA_NPY ? (npy_dtype_parse(f->descr, strlen(f->descr), &dt) == 0
+                                       ? dt.size : 0)
+             : idx_type == 0x08 || idx_type == 0x09 ? 1 : idx_type == 0x0B ? 2
+             : idx_type == 0x0C || idx_type == 0x0D ? 4 : idx_type == 0x0E ? 8 : 0;
+    unsigned char magic[2];
+    char why[64];
+    struct stat st;
+    int fd = elem ? probe_open(p, &st, why, sizeof why) : -1;
+    if (fd < 0)
+        return;
+    ssize_t got = read(fd, magic, 2);
+    (void)close(fd);    /* read-only */
+    if (got != 2 || (magic[0] == 0x1f && magic[1] == 0x8b))
+        return;
+    int64_t n = 1;
+    int wrapped = 0;
+    for (int i = 0; i < f->nd; i++)
+        wrapped |= __builtin_mul_overflow(n, f->dims[i], &n);
+    int64_t need = 0;
+    wrapped = wrapped || __builtin_mul_overflow(n, (int64_t)elem, &need) ||
+              __builtin_add_overflow(need, (int64_t)hdr, &need);
+    if (wrapped) {
+        f->ok = 0;
+        snprintf(f->why, sizeof f->why, "its header's shape has more elements than any file "
+                 "can hold: the header is corrupt");
+    } else if ((int64_t)st.st_size < need) {
+        f->ok = 0;
+        snprintf(f->why, sizeof f->why, "truncated: its header announces %lld bytes, the file "
+                 "has %lld; re-download or re-create it", (long long)need,
+                 (long long)st.st_size);
+    }
+}
+
 static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struct file_facts *f)
 {
     int type = 0;
@@ -1683,6 +1724,8 @@ static void facts_read(const char *p, enum ddpc_data_format fmt, int role, struc
                      NPY_DTYPES_READ ")", f->descr);
         }
     }
+    if (f->ok)
+        facts_size(p, fmt, type, hdr, f);
     if (!f->ok || role != ROLE_LABELS || f->nd < 1)
         return;
     /* class labels: IDX integers (08 ubyte, 09 sbyte, 0B short, 0C int,
