@@ -158,6 +158,7 @@ struct composer {
     struct anchor anchors[DDPC_LOAD_MAX_ANCHORS];
     int n_anchors;
     size_t total;               /* nodes so far, aliases expanded */
+    int expanded;               /* an alias was expanded */
     struct ddpc_node *root;
     int n_docs;
     int failed;                 /* errors that do not stop the parse (duplicate keys) */
@@ -262,8 +263,11 @@ static int composer_count(struct composer *c, size_t n, yaml_mark_t m)
     if (c->total > DDPC_LOAD_MAX_NODES) {
         char lim[32];
         snprintf(lim, sizeof lim, "%d", DDPC_LOAD_MAX_NODES);
-        return composer_error(c, m, "document expands to more than %s nodes "
-                              "(alias expansion bomb?); refusing to load it", lim);
+        return c->expanded
+               ? composer_error(c, m, "document expands to more than %s nodes "
+                                "(alias expansion bomb?); refusing to load it", lim)
+               : composer_error(c, m, "document has more than %s nodes (a spec has a few "
+                                "hundred: is this the right file?); refusing to load it", lim);
     }
     return 0;
 }
@@ -577,6 +581,7 @@ static int composer_alias(struct composer *c, const yaml_event_t *e)
     const char *name = (const char *)e->data.alias.anchor;
     for (int i = c->n_anchors - 1; i >= 0; i--) {
         if (strcmp(c->anchors[i].name, name) == 0) {
+            c->expanded = 1;
             if (composer_count(c, c->anchors[i].size, e->start_mark) < 0)
                 return -1;
             struct ddpc_node *n = c->anchors[i].node;
