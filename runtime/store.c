@@ -723,7 +723,10 @@ static int client_try(const char *host, int port, double until, struct store_loo
         return -1;
     }
     int ok = -1;
-    for (struct addrinfo *a = res; a && ok < 0; a = a->ai_next) {
+    int n_addr = 0, i_addr = 0;
+    for (struct addrinfo *a = res; a; a = a->ai_next)
+        n_addr++;
+    for (struct addrinfo *a = res; a && ok < 0; a = a->ai_next, i_addr++) {
         int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) {
             *err_out = errno;
@@ -736,7 +739,11 @@ static int client_try(const char *host, int port, double until, struct store_loo
         }
         int r = connect(fd, a->ai_addr, a->ai_addrlen);
         if (r == -1 && errno == EINPROGRESS) {
-            double left = until - ddpc_now();
+            /* each address gets its share of what is left: one that never
+             * answers (an IPv6 address with no route back, listed first)
+             * took the whole attempt, and the next, the store's, got a
+             * poll of 0 ms, too short for any handshake but loopback's */
+            double left = (until - ddpc_now()) / (n_addr - i_addr);
             struct pollfd p = { fd, POLLOUT, 0 };
             int pr = poll(&p, 1, left > 0 ? (int)(left * 1000) + 1 : 0);
             if (pr == 1) {
