@@ -761,7 +761,10 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
         goto out;
     }
     size_t nl = 0;
-    for (char *p = text; p && *p;) {
+    /* a UTF-8 byte order mark (Excel's "CSV UTF-8") is no part of the
+     * first field: with it, a first data row read as a header, dropped */
+    size_t bom = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    for (char *p = text + bom; p && *p;) {
         char *q = strchr(p, '\n');
         if (q)
             *q = 0;

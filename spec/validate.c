@@ -1564,7 +1564,8 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
             end--;
     b[end] = '\0';
     int line = 0;
-    for (char *q = (char *)b; q < (char *)b + end && *q;) {
+    int bom = end >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;   /* as the job */
+    for (char *q = (char *)b + bom; q < (char *)b + end && *q;) {
         char *nl = strchr(q, '\n');
         if (nl)
             *nl = '\0';

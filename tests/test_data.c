@@ -414,6 +414,19 @@ START_TEST(csv_with_header)
     text = "1,2,3\n4,x,6\n";
     write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
     expect_error(&src, path_buf[0], "not a number");
+    /* a UTF-8 byte order mark (Excel's "CSV UTF-8") is not part of the
+     * first field: that row was taken for a header and dropped */
+    text = "\xef\xbb\xbf" "1,2,0\n3,4,1\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.n, 2);
+    ck_assert_float_eq(ds.y[0], 0.0f);
+    data_free(&ds);
+    text = "\xef\xbb\xbf" "a,b,y\n1,2,0\n3,4,1\n";     /* with a header: the same rows */
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.n, 2);
+    data_free(&ds);
     /* a NUL byte ended the text there: the rows after it were dropped
      * without a word (2 of 4 rows trained); gzipped too */
     static const char nul_text[] = "1,2,0\n3,4,1\n\0\0\0\0\n5,6,0\n7,8,1\n";
