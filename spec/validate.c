@@ -2203,6 +2203,53 @@ static const char *data_origin(const struct ddpc_job *j, const struct data_info 
     return buf;
 }
 
+/* Batch norm in training normalizes each channel over the batch's values
+ * of it: batch rows x the channel's spatial size. Over one value (a
+ * batchnorm1d on features at batch_size 1) the output is the layer's bias
+ * whatever the input, and the running variance decays to 0 (evaluation
+ * then divides by sqrt(eps): test_loss 6.8 on two classes): PyTorch raises
+ * ("Expected more than 1 value per channel when training"), the job
+ * trained on without a word.
+ * batch_size 1 there is an error; an epoch whose last batch holds 1 sample
+ * (the shard's remainder) a warning: data.drop_last drops that batch. */
+static void batchnorm_batch_rules(struct ddpc_vctx *c, const struct ddpc_net *net,
+                                  int64_t samples)
+{
+    const struct ddpc_job *j = c->job;
+    int64_t world = ddpc_job_world_size(j, 0);
+    if (world <= 0)
+        world = j->launch.num_nodes > 0 ? j->launch.num_nodes : 1;
+    int64_t shard = 0, full = 0, nb = 0, b = j->batch_size > 0 ? j->batch_size : 1;
+    if (samples > 0)
+        nb = epoch_batches(samples, world, b, j->data.drop_last, j->limit_train_batches,
+                           j->limit_train_fraction, &shard, &full);
+    int last_one = samples > 0 && !j->data.drop_last && nb == full && shard % b == 1;
+    for (int i = 0; i < net->n; i++) {
+        const struct ddpc_lnode *bn = &net->node[i];
+        if ((bn->it.type != DDPC_LAYER_BATCHNORM1D && bn->it.type != DDPC_LAYER_BATCHNORM2D) ||
+            bn->spatial != 1 || bn->item < 0 || !c->item_node[bn->item])
+            continue;
+        const char *name = layers_type_name(bn->it.type);
+        if (b == 1)
+            vdiag(c, DDPC_SEV_ERROR, c->item_node[bn->item], c->item_path[bn->item], "%s "
+                  "normalizes each channel over the batch, and at batch_size 1 a channel has "
+                  "one value: the layer outputs its bias whatever the input, and its running "
+                  "variance decays to 0, which ruins evaluation (PyTorch raises 'Expected more "
+                  "than 1 value per channel when training'); use batch_size 2 or more, or "
+                  "layernorm", name);
+        else if (last_one)
+            vdiag(c, DDPC_SEV_WARNING, c->item_node[bn->item], c->item_path[bn->item], "the "
+                  "last batch of every epoch holds 1 sample per rank (%lld samples per rank, "
+                  "batches of %lld): there %s outputs its bias whatever the input and pulls "
+                  "its running variance toward 0 (PyTorch raises there); set data.drop_last: "
+                  "true to drop that batch, or change batch_size", (long long)shard,
+                  (long long)b, name);
+        else
+            continue;
+        return;     /* once per model */
+    }
+}
+
 /* A sequential model: the input shape (model.input or the data's), every
  * layer's shapes and arguments (layers.c), then the output against the
  * classes or targets. Findings go to the offending item. */
@@ -2287,6 +2334,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         for (int i = 0; i < shape.n; i++)
             j->model.input[i] = shape.d[i];
     }
+    batchnorm_batch_rules(c, &net, tr->samples);
     const struct ddpc_lnode *last = &net.node[net.n - 1];
     int li = last->item >= 0 ? last->item : 0;
     n = c->item_node[li] ? c->item_node[li] : ln;
