@@ -271,6 +271,16 @@ static int check_output(const char *out, const char *spec, int defaulted, struct
                      !there ? "does not exist" : "is not a directory", dir);
             return -1;
         }
+    } else {
+        strcpy(dir, ".");
+    }
+    /* the link writes OUT.tmp.PID there: an unwritable directory failed as
+     * 'compiling job.c and linking the runtime failed' (exit 3), a compile
+     * failure that was none */
+    if (access(dir, W_OK | X_OK) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "cannot write the program into %s: %s; "
+                 "choose another output with -o", dir, strerror(errno));
+        return -1;
     }
     return 0;
 }

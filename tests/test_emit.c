@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -861,6 +863,28 @@ START_TEST(build_never_overwrites_the_spec_or_a_non_program)
             free(before);
         }
     }
+    /* a read-only directory: named as such, exit 2; it was reported as a
+     * compile failure (exit 3, ld's "cannot open output file") */
+    char *ro = NULL, *ro_out = NULL;
+    ck_assert_int_ge(asprintf(&ro, "%s/ro", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&ro_out, "%s/ro/job", fx.dir), 0);
+    ck_assert_int_eq(mkdir(ro, 0755), 0);
+    /* in a mount namespace of this test's own: the mount goes with it */
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("ddpc-ro", ro, "tmpfs", MS_RDONLY, "size=64k") != 0) {
+        test_skip("build into a read-only directory", "mount tmpfs: %s", strerror(errno));
+    } else {
+        char *rargv[] = { ddpc, "build", yaml, "-o", ro_out, NULL };
+        struct run_result rr;
+        ck_assert_int_eq(run_capture(rargv, NULL, NULL, 60, &rr), 0);
+        (void)umount(ro);
+        ck_assert_msg(rr.exited && rr.code == 2 &&
+                      strstr(rr.err, "cannot write the program into") &&
+                      strstr(rr.err, strerror(EROFS)), "exit %d:\n%s", rr.code, rr.err);
+        run_result_free(&rr);
+    }
+    free(ro);
+    free(ro_out);
     char *dash;
     ck_assert_int_ge(asprintf(&dash, "%s/-", fx.dir), 0);
     ck_assert_msg(!exists(dash), "-o - wrote a file named '-'");
