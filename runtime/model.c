@@ -256,6 +256,30 @@ static struct ddpc_attn attn_of(const struct ddpc_model *m, int k, int rows)
     return at;
 }
 
+/* The backend's fast 3 x 3 convolution (ops.conv3x3) for node k, y (+)=
+ * conv(x) over rows samples, or 1 where it does not apply (no such
+ * backend function; not 3 x 3, stride 1, padding 1; fewer than
+ * WINO_MIN_IN input channels, where its 16 gemms would be too shallow to
+ * gain (a guess: measured only on the CNN's second layer, 32 channels in
+ * forward and 64 in the input gradient; its first layer has 1); too
+ * little scratch): the caller's im2col path then, which is also where the
+ * scratch (m->col, sized for im2col) comes from. flip: the input gradient
+ * (x = dy, y = dx). */
+enum { WINO_MIN_IN = 16 };
+static int conv3x3_try(struct ddpc_model *m, int k, const float *x, float *y, int rows, int flip,
+                       int acc, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = m->ops;
+    const struct ddpc_lnode *L = &m->net.node[k];
+    const struct ddpc_layer_item *it = &L->it;
+    int in = flip ? it->out : L->channels, out = flip ? L->channels : it->out;
+    if (!o->conv3x3 || it->kernel_size != 3 || it->stride != 1 || it->padding != 1 ||
+        in < WINO_MIN_IN)
+        return 1;
+    return o->conv3x3(o, x, m->params + L->w_off, y, rows, in, out, L->in.d[1], L->in.d[2], flip,
+                      acc, m->col, (size_t)m->max_batch * (size_t)m->net.scratch_floats, e);
+}
+
 static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
                         struct ddpc_err *e)
 {
@@ -313,13 +337,17 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
          * in cache; the same operations on the same values as one pass
          * per stage, so the same bits */
         int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
+        int by_im2col = conv3x3_try(m, k, in, y, rows, 0, 0, e);
+        if (by_im2col < 0)
+            return by_im2col;
         for (int s0 = 0; s0 < rows; s0 += chunk) {
             int n = rows - s0 < chunk ? rows - s0 : chunk;
             a.x = in + (size_t)s0 * in_numel;
             a.y = m->col;
             a.N = n;
-            DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)n * ckk * ohw, &a, e));
-            for (int s = 0; s < n; s++)
+            if (by_im2col)
+                DDPC_TRY(lk(o, DDPC_LK_IM2COL, (size_t)n * ckk * ohw, &a, e));
+            for (int s = 0; s < n && by_im2col; s++)
                 DDPC_TRY(o->gemm(o, 0, 0, it->out, (int)ohw, (int)ckk, 1.0f,
                                  m->params + L->w_off, (int)ckk, m->col + (size_t)s * ckk * ohw,
                                  (int)ohw, 0.0f, y + (size_t)(s0 + s) * out_numel, (int)ohw, e));
@@ -467,6 +495,11 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         /* in chunks, as the forward (same operations in the same order per
          * sample: im2col, dW, dcol in place of col, col2im) */
         int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
+        /* the input gradient first where the backend's 3 x 3 convolution
+         * takes it (dx = conv3x3(dy, W flipped)); then im2col is for dW */
+        int dcol = want_dx ? conv3x3_try(m, k, dy, dx, rows, 1, accx, e) : 0;
+        if (dcol < 0)
+            return dcol;
         for (int s0 = 0; s0 < rows; s0 += chunk) {
             int n = rows - s0 < chunk ? rows - s0 : chunk;
             a.x = in + (size_t)s0 * in_numel;
@@ -481,11 +514,11 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
                                  (int)ohw, s0 + s == 0 ? beta : 1.0f, m->grads + L->w_off,
                                  (int)ckk, e));
                 /* dcol_s[ckk, ohw] = W^T . dY_s, in place of col_s (read above) */
-                if (want_dx)
+                if (dcol)
                     DDPC_TRY(o->gemm(o, 1, 0, (int)ckk, (int)ohw, OC, 1.0f, m->params + L->w_off,
                                      (int)ckk, dys, (int)ohw, 0.0f, col, (int)ohw, e));
             }
-            if (want_dx) {
+            if (dcol) {
                 a.aux = m->col;
                 a.ws = m->ws;
                 a.dx = dx + (size_t)s0 * in_numel;

@@ -132,6 +132,18 @@ struct ddpc_ops {
      * launch each). The same values either way. */
     int conv_rows;
 
+    /* Optional (NULL on CUDA): a 3 x 3 convolution of stride 1 and padding
+     * 1 without bias, y[n][out][H][W] (+= when acc) = x[n][in][H][W] conv
+     * w, by a faster algorithm than im2col + gemm (the CPU: Winograd's
+     * F(2x2, 3x3), the same values up to rounding). w is [out][in][3][3];
+     * flip: w is [in][out][3][3] and each filter is rotated 180 degrees,
+     * which makes this the input gradient of the convolution w is the
+     * weight of (dx = conv3x3(dy, w, flip)). ws: ws_floats floats of
+     * scratch. Returns 1, computing nothing, when ws is too small. */
+    int (*conv3x3)(struct ddpc_ops *o, const float *x, const float *w, float *y, int n,
+                   int in, int out, int H, int W, int flip, int acc, float *ws,
+                   size_t ws_floats, struct ddpc_err *e);
+
     /* enum ddpc_precision of gemm inputs; the caller sets it after init
      * (0 = fp32, the default). CUDA: bf16/fp16 copies of A and B, fp32
      * accumulation and fp32 C (cublasGemmEx, CUBLAS_COMPUTE_32F); weights,

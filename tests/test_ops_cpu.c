@@ -430,6 +430,96 @@ START_TEST(layer_kernels_match_element_functions)
 }
 END_TEST
 
+/* y (+)= conv3x3(x, w), stride 1, padding 1, in double: the reference for
+ * the backend's fast path. flip: w is [in_of_layer = out][out_of_layer = in]
+ * rotated by 180 degrees, as ops.h defines it. */
+static void conv3x3_ref(const float *x, const float *w, double *y, int n, int in, int out,
+                        int H, int W, int flip)
+{
+    for (int s = 0; s < n; s++)
+        for (int o = 0; o < out; o++)
+            for (int py = 0; py < H; py++)
+                for (int px = 0; px < W; px++) {
+                    double acc = 0;
+                    for (int c = 0; c < in; c++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                int iy = py + ky - 1, ix = px + kx - 1;
+                                if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                                    continue;
+                                float g = flip ? w[((size_t)c * out + o) * 9 + (2 - ky) * 3 + (2 - kx)]
+                                               : w[((size_t)o * in + c) * 9 + ky * 3 + kx];
+                                acc += (double)g * x[(((size_t)s * in + c) * H + iy) * W + ix];
+                            }
+                    y[(((size_t)s * out + o) * H + py) * W + px] = acc;
+                }
+}
+
+/* The CPU's 3 x 3 convolution (Winograd F(2x2, 3x3), ops.conv3x3) against
+ * the direct sum in double: forward and flipped (the input gradient),
+ * written and added, odd and even planes, planes smaller than a tile,
+ * rows of more than one block of tiles; within 1e-5 of the result's norm
+ * (rounding of its transforms, about 1e-7 here), every element checked
+ * against a bound so a wrong tile cannot hide in the norm; too little
+ * scratch is refused (1) with nothing written. Buffers are exact, so ASan
+ * (make sanitize) sees any read or write past them. */
+START_TEST(conv3x3_matches_direct_sum)
+{
+    static const int shapes[][5] = {   /* n, in, out, H, W */
+        { 3, 16, 5, 14, 14 }, { 2, 17, 6, 7, 5 }, { 1, 16, 3, 1, 1 }, { 2, 20, 4, 2, 3 },
+        { 5, 16, 2, 18, 35 }, { 1, 32, 64, 14, 14 },
+    };
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    ck_assert(o.conv3x3 != NULL);
+    struct ddpc_rng r;
+    rng_seed(&r, 31);
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int n = shapes[t][0], in = shapes[t][1], out = shapes[t][2], H = shapes[t][3],
+            W = shapes[t][4];
+        size_t nx = (size_t)n * in * H * W, ny = (size_t)n * out * H * W, nw = (size_t)in * out * 9;
+        size_t nws = 16 * (size_t)(in + out) * ((H + 1) / 2) * ((W + 1) / 2) * 3 + 16 * nw + 4096;
+        float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
+        float *y = malloc(ny * sizeof *y), *y0 = malloc(ny * sizeof *y0);
+        float *ws = malloc(nws * sizeof *ws);
+        double *ref = malloc(ny * sizeof *ref);
+        ck_assert(x && w && y && y0 && ws && ref);
+        fill(&r, x, nx);
+        fill(&r, w, nw);
+        fill(&r, y0, ny);
+        for (int flip = 0; flip < 2; flip++)
+            for (int acc = 0; acc < 2; acc++) {
+                conv3x3_ref(x, w, ref, n, in, out, H, W, flip);
+                memcpy(y, y0, ny * sizeof *y);
+                ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, flip, acc, ws, nws, &e),
+                                 0);
+                double d2 = 0, r2 = 0, worst = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    double want = ref[i] + (acc ? y0[i] : 0.0);
+                    d2 += (y[i] - want) * (y[i] - want);
+                    r2 += want * want;
+                    if (fabs(y[i] - want) > worst)
+                        worst = fabs(y[i] - want);
+                }
+                ck_assert_msg(sqrt(d2) <= 1e-5 * sqrt(r2) && worst <= 1e-5 * in * 9,
+                              "shape %zu flip %d acc %d: %g relative, worst element %g off", t,
+                              flip, acc, sqrt(d2 / r2), worst);
+            }
+        memcpy(y, y0, ny * sizeof *y);
+        ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, ws, 16 * (size_t)in * out, &e), 1);
+        ck_assert_mem_eq(y, y0, ny * sizeof *y);
+        free(x);
+        free(w);
+        free(y);
+        free(y0);
+        free(ws);
+        free(ref);
+    }
+    o.destroy(&o);
+}
+END_TEST
+
 Suite *ops_cpu_suite(void)
 {
     Suite *s = suite_create("ops_cpu");
@@ -440,6 +530,7 @@ Suite *ops_cpu_suite(void)
     tcase_add_test(tc, mse_values_and_grads);
     tcase_add_test(tc, sumsq_scale_optim_step);
     tcase_add_test(tc, layer_kernels_match_element_functions);
+    tcase_add_test(tc, conv3x3_matches_direct_sum);
     suite_add_tcase(s, tc);
     return s;
 }
