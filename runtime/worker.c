@@ -489,7 +489,7 @@ static int run_ckpt_init(struct ddpc_run *r, struct ddpc_err *e)
         DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
                                 ckpt_file_size(r->n_ck, r->ckpt.n_opt) +
                                 DDPC_CKPT_IDENT_MAX, e));
-    if (r->rank == 0) {
+    {   /* every rank: run_same_job compares the identities */
         size_t cap = 16384;
         r->ckpt.ident = malloc(cap);
         if (!r->ckpt.ident)
@@ -1110,11 +1110,56 @@ struct train_state {
     double   tick;          /* clock at the end of the last profiled phase */
 };
 
+/* Every node runs its own ./job on its own copy of the data: a node with
+ * a job built from another spec (another learning rate, model, ...) or
+ * other training data trained on without a word, its ranks applying their
+ * own settings to the averaged gradients (the replicas drift apart), or
+ * ran other batch counts and met the others' collectives out of step.
+ * Before anything else crosses ranks (the parameters' broadcast has this
+ * job's size), each rank compares its training identity (ident.h: the
+ * settings that decide the trajectory) and its data's sample counts with
+ * rank 0's. Ranks forked by one launcher (shared state) are the same. */
+static int run_same_job(struct ddpc_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_worker_args *a = r->a;
+    if (!r->comm_on || r->shared_state)
+        return 0;
+    /* 24-bit pieces: exact through the float pairs of doubles_collective */
+    char h[7];
+    unsigned long id[2];
+    for (int i = 0; i < 2; i++) {
+        memcpy(h, r->ckpt.ident_hash + 6 * i, 6);
+        h[6] = '\0';
+        id[i] = strtoul(h, NULL, 16);
+    }
+    int64_t nt = a->train->n, ne = a->test ? a->test->n : 0;
+    double mine[6] = { (double)id[0], (double)id[1], (double)(nt >> 24),
+                       (double)(nt & 0xffffff), (double)(ne >> 24), (double)(ne & 0xffffff) };
+    double v[6];
+    memcpy(v, mine, sizeof v);
+    DDPC_TRY(bcast_doubles(r, v, 6, e));
+    if (v[0] != mine[0] || v[1] != mine[1])
+        return DDPC_FAIL(e, DDPC_E_DATA, "rank %d runs another configuration than rank 0: "
+                         "its training identity is %.12s..., rank 0's %06lx%06lx... (settings "
+                         "that decide the training differ: learning rate, model, data, batch, "
+                         "...). Every node must run a ./job built from the same spec by the "
+                         "same ddpc", r->rank, r->ckpt.ident_hash, (unsigned long)v[0],
+                         (unsigned long)v[1]);
+    int64_t t0 = (int64_t)v[2] << 24 | (int64_t)v[3], e0 = (int64_t)v[4] << 24 | (int64_t)v[5];
+    if (t0 != nt || e0 != ne)
+        return DDPC_FAIL(e, DDPC_E_DATA, "rank %d read %lld %s samples, rank 0 read %lld: "
+                         "every node must read the same data (a copy on this node differs?)",
+                         r->rank, (long long)(t0 != nt ? nt : ne),
+                         t0 != nt ? "training" : "test", (long long)(t0 != nt ? t0 : e0));
+    return 0;
+}
+
 /* Identical initial parameters on every rank, then a checkpoint's on resume. */
 static int train_init_params(struct ddpc_run *r, struct ddpc_err *e)
 {
     const struct ddpc_worker_args *a = r->a;
     const struct ddpc_job *j = r->job;
+    DDPC_TRY(run_same_job(r, e));
     /* seeded init, then rank 0's copy wins (with shared state there is only
      * rank 0's copy) */
     if (!r->shared_state || r->rank == 0) {

@@ -344,6 +344,111 @@ START_TEST(node_0_alone_names_what_it_waited_for)
 }
 END_TEST
 
+/* Builds b->dir/NAME from b's spec (two.yaml) with `from` replaced by `to`. */
+static char *build_variant(const struct built *b, const char *name, const char *from,
+                           const char *to)
+{
+    char *spec, *out, *ddpc, *two;
+    ck_assert_int_ge(asprintf(&two, "%s/two.yaml", b->dir), 0);
+    ck_assert_int_ge(asprintf(&spec, "%s/%s.yaml", b->dir, name), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/%s", b->dir, name), 0);
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    size_t n = 0;
+    char *text = read_whole(two, &n), *at = strstr(text, from), *t2;
+    ck_assert_ptr_nonnull(at);
+    ck_assert_int_ge(asprintf(&t2, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from)),
+                     0);
+    ck_assert_int_eq(write_file(spec, t2, strlen(t2)), 0);
+    char *argv[] = { ddpc, "build", spec, "-o", out, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, b->dir, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "ddpc build: %s%s", r.out, r.err);
+    run_result_free(&r);
+    free(two);
+    free(spec);
+    free(ddpc);
+    free(text);
+    free(t2);
+    return out;
+}
+
+/* Node 0 runs b->job; node 1 runs job1, in a mount namespace of its own
+ * where, if `over` is given, the file `bind` is bind-mounted over it (its
+ * own copy of the data). Both must end, non-zero, within 20 s; node 1's
+ * message must hold `want`. */
+static void other_node_refused(const struct built *b, const char *job1, const char *bind,
+                               const char *over, const char *want)
+{
+    struct run_proc p[2];
+    struct run_result r[2];
+    char cmd[1024], nsarg[64];
+    snprintf(nsarg, sizeof nsarg, "--net=/run/netns/%s", net.ns[1]);
+    snprintf(cmd, sizeof cmd, "%sexec \"$0\" --node-rank 1",
+             over ? "mount --bind \"$1\" \"$2\" && " : "");
+    char *argv1[] = { "nsenter", nsarg, "--", "unshare", "--mount", "--propagation", "private",
+                      "/bin/sh", "-c", cmd, (char *)job1, (char *)bind, (char *)over, NULL };
+    if (!over)
+        argv1[11] = NULL;
+    ck_assert_int_eq(run_start(argv1, b->dir, NULL, &p[1]), 0);
+    start_node(&p[0], b, 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 20, &r[k]), 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(!r[k].timed_out && r[k].exited && r[k].code != 0,
+                      "node %d: status %d%s:\n%s%s", k, r[k].code,
+                      r[k].timed_out ? " (timed out)" : "", r[k].out, r[k].err);
+    ck_assert_msg(strstr(r[1].err, want), "node 1 lacks '%s':\n%s", want, r[1].err);
+    /* not restarted, not called ddpc's fault */
+    ck_assert_msg(!strstr(r[1].err, "internal error"), "%s", r[1].err);
+    ck_assert_msg(!strstr(r[0].out, "epoch 1/"), "node 0 trained:\n%s", r[0].out);
+    printf("multinode: %s", r[1].err);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+}
+
+/* A node that runs a job built from another spec, or reads other data:
+ * named before anything trains. Node 1 with learning_rate 0.02 trained on
+ * without a word, applying its own rate to the averaged gradients (the
+ * replicas drift apart); with fewer samples its epochs had other batch
+ * counts and its collectives met node 0's out of step. */
+START_TEST(a_node_with_another_job_or_data_is_named)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build(&b, 1, 1000, 0);
+    char *lr = build_variant(&b, "lr", "learning_rate: 0.01", "learning_rate: 0.02");
+    other_node_refused(&b, lr, NULL, NULL, "rank 1 runs another configuration than rank 0");
+    /* the same job on both nodes, node 1's copy of the data shorter */
+    char *csv = NULL, *csv1 = NULL;
+    ck_assert_int_ge(asprintf(&csv, "%s/d.csv", b.dir), 0);
+    ck_assert_int_ge(asprintf(&csv1, "%s/d1.csv", b.dir), 0);
+    FILE *f0 = fopen(csv, "w"), *f1 = fopen(csv1, "w");
+    ck_assert(f0 && f1);
+    for (int i = 0; i < 1024; i++)     /* label, then 16 features */
+        for (int k = 0; k < 17; k++) {
+            fprintf(f0, "%d%c", k ? (i * k) % 9 : i % 4, k < 16 ? ',' : '\n');
+            if (i < 1000)
+                fprintf(f1, "%d%c", k ? (i * k) % 9 : i % 4, k < 16 ? ',' : '\n');
+        }
+    ck_assert_int_eq(fclose(f0), 0);
+    ck_assert_int_eq(fclose(f1), 0);
+    char *to = NULL;
+    ck_assert_int_ge(asprintf(&to, "train: {format: csv, path: %s}", csv), 0);
+    char *cj = build_variant(&b, "csvjob", "train: {format: synthetic, samples: 1024, "
+                             "features: 16, classes: 4}", to);
+    struct built c = b;
+    c.job = cj;
+    other_node_refused(&c, cj, csv1, csv, "rank 1 read 1000 training samples, rank 0 read 1024");
+    free(to);
+    free(csv);
+    free(csv1);
+    free(cj);
+    free(lr);
+    built_free(&b);
+}
+END_TEST
+
 /* max_restarts across nodes: a worker of node 1 dies; node 1 restarts its
  * workers, node 0's see a dead peer and restart theirs, both meet again at
  * the rendezvous (the next attempt's keys) and the job resumes from its
@@ -527,7 +632,8 @@ Suite *multinode_suite(void)
     tcase_add_test(t, killed_node_ends_node_0);
     tcase_add_test(t, node_0_alone_names_what_it_waited_for);
     tcase_add_test(t, restart_after_a_dead_worker_on_node_1);
-    tcase_add_test(t, cut_link_ends_both_nodes);
+    tcase_add_test(t, a_node_with_another_job_or_data_is_named);
+    tcase_add_test(t, cut_link_ends_both_nodes);   /* last: it leaves the link down */
     suite_add_tcase(s, t);
     TCase *sl = tcase_create("slurm");
     tcase_set_timeout(sl, 300);
