@@ -169,7 +169,9 @@ static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, d
     if (len < 0 || (size_t)len >= sizeof line)
         return DDPC_FAIL(e, DDPC_E_INVALID, "metrics CSV row does not fit %zu bytes",
                          sizeof line);
-    return write_flush(m->csv, line, (size_t)len, "metrics CSV", e);
+    char what[4200];
+    (void)snprintf(what, sizeof what, "metrics CSV '%s'", m->job->logging.metrics_csv);
+    return write_flush(m->csv, line, (size_t)len, what, e);
 }
 
 /* Where a resumed run continues the CSV at fd (ours: our header): after
@@ -296,7 +298,9 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
     }
     if (keep > 0)
         return 0;
-    return write_flush(m->csv, csv_header_of(m), strlen(csv_header_of(m)), "metrics CSV", e);
+    char what[4200];
+    (void)snprintf(what, sizeof what, "metrics CSV '%s'", path);
+    return write_flush(m->csv, csv_header_of(m), strlen(csv_header_of(m)), what, e);
 fail:
     (void)close(fd);            /* nothing of ours was written */
     return rc;
@@ -373,7 +377,9 @@ static int tb_record(struct ddpc_metrics *m, const uint8_t *data, size_t n, stru
         fwrite(foot, 1, sizeof foot, m->tb) != sizeof foot)
         return DDPC_FAIL(e, DDPC_E_SYS, "writing TensorBoard events '%s': %s; "
                          "---> HINT: is the disk full?", m->tb_path, strerror(errno));
-    return write_flush(m->tb, NULL, 0, "TensorBoard events", e);
+    char what[4200];
+    (void)snprintf(what, sizeof what, "TensorBoard events '%s'", m->tb_path);
+    return write_flush(m->tb, NULL, 0, what, e);
 }
 
 struct tb_scalar {
