@@ -280,6 +280,23 @@ static int conv3x3_try(struct ddpc_model *m, int k, const float *x, float *y, in
                       acc, m->col, (size_t)m->max_batch * (size_t)m->net.scratch_floats, e);
 }
 
+/* The backend's weight gradient of that convolution (ops.conv3x3_wgrad),
+ * dW (+)= over rows samples of input x and output gradient dy, or 1 where
+ * it does not apply (as conv3x3_try). */
+static int conv3x3_wgrad_try(struct ddpc_model *m, int k, const float *x, const float *dy,
+                             int rows, int acc, struct ddpc_err *e)
+{
+    struct ddpc_ops *o = m->ops;
+    const struct ddpc_lnode *L = &m->net.node[k];
+    const struct ddpc_layer_item *it = &L->it;
+    if (!o->conv3x3_wgrad || it->kernel_size != 3 || it->stride != 1 || it->padding != 1 ||
+        L->channels < WINO_MIN_IN)
+        return 1;
+    return o->conv3x3_wgrad(o, x, dy, m->grads + L->w_off, rows, L->channels, it->out,
+                            L->in.d[1], L->in.d[2], acc, m->col,
+                            (size_t)m->max_batch * (size_t)m->net.scratch_floats, e);
+}
+
 static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
                         struct ddpc_err *e)
 {
@@ -495,12 +512,16 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         /* in chunks, as the forward (same operations in the same order per
          * sample: im2col, dW, dcol in place of col, col2im) */
         int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
-        /* the input gradient first where the backend's 3 x 3 convolution
-         * takes it (dx = conv3x3(dy, W flipped)); then im2col is for dW */
+        /* the input gradient (dx = conv3x3(dy, W flipped)) and the weight
+         * gradient where the backend's 3 x 3 convolution takes them; the
+         * im2col loop for what it does not */
         int dcol = want_dx ? conv3x3_try(m, k, dy, dx, rows, 1, accx, e) : 0;
         if (dcol < 0)
             return dcol;
-        for (int s0 = 0; s0 < rows; s0 += chunk) {
+        int dw_by_im2col = conv3x3_wgrad_try(m, k, in, dy, rows, beta != 0.0f, e);
+        if (dw_by_im2col < 0)
+            return dw_by_im2col;
+        for (int s0 = 0; s0 < rows && (dcol || dw_by_im2col); s0 += chunk) {
             int n = rows - s0 < chunk ? rows - s0 : chunk;
             a.x = in + (size_t)s0 * in_numel;
             a.y = m->col;
@@ -510,9 +531,10 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
                 float *col = m->col + (size_t)s * ckk * ohw;
                 const float *dys = dy + (size_t)(s0 + s) * OC * ohw;
                 /* dW[OC, ckk] (+)= dY_s[OC, ohw] . col_s[ckk, ohw]^T */
-                DDPC_TRY(o->gemm(o, 0, 1, OC, (int)ckk, (int)ohw, 1.0f, dys, (int)ohw, col,
-                                 (int)ohw, s0 + s == 0 ? beta : 1.0f, m->grads + L->w_off,
-                                 (int)ckk, e));
+                if (dw_by_im2col)
+                    DDPC_TRY(o->gemm(o, 0, 1, OC, (int)ckk, (int)ohw, 1.0f, dys, (int)ohw,
+                                     col, (int)ohw, s0 + s == 0 ? beta : 1.0f,
+                                     m->grads + L->w_off, (int)ckk, e));
                 /* dcol_s[ckk, ohw] = W^T . dY_s, in place of col_s (read above) */
                 if (dcol)
                     DDPC_TRY(o->gemm(o, 1, 0, (int)ckk, (int)ohw, OC, 1.0f, m->params + L->w_off,

@@ -143,6 +143,13 @@ struct ddpc_ops {
     int (*conv3x3)(struct ddpc_ops *o, const float *x, const float *w, float *y, int n,
                    int in, int out, int H, int W, int flip, int acc, float *ws,
                    size_t ws_floats, struct ddpc_err *e);
+    /* Optional (NULL on CUDA): that convolution's weight gradient,
+     * dw[out][in][3][3] (+= when acc) = sum over the n samples of the
+     * correlation of x[n][in][H][W] (padding 1) with dy[n][out][H][W]; the
+     * same algorithm, scratch and return as conv3x3. */
+    int (*conv3x3_wgrad)(struct ddpc_ops *o, const float *x, const float *dy, float *dw, int n,
+                         int in, int out, int H, int W, int acc, float *ws, size_t ws_floats,
+                         struct ddpc_err *e);
 
     /* enum ddpc_precision of gemm inputs; the caller sets it after init
      * (0 = fp32, the default). CUDA: bf16/fp16 copies of A and B, fp32

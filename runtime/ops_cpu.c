@@ -835,6 +835,94 @@ static int cpu_conv3x3(struct ddpc_ops *o, const float *x, const float *w, float
     return 0;
 }
 
+/* D[out][16][ldv] = A g A^T for each 2 x 2 block g of dy[n][out][H][W]
+ * (zero past the plane's edge), WINO_B tiles at a time: the adjoint of
+ * wino_outputs' A^T m A, for the weight gradient. pad: 2 TH rows of
+ * Q = 2 TW + 20 floats (inside wino_pad_floats). */
+DDPC_HOT static void wino_grads(const float *restrict dy, float *restrict D, int n, int out,
+                                int H, int W, int TH, int TW, size_t ldv, float *restrict pad)
+{
+    size_t T = (size_t)TH * TW, Q = 2 * (size_t)TW + 2 + 2 * WINO_B + 2;
+    memset(pad, 0, 2 * (size_t)TH * Q * sizeof *pad);
+    for (int s = 0; s < n; s++)
+        for (int o = 0; o < out; o++) {
+            const float *dp = dy + ((size_t)s * out + o) * H * W;
+            for (int r = 0; r < H; r++)
+                memcpy(pad + (size_t)r * Q, dp + (size_t)r * W, (size_t)W * sizeof *dp);
+            float *dc = D + (size_t)o * 16 * ldv + (size_t)s * T;
+            for (int ty = 0; ty < TH; ty++) {
+                const float *r0 = pad + (size_t)2 * ty * Q, *r1 = r0 + Q;
+                float *d = dc + (size_t)ty * TW;
+                for (int tx = 0; tx < TW; tx += WINO_B) {
+                    v8f a0, a1, b0, b1;
+                    memcpy(&a0, r0 + 2 * tx, sizeof a0);
+                    memcpy(&a1, r0 + 2 * tx + 8, sizeof a1);
+                    memcpy(&b0, r1 + 2 * tx, sizeof b0);
+                    memcpy(&b1, r1 + 2 * tx + 8, sizeof b1);
+                    v8f g00 = V8_EVEN(a0, a1), g01 = V8_ODD(a0, a1);
+                    v8f g10 = V8_EVEN(b0, b1), g11 = V8_ODD(b0, b1);
+                    /* A down the block's two rows, then across */
+                    v8f u[4][2] = { { g00, g01 }, { g00 + g10, g01 + g11 },
+                                    { g00 - g10, g01 - g11 }, { -g10, -g11 } };
+                    for (int i = 0; i < 4; i++) {
+                        v8f q[4] = { u[i][0], u[i][0] + u[i][1], u[i][0] - u[i][1], -u[i][1] };
+                        for (int j = 0; j < 4; j++)
+                            memcpy(d + (size_t)(4 * i + j) * ldv + tx, &q[j], sizeof q[j]);
+                    }
+                }
+            }
+        }
+}
+
+/* See ops.h. */
+static int cpu_conv3x3_wgrad(struct ddpc_ops *o, const float *x, const float *dy, float *dw,
+                             int n, int in, int out, int H, int W, int acc, float *ws,
+                             size_t ws_floats, struct ddpc_err *e)
+{
+    int TH = (H + 1) / 2, TW = (W + 1) / 2;
+    size_t T = (size_t)TH * TW, nM = 16 * (size_t)out * in, npad = wino_pad_floats(TH, TW);
+    if (n <= 0)
+        return 0;
+    size_t fixed = nM + npad + 16 * (size_t)(in + out) * WINO_B, per = 16 * (size_t)(in + out) * T;
+    if (ws_floats < fixed + per)
+        return 1;
+    size_t fit = (ws_floats - fixed) / per, want = WINO_CHUNK_FLOATS / per;
+    int chunk = (int)(want < 1 ? 1 : want < fit ? want : fit);
+    float *Mw = ws, *pad = Mw + nM, *V = pad + npad;
+    /* Mw[xi][o][c] = sum over tiles of D[o][xi] . V[c][xi] */
+    for (int s0 = 0; s0 < n; s0 += chunk) {
+        int c = n - s0 < chunk ? n - s0 : chunk;
+        size_t nt = (size_t)c * T, ldv = nt + WINO_B;
+        float *D = V + 16 * (size_t)in * ldv;
+        wino_inputs(x + (size_t)s0 * in * H * W, V, c, in, H, W, TH, TW, ldv, pad);
+        wino_grads(dy + (size_t)s0 * out * H * W, D, c, out, H, W, TH, TW, ldv, pad);
+        for (int xi = 0; xi < 16; xi++)
+            DDPC_TRY(cpu_gemm(o, 0, 1, out, in, (int)nt, 1.0f, D + (size_t)xi * ldv,
+                              (int)(16 * ldv), V + (size_t)xi * ldv, (int)(16 * ldv),
+                              s0 == 0 ? 0.0f : 1.0f, Mw + (size_t)xi * out * in, in, e));
+    }
+    /* dw = G^T Mw G, the adjoint of wino_filters' G g G^T */
+    size_t plane = (size_t)out * in;
+    for (size_t oc = 0; oc < plane; oc++) {
+        float m[4][4], t[3][4];
+        for (int xi = 0; xi < 16; xi++)
+            m[xi / 4][xi % 4] = Mw[(size_t)xi * plane + oc];
+        for (int j = 0; j < 4; j++) {
+            t[0][j] = m[0][j] + 0.5f * (m[1][j] + m[2][j]);
+            t[1][j] = 0.5f * (m[1][j] - m[2][j]);
+            t[2][j] = 0.5f * (m[1][j] + m[2][j]) + m[3][j];
+        }
+        float *g = dw + oc * 9;
+        for (int i = 0; i < 3; i++) {
+            float v[3] = { t[i][0] + 0.5f * (t[i][1] + t[i][2]), 0.5f * (t[i][1] - t[i][2]),
+                           0.5f * (t[i][1] + t[i][2]) + t[i][3] };
+            for (int j = 0; j < 3; j++)
+                g[i * 3 + j] = acc ? g[i * 3 + j] + v[j] : v[j];
+        }
+    }
+    return 0;
+}
+
 /* ReLU, ddpc_k_act's expression without its switch. */
 DDPC_HOT static void relu_loop(const float *restrict x, float *restrict y, size_t n)
 {
@@ -1202,6 +1290,7 @@ int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
     o->host_memory = 1;
     o->conv_rows = 1;
     o->conv3x3 = cpu_conv3x3;
+    o->conv3x3_wgrad = cpu_conv3x3_wgrad;
 #if defined(__x86_64__) || defined(__i386__)
     _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
     _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);

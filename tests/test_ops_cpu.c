@@ -455,8 +455,9 @@ static void conv3x3_ref(const float *x, const float *w, double *y, int n, int in
                 }
 }
 
-/* The CPU's 3 x 3 convolution (Winograd F(2x2, 3x3), ops.conv3x3) against
- * the direct sum in double: forward and flipped (the input gradient),
+/* The CPU's 3 x 3 convolution (Winograd F(2x2, 3x3), ops.conv3x3 and
+ * conv3x3_wgrad) against the direct sum in double: forward, flipped (the
+ * input gradient) and the weight gradient,
  * written and added, odd and even planes, planes smaller than a tile,
  * rows of more than one block of tiles; within 1e-5 of the result's norm
  * (rounding of its transforms, about 1e-7 here), every element checked
@@ -472,7 +473,7 @@ START_TEST(conv3x3_matches_direct_sum)
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
     ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
-    ck_assert(o.conv3x3 != NULL);
+    ck_assert(o.conv3x3 != NULL && o.conv3x3_wgrad != NULL);
     struct ddpc_rng r;
     rng_seed(&r, 31);
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
@@ -506,8 +507,49 @@ START_TEST(conv3x3_matches_direct_sum)
                               "shape %zu flip %d acc %d: %g relative, worst element %g off", t,
                               flip, acc, sqrt(d2 / r2), worst);
             }
+        /* the weight gradient, x with y0 as the output gradient */
+        double *gref = malloc(nw * sizeof *gref);
+        float *g = malloc(nw * sizeof *g), *g0 = malloc(nw * sizeof *g0);
+        ck_assert(gref && g && g0);
+        fill(&r, g0, nw);
+        for (size_t i = 0; i < nw; i++)
+            gref[i] = 0;
+        for (int s = 0; s < n; s++)
+            for (int oc = 0; oc < out; oc++)
+                for (int c = 0; c < in; c++)
+                    for (int ky = 0; ky < 3; ky++)
+                        for (int kx = 0; kx < 3; kx++)
+                            for (int py = 0; py < H; py++)
+                                for (int px = 0; px < W; px++) {
+                                    int iy = py + ky - 1, ix = px + kx - 1;
+                                    if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                                        continue;
+                                    gref[((size_t)oc * in + c) * 9 + ky * 3 + kx] +=
+                                        (double)y0[(((size_t)s * out + oc) * H + py) * W + px] *
+                                        x[(((size_t)s * in + c) * H + iy) * W + ix];
+                                }
+        for (int acc = 0; acc < 2; acc++) {
+            memcpy(g, g0, nw * sizeof *g);
+            ck_assert_int_eq(o.conv3x3_wgrad(&o, x, y0, g, n, in, out, H, W, acc, ws, nws, &e), 0);
+            double d2 = 0, r2 = 0;
+            for (size_t i = 0; i < nw; i++) {
+                double want = gref[i] + (acc ? g0[i] : 0.0);
+                d2 += (g[i] - want) * (g[i] - want);
+                r2 += want * want;
+            }
+            ck_assert_msg(sqrt(d2) <= 1e-5 * sqrt(r2), "shape %zu wgrad acc %d: %g relative", t,
+                          acc, sqrt(d2 / r2));
+        }
+        memcpy(g, g0, nw * sizeof *g);
+        ck_assert_int_eq(o.conv3x3_wgrad(&o, x, y0, g, n, in, out, H, W, 0, ws,
+                                         16 * (size_t)in * out, &e), 1);
+        ck_assert_mem_eq(g, g0, nw * sizeof *g);
+        free(gref);
+        free(g);
+        free(g0);
         memcpy(y, y0, ny * sizeof *y);
-        ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, ws, 16 * (size_t)in * out, &e), 1);
+        ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, ws,
+                                   16 * (size_t)in * out, &e), 1);
         ck_assert_mem_eq(y, y0, ny * sizeof *y);
         free(x);
         free(w);
