@@ -727,6 +727,9 @@ static int doubles_collective(struct ddpc_run *r, double *v, int n, int bcast,
     struct ddpc_comm *c = r->a->grad_comm;
     double deadline = ddpc_deadline_after(r->job->nccl_timeout_s);
     float h[DDPC_N_METRICS];
+    if (n < 0 || 2 * n > DDPC_N_METRICS)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "worker: %d values exceed the collective's %d",
+                         n, DDPC_N_METRICS / 2);
     for (int i = 0; i < n; i++) {
         h[2 * i] = (float)v[i];
         h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
@@ -1124,28 +1127,27 @@ static int run_same_job(struct ddpc_run *r, struct ddpc_err *e)
     const struct ddpc_worker_args *a = r->a;
     if (!r->comm_on || r->shared_state)
         return 0;
-    /* 24-bit pieces: exact through the float pairs of doubles_collective */
-    char h[7];
-    unsigned long id[2];
-    for (int i = 0; i < 2; i++) {
-        memcpy(h, r->ckpt.ident_hash + 6 * i, 6);
-        h[6] = '\0';
-        id[i] = strtoul(h, NULL, 16);
-    }
+    /* integers below 2^48: exact through doubles_collective's float pairs
+     * (a 24-bit float and the remainder); 3 values fit its buffer */
+    char h[13];
+    memcpy(h, r->ckpt.ident_hash, 12);
+    h[12] = '\0';
+    int64_t id = (int64_t)strtoull(h, NULL, 16);
     int64_t nt = a->train->n, ne = a->test ? a->test->n : 0;
-    double mine[6] = { (double)id[0], (double)id[1], (double)(nt >> 24),
-                       (double)(nt & 0xffffff), (double)(ne >> 24), (double)(ne & 0xffffff) };
-    double v[6];
+    const int64_t low48 = ((int64_t)1 << 48) - 1;
+    double mine[3] = { (double)id, (double)(nt & low48), (double)(ne & low48) };
+    double v[3];
     memcpy(v, mine, sizeof v);
-    DDPC_TRY(bcast_doubles(r, v, 6, e));
-    if (v[0] != mine[0] || v[1] != mine[1])
+    DDPC_TRY(bcast_doubles(r, v, 3, e));
+    if (v[0] != mine[0])
         return DDPC_FAIL(e, DDPC_E_DATA, "rank %d runs another configuration than rank 0: "
-                         "its training identity is %.12s..., rank 0's %06lx%06lx... (settings "
+                         "its training identity is %.12s..., rank 0's %012llx... (settings "
                          "that decide the training differ: learning rate, model, data, batch, "
                          "...). Every node must run a ./job built from the same spec by the "
-                         "same ddpc", r->rank, r->ckpt.ident_hash, (unsigned long)v[0],
-                         (unsigned long)v[1]);
-    int64_t t0 = (int64_t)v[2] << 24 | (int64_t)v[3], e0 = (int64_t)v[4] << 24 | (int64_t)v[5];
+                         "same ddpc", r->rank, r->ckpt.ident_hash, (unsigned long long)v[0]);
+    int64_t t0 = (int64_t)v[1], e0 = (int64_t)v[2];
+    nt &= low48;
+    ne &= low48;
     if (t0 != nt || e0 != ne)
         return DDPC_FAIL(e, DDPC_E_DATA, "rank %d read %lld %s samples, rank 0 read %lld: "
                          "every node must read the same data (a copy on this node differs?)",
