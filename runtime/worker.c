@@ -1580,10 +1580,17 @@ static int train_report(struct ddpc_run *r, struct train_state *t, struct ddpc_e
     }
     res->wall_s = ddpc_now() - r->a->t_launch;
     if (out && r->ckpt.start_epoch >= j->epochs) {
-        /* resumed from a checkpoint that already covers every epoch */
-        fprintf(out, "nothing to train: the checkpoint already completed all %d epochs\n"
-                "done epochs=%d steps=%lld wall_s=%.3f\n",
-                (int)j->epochs, (int)j->epochs, (long long)res->steps, res->wall_s);
+        /* resumed from a checkpoint that already covers every epoch (or
+         * more: epochs was lowered since; the model is the checkpoint's) */
+        if (r->ckpt.start_epoch > j->epochs)
+            fprintf(out, "nothing to train: the checkpoint is at the end of epoch %lld, past "
+                    "this job's %d epochs (the model is that checkpoint's)\n",
+                    (long long)r->ckpt.start_epoch, (int)j->epochs);
+        else
+            fprintf(out, "nothing to train: the checkpoint already completed all %d epochs\n",
+                    (int)j->epochs);
+        fprintf(out, "done epochs=%d steps=%lld wall_s=%.3f\n", (int)j->epochs,
+                (long long)res->steps, res->wall_s);
         fflush(out);
     } else if (out) {
         fprintf(out, "done epochs=%d steps=%lld train_loss=%.4f", (int)j->epochs,

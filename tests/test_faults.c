@@ -1099,6 +1099,12 @@ START_TEST(compatible_edit_resumes_and_matches_a_straight_run)
     ck_assert_msg(strstr(r.out, "note: the spec's text changed since that checkpoint") &&
                   strstr(r.out, "nothing to train"), "%s", r.out);
     run_result_free(&r);
+    /* epochs lowered below the checkpoint's: said so (it claimed the
+     * checkpoint 'completed all 2 epochs' of a model trained for 3) */
+    run_ok(job2, cwd, &r);
+    ck_assert_msg(strstr(r.out, "nothing to train: the checkpoint is at the end of epoch 3, "
+                                "past this job's 2 epochs"), "%s", r.out);
+    run_result_free(&r);
 
     /* an incompatible edit (the batch size) is refused, naming it */
     struct fopts ob = { .epochs = 4, .extra = "grad_accumulation: 2\n" };
