@@ -256,28 +256,38 @@ static struct ddpc_attn attn_of(const struct ddpc_model *m, int k, int rows)
     return at;
 }
 
-/* The backend's fast 3 x 3 convolution (ops.conv3x3) for node k, y (+)=
- * conv(x) over rows samples, or 1 where it does not apply (no such
- * backend function; not 3 x 3, stride 1, padding 1; fewer than
- * WINO_MIN_IN input channels, where its 16 gemms would be too shallow to
- * gain (a guess: measured only on the CNN's second layer, 32 channels in
- * forward and 64 in the input gradient; its first layer has 1); too
- * little scratch): the caller's im2col path then, which is also where the
- * scratch (m->col, sized for im2col) comes from. flip: the input gradient
- * (x = dy, y = dx). */
+/* Whether convolution node L, given `in` input channels, can take the
+ * backend's 3 x 3 path: 3 x 3, stride 1, padding 1, and WINO_MIN_IN input
+ * channels or more, below which its 16 gemms would be too shallow to gain
+ * (a guess: measured only on the CNN's second layer, 32 channels in
+ * forward and 64 in the input gradient; its first layer has 1). */
 enum { WINO_MIN_IN = 16 };
+static int conv3x3_fits(const struct ddpc_lnode *L, int in)
+{
+    return L->it.kernel_size == 3 && L->it.stride == 1 && L->it.padding == 1 &&
+           in >= WINO_MIN_IN;
+}
+
+/* Its scratch: m->col, sized for im2col (the path it replaces). */
+static size_t conv3x3_scratch(const struct ddpc_model *m)
+{
+    return (size_t)m->max_batch * (size_t)m->net.scratch_floats;
+}
+
+/* The backend's fast 3 x 3 convolution (ops.conv3x3) for node k, y (+)=
+ * conv(x) over rows samples, or 1 where it does not apply (no such backend
+ * function, conv3x3_fits says no, too little scratch): the caller's im2col
+ * path then. flip: the input gradient (x = dy, y = dx). */
 static int conv3x3_try(struct ddpc_model *m, int k, const float *x, float *y, int rows, int flip,
                        int acc, struct ddpc_err *e)
 {
     struct ddpc_ops *o = m->ops;
     const struct ddpc_lnode *L = &m->net.node[k];
-    const struct ddpc_layer_item *it = &L->it;
-    int in = flip ? it->out : L->channels, out = flip ? L->channels : it->out;
-    if (!o->conv3x3 || it->kernel_size != 3 || it->stride != 1 || it->padding != 1 ||
-        in < WINO_MIN_IN)
+    int in = flip ? L->it.out : L->channels, out = flip ? L->channels : L->it.out;
+    if (!o->conv3x3 || !conv3x3_fits(L, in))
         return 1;
     return o->conv3x3(o, x, m->params + L->w_off, y, rows, in, out, L->in.d[1], L->in.d[2], flip,
-                      acc, m->col, (size_t)m->max_batch * (size_t)m->net.scratch_floats, e);
+                      acc, m->col, conv3x3_scratch(m), e);
 }
 
 /* The backend's weight gradient of that convolution (ops.conv3x3_wgrad),
@@ -288,13 +298,10 @@ static int conv3x3_wgrad_try(struct ddpc_model *m, int k, const float *x, const 
 {
     struct ddpc_ops *o = m->ops;
     const struct ddpc_lnode *L = &m->net.node[k];
-    const struct ddpc_layer_item *it = &L->it;
-    if (!o->conv3x3_wgrad || it->kernel_size != 3 || it->stride != 1 || it->padding != 1 ||
-        L->channels < WINO_MIN_IN)
+    if (!o->conv3x3_wgrad || !conv3x3_fits(L, L->channels))
         return 1;
-    return o->conv3x3_wgrad(o, x, dy, m->grads + L->w_off, rows, L->channels, it->out,
-                            L->in.d[1], L->in.d[2], acc, m->col,
-                            (size_t)m->max_batch * (size_t)m->net.scratch_floats, e);
+    return o->conv3x3_wgrad(o, x, dy, m->grads + L->w_off, rows, L->channels, L->it.out,
+                            L->in.d[1], L->in.d[2], acc, m->col, conv3x3_scratch(m), e);
 }
 
 static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,

@@ -804,22 +804,50 @@ DDPC_HOT static void wino_outputs(const float *restrict M, float *restrict y, in
         }
 }
 
+/* How conv3x3 and conv3x3_wgrad lay out their scratch ws: 16 x out x in
+ * filter-domain floats (U, or the weight gradient's sums), wino_inputs'
+ * pad, then a chunk's V and M (or D): 16 (in + out) rows of c T + WINO_B
+ * floats for chunks of c samples. */
+struct wino_plan {
+    int    TH, TW;      /* tiles down and across a plane */
+    size_t T;           /* tiles per plane */
+    int    chunk;       /* samples per chunk */
+    float *filt, *pad, *V;
+};
+
+/* 0, or 1 when ws_floats cannot hold a chunk of one sample. */
+static int wino_plan_of(struct wino_plan *p, int in, int out, int H, int W, float *ws,
+                        size_t ws_floats)
+{
+    p->TH = (H + 1) / 2;
+    p->TW = (W + 1) / 2;
+    p->T = (size_t)p->TH * p->TW;
+    size_t nfilt = 16 * (size_t)out * in, npad = wino_pad_floats(p->TH, p->TW);
+    size_t fixed = nfilt + npad + 16 * (size_t)(in + out) * WINO_B;
+    size_t per = 16 * (size_t)(in + out) * p->T;
+    if (ws_floats < fixed + per)
+        return 1;
+    size_t fit = (ws_floats - fixed) / per, want = WINO_CHUNK_FLOATS / per;
+    p->chunk = (int)(want < 1 ? 1 : want < fit ? want : fit);
+    p->filt = ws;
+    p->pad = ws + nfilt;
+    p->V = p->pad + npad;
+    return 0;
+}
+
 /* See ops.h. */
 static int cpu_conv3x3(struct ddpc_ops *o, const float *x, const float *w, float *y, int n,
                        int in, int out, int H, int W, int flip, int acc, float *ws,
                        size_t ws_floats, struct ddpc_err *e)
 {
-    int TH = (H + 1) / 2, TW = (W + 1) / 2;
-    size_t T = (size_t)TH * TW, nU = 16 * (size_t)out * in, npad = wino_pad_floats(TH, TW);
+    struct wino_plan p;
     if (n <= 0)
         return 0;
-    /* a chunk of c samples: V and M of 16 (in + out) rows of c T + WINO_B */
-    size_t fixed = nU + npad + 16 * (size_t)(in + out) * WINO_B, per = 16 * (size_t)(in + out) * T;
-    if (ws_floats < fixed + per)
+    if (wino_plan_of(&p, in, out, H, W, ws, ws_floats))
         return 1;   /* not enough scratch: the caller's im2col path */
-    size_t fit = (ws_floats - fixed) / per, want = WINO_CHUNK_FLOATS / per;
-    int chunk = (int)(want < 1 ? 1 : want < fit ? want : fit);
-    float *U = ws, *pad = U + nU, *V = pad + npad;
+    int TH = p.TH, TW = p.TW, chunk = p.chunk;
+    size_t T = p.T;
+    float *U = p.filt, *pad = p.pad, *V = p.V;
     wino_filters(w, U, out, in, flip);
     for (int s0 = 0; s0 < n; s0 += chunk) {
         int c = n - s0 < chunk ? n - s0 : chunk;
@@ -879,16 +907,14 @@ static int cpu_conv3x3_wgrad(struct ddpc_ops *o, const float *x, const float *dy
                              int n, int in, int out, int H, int W, int acc, float *ws,
                              size_t ws_floats, struct ddpc_err *e)
 {
-    int TH = (H + 1) / 2, TW = (W + 1) / 2;
-    size_t T = (size_t)TH * TW, nM = 16 * (size_t)out * in, npad = wino_pad_floats(TH, TW);
+    struct wino_plan p;
     if (n <= 0)
         return 0;
-    size_t fixed = nM + npad + 16 * (size_t)(in + out) * WINO_B, per = 16 * (size_t)(in + out) * T;
-    if (ws_floats < fixed + per)
+    if (wino_plan_of(&p, in, out, H, W, ws, ws_floats))
         return 1;
-    size_t fit = (ws_floats - fixed) / per, want = WINO_CHUNK_FLOATS / per;
-    int chunk = (int)(want < 1 ? 1 : want < fit ? want : fit);
-    float *Mw = ws, *pad = Mw + nM, *V = pad + npad;
+    int TH = p.TH, TW = p.TW, chunk = p.chunk;
+    size_t T = p.T;
+    float *Mw = p.filt, *pad = p.pad, *V = p.V;
     /* Mw[xi][o][c] = sum over tiles of D[o][xi] . V[c][xi] */
     for (int s0 = 0; s0 < n; s0 += chunk) {
         int c = n - s0 < chunk ? n - s0 : chunk;
