@@ -1044,24 +1044,13 @@ static int ddprt_output_clobbers(const struct ddpc_job *j, const char *out, cons
                          "overwrite the other; give each its own path", other_key, key, out);
     if (!there)
         return 0;
-    const struct { const char *path, *what; } in[] = {
-        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
-        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
-        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
-        { j->model.init_from, "model.init_from" },
-        { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
-          "the checkpoint to resume from" },
-        { "/proc/self/exe", "this program" },
-    };
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
-        if (!in[i].path || !*in[i].path || stat(in[i].path, &si) != 0 ||
-            si.st_dev != so.st_dev || si.st_ino != so.st_ino)
-            continue;
-        int self = i == sizeof in / sizeof in[0] - 1;   /* its path says nothing */
-        return DDPC_FAIL(e, DDPC_E_INVALID, "%s: %s is %s%s%s%s: the run would overwrite it; "
-                         "point %s at another file", key, out, in[i].what, self ? "" : " (",
-                         self ? "" : in[i].path, self ? "" : ")", key);
-    }
+    const char *what, *path = job_input_at(j, &so, "the checkpoint to resume from", &what);
+    if (path)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s: %s is %s (%s): the run would overwrite it; "
+                         "point %s at another file", key, out, what, path, key);
+    if (stat("/proc/self/exe", &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s: %s is this program: the run would overwrite "
+                         "it; point %s at another file", key, out, key);
     return 0;
 }
 

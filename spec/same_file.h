@@ -1,8 +1,9 @@
 /* same_file.h - do two paths name one file, whether it exists yet or not:
  * one rule for `ddpc check` (validate.c) and the job's start (ddprt.c),
- * which refuse two outputs that would overwrite each other.
+ * which refuse two outputs that would overwrite each other, and an output
+ * that would overwrite one of the job's inputs.
  *
- * defines: same_file
+ * defines: same_file, job_input_at
  */
 #ifndef DDPC_SAME_FILE_H
 #define DDPC_SAME_FILE_H
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "job.h"
 
 /* 1 when a and b are one file: the same device and inode when both exist,
  * else (neither exists) the same last component in the same directory
@@ -35,6 +37,30 @@ static inline int same_file(const char *a, const char *b)
     memcpy(db, bb ? b : ".", lb);
     db[lb] = '\0';
     return realpath(da, ra) && realpath(db, rb) && strcmp(ra, rb) == 0;
+}
+
+/* The path of the job's input that is the file *so (a data file,
+ * model.init_from, the checkpoint it resumes from), or NULL; *key names
+ * it, resume_key the checkpoint (the job may have it from --resume). */
+static inline const char *job_input_at(const struct ddpc_job *j, const struct stat *so,
+                                       const char *resume_key, const char **key)
+{
+    const struct { const char *path, *what; } in[] = {
+        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
+        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
+        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
+        { j->model.init_from, "model.init_from" },
+        { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
+          resume_key },
+    };
+    struct stat si;
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (in[i].path && in[i].path[0] && stat(in[i].path, &si) == 0 &&
+            si.st_dev == so->st_dev && si.st_ino == so->st_ino) {
+            *key = in[i].what;
+            return in[i].path;
+        }
+    return NULL;
 }
 
 #endif /* DDPC_SAME_FILE_H */

@@ -2149,23 +2149,13 @@ static void outpath_clobbers(struct ddpc_vctx *c, const char *key, const char *o
     }
     if (!there)
         return;
-    const struct ddpc_job *j = c->job;
-    const struct { const char *path, *what; } in[] = {
-        { c->file, "the spec file itself" },
-        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
-        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
-        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
-        { j->model.init_from, "model.init_from" },
-        { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
-          "checkpoint.resume" },
-    };
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        if (in[i].path && in[i].path[0] && stat(in[i].path, &si) == 0 &&
-            si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            vdiag(c, sev, n, key, "'%s' is %s%s: the run would overwrite it; point %s at "
-                  "another file", n->str, in[i].what, here, key);
-            return;
-        }
+    const char *what;
+    if (stat(c->file, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        what = "the spec file itself";
+    else if (!job_input_at(c->job, &so, "checkpoint.resume", &what))
+        return;
+    vdiag(c, sev, n, key, "'%s' is %s%s: the run would overwrite it; point %s at another file",
+          n->str, what, here, key);
 }
 
 /* Where data.train's sample shape came from, for the messages that ask for
