@@ -337,36 +337,48 @@ START_TEST(waiting_client_says_why_after_5_s)
 }
 END_TEST
 
-/* ----- a name server that never answers ----- */
+/* ----- name resolution in namespaces of the test's own ----- */
 
-/* In the calling process: a network and mount namespace of its own, its
- * loopback up, /etc/resolv.conf replaced (bind mount) by one naming a name
- * server on 127.0.0.1 that reads queries and never answers, with a 30 s
- * timeout. Returns 0, or -1 with why filled (no root, no namespaces). */
-static int silent_dns_enter(char *why, size_t cap, int *dns_fd)
+/* In the calling process: a network and mount namespace of its own, with
+ * `target` (/etc/resolv.conf, /etc/hosts) replaced by a bind mount of a
+ * file holding text. Returns 0, or -1 with why filled (no root, no
+ * namespaces). */
+static int private_net_with_file(const char *target, const char *text, char *why, size_t cap)
 {
-    char conf[] = "/tmp/ddpc-test-resolv-XXXXXX";
-    int fd = mkstemp(conf);
+    char tmp[] = "/tmp/ddpc-test-etc-XXXXXX";
+    int fd = mkstemp(tmp);
     if (fd < 0) {
         snprintf(why, cap, "mkstemp: %s", strerror(errno));
         return -1;
     }
-    static const char text[] = "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n";
-    int ok = write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1);
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len;
     close(fd);
     const char *step = !ok ? "write" : NULL;
     if (!step && unshare(CLONE_NEWNS | CLONE_NEWNET) != 0)
         step = "unshare(CLONE_NEWNS | CLONE_NEWNET)";
     if (!step && mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         step = "mount --make-rprivate /";
-    if (!step && mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0)
-        step = "bind mount over /etc/resolv.conf";
+    if (!step && mount(tmp, target, NULL, MS_BIND, NULL) != 0)
+        step = "bind mount over the file";
     int e = errno;
-    unlink(conf);   /* the mount holds it */
+    unlink(tmp);   /* the mount holds it */
     if (step) {
-        snprintf(why, cap, "%s: %s", step, strerror(e));
+        snprintf(why, cap, "%s (%s): %s", step, target, strerror(e));
         return -1;
     }
+    return 0;
+}
+
+/* A name server that never answers: private_net_with_file's namespaces,
+ * /etc/resolv.conf naming a name server on 127.0.0.1 with a 30 s timeout,
+ * loopback up and a socket bound there that reads no query. */
+static int silent_dns_enter(char *why, size_t cap, int *dns_fd)
+{
+    if (private_net_with_file("/etc/resolv.conf",
+                              "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n", why,
+                              cap) != 0)
+        return -1;
     int s = socket(AF_INET, SOCK_DGRAM, 0);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
@@ -461,28 +473,8 @@ END_TEST
  * or -1 with why filled. */
 static int blackhole_first_enter(char *why, size_t cap)
 {
-    char hosts[] = "/tmp/ddpc-test-hosts-XXXXXX";
-    int fd = mkstemp(hosts);
-    if (fd < 0) {
-        snprintf(why, cap, "mkstemp: %s", strerror(errno));
+    if (private_net_with_file("/etc/hosts", "2001:db8::9 rdv\n127.0.0.1 rdv\n", why, cap) != 0)
         return -1;
-    }
-    static const char text[] = "2001:db8::9 rdv\n127.0.0.1 rdv\n";
-    int ok = write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1);
-    close(fd);
-    const char *step = !ok ? "write" : NULL;
-    if (!step && unshare(CLONE_NEWNS | CLONE_NEWNET) != 0)
-        step = "unshare(CLONE_NEWNS | CLONE_NEWNET)";
-    if (!step && mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        step = "mount --make-rprivate /";
-    if (!step && mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0)
-        step = "bind mount over /etc/hosts";
-    int e = errno;
-    unlink(hosts);
-    if (step) {
-        snprintf(why, cap, "%s: %s", step, strerror(e));
-        return -1;
-    }
     static const char *const cmds[] = {
         "ip link set lo up",
         "ip link add v0 type veth peer name v1",
