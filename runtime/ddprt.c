@@ -1431,7 +1431,8 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
  * nodes, NCCL between GPUs. A port in use is reported here, before any
  * worker starts. A one-node GPU job without --master takes an ephemeral
  * loopback port (no collision between two jobs on one machine, like
- * torchrun --standalone). Returns 0, or -1 with the error reported. */
+ * torchrun --standalone). nccl_timeout bounds the lookup of master_addr
+ * as it bounds every client's. Returns 0, or -1 with the error reported. */
 static int ddprt_rendezvous(struct ddprt_run *r, const struct ddprt_flags *fl,
                             struct store_host *store, struct ddpc_err *e)
 {
@@ -1440,7 +1441,8 @@ static int ddprt_rendezvous(struct ddprt_run *r, const struct ddprt_flags *fl,
     int standalone = r->use_cuda && r->num_nodes == 1 && !fl->master;
     if (standalone)
         (void)snprintf(r->master_addr, sizeof r->master_addr, "127.0.0.1");
-    if (store_host_start(store, r->master_addr, standalone ? 0 : r->master_port, e) < 0) {
+    if (store_host_start(store, r->master_addr, standalone ? 0 : r->master_port,
+                         ddpc_deadline_after(r->job.nccl_timeout_s), e) < 0) {
         ddprt_report(e);
         return -1;
     }

@@ -2,8 +2,9 @@
  *
  * Owns the wire protocol, the serving loop (one poll() over the listening
  * socket, the stop pipe and every connection; no threads) and the blocking
- * client (whose name lookups run on glibc's getaddrinfo_a thread, so that
- * the job's deadline bounds them too). Never trains, never knows about ranks beyond the `who` string a
+ * client. Name lookups, node 0's for the bind and the client's, run on
+ * glibc's getaddrinfo_a thread, so that the job's deadline bounds them
+ * too. Never trains, never knows about ranks beyond the `who` string a
  * caller passes for messages, never calls exit() except in the serving
  * child it forks. Prints one thing: the client's notice, after 5 s and then
  * every minute, that it still cannot reach the store, and why.
@@ -105,6 +106,176 @@ int store_split_addr(const char *s, char *host, size_t len, int *port)
     return 0;
 }
 
+/* ----- name resolution with a deadline -----
+ * getaddrinfo blocks for as long as the resolver likes (a name server that
+ * never answers: resolv.conf's timeout x attempts x servers; an NSS module:
+ * without bound), and the job's deadline and its "still waiting" notices
+ * would wait behind it, node 0's bind as much as every client's connect.
+ * glibc's getaddrinfo_a runs the lookup on its own thread; the caller waits
+ * for it with gai_suspend, by a time it chooses. A lookup still running
+ * when the caller gives up is cancelled, or, when glibc cannot cancel it
+ * (it is inside the resolver), abandoned: its block is then never freed,
+ * since glibc's thread still writes its result there. */
+struct store_lookup {
+    struct gaicb    cb;
+    struct addrinfo hints;
+    double          since;      /* ddpc_now() at its start */
+    char            port[16];
+    char            host[];
+};
+
+static struct store_lookup *lookup_start(const char *host, int port, int *gai_out)
+{
+    size_t hl = strlen(host) + 1;
+    struct store_lookup *l = calloc(1, sizeof *l + hl);
+    if (!l) {
+        *gai_out = EAI_MEMORY;
+        return NULL;
+    }
+    memcpy(l->host, host, hl);
+    (void)snprintf(l->port, sizeof l->port, "%d", port);
+    l->hints.ai_socktype = SOCK_STREAM;
+    l->cb.ar_name = l->host;
+    l->cb.ar_service = l->port;
+    l->cb.ar_request = &l->hints;
+    l->since = ddpc_now();
+    struct gaicb *list[1] = { &l->cb };
+    int g = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL);
+    if (g != 0) {
+        free(l);
+        *gai_out = g;
+        return NULL;
+    }
+    return l;
+}
+
+/* Waits for l until `until`: 1 when it finished (its result or error in
+ * gai_error(&l->cb)), 0 when it is still running. */
+static int lookup_wait(struct store_lookup *l, double until)
+{
+    const struct gaicb *list[1] = { &l->cb };
+    for (;;) {
+        if (gai_error(&l->cb) != EAI_INPROGRESS)
+            return 1;
+        double left = until - ddpc_now();
+        if (left <= 0)
+            return 0;
+        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
+        (void)gai_suspend(list, 1, &ts);    /* done, timed out or interrupted: look again */
+    }
+}
+
+/* Ends l: frees it, or abandons it to glibc's thread (see above). */
+static void lookup_end(struct store_lookup *l)
+{
+    if (!l)
+        return;
+    int g = gai_error(&l->cb);
+    if (g == EAI_INPROGRESS) {
+        if (gai_cancel(&l->cb) == EAI_NOTCANCELED)
+            return; /* still running inside the resolver: its memory is glibc's now */
+        if ((g = gai_error(&l->cb)) == EAI_INPROGRESS)
+            return;
+    }
+    if (g == 0 && l->cb.ar_result)
+        freeaddrinfo(l->cb.ar_result);
+    free(l);
+}
+
+/* Resolves host:port for a stream socket by `until` (0: no deadline): an
+ * address at once, a name on glibc's lookup thread. Returns 1 with *res
+ * (the caller frees it), 0 when the lookup is still running at `until`
+ * (*lookup then carries it: call again to wait on, or lookup_end it), or
+ * -1 with *gai_out a getaddrinfo code. The one lookup of master_addr, for
+ * node 0 binding the store and every client connecting to it. */
+static int resolve_by(const char *host, int port, double until, struct store_lookup **lookup,
+                      struct addrinfo **res, int *gai_out)
+{
+    *res = NULL;
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST;    /* an address: no lookup, no thread */
+    char ps[16];
+    (void)snprintf(ps, sizeof ps, "%d", port);
+    int g = getaddrinfo(host, ps, &hints, res);
+    if (g == EAI_NONAME) {              /* a name */
+        *res = NULL;
+        if (!*lookup && !(*lookup = lookup_start(host, port, gai_out)))
+            return -1;
+        if (!lookup_wait(*lookup, until > 0 ? until : ddpc_now() + 365 * 86400.0))
+            return 0;
+        g = gai_error(&(*lookup)->cb);
+        *res = g == 0 ? (*lookup)->cb.ar_result : NULL;
+        (*lookup)->cb.ar_result = NULL;     /* ours to free now */
+        lookup_end(*lookup);
+        *lookup = NULL;
+    }
+    if (g != 0 || !*res) {
+        *gai_out = g ? g : EAI_NONAME;
+        return -1;
+    }
+    return 1;
+}
+
+/* The family to bind for a name: that of the first address it resolves to
+ * (AF_INET when it resolves to none), looked up by resolve_by, bounded by
+ * deadline, in a child process of its own. In the caller glibc's
+ * getaddrinfo_a would leave its helper thread idling for a second after
+ * the lookup, and a process forked in that second (the launcher forks its
+ * workers next) inherits glibc's belief that the thread is there: its own
+ * lookups are queued for a thread that does not exist and never finish
+ * (node 0's workers could not reach the store by its name). Returns 1 with
+ * *family, 0 when the lookup had not finished by deadline, -1 with errno. */
+static int family_of_name(const char *host, int port, double deadline, int *family)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) == -1)
+        return -1;
+    (void)fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == -1) {
+        int err = errno;
+        (void)close(p[0]);
+        (void)close(p[1]);
+        errno = err;
+        return -1;
+    }
+    if (pid == 0) {
+        /* dies with the caller, and of an interrupt as the caller's
+         * handlers would not let it */
+        (void)signal(SIGINT, SIG_DFL);
+        (void)signal(SIGTERM, SIG_DFL);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != parent)
+            _exit(1);
+        (void)close(p[0]);
+        struct store_lookup *lookup = NULL;
+        struct addrinfo *res = NULL;
+        int gai = 0;
+        int got = resolve_by(host, port, deadline, &lookup, &res, &gai);
+        char c = got == 0 ? 't' : got > 0 && res->ai_family == AF_INET6 ? '6' : '4';
+        _exit(write(p[1], &c, 1) == 1 ? 0 : 1);   /* a lookup left running ends with us */
+    }
+    (void)close(p[1]);
+    char c = 0;
+    ssize_t n;
+    while ((n = read(p[0], &c, 1)) == -1 && errno == EINTR)
+        ;
+    int err = errno;
+    (void)close(p[0]);
+    while (waitpid(pid, NULL, 0) == -1 && errno == EINTR)
+        ;
+    if (n != 1) {
+        errno = n == 0 ? EINTR : err;   /* it died (an interrupt) before it answered */
+        return -1;
+    }
+    if (c == 't')
+        return 0;
+    *family = c == '6' ? AF_INET6 : AF_INET;
+    return 1;
+}
+
 /* A host written as a loopback literal is bound exactly (nobody else can
  * reach it anyway); anything else binds its family's wildcard, because a
  * name may resolve to a loopback alias on node 0 itself (Debian maps the
@@ -124,7 +295,8 @@ static int host_is_loopback_literal(const char *host, int *family)
     return 0;
 }
 
-int store_listen(const char *host, int port, int *fd_out, int *port_out, struct ddpc_err *e)
+int store_listen(const char *host, int port, double deadline, int *fd_out, int *port_out,
+                 struct ddpc_err *e)
 {
     *fd_out = -1;
     if (!host || !*host)
@@ -132,14 +304,19 @@ int store_listen(const char *host, int port, int *fd_out, int *port_out, struct 
     int family = AF_INET;
     int exact = host_is_loopback_literal(host, &family);
     if (!exact && family != AF_INET6 && !strchr(host, ':')) {
-        /* a name: bind the wildcard of the family it resolves to */
-        struct addrinfo hints, *res = NULL;
-        memset(&hints, 0, sizeof hints);
-        hints.ai_socktype = SOCK_STREAM;
-        if (getaddrinfo(host, NULL, &hints, &res) == 0 && res) {
-            family = res->ai_family == AF_INET6 ? AF_INET6 : AF_INET;
-            freeaddrinfo(res);
-        }
+        /* a name: bind the wildcard of the family it resolves to (one that
+         * does not resolve: IPv4's), found by the job's deadline */
+        double t0 = ddpc_now();
+        int got = family_of_name(host, port, deadline, &family);
+        if (got == 0)
+            return DDPC_FAIL(e, DDPC_E_TIMEOUT, "rendezvous store: the name lookup of node 0's "
+                             "address '%s' has not finished within %.1f s (the job's deadline, "
+                             "nccl_timeout): no answer from the name server.\n---> HINT: see "
+                             "/etc/resolv.conf, or give launch.master_addr / --master as an IP "
+                             "address", host, ddpc_now() - t0);
+        if (got < 0)
+            return DDPC_FAIL(e, DDPC_E_SYS, "rendezvous store: the name lookup of node 0's "
+                             "address '%s': %s", host, strerror(errno));
     } else if (strchr(host, ':')) {
         family = AF_INET6;
     }
@@ -531,13 +708,14 @@ int store_serve(int listen_fd, int stop_fd)
     return rc;
 }
 
-int store_host_start(struct store_host *h, const char *host, int port, struct ddpc_err *e)
+int store_host_start(struct store_host *h, const char *host, int port, double deadline,
+                     struct ddpc_err *e)
 {
     h->pid = 0;
     h->stop_fd = -1;
     h->port = 0;
     int lfd, bound;
-    DDPC_TRY(store_listen(host, port, &lfd, &bound, e));
+    DDPC_TRY(store_listen(host, port, deadline, &lfd, &bound, e));
     int p[2];
     if (pipe2(p, O_CLOEXEC) == -1) {
         int err = errno;
@@ -605,81 +783,6 @@ static int set_nonblock(int fd, int on)
     return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
 }
 
-/* ----- name resolution with a deadline -----
- * getaddrinfo blocks for as long as the resolver likes (a name server that
- * never answers: resolv.conf's timeout x attempts x servers; an NSS module:
- * without bound), and the job's deadline and its "still waiting" notices
- * would wait behind it. glibc's getaddrinfo_a runs the lookup on its own
- * thread; the client waits for it with gai_suspend, by a time it chooses.
- * A lookup still running when the client gives up is cancelled, or, when
- * glibc cannot cancel it (it is inside the resolver), abandoned: its block
- * is then never freed, since glibc's thread still writes its result there. */
-struct store_lookup {
-    struct gaicb    cb;
-    struct addrinfo hints;
-    double          since;      /* ddpc_now() at its start */
-    char            port[16];
-    char            host[];
-};
-
-static struct store_lookup *lookup_start(const char *host, int port, int *gai_out)
-{
-    size_t hl = strlen(host) + 1;
-    struct store_lookup *l = calloc(1, sizeof *l + hl);
-    if (!l) {
-        *gai_out = EAI_MEMORY;
-        return NULL;
-    }
-    memcpy(l->host, host, hl);
-    (void)snprintf(l->port, sizeof l->port, "%d", port);
-    l->hints.ai_socktype = SOCK_STREAM;
-    l->cb.ar_name = l->host;
-    l->cb.ar_service = l->port;
-    l->cb.ar_request = &l->hints;
-    l->since = ddpc_now();
-    struct gaicb *list[1] = { &l->cb };
-    int g = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL);
-    if (g != 0) {
-        free(l);
-        *gai_out = g;
-        return NULL;
-    }
-    return l;
-}
-
-/* Waits for l until `until`: 1 when it finished (its result or error in
- * gai_error(&l->cb)), 0 when it is still running. */
-static int lookup_wait(struct store_lookup *l, double until)
-{
-    const struct gaicb *list[1] = { &l->cb };
-    for (;;) {
-        if (gai_error(&l->cb) != EAI_INPROGRESS)
-            return 1;
-        double left = until - ddpc_now();
-        if (left <= 0)
-            return 0;
-        struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
-        (void)gai_suspend(list, 1, &ts);    /* done, timed out or interrupted: look again */
-    }
-}
-
-/* Ends l: frees it, or abandons it to glibc's thread (see above). */
-static void lookup_end(struct store_lookup *l)
-{
-    if (!l)
-        return;
-    int g = gai_error(&l->cb);
-    if (g == EAI_INPROGRESS) {
-        if (gai_cancel(&l->cb) == EAI_NOTCANCELED)
-            return; /* still running inside the resolver: its memory is glibc's now */
-        if ((g = gai_error(&l->cb)) == EAI_INPROGRESS)
-            return;
-    }
-    if (g == 0 && l->cb.ar_result)
-        freeaddrinfo(l->cb.ar_result);
-    free(l);
-}
-
 /* One attempt at each resolved address, each bounded by `until`. On
  * failure *err_out is an errno, or 0 with *gai_out a getaddrinfo code
  * (glibc's EAI_* are negative, other systems' positive: never mixed).
@@ -690,36 +793,19 @@ static void lookup_end(struct store_lookup *l)
 static int client_try(const char *host, int port, double until, struct store_lookup **lookup,
                       int *fd_out, int *err_out, int *gai_out)
 {
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST;    /* an address: no lookup, no thread */
-    char ps[16];
-    (void)snprintf(ps, sizeof ps, "%d", port);
-    int g = getaddrinfo(host, ps, &hints, &res);
-    if (g == EAI_NONAME) {              /* a name */
-        if (!*lookup && !(*lookup = lookup_start(host, port, gai_out))) {
+    struct addrinfo *res;
+    int got = resolve_by(host, port, until, lookup, &res, gai_out);
+    if (got == 0) {
+        /* the cause once it has taken a while; until then the last
+         * attempt's (a refused connection) still is */
+        if (ddpc_now() - (*lookup)->since >= 1.0 || (!*err_out && !*gai_out)) {
             *err_out = 0;
-            return -1;
+            *gai_out = EAI_INPROGRESS;
         }
-        if (!lookup_wait(*lookup, until)) {
-            /* the cause once it has taken a while; until then the last
-             * attempt's (a refused connection) still is */
-            if (ddpc_now() - (*lookup)->since >= 1.0 || (!*err_out && !*gai_out)) {
-                *err_out = 0;
-                *gai_out = EAI_INPROGRESS;
-            }
-            return -1;
-        }
-        g = gai_error(&(*lookup)->cb);
-        res = g == 0 ? (*lookup)->cb.ar_result : NULL;
-        (*lookup)->cb.ar_result = NULL;     /* ours to free now */
-        lookup_end(*lookup);
-        *lookup = NULL;
+        return -1;
     }
-    if (g != 0 || !res) {
+    if (got < 0) {
         *err_out = 0;
-        *gai_out = g ? g : EAI_NONAME;
         return -1;
     }
     int ok = -1;

@@ -44,10 +44,12 @@ struct store_host {
 };
 
 /* Binds host:port's family wildcard (port 0: an ephemeral port, for tests),
- * listens, and forks the serving child (it dies with the caller:
- * PR_SET_PDEATHSIG). A port in use is DDPC_E_SYS with a message naming the
+ * the family found by a name lookup bounded by deadline (ddpc_now() time;
+ * 0: none; a lookup unfinished by then is DDPC_E_TIMEOUT), listens, and
+ * forks the serving child (it dies with the caller: PR_SET_PDEATHSIG). A port in use is DDPC_E_SYS with a message naming the
  * port and what to do. h->port is the bound port. */
-int  store_host_start(struct store_host *h, const char *host, int port, struct ddpc_err *e);
+int  store_host_start(struct store_host *h, const char *host, int port, double deadline,
+                      struct ddpc_err *e);
 /* Stops the child and reaps it (SIGKILL after 1 s). Safe on a zeroed or
  * never-started host (stop_fd must then be -1 or pid 0). */
 void store_host_stop(struct store_host *h);
@@ -57,7 +59,8 @@ void store_host_stop(struct store_host *h);
 int  store_serve(int listen_fd, int stop_fd);
 /* The listening socket store_host_start makes (CLOEXEC). *port_out: the
  * bound port. */
-int  store_listen(const char *host, int port, int *fd_out, int *port_out, struct ddpc_err *e);
+int  store_listen(const char *host, int port, double deadline, int *fd_out, int *port_out,
+                  struct ddpc_err *e);
 
 /* ===== client ===== */
 

@@ -92,7 +92,7 @@ static void run_ranks(const struct job *j, rank_body body, void *arg, struct rep
     const struct ddpc_gloo_backend *b = gloo_backend();
     struct store_host h;
     struct ddpc_err e = { 0 };
-    ck_assert_msg(store_host_start(&h, "127.0.0.1", 0, &e) == 0, "%s", e.msg);
+    ck_assert_msg(store_host_start(&h, "127.0.0.1", 0, 0, &e) == 0, "%s", e.msg);
     pid_t pids[MAXR];
     for (int i = 0; i < j->world; i++) {
         pids[i] = -1;

@@ -1283,7 +1283,7 @@ START_TEST(ddprt_gpu_path_with_fake_backend)
     int port = 0;
     {
         struct store_host h;
-        ck_assert_msg(store_host_start(&h, "127.0.0.1", 0, &e) == 0, "%s", e.msg);
+        ck_assert_msg(store_host_start(&h, "127.0.0.1", 0, 0, &e) == 0, "%s", e.msg);
         port = h.port;
         store_host_stop(&h);
     }

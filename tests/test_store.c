@@ -29,7 +29,7 @@ static struct store_host start_host(const char *host)
 {
     struct store_host h;
     struct ddpc_err e = { 0 };
-    ck_assert_msg(store_host_start(&h, host, 0, &e) == 0, "%s", e.msg);
+    ck_assert_msg(store_host_start(&h, host, 0, 0, &e) == 0, "%s", e.msg);
     ck_assert_int_gt(h.port, 0);
     return h;
 }
@@ -203,7 +203,7 @@ START_TEST(second_job_on_the_port_is_refused)
     struct store_host h = start_host("127.0.0.1");
     struct store_host h2;
     struct ddpc_err e = { 0 };
-    ck_assert_int_lt(store_host_start(&h2, "127.0.0.1", h.port, &e), 0);
+    ck_assert_int_lt(store_host_start(&h2, "127.0.0.1", h.port, 0, &e), 0);
     ck_assert_msg(strstr(e.msg, "already in use") && strstr(e.msg, "master_port"), "%s", e.msg);
     char num[16];
     snprintf(num, sizeof num, "%d", h.port);
@@ -243,7 +243,7 @@ START_TEST(ipv6_in_brackets)
     close(s6);
     struct store_host h;
     struct ddpc_err e = { 0 };
-    if (store_host_start(&h, "::1", 0, &e) < 0) {
+    if (store_host_start(&h, "::1", 0, 0, &e) < 0) {
         test_skip("ipv6 store", "cannot bind [::1]: %s", e.msg);
         return;
     }
@@ -394,11 +394,12 @@ static int silent_dns_enter(char *why, size_t cap, int *dns_fd)
     return 0;
 }
 
-/* master_addr a name, and a name server that never answers: the client
- * gives up at the job's deadline, after its 5 s notice saying the name
- * lookup has not finished. getaddrinfo blocked for the resolver's own
- * timeout (here 30 s; with an NSS module, without bound) past both. */
-START_TEST(name_lookup_is_bounded_by_the_deadline)
+/* Runs body in a child inside silent_dns_enter's namespaces, its stderr
+ * to a file, and reads what body writes to its fd for at most limit_s.
+ * out: that text ("SKIP why" when the namespaces could not be made), err:
+ * its stderr. Returns the seconds it took. */
+static double in_silent_dns(void (*body)(int fd), double limit_s, char *out, size_t cap,
+                            char *err, size_t err_cap)
 {
     int pfd[2];
     ck_assert_int_eq(pipe(pfd), 0);
@@ -418,23 +419,18 @@ START_TEST(name_lookup_is_bounded_by_the_deadline)
             _exit(0);
         }
         (void)dup2(errfd, 2);
-        struct store_client c;
-        struct ddpc_err e = { 0 };
-        double t0 = ddpc_now();
-        int rc = store_client_connect(&c, "ddpc-rendezvous.example.org", 29500, t0 + 5.6, &e);
+        body(pfd[1]);
         fflush(stderr);
-        dprintf(pfd[1], "rc=%d after=%.2f msg=%s", rc, ddpc_now() - t0, e.msg);
         _exit(0);
     }
     close(pfd[1]);
-    char out[2048] = "";
     size_t n = 0;
     double t0 = ddpc_now();
     struct pollfd p = { pfd[0], POLLIN, 0 };
-    while (n < sizeof out - 1 && ddpc_now() - t0 < 15 && poll(&p, 1, 200) >= 0) {
+    while (n < cap - 1 && ddpc_now() - t0 < limit_s && poll(&p, 1, 200) >= 0) {
         if (!(p.revents & (POLLIN | POLLHUP)))
             continue;
-        ssize_t r = read(pfd[0], out + n, sizeof out - 1 - n);
+        ssize_t r = read(pfd[0], out + n, cap - 1 - n);
         if (r <= 0)
             break;
         n += (size_t)r;
@@ -444,16 +440,36 @@ START_TEST(name_lookup_is_bounded_by_the_deadline)
     (void)kill(pid, SIGKILL);
     (void)waitpid(pid, NULL, 0);
     close(pfd[0]);
-    char err[2048] = "";
-    ssize_t en = pread(errfd, err, sizeof err - 1, 0);
+    ssize_t en = pread(errfd, err, err_cap - 1, 0);
     err[en > 0 ? en : 0] = '\0';
     close(errfd);
     unlink(errpath);
+    return took;
+}
+
+static void connect_to_unresolvable(int fd)
+{
+    struct store_client c;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    int rc = store_client_connect(&c, "ddpc-rendezvous.example.org", 29500, t0 + 5.6, &e);
+    fflush(stderr);
+    dprintf(fd, "rc=%d after=%.2f msg=%s", rc, ddpc_now() - t0, e.msg);
+}
+
+/* master_addr a name, and a name server that never answers: the client
+ * gives up at the job's deadline, after its 5 s notice saying the name
+ * lookup has not finished. getaddrinfo blocked for the resolver's own
+ * timeout (here 30 s; with an NSS module, without bound) past both. */
+START_TEST(name_lookup_is_bounded_by_the_deadline)
+{
+    char out[2048] = "", err[2048] = "";
+    double took = in_silent_dns(connect_to_unresolvable, 15, out, sizeof out, err, sizeof err);
     if (strncmp(out, "SKIP ", 5) == 0) {
         test_skip("name_lookup_is_bounded_by_the_deadline", "%s", out + 5);
         return;
     }
-    ck_assert_msg(n > 0, "the client was still in its name lookup after %.1f s (deadline "
+    ck_assert_msg(out[0], "the client was still in its name lookup after %.1f s (deadline "
                   "5.6 s)\nstderr: %s", took, err);
     printf("store: silent name server: %s\n", out);
     double after = 0;
@@ -463,6 +479,116 @@ START_TEST(name_lookup_is_bounded_by_the_deadline)
     ck_assert_msg(strstr(err, "still waiting for the rendezvous store at "
                               "ddpc-rendezvous.example.org:29500 (node 0) after 5 s: the name "
                               "lookup of its host has not finished"), "stderr: %s", err);
+}
+END_TEST
+
+static void host_at_unresolvable(int fd)
+{
+    struct store_host h;
+    struct ddpc_err e = { 0 };
+    double t0 = ddpc_now();
+    int rc = store_host_start(&h, "ddpc-rendezvous.example.org", 0, t0 + 2.5, &e);
+    dprintf(fd, "rc=%d code=%d after=%.2f msg=%s", rc, (int)e.code, ddpc_now() - t0, e.msg);
+    if (rc == 0)
+        store_host_stop(&h);
+}
+
+/* Node 0 binding the store at master_addr, a name, with a name server
+ * that never answers: the lookup (which picks the family to bind) ends at
+ * the job's deadline with a message naming the name and what to do. It
+ * blocked in getaddrinfo for the resolver's 30 s, whatever nccl_timeout
+ * said, and then bound IPv4's wildcard without a word. */
+START_TEST(bind_lookup_is_bounded_by_the_deadline)
+{
+    char out[2048] = "", err[2048] = "";
+    double took = in_silent_dns(host_at_unresolvable, 15, out, sizeof out, err, sizeof err);
+    if (strncmp(out, "SKIP ", 5) == 0) {
+        test_skip("bind_lookup_is_bounded_by_the_deadline", "%s", out + 5);
+        return;
+    }
+    ck_assert_msg(out[0], "node 0 was still in its name lookup after %.1f s (deadline 2.5 s)",
+                  took);
+    printf("store: bind, silent name server: %s\n", out);
+    double after = 0;
+    int code = 0;
+    ck_assert_msg(sscanf(out, "rc=%*d code=%d after=%lf", &code, &after) == 2, "%s", out);
+    ck_assert_msg(strncmp(out, "rc=-", 4) == 0 && code == DDPC_E_TIMEOUT, "%s", out);
+    ck_assert_msg(after >= 2.4 && after < 4.0, "%s", out);
+    ck_assert_msg(strstr(out, "the name lookup of node 0's address "
+                              "'ddpc-rendezvous.example.org' has not finished"), "%s", out);
+    ck_assert_msg(strstr(out, "give launch.master_addr / --master as an IP address"), "%s", out);
+}
+END_TEST
+
+/* Node 0 binds the store at a name (here from /etc/hosts, in namespaces
+ * of the test's own) and forks a worker at once, as the launcher does: the
+ * worker reaches the store by that name within its deadline. When node 0
+ * looked the name up with getaddrinfo_a in its own process, the worker,
+ * forked while glibc's helper thread idled, inherited a lookup queue
+ * waiting on a thread it did not have: its lookup never finished and it
+ * gave up at its deadline (the Slurm test's rank 0, 'the name lookup of
+ * its host has not finished'). */
+START_TEST(worker_forked_after_the_bind_resolves_the_name)
+{
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char why[256] = "";
+        close(pfd[0]);
+        if (private_net_with_file("/etc/hosts", "127.0.0.1 rdv\n", why, sizeof why) != 0) {
+            dprintf(pfd[1], "SKIP %s", why);
+            _exit(0);
+        }
+        char *up[] = { "/bin/sh", "-c", "ip link set lo up", NULL };
+        struct run_result rr;
+        if (run_capture(up, NULL, NULL, 10, &rr) != 0 || !rr.exited || rr.code != 0) {
+            dprintf(pfd[1], "SKIP ip link set lo up failed");
+            _exit(0);
+        }
+        run_result_free(&rr);
+        struct store_host h;
+        struct ddpc_err e = { 0 };
+        if (store_host_start(&h, "rdv", 0, ddpc_deadline_after(5), &e) != 0) {
+            dprintf(pfd[1], "host: %s", e.msg);
+            _exit(0);
+        }
+        fflush(stdout);
+        fflush(stderr);
+        pid_t w = fork();
+        if (w == 0) {
+            struct store_client c;
+            double t0 = ddpc_now();
+            int rc = store_client_connect(&c, "rdv", h.port, t0 + 3.0, &e);
+            dprintf(pfd[1], "rc=%d after=%.2f msg=%s", rc, ddpc_now() - t0, rc ? e.msg : "");
+            _exit(0);
+        }
+        int st;
+        (void)waitpid(w, &st, 0);
+        store_host_stop(&h);
+        _exit(0);
+    }
+    close(pfd[1]);
+    char out[2048] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(pfd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (strncmp(out, "SKIP ", 5) == 0) {
+        test_skip("worker_forked_after_the_bind_resolves_the_name", "%s", out + 5);
+        return;
+    }
+    printf("store: worker forked after the bind: %s\n", out);
+    double after = 99;
+    ck_assert_msg(sscanf(out, "rc=0 after=%lf", &after) == 1 && after < 1.0,
+                  "the worker did not reach the store by its name: %s", out);
 }
 END_TEST
 
@@ -518,7 +644,7 @@ START_TEST(silent_first_address_leaves_time_for_the_next)
         }
         struct store_host h;
         struct ddpc_err e = { 0 };
-        if (store_host_start(&h, "127.0.0.1", 0, &e) != 0) {
+        if (store_host_start(&h, "127.0.0.1", 0, 0, &e) != 0) {
             dprintf(pfd[1], "host: %s", e.msg);
             _exit(0);
         }
@@ -590,6 +716,8 @@ Suite *store_suite(void)
     tcase_add_test(t, unreachable_and_vanishing_store);
     tcase_add_test(t, waiting_client_says_why_after_5_s);
     tcase_add_test(t, name_lookup_is_bounded_by_the_deadline);
+    tcase_add_test(t, bind_lookup_is_bounded_by_the_deadline);
+    tcase_add_test(t, worker_forked_after_the_bind_resolves_the_name);
     tcase_add_test(t, silent_first_address_leaves_time_for_the_next);
     tcase_add_test(t, garbage_drops_only_that_connection);
     suite_add_tcase(s, t);
