@@ -3,15 +3,21 @@
  *   gloo_allreduce MODE RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]
  *
  * MODE ddpc: the communicator jobs use (libddprt_gloo.so's code, linked in):
- *   start/wait through its comm thread, gloo::allreduce underneath.
+ *   start/wait through its comm thread; underneath, by size, one exchange
+ *   between registered buffers, gloo's ring object on a copy, or
+ *   gloo::allreduce on the caller's floats (comm_gloo.cc).
  * MODE ring: gloo::AllreduceRing<float> on a context connected the same
  *   way, with no ddpc code in the timed loop: gloo's own ring.
  * MODE gloo: gloo::allreduce (the API ddpc's path calls) on that context,
  *   in the calling thread: what ddpc's comm thread adds is ddpc - gloo.
+ * MODE both: ring and ddpc in one process per rank, call for call (ring, ddpc,
+ *   ring, ddpc, ...), so both see the same moment of a shared machine;
+ *   prints both medians and ddpc's share of the ring's bandwidth. The
+ *   separate runs of the other modes differ by the load between them.
  * Rank 0 hosts the store (store.h) when STORE_PORT's store is not up; run
- * one process per host (bench/multinode.sh puts them in two network
- * namespaces). Rank 0 prints, per size: bytes, median time of 20 calls
- * (after 5 warm-up calls), algbw = bytes / time and busbw = algbw x
+ * one process per rank (bench/multinode.sh puts them in two network
+ * namespaces). Rank 0 prints, per size: bytes, median time of 200 calls
+ * up to 1 MiB and of 20 above (after 5 warm-up calls), algbw = bytes / time and busbw = algbw x
  * 2(W-1)/W, in GB/s (1e9 bytes). Values are checked after the last call.
  */
 #include <arpa/inet.h>
@@ -90,7 +96,7 @@ double median(std::vector<double> v)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s ddpc|ring RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]\n",
+        fprintf(stderr, "usage: %s ddpc|ring|gloo|both RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]\n",
                 argv[0]);
         return 2;
     }
@@ -106,12 +112,13 @@ int main(int argc, char **argv)
         return 1;
     }
     std::vector<float> buf(max_bytes / sizeof(float));
-    const int warm = 5, iters = 20;
+    const int warm = 5;
+    bool both = mode == "both";
 
     ddpc_comm c = {};
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     store_client sc = { -1, "" };
-    if (mode == "ddpc") {
+    if (mode == "ddpc" || both) {
         ddpc_gloo_init in = {};
         in.purpose = "gradient";
         in.rank = rank;
@@ -126,7 +133,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "comm_init: %s\n", e.msg);
             return 1;
         }
-    } else {
+    }
+    if (mode != "ddpc") {
         if (store_client_connect(&sc, host, port, ddpc_deadline_after(60), &e) < 0) {
             fprintf(stderr, "store: %s\n", e.msg);
             return 1;
@@ -149,21 +157,33 @@ int main(int argc, char **argv)
         ctx->connectFullMesh(ps, dev);
     }
 
-    if (rank == 0)
+    if (rank == 0 && both)
+        printf("# ring and ddpc call for call, world %d: bytes  ring_median_us  "
+               "ddpc_median_us  ring_algbw_GBps  ddpc_algbw_GBps  ddpc/ring\n", world);
+    else if (rank == 0)
         printf("# %s, world %d: bytes  median_us  algbw_GBps  busbw_GBps\n", mode.c_str(), world);
     for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
         size_t n = bytes / sizeof(float);
-        std::vector<double> t;
+        std::vector<double> t, t_ring;
         std::unique_ptr<gloo::AllreduceRing<float>> ring;
-        if (mode == "ring") {
+        const int iters = bytes <= (1u << 20) ? 200 : 20;
+        if (mode == "ring" || both) {
             std::vector<float *> ptrs = { buf.data() };
             ring.reset(new gloo::AllreduceRing<float>(ctx, ptrs, (int)n));
         }
         for (int it = 0; it < warm + iters; it++) {
+            if (both) {   /* the ring's call first, then ddpc's below */
+                for (size_t i = 0; i < n; i++)
+                    buf[i] = (float)(rank + 1);
+                double t0 = ddpc_now();
+                ring->run();
+                if (it >= warm)
+                    t_ring.push_back(ddpc_now() - t0);
+            }
             for (size_t i = 0; i < n; i++)
                 buf[i] = (float)(rank + 1);
             double t0 = ddpc_now();
-            if (mode == "ddpc") {
+            if (mode == "ddpc" || both) {
                 if (comm_all_reduce(&c, buf.data(), buf.data(), n, DDPC_REDUCE_SUM,
                                     ddpc_deadline_after(600), &e) < 0) {
                     fprintf(stderr, "all_reduce: %s\n", e.msg);
@@ -192,12 +212,16 @@ int main(int argc, char **argv)
         }
         double m = median(t);
         double alg = (double)bytes / m / 1e9;
-        if (rank == 0)
+        if (rank == 0 && both) {
+            double mr = median(t_ring);
+            printf("%10zu  %10.1f  %10.1f  %8.3f  %8.3f  %6.2f\n", bytes, mr * 1e6, m * 1e6,
+                   (double)bytes / mr / 1e9, alg, mr / m);
+        } else if (rank == 0)
             printf("%10zu  %10.1f  %8.3f  %8.3f\n", bytes, m * 1e6, alg,
                    alg * 2.0 * (world - 1) / world);
     }
     fflush(stdout);
-    if (mode == "ddpc")
+    if (mode == "ddpc" || both)
         c.destroy(&c);
     store_client_close(&sc);
     store_host_stop(&sh);

@@ -4,10 +4,12 @@
 #
 #   bench/multinode.sh [MAX_MIB]     (as root, after `make all bench`)
 #
-# 1. all-reduce bandwidth between the two hosts, world 2: ddpc's gloo path
-#    (the communicator jobs use: comm thread, start/wait) against gloo's own
-#    ring (gloo::AllreduceRing, nothing of ddpc in the timed loop), at the
-#    same sizes (build/bench/gloo_allreduce);
+# 1. all-reduce bandwidth between the two hosts, world 2 and world 4 (2
+#    ranks per host): ddpc's gloo path (the communicator jobs use: comm
+#    thread, start/wait) against gloo's own ring (gloo::AllreduceRing,
+#    nothing of ddpc in the timed loop), at the same sizes, call for call in
+#    one process per rank (build/bench/gloo_allreduce both), so both see the
+#    same moment of the machine; then world 2 in gloo's options API alone;
 # 2. step time of a job on 2 nodes x 1 worker against the same world size
 #    on one host (2 workers, shared memory), from the jobs' own
 #    samples_per_s and wall_s (medians of 3 runs).
@@ -37,11 +39,18 @@ in0() { nsenter --net=/run/netns/"$NS0" -- "$@"; }
 in1() { nsenter --net=/run/netns/"$NS1" -- "$@"; }
 
 echo "== all-reduce, 2 hosts (veth), world 2 =="
-for mode in ring gloo ddpc; do
-    in1 "$B/bench/gloo_allreduce" $mode 1 2 "$IP0" 29661 "$MAX" >/dev/null &
-    in0 "$B/bench/gloo_allreduce" $mode 0 2 "$IP0" 29661 "$MAX"
-    wait
-done
+in1 "$B/bench/gloo_allreduce" both 1 2 "$IP0" 29661 "$MAX" >/dev/null &
+in0 "$B/bench/gloo_allreduce" both 0 2 "$IP0" 29661 "$MAX"
+wait
+echo "== all-reduce, 2 hosts (veth), world 4 (ranks 0, 1 on one host, 2, 3 on the other) =="
+in0 "$B/bench/gloo_allreduce" both 1 4 "$IP0" 29661 "$MAX" >/dev/null &
+in1 "$B/bench/gloo_allreduce" both 2 4 "$IP0" 29661 "$MAX" >/dev/null &
+in1 "$B/bench/gloo_allreduce" both 3 4 "$IP0" 29661 "$MAX" >/dev/null &
+in0 "$B/bench/gloo_allreduce" both 0 4 "$IP0" 29661 "$MAX"
+wait
+in1 "$B/bench/gloo_allreduce" gloo 1 2 "$IP0" 29661 "$MAX" >/dev/null &
+in0 "$B/bench/gloo_allreduce" gloo 0 2 "$IP0" 29661 "$MAX"
+wait
 
 echo "== step time: 2 nodes x 1 worker vs 1 node x 2 workers =="
 DDPC=$(cd "$B/bin" && pwd)/ddpc

@@ -50,6 +50,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/buffer.h>
 
 #include "comm_gloo.h"
 #include "store.h"
@@ -72,6 +73,16 @@ constexpr size_t kInPlaceBytes = 2u << 20;
 /* Its slot: operations run one at a time on the comm thread, so one tag
  * serves them all; the ring objects take theirs from the context. */
 constexpr uint32_t kInPlaceTag = 0x64647063;   /* "ddpc" */
+
+/* Up to this many bytes sent per rank ((world - 1) x the buffer), an
+ * all-reduce is one exchange: every rank writes its floats straight into
+ * every other rank's registered buffer and adds the world's contributions
+ * in rank order (direct_all_reduce). Such calls are latency: one message
+ * time, where gloo's ring object takes 2 (world - 1) data messages and
+ * their flow-control notifications in turn. Above, the ring's pipelining
+ * pays. Measured call for call against the ring object, world 2 over a
+ * veth pair (bench/README.md). */
+constexpr size_t kDirectBytes = 64u << 10;
 
 /* ===== gloo's Store over the job's store ===== */
 
@@ -173,9 +184,10 @@ struct Gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host;      /* rank -> its host address */
 
-    /* The all-reduce of a (tag, n) below kInPlaceBytes is gloo's own ring
-     * algorithm object, made once (its buffers registered with the pairs)
-     * and run on a copy of the caller's floats held here: gloo::allreduce's
+    /* The all-reduce of a (tag, n) between kDirectBytes and kInPlaceBytes
+     * is gloo's own ring algorithm object, made once (its buffers
+     * registered with the pairs) and run on a copy of the caller's floats
+     * held here: gloo::allreduce's
      * unbound buffers cost 150-200 us per call on small sizes (~4 ms on a
      * loaded machine), the ring object 80-110 us (bench/README.md, idle
      * machine). Made on the comm thread, in the order operations
@@ -186,6 +198,16 @@ struct Gloo {
         std::unique_ptr<gloo::AllreduceRing<float>> algo;
     };
     std::map<std::pair<int, size_t>, Ring> rings;
+    /* direct_all_reduce's buffers, made on its first call: rows[r] is
+     * rank r's contribution, two halves of cap floats used in turn;
+     * send[r] / recv[r] are this rank's row and rank r's, registered with
+     * the pair to rank r (empty for this rank). */
+    struct Direct {
+        std::vector<float> rows;             /* [world][2][cap] */
+        size_t cap = 0;
+        unsigned calls = 0;
+        std::vector<std::unique_ptr<gloo::transport::Buffer>> send, recv;
+    } direct;
     std::unique_ptr<gloo::BarrierAllToAll> barrier;
 
     std::mutex mu;
@@ -275,6 +297,60 @@ void classify(Gloo &g, Op &op, const char *what)
     }
 }
 
+/* A small all-reduce in one exchange (kDirectBytes). This rank's floats
+ * are written into its row's half for this call, sent from there into the
+ * same half of its row at every peer, and once the peers' rows have
+ * arrived every rank adds rows 0, 1, ..., world - 1 in that order, so all
+ * ranks hold the same bits. Why two halves suffice: a peer writes call
+ * k + 2 into the half of call k only after it received this rank's call
+ * k + 1, which this rank sends only after it has read call k. Throws what
+ * gloo throws (a dead peer; the pairs' timeout), as the ring object does. */
+void direct_all_reduce(Gloo &g, Op &op)
+{
+    Gloo::Direct &d = g.direct;
+    const int W = g.world;
+    const size_t n = op.n, bytes = n * sizeof(float);
+    if (d.cap == 0) {   /* the first call, at the same point on every rank */
+        d.cap = kDirectBytes / sizeof(float) / (size_t)(W - 1);
+        d.rows.assign((size_t)W * 2 * d.cap, 0.0f);
+        const int slot = g.ctx->nextSlot();
+        const size_t row_bytes = 2 * d.cap * sizeof(float);
+        d.send.resize((size_t)W);
+        d.recv.resize((size_t)W);
+        for (int r = 0; r < W; r++) {
+            if (r == g.rank)
+                continue;
+            auto &pair = g.ctx->getPair(r);
+            d.recv[(size_t)r] = pair->createRecvBuffer(slot, &d.rows[(size_t)r * 2 * d.cap],
+                                                       row_bytes);
+            d.send[(size_t)r] = pair->createSendBuffer(slot, &d.rows[(size_t)g.rank * 2 * d.cap],
+                                                       row_bytes);
+        }
+    }
+    const size_t half = (d.calls++ & 1u) * d.cap;
+    float *mine = &d.rows[(size_t)g.rank * 2 * d.cap + half];
+    memcpy(mine, op.buf, bytes);
+    for (int r = 0; r < W; r++)
+        if (r != g.rank)
+            d.send[(size_t)r]->send(half * sizeof(float), bytes, half * sizeof(float));
+    for (int r = 0; r < W; r++)
+        if (r != g.rank)
+            d.recv[(size_t)r]->waitRecv();
+    for (int r = 0; r < W; r++)
+        if (r != g.rank)
+            d.send[(size_t)r]->waitSend();
+    /* row by row, each pass a vector loop: ((row 0 + row 1) + row 2) ...,
+     * the average's scale folded into the last pass (x 1 is exact) */
+    const float *row0 = &d.rows[half];
+    for (int r = 1; r < W; r++) {
+        const float *acc = r == 1 ? row0 : op.buf;
+        const float *row = row0 + (size_t)r * 2 * d.cap;
+        const float scale = r == W - 1 && op.avg ? 1.0f / (float)W : 1.0f;
+        for (size_t i = 0; i < n; i++)
+            op.buf[i] = (acc[i] + row[i]) * scale;
+    }
+}
+
 void run_op(Gloo &g, Op &op)
 {
     double left = op.deadline - ddpc_now();
@@ -288,6 +364,10 @@ void run_op(Gloo &g, Op &op)
             if (op.n > (size_t)INT32_MAX) {
                 op.rc = DDPC_FAIL(&op.err, DDPC_E_INVALID, "gloo %s all_reduce of %zu floats: "
                                   "at most %d at once", g.purpose.c_str(), op.n, INT32_MAX);
+                break;
+            }
+            if ((size_t)(g.world - 1) * op.n * sizeof(float) <= kDirectBytes) {
+                direct_all_reduce(g, op);
                 break;
             }
             if (op.n * sizeof(float) >= kInPlaceBytes) {
@@ -562,6 +642,11 @@ void g_destroy(struct ddpc_comm *c)
         g->th.join();
     }
     try {
+        /* buffers first: they unregister from the context's pairs */
+        g->direct.send.clear();
+        g->direct.recv.clear();
+        g->rings.clear();
+        g->barrier.reset();
         g->ctx.reset();
         g->dev.reset();
     } catch (...) {

@@ -53,6 +53,7 @@ struct report {
     int    code[MAXR];
     double took[MAXR];
     long   wrong[MAXR];
+    uint32_t bits[MAXR];   /* a hash of a rank's results, to compare the ranks' bits */
     char   msg[MAXR][512];
 };
 
@@ -198,6 +199,75 @@ START_TEST(all_reduce_sizes)
             }
             munmap(rep, sizeof *rep);
         }
+}
+END_TEST
+
+/* Calls back to back across the paths' borders (comm_gloo.cc: one
+ * exchange up to 64 KiB sent per rank, the ring object above, gloo's
+ * options API from 2 MiB), each with its own values, so a call that read
+ * a peer's previous or next contribution is wrong; every rank's results
+ * are hashed to show the ranks hold the same bits. */
+static void body_back_to_back(struct ddpc_comm *c, int rank, int world, struct report *rep,
+                              void *arg)
+{
+    (void)arg;
+    /* the exchange's border for world 2, 3 and 4 (16384, 8192, 5461
+     * floats), each call's neighbours on both sides */
+    static const size_t sizes[] = { 1, 1000, 16384, 16385, 3, 8192, 8193, 7, 7, 7,
+                                    524288, 5, 5461, 5462, 65536, 2 };
+    enum { NS = sizeof sizes / sizeof sizes[0], MAXN = 524288 };
+    float *x = malloc(MAXN * sizeof *x);
+    uint32_t h = 2166136261u;
+    long wrong = 0;
+    struct ddpc_err e = { 0 };
+    for (int k = 0; k < NS && rep->rc[rank] == 0; k++) {
+        size_t n = sizes[k];
+        enum ddpc_reduce op = k % 2 ? DDPC_REDUCE_AVG : DDPC_REDUCE_SUM;
+        for (size_t i = 0; i < n; i++)
+            x[i] = rank_value(rank + 8 * k, i);
+        rep->rc[rank] = comm_all_reduce(c, x, x, n, op, ddpc_deadline_after(20), &e);
+        for (size_t i = 0; i < n; i++) {
+            double s = 0, mag = 0;
+            for (int r = 0; r < world; r++) {
+                s += rank_value(r + 8 * k, i);
+                mag += fabs(rank_value(r + 8 * k, i));
+            }
+            if (op == DDPC_REDUCE_AVG) {
+                s /= world;
+                mag /= world;
+            }
+            wrong += fabs(x[i] - s) > 1e-5 * mag + 1e-30;
+            uint32_t b;
+            memcpy(&b, &x[i], sizeof b);
+            h = (h ^ b) * 16777619u;
+        }
+    }
+    if (rep->rc[rank] == 0)
+        rep->rc[rank] = comm_leave(c, ddpc_deadline_after(20), 20, &e);
+    snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", e.msg);
+    rep->wrong[rank] = wrong;
+    rep->bits[rank] = h;
+    free(x);
+}
+
+START_TEST(back_to_back_sizes_same_bits)
+{
+    if (!gloo_backend())
+        return;
+    for (int w = 2; w <= 4; w++) {
+        struct report *rep = report_map();
+        struct job j = { w, 1, 10, -1 };
+        int st[MAXR];
+        run_ranks(&j, body_back_to_back, NULL, rep, st);
+        for (int r = 0; r < w; r++) {
+            ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0 && rep->rc[r] == 0,
+                          "w=%d rank %d: status 0x%x %s", w, r, st[r], rep->msg[r]);
+            ck_assert_msg(rep->wrong[r] == 0, "w=%d rank %d: %ld wrong", w, r, rep->wrong[r]);
+            ck_assert_msg(rep->bits[r] == rep->bits[0], "w=%d: rank %d's results differ from "
+                          "rank 0's", w, r);
+        }
+        munmap(rep, sizeof *rep);
+    }
 }
 END_TEST
 
@@ -425,6 +495,7 @@ Suite *comm_gloo_suite(void)
     TCase *t = tcase_create("collectives");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, all_reduce_sizes);
+    tcase_add_test(t, back_to_back_sizes_same_bits);
     tcase_add_test(t, overlapping_tags_broadcast_barrier);
     suite_add_tcase(s, t);
     TCase *f = tcase_create("failures");
