@@ -899,20 +899,40 @@ static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, F
 
 /* A mid-epoch position is a batch index into the epoch's shard: it means
  * the same samples only while the batch size and the shuffle do (the world
- * and the seed are checked apart). Writes "batch_size changed: 16 -> 32"
- * into what and returns 1 when one of them differs between c (which must
- * describe itself: a format-1 file does not) and this job's identity. */
-static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, char *what,
+ * and the seed are checked apart), and it starts an optimizer step only
+ * where it is a multiple of grad_accumulation (a step is micro-batches
+ * b..b+accum-1 of the epoch, b a multiple of accum). Writes what changed
+ * and what that does to the rest of the epoch ("batch_size changed: 16 ->
+ * 32: the batches left ...") into what and returns 1 when one of them
+ * differs between c (which must describe itself: a format-1 file does
+ * not) and this job's identity; 0 when the rest of the epoch is the one
+ * this job would train from there. */
+static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int accum, char *what,
                            size_t cap)
 {
     static const char *const keys[] = { "batch_size", "data.shuffle" };
+    char was[64], is[64];
     for (size_t i = 0; c->ident && ident && i < sizeof keys / sizeof keys[0]; i++) {
-        char was[64], is[64];
         if (ident_value(c->ident, 'T', keys[i], was, sizeof was) &&
             ident_value(ident, 'T', keys[i], is, sizeof is) && strcmp(was, is) != 0) {
-            (void)snprintf(what, cap, "%s changed: %s -> %s", keys[i], was, is);
+            (void)snprintf(what, cap, "%s changed: %s -> %s: the batches left of that epoch "
+                           "are not the ones it had left (samples would be trained twice or "
+                           "skipped)", keys[i], was, is);
             return 1;
         }
+    }
+    /* the position ends one of the checkpoint's steps: at a step's start
+     * under this job's grad_accumulation the rest of the epoch is grouped
+     * as this job groups it; elsewhere the first step would hold fewer
+     * micro-batches and still be weighted as a whole one */
+    if (c->ident && ident && c->sampler_batches % accum != 0 &&
+        ident_value(c->ident, 'T', "grad_accumulation", was, sizeof was) &&
+        ident_value(ident, 'T', "grad_accumulation", is, sizeof is) && strcmp(was, is) != 0) {
+        (void)snprintf(what, cap, "grad_accumulation changed: %s -> %s: %lld batches is not "
+                       "a whole number of this job's optimizer steps (its first step there "
+                       "would hold fewer than %d micro-batches, weighted as %d)", was, is,
+                       (long long)c->sampler_batches, accum, accum);
+        return 1;
     }
     return 0;
 }
@@ -932,7 +952,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     size_t n = r->model.n_params;
     if (r->rank == 0) {
         struct ddpc_ckpt c;
-        char path[4096] = "", what[256];
+        char path[4096] = "", what[512];
         memset(&c, 0, sizeof c);
         int found = ckpt_find_resume(r->ckpt.on ? j->checkpoint_dir : ".", j->name,
                                      r->ckpt.ident_hash, r->ckpt.ident,
@@ -966,15 +986,14 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                                "resume from a checkpoint taken at an epoch's end, or keep those "
                                "settings", path, (long long)c.sampler_batches,
                                (long long)c.sampler_epoch + 1, (long long)r->sampler.n_batches);
-            else if (c.sampler_batches != 0 && mid_epoch_moved(&c, r->ckpt.ident, what,
-                                                               sizeof what))
-                /* batch k of the epoch is other samples now: the rest of
-                 * the epoch would train some twice and skip others */
+            else if (c.sampler_batches != 0 &&
+                     mid_epoch_moved(&c, r->ckpt.ident, j->grad_accumulation > 0 ?
+                                     j->grad_accumulation : 1, what, sizeof what))
+                /* batch k of the epoch is other samples now, or not the
+                 * start of a step */
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch, %lld batches "
-                               "into epoch %lld, and %s: the batches left of that epoch are "
-                               "not the ones it had left (samples would be trained twice or "
-                               "skipped). Resume it with the checkpoint's setting, or from a "
-                               "checkpoint taken at an epoch's end", path,
+                               "into epoch %lld, and %s. Resume it with the checkpoint's "
+                               "setting, or from a checkpoint taken at an epoch's end", path,
                                (long long)c.sampler_batches, (long long)c.sampler_epoch + 1,
                                what);
             else if (c.seed != j->seed)

@@ -804,6 +804,24 @@ START_TEST(diverged_run_is_named_and_not_restarted)
 }
 END_TEST
 
+/* The path, relative to dir, of the one checkpoint in dir/ck whose name
+ * starts with prefix ("me-e0001-s000000020-": step 20, whatever its
+ * identity tag), in name; fails the test when there is none. */
+static void ckpt_named(const char *dir, const char *prefix, char *name, size_t cap)
+{
+    char *ck = NULL;
+    ck_assert_int_ge(asprintf(&ck, "%s/ck", dir), 0);
+    DIR *d = opendir(ck);
+    ck_assert_ptr_nonnull(d);
+    name[0] = '\0';
+    for (struct dirent *de; (de = readdir(d));)
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+            snprintf(name, cap, "ck/%s", de->d_name);
+    ck_assert_int_eq(closedir(d), 0);
+    ck_assert_msg(name[0], "no checkpoint %s* in %s", prefix, ck);
+    free(ck);
+}
+
 /* A mid-epoch checkpoint named explicitly by a job whose epochs are shorter
  * (a larger batch_size): its position lies past this job's epoch. The job
  * trained nothing of that epoch, printed train_loss=nan and exited 0; it
@@ -831,15 +849,8 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
     ck_assert_int_ge(asprintf(&job, "%s/big", dir), 0);
     ddpc_build_ok(spec, job);
     /* the one file of step 20 (4 batches into epoch 2), whatever its identity tag */
-    DIR *d = NULL;
-    char *ck = NULL, name[300] = "";
-    ck_assert_int_ge(asprintf(&ck, "%s/ck", dir), 0);
-    ck_assert_ptr_nonnull(d = opendir(ck));
-    for (struct dirent *de; (de = readdir(d));)
-        if (strncmp(de->d_name, "me-e0001-s000000020-", 20) == 0)
-            snprintf(name, sizeof name, "ck/%s", de->d_name);
-    ck_assert_int_eq(closedir(d), 0);
-    ck_assert_msg(name[0], "no checkpoint of step 20 in %s", ck);
+    char name[300];
+    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);
     char *argv[] = { job, "--resume", name, NULL };
     ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
     ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
@@ -866,13 +877,8 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
                   !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
     run_result_free(&r);
     /* at an epoch's end the position is none: that resumes (step 16 ends epoch 1) */
-    ck_assert_ptr_nonnull(d = opendir(ck));
-    char name16[300] = "";
-    for (struct dirent *de; (de = readdir(d));)
-        if (strncmp(de->d_name, "me-e0001-s000000016-", 20) == 0)
-            snprintf(name16, sizeof name16, "ck/%s", de->d_name);
-    ck_assert_int_eq(closedir(d), 0);
-    ck_assert_msg(name16[0], "no checkpoint of step 16 in %s", ck);
+    char name16[300];
+    ckpt_named(dir, "me-e0001-s000000016-", name16, sizeof name16);
     argv3[2] = name16;
     ck_assert_int_eq(run_capture(argv3, dir, NULL, 60, &r), 0);
     ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "epoch 2/2"), "exit %d:\n%s%s",
@@ -901,7 +907,59 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
     run_result_free(&r);
     free(spec2);
     free(job2);
-    free(ck);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A mid-epoch checkpoint named explicitly by a job with another
+ * grad_accumulation: the samples left are the same (batch_size and the
+ * shuffle are), but a step is micro-batches b..b+accum-1 of the epoch, b a
+ * multiple of accum. 5 batches into an epoch, accumulating 2, the first
+ * step held 1 micro-batch weighted as 2 (its gradient halved) and the job
+ * went on without a word; it is refused, naming the change. 4 batches in,
+ * the rest of the epoch is grouped as this job groups it: that resumes,
+ * with 6 steps of 2 for the 12 batches left. */
+START_TEST(mid_epoch_resume_across_grad_accumulation)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-midaccum");
+    ck_assert_ptr_nonnull(dir);
+    const char *base = "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\nlr_scaling: linear\n"
+                       "loss: mse\noptimizer: {type: sgd}\nmodel: {type: mlp, layers: [16, 8, 1]}\n"
+                       "checkpoint_dir: ck\ncheckpoint: {every_n_steps: 1}\nbatch_size: 16\n"
+                       "data: {train: {format: synthetic, samples: 512, features: 16, "
+                       "classes: 0}}\n";
+    write_text(dir, "me.yaml", base);          /* 16 batches an epoch, a step each */
+    struct run_result r;
+    run_in(dir, "me", 1, &r);
+    run_result_free(&r);
+    char text[1024];
+    snprintf(text, sizeof text, "%sgrad_accumulation: 2\n", base);
+    write_text(dir, "ga.yaml", text);
+    char *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/ga.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/ga", dir), 0);
+    ddpc_build_ok(spec, job);
+    char name[300];
+    ckpt_named(dir, "me-e0001-s000000021-", name, sizeof name);   /* 5 batches into epoch 2 */
+    char *argv[] = { job, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 5 batches into epoch 2, and "
+                                "grad_accumulation changed: 1 -> 2: 5 batches is not a whole "
+                                "number of this job's optimizer steps") &&
+                  strstr(r.err, "from a checkpoint taken at an epoch's end") &&
+                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "(epoch 1, step 20, mid-epoch)") &&
+                  strstr(r.out, "done epochs=2 steps=26 "), "exit %d:\n%s%s", r.code, r.out,
+                  r.err);
+    run_result_free(&r);
     free(spec);
     free(job);
     rm_tree(dir);
@@ -1250,6 +1308,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, log_interval_longer_than_the_run_is_named);
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
+    tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
