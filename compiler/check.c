@@ -19,8 +19,10 @@
 static void check_usage(FILE *out)
 {
     fputs("usage: ddpc check [--format text|json|github] [--strict] [--quiet] [--no-data]\n"
-          "                  [--set KEY.PATH=VALUE]... FILE|DIR...\n"
+          "                  [--set KEY.PATH=VALUE]... FILE|DIR|-...\n"
           "  DIR         every *.yaml and *.yml file below it, in sorted order\n"
+          "  -           the spec on standard input (\"<stdin>\" in messages; its\n"
+          "              relative paths resolve against the current directory)\n"
           "  --format F  text (file:line:col: error: key: message), json, or github annotations\n"
           "  --strict    warnings fail the check (exit 1)\n"
           "  --quiet     print only what fails the check; nothing on success\n"
@@ -271,7 +273,16 @@ int cmd_check(int argc, char **argv)
             continue;
         }
         struct stat st;
-        if (stat(a, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (strcmp(a, "-") == 0) {
+            /* standard input: read once */
+            for (int k = 0; k < in.n; k++)
+                if (strcmp(in.v[k], "-") == 0) {
+                    fprintf(stderr, "ddpc check: - (standard input) given twice\n");
+                    goto out;
+                }
+            if (inputs_add(&in, a) < 0)
+                goto oom;
+        } else if (stat(a, &st) == 0 && S_ISDIR(st.st_mode)) {
             struct walk_stack ws = { .n = 0 };
             int before = in.n, io0 = d.io_error;
             d.io_error = 0;

@@ -1,12 +1,13 @@
 /* main.c - the ddpc command: check, plan, build, schema.
  *
- *   ddpc check FILE|DIR...             validate specs (compiler/check.c)
- *   ddpc plan FILE [--json] [--no-data]   the static launch plan
- *   ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]
+ *   ddpc check FILE|DIR|-...           validate specs (compiler/check.c)
+ *   ddpc plan FILE|- [--json] [--no-data]   the static launch plan
+ *   ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]
  *   ddpc schema                        JSON Schema of the language (compiler/check.c)
  *   ddpc --version | --help | help [COMMAND]
- * check, plan and build take --set KEY.PATH=VALUE (repeatable); every
- * command answers --help on stdout with exit 0.
+ * check, plan and build take --set KEY.PATH=VALUE (repeatable), and "-" for
+ * the spec on standard input; every command answers --help on stdout with
+ * exit 0.
  *
  * Exit status: 0 ok; 1 the spec is invalid; 2 usage or I/O error (bad
  * arguments, a spec that cannot be read, an emit dir that cannot be made);
@@ -38,9 +39,9 @@
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
 
 static const char usage_text[] =
-    "usage: ddpc check FILE|DIR... [--format text|json|github] [--set KEY=VALUE]...\n"
-    "       ddpc plan FILE [--json] [--no-data] [--set KEY=VALUE]...\n"
-    "       ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
+    "usage: ddpc check FILE|DIR|-... [--format text|json|github] [--set KEY=VALUE]...\n"
+    "       ddpc plan FILE|- [--json] [--no-data] [--set KEY=VALUE]...\n"
+    "       ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
     "                  [--set KEY=VALUE]...\n"
     "       ddpc schema [--format json|markdown|coming-from]\n"
     "       ddpc --version | --help | help COMMAND | COMMAND --help\n"
@@ -57,6 +58,8 @@ static const char usage_text[] =
     "          --no-data       do not read data files (plan and build); counts\n"
     "                          that need them are left unknown\n"
     "  schema  print the JSON Schema of the spec language\n"
+    "  FILE -  the spec on standard input (\"<stdin>\" in messages; its relative\n"
+    "          paths resolve against the current directory)\n"
     "  --set KEY.PATH=VALUE  (check, plan, build) override a key of the spec with a\n"
     "          YAML value, e.g. --set epochs=1 --set data.train.path=small.csv;\n"
     "          repeatable; the built job carries the overrides (and their hash)\n"
@@ -64,7 +67,7 @@ static const char usage_text[] =
     "exit status: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
 
 static const char plan_usage[] =
-    "usage: ddpc plan FILE [--json] [--no-data] [--set KEY.PATH=VALUE]...\n"
+    "usage: ddpc plan FILE|- [--json] [--no-data] [--set KEY.PATH=VALUE]...\n"
     "  print the launch plan: ranks, shards, batches, learning rate, gradient\n"
     "  buckets, memory per device, timeouts, checkpoints, launch commands\n"
     "  --json       the same plan as JSON (build's job.plan.json)\n"
@@ -73,7 +76,7 @@ static const char plan_usage[] =
     "exit: 0 ok, 1 invalid spec, 2 usage or I/O error\n";
 
 static const char build_usage[] =
-    "usage: ddpc build FILE [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
+    "usage: ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
     "                  [--set KEY.PATH=VALUE]...\n"
     "  check, plan, generate job_config.h from the m4 templates and compile the\n"
     "  job program OUT (default ./NAME from the spec)\n"
@@ -220,7 +223,8 @@ static int check_output(const char *out, const char *spec, int defaulted, struct
                                 : "-o";
     struct stat so, ss;
     if (stat(out, &so) == 0) {
-        if (stat(spec, &ss) == 0 && so.st_dev == ss.st_dev && so.st_ino == ss.st_ino) {
+        if (strcmp(spec, "-") != 0 && stat(spec, &ss) == 0 && so.st_dev == ss.st_dev &&
+            so.st_ino == ss.st_ino) {
             diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "%s is the spec file itself: building "
                      "would overwrite it with the program; choose another output with -o%s",
                      how, defaulted ? ", or give the spec file an extension (.yaml)" : "");
@@ -417,7 +421,8 @@ static int cmd_build(int argc, char **argv)
     const char *spec_text = spec_doc_text(doc, &spec_len);
     spec_sha256_hex(spec_text, spec_len, hash);
     struct emit_input in = {
-        .job = &job, .plan = &plan, .spec_path = file, .spec_text = spec_text,
+        .job = &job, .plan = &plan, .spec_text = spec_text,
+        .spec_path = strcmp(file, "-") == 0 ? DDPC_SPEC_STDIN : file,
         .spec_len = spec_len, .spec_hash = hash, .version = DDPC_VERSION,
         .templates_dir = templates, .m4 = NULL, .log = verbose ? stderr : NULL,
     };

@@ -1,7 +1,7 @@
 /* spec.c - the front end as the compiler sees it (spec.h): file -> job.
  *
- * Owns reading the spec file (regular files only, size-capped) and the
- * struct spec_doc that keeps the bytes, the tree and every string the job
+ * Owns reading the spec file (regular files only, or standard input for
+ * "-"; size-capped) and the struct spec_doc that keeps the bytes, the tree and every string the job
  * points to. Parsing is load.c's, rules are validate.c's.
  */
 #include "spec.h"
@@ -66,6 +66,48 @@ out:
     free(buf);
     close(fd);
     return rc;
+}
+
+/* Reads all of standard input (`cat job.yaml | ddpc check -`) into a
+ * malloc'd NUL-terminated buffer. Returns as read_file does. */
+static int read_stdin(char **out, size_t *len, char *why, size_t cap)
+{
+    size_t got = 0, have = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (got > DDPC_LOAD_MAX_BYTES) {
+            free(buf);
+            snprintf(why, cap, "standard input holds more than %u MiB; not a job spec",
+                     DDPC_LOAD_MAX_BYTES >> 20);
+            return -2;
+        }
+        if (got + 1 >= have) {      /* room for a byte and the NUL */
+            size_t more = have ? 2 * have : 65536;
+            char *nb = realloc(buf, more);
+            if (!nb) {
+                free(buf);
+                snprintf(why, cap, "out of memory");
+                return -1;
+            }
+            buf = nb;
+            have = more;
+        }
+        ssize_t r = read(STDIN_FILENO, buf + got, have - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, cap, "%s", strerror(errno));
+            free(buf);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    return 0;
 }
 
 /* Applies opt's overrides to the tree and appends one comment line per
@@ -133,7 +175,16 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
         d->io_error = 1;
         return 2;
     }
-    int rrc = read_file(path, &sd->text, &sd->len, why, sizeof why);
+    /* "-": standard input, named "<stdin>" in messages; its relative
+     * paths resolve against the working directory (validate_job: a file
+     * name without a directory) */
+    int rrc;
+    if (strcmp(path, "-") == 0) {
+        path = DDPC_SPEC_STDIN;
+        rrc = read_stdin(&sd->text, &sd->len, why, sizeof why);
+    } else {
+        rrc = read_file(path, &sd->text, &sd->len, why, sizeof why);
+    }
     if (rrc == -1) {
         diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "cannot read: %s", why);
         d->io_error = 1;

@@ -36,6 +36,11 @@ struct spec_options {
 struct spec_cache *spec_cache_new(void);   /* NULL when out of memory (then run without) */
 void spec_cache_free(struct spec_cache *cache);   /* NULL is fine */
 
+/* The name of standard input in diagnostics: spec_load_job reads the spec
+ * from standard input when path is "-" (`cat job.yaml | ddpc check -`), and
+ * resolves its relative paths against the working directory. */
+#define DDPC_SPEC_STDIN "<stdin>"
+
 /* Returns 0 when the spec is valid (warnings allowed), 1 when it has errors,
  * 2 when the file could not be read. *doc is set in every case where the
  * file was read (free it); on 2 it is NULL. opt NULL: read data headers, no

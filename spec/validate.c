@@ -2150,7 +2150,8 @@ static void outpath_clobbers(struct ddpc_vctx *c, const char *key, const char *o
     if (!there)
         return;
     const char *what;
-    if (stat(c->file, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+    if (strcmp(c->file, DDPC_SPEC_STDIN) != 0 && stat(c->file, &si) == 0 &&
+        si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         what = "the spec file itself";
     else if (!job_input_at(c->job, &so, "checkpoint.resume", &what))
         return;
@@ -2682,9 +2683,11 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 /* The default job name: the spec file's base name without .yaml/.yml,
- * reduced to the name alphabet. */
+ * reduced to the name alphabet ("stdin" for a spec read from it). */
 static const char *default_name(struct ddpc_vctx *c)
 {
+    if (strcmp(c->file, DDPC_SPEC_STDIN) == 0)
+        return "stdin";
     const char *base = strrchr(c->file, '/');
     base = base ? base + 1 : c->file;
     size_t l = strlen(base);

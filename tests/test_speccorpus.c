@@ -257,9 +257,10 @@ static char *read_all(int fd)
     return buf;
 }
 
-/* Runs ddpc with argv (no shell); stdout and stderr go to temp files so a
- * large output cannot deadlock a pipe. */
-static int run_ddpc(char *const argv[], struct cli_result *r)
+/* Runs ddpc with argv (no shell), its standard input the file stdin_path
+ * (NULL: the test's); stdout and stderr go to temp files so a large output
+ * cannot deadlock a pipe. */
+static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_result *r)
 {
     const char *b = getenv("DDPC_BUILD");
     if (!b || !b[0])
@@ -275,6 +276,8 @@ static int run_ddpc(char *const argv[], struct cli_result *r)
     ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
     ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, ofd, 1), 0);
     ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, efd, 2), 0);
+    if (stdin_path)
+        ck_assert_int_eq(posix_spawn_file_actions_addopen(&fa, 0, stdin_path, O_RDONLY, 0), 0);
     pid_t pid;
     char *args[64];
     int n = 0;
@@ -296,6 +299,11 @@ static int run_ddpc(char *const argv[], struct cli_result *r)
     unlink(outp);
     unlink(errp);
     return 0;
+}
+
+static int run_ddpc(char *const argv[], struct cli_result *r)
+{
+    return run_ddpc_in(argv, NULL, r);
 }
 
 static void run_free(struct cli_result *r)
@@ -373,6 +381,56 @@ START_TEST(test_cli_exit_codes)
     ck_assert_str_eq(r.out, want);
     free(want);
     run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
+/* "-" is the spec on standard input (`cat job.yaml | ddpc check -`), for
+ * check, plan and build alike: messages name "<stdin>", and its relative
+ * paths resolve against the working directory (here the top, where
+ * csv.yaml's ../data/small.csv is not and tests/specs/data/small.csv is).
+ * check took "-" for a file of that name: "-: error: cannot read: No such
+ * file or directory", exit 2. */
+START_TEST(test_cli_stdin)
+{
+    int fd = enter_top();
+    struct cli_result r;
+    char *bad[] = { "check", "-", NULL };
+    NEED_DDPC(run_ddpc_in(bad, "tests/specs/invalid/linear-layers.yaml", &r));
+    ck_assert_msg(r.status == 1, "status %d: %s%s", r.status, r.out, r.err);
+    ck_assert_str_eq(r.out, "<stdin>:5:11: error: model.layers: model type linear takes "
+                            "exactly 2 sizes [in, out], found 3\n");
+    run_free(&r);
+    /* relative to the working directory, not to where the text came from */
+    ck_assert_int_eq(run_ddpc_in(bad, "tests/specs/valid/csv.yaml", &r), 0);
+    ck_assert_msg(r.status == 1 && strstr(r.out, "<stdin>:11:11: error: data.train.path: "
+                                                 "cannot read '../data/small.csv'"),
+                  "status %d: %s%s", r.status, r.out, r.err);
+    run_free(&r);
+    char spec[] = "/tmp/ddpc-stdin-XXXXXX";
+    int sfd = mkstemp(spec);
+    ck_assert_int_ge(sfd, 0);
+    const char *text = "devices: 1\nepochs: 1\nbatch_size: 2\nmodel: {type: linear, layers: "
+                       "[3, 3]}\ndata: {train: {format: csv, path: tests/specs/data/small.csv, "
+                       "label_column: 0}}\n";
+    ck_assert_int_eq(write(sfd, text, strlen(text)), (ssize_t)strlen(text));
+    close(sfd);
+    ck_assert_int_eq(run_ddpc_in(bad, spec, &r), 0);
+    ck_assert_msg(r.status == 0 && strcmp(r.err, "1 file checked, 0 errors, 0 warnings\n") == 0,
+                  "status %d: %s%s", r.status, r.out, r.err);
+    run_free(&r);
+    char *plan[] = { "plan", "-", NULL };
+    ck_assert_int_eq(run_ddpc_in(plan, spec, &r), 0);
+    ck_assert_msg(r.status == 0 && strncmp(r.out, "job stdin\n", 10) == 0, "status %d: %s%s",
+                  r.status, r.out, r.err);
+    run_free(&r);
+    /* standard input is read once */
+    char *twice[] = { "check", "-", "-", NULL };
+    ck_assert_int_eq(run_ddpc_in(twice, spec, &r), 0);
+    ck_assert_msg(r.status == 2 && strstr(r.err, "- (standard input) given twice"),
+                  "status %d: %s%s", r.status, r.out, r.err);
+    run_free(&r);
+    unlink(spec);
     leave_top(fd);
 }
 END_TEST
@@ -802,6 +860,7 @@ Suite *speccorpus_suite(void)
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 60);
     tcase_add_test(cli, test_cli_exit_codes);
+    tcase_add_test(cli, test_cli_stdin);
     tcase_add_test(cli, test_cli_formats);
     tcase_add_test(cli, test_cli_many_specs);
     tcase_add_test(cli, test_cli_help);
