@@ -91,6 +91,20 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
                 m->fused[k] = a >= 0;
         }
     }
+    /* a ReLU read by one max pooling and nothing else (not a residual's
+     * skip): the pooling's backward takes the ReLU's, as the pooled value
+     * at the argmax is the ReLU's output there */
+    for (int k = 0; k < net->n; k++) {
+        int r = net->node[k].src;
+        if (net->node[k].it.type != DDPC_LAYER_MAXPOOL2D || r < 0 ||
+            net->node[r].it.type != DDPC_LAYER_RELU || net->node[r].src < 0)
+            continue;
+        int readers = 0;
+        for (int q = 0; q < net->n; q++)
+            readers += (net->node[q].src == r) +
+                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == r);
+        m->relu_in_pool[r] = readers == 1;
+    }
     if (net->scratch_floats)
         DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)net->scratch_floats * sizeof(float), e));
     size_t plane = 0;
@@ -485,6 +499,8 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
     int act = act_id(it->type, it);
     int rc = 0;
     if (act >= 0) {
+        if (m->relu_in_pool[k])
+            return 0;   /* done by the pooling's backward, which wrote g[src] */
         if (want_dx) {
             if (!accx && act <= DDPC_K_SIGMOID)
                 rc = o->act_backward(o, in, dy, dx, n_out, act, e);
@@ -574,6 +590,14 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
             a.K = it->kernel_size; a.S = it->stride; a.P = it->padding;
             a.act = it->type == DDPC_LAYER_MAXPOOL2D ? 0 : 1;
             a.idx = m->idx[k];
+            if (m->relu_in_pool[L->src]) {
+                /* the ReLU's backward too: into the ReLU's input's gradient */
+                int r_src = m->net.node[L->src].src;
+                a.aux = m->y[k];
+                a.dx = m->g[r_src];
+                a.accx = written[r_src];
+                written[r_src] = 1;
+            }
             rc = lk(o, DDPC_LK_POOL_BWD, n_in, &a, e);
         }
         break;

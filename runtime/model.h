@@ -52,6 +52,10 @@ struct ddpc_model {
     int     fused[DDPC_MAX_NODES];/* 1: a linear or conv2d node whose following
                                      activation node is computed with it
                                      (bias_act_forward, DDPC_LK_CHAN_BIAS_ACT) */
+    int     relu_in_pool[DDPC_MAX_NODES]; /* 1: a ReLU node whose only reader is the max
+                                     pooling after it: that pooling's backward applies
+                                     the ReLU's gradient too (DDPC_LK_POOL_BWD's aux),
+                                     one pass less over the largest activations */
     float  *logits;               /* == y[last] after forward */
     float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */
     int     training;             /* model_set_mode */

@@ -571,17 +571,24 @@ DDPC_HOT static void pool2_max_planes(const float *restrict x, float *restrict y
  * 2 OH x 2 OW: every input written once, the window's gradient where the
  * forward's argmax is and +0 elsewhere, so no zeroing pass and no
  * scattered adds. 0 + dy, as the generic path's add into a zeroed plane,
- * so a -0 gradient arrives as +0 there too. Short rows and partial last
+ * so a -0 gradient arrives as +0 there too. pooled (the pooling of a
+ * ReLU's output, DDPC_LK_POOL_BWD's aux): that times ReLU's gradient, as
+ * the element function. Short rows and partial last
  * blocks as pool2_max_planes: a block that writes on into the rows after
  * it is overwritten by theirs; the end of the call goes window by window. */
-static inline void pool2_back_block(const float *dy, const int32_t *idx, float *d0, float *d1,
-                                    int32_t at0, int32_t W)
+static inline void pool2_back_block(const float *dy, const int32_t *idx, const float *pooled,
+                                    float *d0, float *d1, int32_t at0, int32_t W)
 {
     v8f d, zero = { 0 };
     v8i a;
     memcpy(&d, dy, sizeof d);
     memcpy(&a, idx, sizeof a);
     d = d + zero;
+    if (pooled) {   /* times ReLU's gradient, 1 where the pooled output is > 0 */
+        v8f p, one = { 1, 1, 1, 1, 1, 1, 1, 1 };
+        memcpy(&p, pooled, sizeof p);
+        d = d * (v8f)V8_SEL(p > zero, (v8i)one, (v8i)zero);
+    }
     v8i at = (v8i){ 0, 2, 4, 6, 8, 10, 12, 14 } + at0;
     v8i z = (v8i)zero, dv = (v8i)d;
     v8f t00 = (v8f)V8_SEL(a == at, dv, z), t01 = (v8f)V8_SEL(a == at + 1, dv, z);
@@ -595,7 +602,8 @@ static inline void pool2_back_block(const float *dy, const int32_t *idx, float *
 }
 
 DDPC_HOT static void pool2_back_planes(const float *restrict dy, const int32_t *restrict idx,
-                                       float *restrict dx, int OH, int OW, size_t planes)
+                                       const float *restrict pooled, float *restrict dx, int OH,
+                                       int OW, size_t planes)
 {
     int W = 2 * OW;
     size_t rows = planes * (size_t)OH;
@@ -603,25 +611,30 @@ DDPC_HOT static void pool2_back_planes(const float *restrict dy, const int32_t *
         int oy = (int)(r % (size_t)OH);
         const float *dyr = dy + r * OW;
         const int32_t *ir = idx + r * OW;
+        const float *pr = pooled ? pooled + r * OW : NULL;
         float *d0 = dx + r * 2 * (size_t)W, *d1 = d0 + W;
         int32_t row0 = 2 * oy * W;
         /* a block reads 8 outputs and writes 16 floats from d1 */
         int inside = (rows - r) * OW >= POOL2_B && (rows - r) * 2 * (size_t)W >= (size_t)W + 2 * POOL2_B;
         if (OW < POOL2_B && inside) {
-            pool2_back_block(dyr, ir, d0, d1, row0, W);
+            pool2_back_block(dyr, ir, pr, d0, d1, row0, W);
             continue;
         }
         int ox = 0;
         for (; ox + POOL2_B <= OW; ox += POOL2_B)
-            pool2_back_block(dyr + ox, ir + ox, d0 + 2 * ox, d1 + 2 * ox, row0 + 2 * ox, W);
+            pool2_back_block(dyr + ox, ir + ox, pr ? pr + ox : NULL, d0 + 2 * ox, d1 + 2 * ox,
+                             row0 + 2 * ox, W);
         if (ox < OW && OW >= POOL2_B) {
             ox = OW - POOL2_B;
-            pool2_back_block(dyr + ox, ir + ox, d0 + 2 * ox, d1 + 2 * ox, row0 + 2 * ox, W);
+            pool2_back_block(dyr + ox, ir + ox, pr ? pr + ox : NULL, d0 + 2 * ox, d1 + 2 * ox,
+                             row0 + 2 * ox, W);
             continue;
         }
         for (; ox < OW; ox++) {
             int32_t at = row0 + 2 * ox;
             float v = dyr[ox] + 0.0f;
+            if (pr)
+                v *= ddpc_k_act_grad(DDPC_K_RELU, pr[ox]);
             d0[2 * ox] = ir[ox] == at ? v : 0.0f;
             d0[2 * ox + 1] = ir[ox] == at + 1 ? v : 0.0f;
             d1[2 * ox] = ir[ox] == at + W ? v : 0.0f;
@@ -1195,7 +1208,7 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         }
         if (a->act == 0 && a->K == 2 && a->S == 2 && a->P == 0 && a->H == 2 * a->OH &&
             a->W == 2 * a->OW) {
-            pool2_back_planes(a->dy, a->idx, a->dx, a->OH, a->OW,
+            pool2_back_planes(a->dy, a->idx, a->aux, a->dx, a->OH, a->OW,
                               n / ((size_t)a->H * a->W));
             break;
         }
@@ -1207,9 +1220,13 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
             const float *dy = a->dy + pl * ohw;
             if (a->act == 0) {
                 const int32_t *idx = a->idx + pl * ohw;
+                const float *pooled = a->aux ? a->aux + pl * ohw : NULL;
                 for (size_t o2 = 0; o2 < ohw; o2++)
-                    if (idx[o2] >= 0)
+                    if (idx[o2] >= 0) {
                         dx[idx[o2]] += dy[o2];
+                        if (pooled)   /* the ReLU's gradient, as the element function */
+                            dx[idx[o2]] *= ddpc_k_act_grad(DDPC_K_RELU, pooled[o2]);
+                    }
             } else {
                 float inv = 1.0f / (float)(a->K * a->K);
                 for (int oy = 0; oy < a->OH; oy++)

@@ -255,7 +255,9 @@ enum ddpc_lk_kind {
                               conv2d's bias and the activation after it in one pass */
     DDPC_LK_CHAN_BIAS_GRAD,/* db[c] (+)= sum over n, s of dy[n][c][s]; i over C */
     DDPC_LK_POOL_FWD,      /* act 0 max (idx: argmax in the plane), 1 avg; i over N*C*OH*OW */
-    DDPC_LK_POOL_BWD,      /* dx (+)= gradient of the pooling; i over N*C*H*W */
+    DDPC_LK_POOL_BWD,      /* dx (+)= gradient of the pooling; i over N*C*H*W. Max
+                              pooling with aux (its own outputs): times ReLU's
+                              gradient at the input, the pooling of a ReLU's output */
     DDPC_LK_GAP_FWD,       /* y[n][c] = mean over H (spatial) of x[n][c][.]; i over N*C */
     DDPC_LK_GAP_BWD,       /* dx[n][c][s] (+)= dy[n][c] / H; i over N*C*H */
     DDPC_LK_ACT_FWD,       /* y = act(x); i over n */
@@ -398,7 +400,12 @@ DDPC_HD void ddpc_lk_pool_bwd(size_t i, const struct ddpc_lk *a)
     int iy = (int)(i % hw / a->W), ix = (int)(i % a->W), me = iy * a->W + ix;
     const float *dy = a->dy + plane * ohw;
     const int32_t *idx = a->idx ? a->idx + plane * ohw : 0;
-    float s = 0.0f, inv = 1.0f / (float)(a->K * a->K);
+    /* aux: the pooled ReLU outputs; at an argmax the pooled value is the
+     * ReLU's output there, so ReLU's gradient at this input is 1 iff it is
+     * > 0. Applied to the pooling's sum as ReLU's backward would, so the
+     * same bits as the two passes */
+    const float *pooled = a->aux ? a->aux + plane * ohw : 0;
+    float s = 0.0f, inv = 1.0f / (float)(a->K * a->K), relu_grad = 0.0f;
     for (int ky = 0; ky < a->K; ky++) {
         int ty = iy + a->P - ky;
         if (ty < 0 || ty % a->S || ty / a->S >= a->OH)
@@ -409,14 +416,17 @@ DDPC_HD void ddpc_lk_pool_bwd(size_t i, const struct ddpc_lk *a)
                 continue;
             size_t o = (size_t)(ty / a->S) * a->OW + tx / a->S;
             if (a->act == 0) {
-                if (idx[o] == me)
+                if (idx[o] == me) {
                     s += dy[o];
+                    if (pooled)
+                        relu_grad = ddpc_k_act_grad(DDPC_K_RELU, pooled[o]);
+                }
             } else {
                 s += dy[o] * inv;
             }
         }
     }
-    ddpc_k_put(&a->dx[i], s, a->accx);
+    ddpc_k_put(&a->dx[i], pooled ? s * relu_grad : s, a->accx);
 }
 
 DDPC_HD void ddpc_lk_bn_stats(size_t c, const struct ddpc_lk *a)

@@ -414,6 +414,103 @@ START_TEST(conv_chunks_are_the_whole_batch)
 }
 END_TEST
 
+/* One forward and backward of the spec's model on a fixed batch of rows
+ * (inputs in [-1, 1], so ReLUs zero some outputs and whole pooling
+ * windows): the logits, then every gradient, malloc'ed; *fused: how many
+ * ReLUs the pooling after them takes (model.h relu_in_pool). */
+static float *logits_and_grads(const char *yaml, int rows, size_t *n, int *fused)
+{
+    struct built b;
+    build_spec(&b, yaml);
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    struct ddpc_model m;
+    ck_assert_msg(model_init(&m, &o, &b.job, rows, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 5, &e), 0);
+    size_t in = (size_t)m.net.in_numel, out = (size_t)m.net.out_numel;
+    float *x = malloc((size_t)rows * in * sizeof *x);
+    int32_t *lab = malloc((size_t)rows * sizeof *lab);
+    ck_assert(x && lab);
+    for (size_t i = 0; i < (size_t)rows * in; i++)
+        x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (int i = 0; i < rows; i++)
+        lab[i] = i % (int)out;
+    model_set_mode(&m, 1, 1);
+    ck_assert_msg(model_forward(&m, x, rows, &e) == 0, "%s", e.msg);
+    double acc[DDPC_LOSS_ACC] = { 0 };
+    ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, m.logits, lab, NULL, m.dbuf[0], rows,
+                            (int)out, 1.0f / (float)rows, acc, &e), 0);
+    ck_assert_msg(model_backward(&m, x, m.dbuf[0], rows, 0, NULL, NULL, &e) == 0, "%s", e.msg);
+    *n = (size_t)rows * out + m.n_params;
+    float *got = malloc(*n * sizeof *got);
+    ck_assert_ptr_nonnull(got);
+    memcpy(got, m.logits, (size_t)rows * out * sizeof *got);
+    memcpy(got + (size_t)rows * out, m.grads, m.n_params * sizeof *got);
+    *fused = 0;
+    for (int k = 0; k < m.net.n; k++)
+        *fused += m.relu_in_pool[k];
+    free(x);
+    free(lab);
+    model_free(&m);
+    o.destroy(&o);
+    built_free(&b);
+    return got;
+}
+
+/* A ReLU read only by a max pooling has its backward done by the
+ * pooling's (one pass less): the same bits as the two passes, which a
+ * dropout of p 0 between them (a copy each way) keeps apart. Every CPU
+ * path of the pooling's backward: 2 x 2 planes with rows shorter than a
+ * block (OW 5) and longer with a partial block (OW 18), overlapping
+ * windows (kernel 3, stride 2) and odd planes (9 x 7: the scatter). */
+START_TEST(relu_backward_in_pooling_same_bits)
+{
+    static const char *bodies[] = {
+        "  input: [2, 8, 10]\n  layers:\n"
+        "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 2}\n"
+        "    - conv2d: {out_channels: 5, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 3, stride: 2}\n"
+        "    - flatten\n    - linear: {out_features: 3}\n",
+        "  input: [1, 4, 36]\n  layers:\n"
+        "    - conv2d: {out_channels: 2, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 2}\n"
+        "    - conv2d: {out_channels: 3, kernel_size: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 1}\n"
+        "    - flatten\n    - linear: {out_features: 3}\n",
+        "  input: [2, 9, 7]\n  layers:\n"
+        "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 2}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 2, stride: 1}\n"
+        "    - flatten\n    - linear: {out_features: 3}\n",
+    };
+    static const int features[] = { 160, 144, 126 };   /* the inputs' floats */
+    for (size_t c = 0; c < sizeof bodies / sizeof bodies[0]; c++) {
+        char body[2][1024], yaml[2][2400];
+        static const char *apart = "    - dropout: {p: 0.0}\n";
+        snprintf(body[0], sizeof body[0], bodies[c], "", "");
+        snprintf(body[1], sizeof body[1], bodies[c], apart, apart);
+        float *got[2];
+        size_t n[2];
+        int fused[2];
+        for (int v = 0; v < 2; v++) {
+            snprintf(yaml[v], sizeof yaml[v], HEAD "model:\n  type: sequential\n%s"
+                     "data:\n  train: {format: synthetic, samples: 64, features: %d, "
+                     "classes: 3}\n", body[v], features[c]);
+            got[v] = logits_and_grads(yaml[v], 5, &n[v], &fused[v]);
+        }
+        ck_assert_msg(fused[0] == 2 && fused[1] == 0, "case %zu: %d and %d ReLUs taken by a "
+                      "pooling", c, fused[0], fused[1]);
+        ck_assert_uint_eq(n[0], n[1]);
+        ck_assert_msg(memcmp(got[0], got[1], n[0] * sizeof(float)) == 0,
+                      "case %zu: the pooling's ReLU backward changed the bits", c);
+        free(got[0]);
+        free(got[1]);
+    }
+}
+END_TEST
+
 /* The gpt preset lowers to nanoGPT's modules: GPT-2 124M has nanoGPT's
  * parameter count (124,439,808 with the tied lm_head counted once), its
  * tensor names in named_parameters() order, and about the FLOPs per token
@@ -574,6 +671,7 @@ Suite *layers_suite(void)
     tcase_add_test(u, plan_buckets_are_runtime_buckets);
     tcase_add_test(u, train_and_eval_modes);
     tcase_add_test(u, conv_chunks_are_the_whole_batch);
+    tcase_add_test(u, relu_backward_in_pooling_same_bits);
     tcase_add_test(u, gpt_lowering_is_nanogpt);
     tcase_add_test(u, step_never_allocates);
     suite_add_tcase(s, u);
