@@ -65,10 +65,37 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
     DDPC_TRY(ops->alloc(ops, (void **)&m->grads, (m->n_params ? m->n_params : 1) * sizeof(float), e));
     if (m->n_state)
         DDPC_TRY(ops->alloc(ops, (void **)&m->state, m->n_state * sizeof(float), e));
+    /* a ReLU read by one max pooling and nothing else (not a residual's
+     * skip): the pooling's backward takes the ReLU's, as the pooled value
+     * at the argmax is the ReLU's output there */
+    for (int k = 0; k < net->n; k++) {
+        int r = net->node[k].src;
+        if (net->node[k].it.type != DDPC_LAYER_MAXPOOL2D || r < 0 ||
+            net->node[r].it.type != DDPC_LAYER_RELU || net->node[r].src < 0)
+            continue;
+        int readers = 0;
+        for (int q = 0; q < net->n; q++)
+            readers += (net->node[q].src == r) +
+                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == r);
+        m->relu_in_pool[r] = readers == 1;
+    }
+    /* a conv2d whose only reader is such a ReLU, fused with it: its
+     * output goes to the ReLU's buffer (bias and ReLU in place there) */
+    for (int k = 0; k + 1 < net->n; k++) {
+        if (net->node[k].it.type != DDPC_LAYER_CONV2D || !m->relu_in_pool[k + 1] ||
+            net->node[k + 1].src != k || !net->node[k].b_numel)
+            continue;
+        int readers = 0;
+        for (int q = 0; q < net->n; q++)
+            readers += (net->node[q].src == k) +
+                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == k);
+        m->out_in_relu[k] = readers == 1;
+    }
     for (int k = 0; k < net->n; k++) {
         const struct ddpc_lnode *L = &net->node[k];
         size_t bytes = B * (size_t)L->out_numel * sizeof(float);
-        DDPC_TRY(ops->alloc(ops, (void **)&m->y[k], bytes, e));
+        if (!m->out_in_relu[k])
+            DDPC_TRY(ops->alloc(ops, (void **)&m->y[k], bytes, e));
         DDPC_TRY(ops->alloc(ops, (void **)&m->g[k], bytes, e));
         if (L->it.type == DDPC_LAYER_MAXPOOL2D)
             DDPC_TRY(ops->alloc(ops, (void **)&m->idx[k], B * (size_t)L->out_numel * sizeof(int32_t), e));
@@ -90,20 +117,6 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
             else if (L->it.type == DDPC_LAYER_CONV2D)
                 m->fused[k] = a >= 0;
         }
-    }
-    /* a ReLU read by one max pooling and nothing else (not a residual's
-     * skip): the pooling's backward takes the ReLU's, as the pooled value
-     * at the argmax is the ReLU's output there */
-    for (int k = 0; k < net->n; k++) {
-        int r = net->node[k].src;
-        if (net->node[k].it.type != DDPC_LAYER_MAXPOOL2D || r < 0 ||
-            net->node[r].it.type != DDPC_LAYER_RELU || net->node[r].src < 0)
-            continue;
-        int readers = 0;
-        for (int q = 0; q < net->n; q++)
-            readers += (net->node[q].src == r) +
-                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == r);
-        m->relu_in_pool[r] = readers == 1;
     }
     if (net->scratch_floats)
         DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)net->scratch_floats * sizeof(float), e));
@@ -325,7 +338,7 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
     const struct ddpc_lnode *L = &m->net.node[k];
     const struct ddpc_layer_item *it = &L->it;
     const float *in = L->src < 0 ? x : m->y[L->src];
-    float *y = m->y[k];
+    float *y = m->out_in_relu[k] ? m->y[k + 1] : m->y[k];   /* out_in_relu: in place there */
     size_t n_out = (size_t)rows * (size_t)L->out_numel;
     struct ddpc_lk a;
     memset(&a, 0, sizeof a);

@@ -10,7 +10,8 @@
  * gradient bucket is a slice. Batch-norm running statistics are a third,
  * private buffer (state): never all-reduced, each rank's own (rank 0's are
  * checkpointed, exported and broadcast before evaluation by the worker).
- * Forward keeps every node's output for backward; all buffers are
+ * Forward keeps every node's output that backward reads (every one but a
+ * convolution's whose ReLU a pooling's backward takes, out_in_relu); all buffers are
  * allocated once in model_init for up to max_batch rows; forward/backward
  * never allocate. Never communicates: the backward hook tells the caller
  * when a node's gradients are final.
@@ -56,6 +57,11 @@ struct ddpc_model {
                                      pooling after it: that pooling's backward applies
                                      the ReLU's gradient too (DDPC_LK_POOL_BWD's aux),
                                      one pass less over the largest activations */
+    int     out_in_relu[DDPC_MAX_NODES]; /* 1: a conv2d read only by its fused ReLU, whose
+                                     backward is a pooling's (relu_in_pool): nothing
+                                     reads the conv's own output, so it is computed in
+                                     the ReLU's buffer, bias and ReLU applied in place,
+                                     and y[k] is not allocated (NULL) */
     float  *logits;               /* == y[last] after forward */
     float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */
     int     training;             /* model_set_mode */

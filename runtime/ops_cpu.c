@@ -969,7 +969,21 @@ DDPC_HOT static void relu_loop(const float *restrict x, float *restrict y, size_
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-/* Per-channel bias then ReLU, rows of len: y += b; t = relu(y). */
+/* Per-channel bias then ReLU, rows of len: y += b; t = relu(y). In place
+ * (t == y, a convolution computed in its ReLU's buffer): y = relu(y + b),
+ * a loop of its own, as restrict forbids the two to alias. */
+DDPC_HOT static void bias_relu_rows_inplace(float *restrict y, const float *w, size_t rows,
+                                            size_t len, int C)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float b = w[r % (size_t)C], *yr = y + r * len;
+        for (size_t k = 0; k < len; k++) {
+            float v = yr[k] + b;
+            yr[k] = v > 0.0f ? v : 0.0f;
+        }
+    }
+}
+
 DDPC_HOT static void bias_relu_rows(float *restrict y, float *restrict t, const float *w,
                                     size_t rows, size_t len, int C)
 {
@@ -1115,6 +1129,10 @@ static int cpu_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct
         }
         break;
     case DDPC_LK_CHAN_BIAS_ACT:
+        if (a->act == DDPC_K_RELU && a->t == a->y) {
+            bias_relu_rows_inplace(a->y, a->w, n / (size_t)a->H, (size_t)a->H, a->C);
+            break;
+        }
         if (a->act == DDPC_K_RELU) {
             bias_relu_rows(a->y, a->t, a->w, n / (size_t)a->H, (size_t)a->H, a->C);
             break;

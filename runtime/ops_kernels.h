@@ -252,7 +252,8 @@ enum ddpc_lk_kind {
                               ws: H*W floats of scratch (the CPU backend's sums with accx) */
     DDPC_LK_CHAN_BIAS,     /* y[n][c][s] += w[c]; i over N*C*H (H = spatial) */
     DDPC_LK_CHAN_BIAS_ACT, /* y[n][c][s] += w[c], then t = act(y) (act, f0 as ACT_FWD): a
-                              conv2d's bias and the activation after it in one pass */
+                              conv2d's bias and the activation after it in one pass;
+                              t may be y (in place) */
     DDPC_LK_CHAN_BIAS_GRAD,/* db[c] (+)= sum over n, s of dy[n][c][s]; i over C */
     DDPC_LK_POOL_FWD,      /* act 0 max (idx: argmax in the plane), 1 avg; i over N*C*OH*OW */
     DDPC_LK_POOL_BWD,      /* dx (+)= gradient of the pooling; i over N*C*H*W. Max
