@@ -304,9 +304,10 @@ static size_t conv3x3_scratch(const struct ddpc_model *m)
 /* The backend's fast 3 x 3 convolution (ops.conv3x3) for node k, y (+)=
  * conv(x) over rows samples, or 1 where it does not apply (no such backend
  * function, conv3x3_fits says no, too little scratch): the caller's im2col
- * path then. flip: the input gradient (x = dy, y = dx). */
+ * path then. flip: the input gradient (x = dy, y = dx). bias_relu: the
+ * layer's bias and ReLU too (forward only). */
 static int conv3x3_try(struct ddpc_model *m, int k, const float *x, float *y, int rows, int flip,
-                       int acc, struct ddpc_err *e)
+                       int acc, int bias_relu, struct ddpc_err *e)
 {
     struct ddpc_ops *o = m->ops;
     const struct ddpc_lnode *L = &m->net.node[k];
@@ -314,7 +315,8 @@ static int conv3x3_try(struct ddpc_model *m, int k, const float *x, float *y, in
     if (!o->conv3x3 || !conv3x3_fits(L, in))
         return 1;
     return o->conv3x3(o, x, m->params + L->w_off, y, rows, in, out, L->in.d[1], L->in.d[2], flip,
-                      acc, m->col, conv3x3_scratch(m), e);
+                      acc, bias_relu ? m->params + L->b_off : NULL, bias_relu, m->col,
+                      conv3x3_scratch(m), e);
 }
 
 /* The backend's weight gradient of that convolution (ops.conv3x3_wgrad),
@@ -388,9 +390,14 @@ static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
          * in cache; the same operations on the same values as one pass
          * per stage, so the same bits */
         int chunk = o->conv_rows > 0 && o->conv_rows < rows ? o->conv_rows : rows;
-        int by_im2col = conv3x3_try(m, k, in, y, rows, 0, 0, e);
+        /* in place in the ReLU's buffer: the 3 x 3 path's output pass adds
+         * the bias and applies the ReLU, as the pass below would */
+        int bias_relu = m->out_in_relu[k];
+        int by_im2col = conv3x3_try(m, k, in, y, rows, 0, 0, bias_relu, e);
         if (by_im2col < 0)
             return by_im2col;
+        if (!by_im2col && bias_relu)
+            return 0;
         for (int s0 = 0; s0 < rows; s0 += chunk) {
             int n = rows - s0 < chunk ? rows - s0 : chunk;
             a.x = in + (size_t)s0 * in_numel;
@@ -551,7 +558,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
         /* the input gradient (dx = conv3x3(dy, W flipped)) and the weight
          * gradient where the backend's 3 x 3 convolution takes them; the
          * im2col loop for what it does not */
-        int dcol = want_dx ? conv3x3_try(m, k, dy, dx, rows, 1, accx, e) : 0;
+        int dcol = want_dx ? conv3x3_try(m, k, dy, dx, rows, 1, accx, 0, e) : 0;
         if (dcol < 0)
             return dcol;
         int dw_by_im2col = conv3x3_wgrad_try(m, k, in, dy, rows, beta != 0.0f, e);

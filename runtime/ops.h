@@ -138,11 +138,13 @@ struct ddpc_ops {
      * F(2x2, 3x3), the same values up to rounding). w is [out][in][3][3];
      * flip: w is [in][out][3][3] and each filter is rotated 180 degrees,
      * which makes this the input gradient of the convolution w is the
-     * weight of (dx = conv3x3(dy, w, flip)). ws: ws_floats floats of
-     * scratch. Returns 1, computing nothing, when ws is too small. */
+     * weight of (dx = conv3x3(dy, w, flip)). bias: NULL, or [out] added
+     * to each output channel and then, relu 1, max(., 0): a layer's bias
+     * and ReLU in the same pass as its output (not with acc). ws: ws_floats
+     * floats of scratch. Returns 1, computing nothing, when ws is too small. */
     int (*conv3x3)(struct ddpc_ops *o, const float *x, const float *w, float *y, int n,
-                   int in, int out, int H, int W, int flip, int acc, float *ws,
-                   size_t ws_floats, struct ddpc_err *e);
+                   int in, int out, int H, int W, int flip, int acc, const float *bias,
+                   int relu, float *ws, size_t ws_floats, struct ddpc_err *e);
     /* Optional (NULL on CUDA): that convolution's weight gradient,
      * dw[out][in][3][3] (+= when acc) = sum over the n samples of the
      * correlation of x[n][in][H][W] (padding 1) with dy[n][out][H][W]; the

@@ -767,7 +767,8 @@ DDPC_HOT static void wino_inputs(const float *restrict x, float *restrict V, int
  * (lanes past the row's last tile read the slack or the next tile row,
  * and are not stored). */
 DDPC_HOT static void wino_outputs(const float *restrict M, float *restrict y, int n, int out,
-                                  int H, int W, int TH, int TW, size_t ldv, int acc)
+                                  int H, int W, int TH, int TW, size_t ldv, int acc,
+                                  const float *restrict bias, int relu)
 {
     size_t T = (size_t)TH * TW;
     for (int s = 0; s < n; s++)
@@ -788,6 +789,19 @@ DDPC_HOT static void wino_outputs(const float *restrict M, float *restrict y, in
                     float q[4][WINO_B];   /* rows 0, 1 of the block: even, odd columns */
                     v8f q00 = r0[0] + r0[1] + r0[2], q01 = r0[1] - r0[2] - r0[3];
                     v8f q10 = r1[0] + r1[1] + r1[2], q11 = r1[1] - r1[2] - r1[3];
+                    if (bias) {   /* the layer's bias (and ReLU), as CHAN_BIAS_ACT would */
+                        q00 += bias[o];
+                        q01 += bias[o];
+                        q10 += bias[o];
+                        q11 += bias[o];
+                    }
+                    if (relu) {
+                        v8f zero = { 0 };
+                        q00 = (v8f)V8_SEL(q00 > zero, (v8i)q00, (v8i)zero);
+                        q01 = (v8f)V8_SEL(q01 > zero, (v8i)q01, (v8i)zero);
+                        q10 = (v8f)V8_SEL(q10 > zero, (v8i)q10, (v8i)zero);
+                        q11 = (v8f)V8_SEL(q11 > zero, (v8i)q11, (v8i)zero);
+                    }
                     memcpy(q[0], &q00, sizeof q00);
                     memcpy(q[1], &q01, sizeof q01);
                     memcpy(q[2], &q10, sizeof q10);
@@ -850,12 +864,15 @@ static int wino_plan_of(struct wino_plan *p, int in, int out, int H, int W, floa
 
 /* See ops.h. */
 static int cpu_conv3x3(struct ddpc_ops *o, const float *x, const float *w, float *y, int n,
-                       int in, int out, int H, int W, int flip, int acc, float *ws,
-                       size_t ws_floats, struct ddpc_err *e)
+                       int in, int out, int H, int W, int flip, int acc, const float *bias,
+                       int relu, float *ws, size_t ws_floats, struct ddpc_err *e)
 {
     struct wino_plan p;
     if (n <= 0)
         return 0;
+    if (acc && (bias || relu))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "conv3x3: bias and ReLU apply to a written "
+                         "output, not an added one");
     if (wino_plan_of(&p, in, out, H, W, ws, ws_floats))
         return 1;   /* not enough scratch: the caller's im2col path */
     int TH = p.TH, TW = p.TW, chunk = p.chunk;
@@ -871,7 +888,8 @@ static int cpu_conv3x3(struct ddpc_ops *o, const float *x, const float *w, float
             DDPC_TRY(cpu_gemm(o, 0, 0, out, (int)nt, in, 1.0f, U + (size_t)xi * out * in, in,
                               V + (size_t)xi * ldv, (int)(16 * ldv), 0.0f, M + (size_t)xi * ldv,
                               (int)(16 * ldv), e));
-        wino_outputs(M, y + (size_t)s0 * out * H * W, c, out, H, W, TH, TW, ldv, acc);
+        wino_outputs(M, y + (size_t)s0 * out * H * W, c, out, H, W, TH, TW, ldv, acc, bias,
+                     relu);
     }
     return 0;
 }

@@ -463,7 +463,9 @@ static float *logits_and_grads(const char *yaml, int rows, size_t *n, int *fused
  * dropout of p 0 between them (a copy each way) keeps apart. Every CPU
  * path of the pooling's backward: 2 x 2 planes with rows shorter than a
  * block (OW 5) and longer with a partial block (OW 18), overlapping
- * windows (kernel 3, stride 2) and odd planes (9 x 7: the scatter). */
+ * windows (kernel 3, stride 2) and odd planes (9 x 7: the scatter); the
+ * convolution before it computed in the ReLU's buffer (model.h
+ * out_in_relu), by im2col and by the 3 x 3 path. */
 START_TEST(relu_backward_in_pooling_same_bits)
 {
     static const char *bodies[] = {
@@ -484,8 +486,15 @@ START_TEST(relu_backward_in_pooling_same_bits)
         "    - maxpool2d: {kernel_size: 2}\n    - relu\n%s"
         "    - maxpool2d: {kernel_size: 2, stride: 1}\n"
         "    - flatten\n    - linear: {out_features: 3}\n",
+        /* 16 input channels: the 3 x 3 path (ops.conv3x3) adds the bias
+         * and applies the ReLU in its output pass */
+        "  input: [16, 6, 6]\n  layers:\n"
+        "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 2}\n    - relu\n%s"
+        "    - maxpool2d: {kernel_size: 3, stride: 1}\n"
+        "    - flatten\n    - linear: {out_features: 3}\n",
     };
-    static const int features[] = { 160, 144, 126 };   /* the inputs' floats */
+    static const int features[] = { 160, 144, 126, 576 };   /* the inputs' floats */
     for (size_t c = 0; c < sizeof bodies / sizeof bodies[0]; c++) {
         char body[2][1024], yaml[2][2400];
         static const char *apart = "    - dropout: {p: 0.0}\n";

@@ -458,7 +458,8 @@ static void conv3x3_ref(const float *x, const float *w, double *y, int n, int in
 /* The CPU's 3 x 3 convolution (Winograd F(2x2, 3x3), ops.conv3x3 and
  * conv3x3_wgrad) against the direct sum in double: forward, flipped (the
  * input gradient) and the weight gradient,
- * written and added, odd and even planes, planes smaller than a tile,
+ * written and added, odd and even planes, the output with a bias and ReLU
+ * (bitwise the separate pass over the plain output), planes smaller than a tile,
  * rows of more than one block of tiles; within 1e-5 of the result's norm
  * (rounding of its transforms, about 1e-7 here), every element checked
  * against a bound so a wrong tile cannot hide in the norm; too little
@@ -493,7 +494,7 @@ START_TEST(conv3x3_matches_direct_sum)
             for (int acc = 0; acc < 2; acc++) {
                 conv3x3_ref(x, w, ref, n, in, out, H, W, flip);
                 memcpy(y, y0, ny * sizeof *y);
-                ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, flip, acc, ws, nws, &e),
+                ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, flip, acc, NULL, 0, ws, nws, &e),
                                  0);
                 double d2 = 0, r2 = 0, worst = 0;
                 for (size_t i = 0; i < ny; i++) {
@@ -507,6 +508,30 @@ START_TEST(conv3x3_matches_direct_sum)
                               "shape %zu flip %d acc %d: %g relative, worst element %g off", t,
                               flip, acc, sqrt(d2 / r2), worst);
             }
+        /* with the layer's bias and ReLU in the output pass: the bits of
+         * the plain output, then y + b, then max(., 0) (CHAN_BIAS_ACT) */
+        {
+            float *b = malloc((size_t)out * sizeof *b), *yb = malloc(ny * sizeof *yb);
+            ck_assert(b && yb);
+            fill(&r, b, (size_t)out);
+            ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, NULL, 0, ws, nws,
+                                       &e), 0);
+            ck_assert_int_eq(o.conv3x3(&o, x, w, yb, n, in, out, H, W, 0, 0, b, 1, ws, nws,
+                                       &e), 0);
+            long off = 0;
+            for (size_t i = 0; i < ny; i++) {
+                float v = y[i] + b[i / ((size_t)H * W) % (size_t)out];
+                v = v > 0.0f ? v : 0.0f;
+                off += memcmp(&v, &yb[i], sizeof v) != 0;
+            }
+            ck_assert_msg(off == 0, "shape %zu: %ld outputs with bias and ReLU differ from the "
+                          "separate pass", t, off);
+            ck_assert_int_lt(o.conv3x3(&o, x, w, yb, n, in, out, H, W, 0, 1, b, 1, ws, nws, &e),
+                             0);
+            ddpc_err_clear(&e);
+            free(b);
+            free(yb);
+        }
         /* the weight gradient, x with y0 as the output gradient */
         double *gref = malloc(nw * sizeof *gref);
         float *g = malloc(nw * sizeof *g), *g0 = malloc(nw * sizeof *g0);
@@ -548,7 +573,7 @@ START_TEST(conv3x3_matches_direct_sum)
         free(g);
         free(g0);
         memcpy(y, y0, ny * sizeof *y);
-        ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, ws,
+        ck_assert_int_eq(o.conv3x3(&o, x, w, y, n, in, out, H, W, 0, 0, NULL, 0, ws,
                                    16 * (size_t)in * out, &e), 1);
         ck_assert_mem_eq(y, y0, ny * sizeof *y);
         free(x);
