@@ -2706,6 +2706,76 @@ static const char *default_name(struct ddpc_vctx *c)
     return l && name_ok(name, l) ? name : "job";
 }
 
+/* An unquoted number written with a leading zero ("017", "-007", "0_17")
+ * means different things to different YAML readers: octal to YAML 1.1
+ * (PyYAML, and the tools on libyaml that resolve as it does: 15), decimal
+ * to YAML 1.2 (17), and with an 8 or 9 in it text to YAML 1.1. ddpc read
+ * 17, so a spec that a Python tool also reads trained on another value
+ * without a word. Every such scalar, whatever its key (an integer, a
+ * number, a layer's argument, a name), is an error at its position that
+ * says what to write. Keys are not values and are not looked at. */
+static void leading_zeros(struct ddpc_vctx *c, const struct ddpc_node *n, const char *path,
+                          int depth)
+{
+    if (!n || depth > DDPC_LOAD_MAX_DEPTH)
+        return;
+    char sub[280];
+    if (n->kind == DDPC_NODE_MAP) {
+        for (int i = 0; i < n->n; i++) {
+            const struct ddpc_node *k = n->items[2 * i];
+            join_path(sub, sizeof sub, path, k && k->kind == DDPC_NODE_SCALAR ? k->str : "?");
+            leading_zeros(c, n->items[2 * i + 1], sub, depth + 1);
+        }
+        return;
+    }
+    if (n->kind == DDPC_NODE_SEQ) {
+        for (int i = 0; i < n->n; i++) {
+            snprintf(sub, sizeof sub, "%s[%d]", path, i);
+            leading_zeros(c, n->items[i], sub, depth + 1);
+        }
+        return;
+    }
+    if (n->quoted || strlen(n->str) != n->len)
+        return;
+    const char *p = n->str;
+    int neg = *p == '-';
+    if (*p == '+' || *p == '-')
+        p++;
+    if (p[0] != '0' || !p[1] || strspn(p, "0123456789_") != strlen(p) ||
+        strspn(p + 1, "_") == strlen(p + 1))
+        return;
+    char digits[64];
+    size_t o = 0;
+    for (const char *q = p; *q && o + 1 < sizeof digits; q++)
+        if (*q != '_')
+            digits[o++] = *q;
+    digits[o] = '\0';
+    const char *d = digits + strspn(digits, "0");
+    if (!*d)
+        d = "0";
+    char found[96], v11[48] = "text", v12[48] = "";
+    const char *sign = neg ? "-" : "";
+    int octal = strspn(digits, "01234567") == o;
+    unsigned long long oct = octal ? strtoull(digits, NULL, 8) : 0;
+    if (octal)
+        snprintf(v11, sizeof v11, "octal %s%llu", sign, oct);
+    if (!strchr(n->str, '_'))   /* YAML 1.2 has no digit separators: text to it */
+        snprintf(v12, sizeof v12, ", YAML 1.2 readers for %s%s", sign, d);
+    if (octal && oct == strtoull(d, NULL, 10))
+        vdiag(c, DDPC_SEV_ERROR, n, path, "%s has a leading zero, which YAML 1.1 readers "
+              "(PyYAML) read as octal; write %s%s (quote it, \"%s\", for text)",
+              describe(n, found, sizeof found), sign, d, n->str);
+    else {
+        char as_oct[96] = "";
+        if (octal)
+            snprintf(as_oct, sizeof as_oct, ", or %s0o%s for octal %llu", sign,
+                     digits + strspn(digits, "0"), oct);
+        vdiag(c, DDPC_SEV_ERROR, n, path, "%s has a leading zero: YAML 1.1 readers (PyYAML) "
+              "take it for %s%s; write %s%s%s (quote it, \"%s\", for text)",
+              describe(n, found, sizeof found), v11, v12, sign, d, as_oct, n->str);
+    }
+}
+
 int validate_job(const char *file, const struct ddpc_node *root, const struct spec_options *opt,
                  struct ddpc_arena *a, struct ddpc_job *job, struct ddpc_diag *d)
 {
@@ -2734,6 +2804,7 @@ int validate_job(const char *file, const struct ddpc_node *root, const struct sp
         diag_add(d, DDPC_SEV_ERROR, file, 1, 1, "", "the spec is empty");
         walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
     } else {
+        leading_zeros(&c, root, "", 0);
         walk_block(&c, DDPC_B_ROOT, root, (char *)job, "");
         defaults_when_late(&c);
         cross_rules(&c);
