@@ -860,8 +860,10 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                                "%s:%zu: label %s (column %d) is not a class index 0, 1, 2, ...",
                                path, li + 1, fields[lc], lc + 1);
             integral = 0;
-        } else if (yv > ymax)
+        } else if (yv > ymax) {
             ymax = yv;
+            ds->label_max_line = (int64_t)li + 1;
+        }
         rows++;
     }
     if (rows == 0) {

@@ -39,6 +39,8 @@ struct ddpc_dataset {
                                    labels file; CSV: the file itself) */
     char    label_note[320];  /* CSV without class labels: which line's label
                                  made them targets ("" if none did) */
+    int64_t label_max_line;   /* CSV: the line of the first row holding the
+                                 largest label; 0 for other formats */
     int32_t seq_len;        /* labels per sample: 0 or 1 (one label, as above);
                                T for token windows */
     /* Token streams (format text, tokens): x is the stream itself, [ntok]

@@ -361,6 +361,19 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
                              "cross_entropy needs%s%s; use loss: mse for regression targets",
                              what, ds->labels_source, ds->label_note[0] ? ": " : "",
                              ds->label_note);
+        if (ds->classes > r->out_dim && ds->label_max_line > 0) {
+            /* a CSV: where the largest label is, and how many rows are past the outputs */
+            int64_t past = 0;
+            for (int64_t i = 0; i < ds->n; i++)
+                past += ds->labels[i] >= r->out_dim;
+            return DDPC_FAIL(e, DDPC_E_DATA, "%s:%lld: label %d, the largest of the %s data, "
+                             "needs %d outputs, but the model has %d (%lld row%s %s a label "
+                             "of %d or more); the last of model.layers must be >= %d, or fix "
+                             "those rows", ds->labels_source, (long long)ds->label_max_line,
+                             (int)ds->classes - 1, what, (int)ds->classes, r->out_dim,
+                             (long long)past, past == 1 ? "" : "s", past == 1 ? "has" : "have",
+                             r->out_dim, (int)ds->classes);
+        }
         if (ds->classes > r->out_dim)
             return DDPC_FAIL(e, DDPC_E_DATA, "%s labels (%s) go up to %d but the model "
                              "has %d outputs; the last of model.layers must be >= %d", what,

@@ -691,6 +691,53 @@ START_TEST(csv_label_column_hint)
 }
 END_TEST
 
+/* A CSV whose labels are class indices and one row, past the 64 KiB check
+ * reads, holds a label the model has no output for: check passes, and the
+ * job refuses it naming the file and line, as its other CSV errors do
+ * ("d.csv:5501: label 7, the largest of the train data, needs 8 outputs,
+ * but the model has 3 (1 row has a label of 3 or more)"). It said "train
+ * labels (d.csv) go up to 7", and a user searched 6000 rows for the one. */
+START_TEST(csv_late_label_names_its_line)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-csvlate"), *spec = NULL, *job = NULL;
+    char *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/c.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/c", dir), 0);
+    size_t cap = 6000 * 24, n = 0;
+    char *data = malloc(cap);
+    ck_assert_ptr_nonnull(data);
+    for (int i = 0; i < 6000; i++)   /* 14 bytes a row: row 5500 lies past 64 KiB */
+        n += (size_t)snprintf(data + n, cap - n, "0.%03d,0.%03d,%d\n", i % 997, i % 991,
+                              i == 5500 ? 7 : i % 3);
+    write_text(dir, "d.csv", data);
+    free(data);
+    write_text(dir, "c.yaml", "name: c\naccelerator: cpu\nepochs: 1\nbatch_size: 16\n"
+               "model: {type: mlp, layers: [2, 8, 3]}\n"
+               "data: {train: {format: csv, path: d.csv, label_column: 2}}\n");
+    struct run_result r;
+    char *build[] = { ddpc, "build", spec, "-o", job, NULL };
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0 && r.code < 128, "exit %d:\n%s%s", r.code, r.out,
+                  r.err);
+    ck_assert_msg(strstr(r.err, "/d.csv:5501: label 7, the largest of the train data, needs 8 "
+                                "outputs, but the model has 3 (1 row has a label of 3 or "
+                                "more)") && !strstr(r.out, "step "), "%s%s", r.out, r.err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 /* A sequential model whose model.input does not match the CSV's width: a
  * job built without reading the data (--no-data) refuses it when it loads
  * it, naming both sizes and model.input, before any step and with no crash. */
@@ -1309,6 +1356,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
+    tcase_add_test(run, csv_late_label_names_its_line);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
     tcase_add_test(run, init_from_continues_an_export);
