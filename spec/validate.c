@@ -1525,6 +1525,7 @@ struct csv_look {
     double max[CSV_SEEN];           /* column c's largest value */
     double odd[CSV_SEEN];           /* column c's first value that is not a class label */
     int odd_line[CSV_SEEN];         /* its line (1-based); 0: none */
+    int max_line[CSV_SEEN];         /* the line of column c's first largest value */
 };
 
 /* CSV: the number of columns of the first line, and a look at the whole
@@ -1594,8 +1595,10 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
                     look->odd[c] = v[c];
                     look->odd_line[c] = line;
                 }
-                if (look->rows == 1 || v[c] > look->max[c])
+                if (look->rows == 1 || v[c] > look->max[c]) {
                     look->max[c] = v[c];
+                    look->max_line[c] = line;
+                }
             }
         }
         if (!nl)
@@ -1825,7 +1828,9 @@ static const char *shown_path(struct ddpc_vctx *c, const struct ddpc_node *n, ch
  * negative number, or more classes than the model has outputs) while
  * another column could: say so at label_column (or at the path when it is
  * left at its default), instead of a message about the loss or the layers
- * at run time. */
+ * at run time. Class labels with no other column to blame, some past the
+ * model's outputs: say so at the output size, with the line (as the job
+ * does for the whole file; check reads its first 64 KiB). */
 static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s,
                            const char *spath, const struct ddpc_node *pathnode,
                            const struct file_facts *f)
@@ -1848,9 +1853,20 @@ static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s
         if (col != lc && (lk->labels >> col & 1) && lk->max[col] < out)
             cand = col;
     }
+    char lkey[64], why[160], shown[PATH_MAX + 64], v[32];
+    const struct ddpc_node *layers;
+    if (cand < 0 && (lk->labels >> lc & 1) && isfinite(out) &&
+        (layers = load_lookup(c->root, "model.layers")) && layers->kind == DDPC_NODE_SEQ &&
+        layers->n > 0) {
+        char lp[48];
+        snprintf(lp, sizeof lp, "model.layers[%d]", layers->n - 1);
+        vdiag(c, DDPC_SEV_ERROR, layers->items[layers->n - 1], lp, "output size %.0f is too "
+              "small: the labels of %s go up to %s ('%s' line %d, column %d is label_column)",
+              out, spath, fmt_num(lk->max[lc], v, sizeof v),
+              shown_path(c, pathnode, shown, sizeof shown), lk->max_line[lc], lc);
+    }
     if (cand < 0)
         return;
-    char lkey[64], why[160], shown[PATH_MAX + 64], v[32];
     snprintf(lkey, sizeof lkey, "%s.label_column", spath);
     const struct ddpc_node *given = load_lookup(c->root, lkey);
     if (!(lk->labels >> lc & 1))
