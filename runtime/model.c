@@ -35,6 +35,17 @@ static int act_id(int type, const struct ddpc_layer_item *it)
     }
 }
 
+/* How many nodes read node k's output: as their input, or as a residual's
+ * skip. */
+static int readers_of(const struct ddpc_net *net, int k)
+{
+    int readers = 0;
+    for (int q = 0; q < net->n; q++)
+        readers += (net->node[q].src == k) +
+                   (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == k);
+    return readers;
+}
+
 int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job *job,
                int max_batch, struct ddpc_err *e)
 {
@@ -73,11 +84,7 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
         if (net->node[k].it.type != DDPC_LAYER_MAXPOOL2D || r < 0 ||
             net->node[r].it.type != DDPC_LAYER_RELU || net->node[r].src < 0)
             continue;
-        int readers = 0;
-        for (int q = 0; q < net->n; q++)
-            readers += (net->node[q].src == r) +
-                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == r);
-        m->relu_in_pool[r] = readers == 1;
+        m->relu_in_pool[r] = readers_of(net, r) == 1;
     }
     /* a conv2d whose only reader is such a ReLU, fused with it: its
      * output goes to the ReLU's buffer (bias and ReLU in place there) */
@@ -85,11 +92,7 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
         if (net->node[k].it.type != DDPC_LAYER_CONV2D || !m->relu_in_pool[k + 1] ||
             net->node[k + 1].src != k || !net->node[k].b_numel)
             continue;
-        int readers = 0;
-        for (int q = 0; q < net->n; q++)
-            readers += (net->node[q].src == k) +
-                       (net->node[q].it.type == DDPC_LAYER_RESIDUAL && net->node[q].skip == k);
-        m->out_in_relu[k] = readers == 1;
+        m->out_in_relu[k] = readers_of(net, k) == 1;
     }
     for (int k = 0; k < net->n; k++) {
         const struct ddpc_lnode *L = &net->node[k];

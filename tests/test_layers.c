@@ -65,6 +65,20 @@ static int node_shape(const struct ddpc_lnode *L, int rows, int64_t *shape)
     return 1 + L->out.n;
 }
 
+/* The CPU backend (conv_rows >= 0: that many samples per convolution
+ * chunk) and the built spec's model for up to rows samples, PyTorch's
+ * init from seed. */
+static void model_up(const struct built *b, struct ddpc_ops *o, struct ddpc_model *m, int rows,
+                     uint64_t seed, int conv_rows)
+{
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(o, &e), 0);
+    if (conv_rows >= 0)
+        o->conv_rows = conv_rows;
+    ck_assert_msg(model_init(m, o, &b->job, rows, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(model_init_params(m, DDPC_INIT_PYTORCH, seed, &e), 0);
+}
+
 /* The parity run of one spec (see the file comment). */
 static void parity(const char *yaml, int rows, uint64_t seed)
 {
@@ -72,10 +86,8 @@ static void parity(const char *yaml, int rows, uint64_t seed)
     build_spec(&b, yaml);
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
     struct ddpc_model m;
-    ck_assert_msg(model_init(&m, &o, &b.job, rows, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, seed, &e), 0);
+    model_up(&b, &o, &m, rows, seed, -1);
     struct ddpc_rng r;
     rng_seed(&r, seed + 7);
     for (size_t i = 0; i < m.n_params; i++)   /* norms' weight 1 / bias 0 are too easy */
@@ -350,84 +362,18 @@ START_TEST(train_and_eval_modes)
 }
 END_TEST
 
-/* A convolution's stages run a chunk of samples at a time on the CPU
- * (ops.conv_rows, so the columns stay in cache): any chunk gives the bits
- * of whole-batch stages (conv_rows 0, the CUDA backend's way), forward and
- * backward, with and without bias, into a first layer (no input gradient)
- * and a later one (col2im), strided and padded. */
-START_TEST(conv_chunks_are_the_whole_batch)
-{
-    struct built b;
-    build_spec(&b, HEAD "model:\n  type: sequential\n  input: [3, 11, 10]\n  layers:\n"
-               "    - conv2d: {out_channels: 5, kernel_size: 3, padding: 1}\n    - relu\n"
-               "    - conv2d: {out_channels: 4, kernel_size: 3, stride: 2, bias: false}\n"
-               "    - conv2d: {out_channels: 6, kernel_size: 2, padding: 1}\n"
-               "    - flatten\n    - linear: {out_features: 3}\n"
-               "data:\n  train: {format: synthetic, samples: 64, features: 330, classes: 3}\n");
-    enum { ROWS = 7 };
-    static const int chunks[] = { 0, 1, 3, 7, 100 };
-    float *ref = NULL;
-    size_t nref = 0;
-    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-        struct ddpc_ops o;
-        struct ddpc_err e = { 0 };
-        ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
-        o.conv_rows = chunks[c];
-        struct ddpc_model m;
-        ck_assert_msg(model_init(&m, &o, &b.job, ROWS, &e) == 0, "%s", e.msg);
-        ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 5, &e), 0);
-        size_t in = (size_t)m.net.in_numel, out = (size_t)m.net.out_numel;
-        float x[ROWS * 330];
-        int32_t lab[ROWS];
-        ck_assert_uint_eq(in, 330);
-        for (size_t i = 0; i < ROWS * in; i++)
-            x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
-        for (int i = 0; i < ROWS; i++)
-            lab[i] = i % 3;
-        model_set_mode(&m, 1, 1);
-        ck_assert_msg(model_forward(&m, x, ROWS, &e) == 0, "%s", e.msg);
-        double acc[DDPC_LOSS_ACC] = { 0 };
-        ck_assert_int_eq(o.loss(&o, DDPC_LOSS_CROSS_ENTROPY, m.logits, lab, NULL, m.dbuf[0],
-                                ROWS, (int)out, 1.0f / ROWS, acc, &e), 0);
-        ck_assert_msg(model_backward(&m, x, m.dbuf[0], ROWS, 0, NULL, NULL, &e) == 0, "%s",
-                      e.msg);
-        /* the logits, then every gradient */
-        size_t n = ROWS * out + m.n_params;
-        float *got = malloc(n * sizeof *got);
-        ck_assert_ptr_nonnull(got);
-        memcpy(got, m.logits, ROWS * out * sizeof *got);
-        memcpy(got + ROWS * out, m.grads, m.n_params * sizeof *got);
-        if (!ref) {
-            ref = got;
-            nref = n;
-        } else {
-            ck_assert_uint_eq(n, nref);
-            ck_assert_msg(memcmp(got, ref, n * sizeof *got) == 0,
-                          "conv_rows %d: not the whole batch's bits", chunks[c]);
-            free(got);
-        }
-        model_free(&m);
-        o.destroy(&o);
-    }
-    free(ref);
-    built_free(&b);
-}
-END_TEST
-
 /* One forward and backward of the spec's model on a fixed batch of rows
  * (inputs in [-1, 1], so ReLUs zero some outputs and whole pooling
- * windows): the logits, then every gradient, malloc'ed; *fused: how many
- * ReLUs the pooling after them takes (model.h relu_in_pool). */
-static float *logits_and_grads(const char *yaml, int rows, size_t *n, int *fused)
+ * windows), conv_rows as model_up's: the logits, then every gradient,
+ * malloc'ed; *fused: how many ReLUs the pooling after them takes (model.h
+ * relu_in_pool). */
+static float *logits_and_grads(const struct built *b, int conv_rows, int rows, size_t *n,
+                               int *fused)
 {
-    struct built b;
-    build_spec(&b, yaml);
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
-    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
     struct ddpc_model m;
-    ck_assert_msg(model_init(&m, &o, &b.job, rows, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(model_init_params(&m, DDPC_INIT_PYTORCH, 5, &e), 0);
+    model_up(b, &o, &m, rows, 5, conv_rows);
     size_t in = (size_t)m.net.in_numel, out = (size_t)m.net.out_numel;
     float *x = malloc((size_t)rows * in * sizeof *x);
     int32_t *lab = malloc((size_t)rows * sizeof *lab);
@@ -454,9 +400,45 @@ static float *logits_and_grads(const char *yaml, int rows, size_t *n, int *fused
     free(lab);
     model_free(&m);
     o.destroy(&o);
-    built_free(&b);
     return got;
 }
+
+/* A convolution's stages run a chunk of samples at a time on the CPU
+ * (ops.conv_rows, so the columns stay in cache): any chunk gives the bits
+ * of whole-batch stages (conv_rows 0, the CUDA backend's way), forward and
+ * backward, with and without bias, into a first layer (no input gradient)
+ * and a later one (col2im), strided and padded. */
+START_TEST(conv_chunks_are_the_whole_batch)
+{
+    struct built b;
+    build_spec(&b, HEAD "model:\n  type: sequential\n  input: [3, 11, 10]\n  layers:\n"
+               "    - conv2d: {out_channels: 5, kernel_size: 3, padding: 1}\n    - relu\n"
+               "    - conv2d: {out_channels: 4, kernel_size: 3, stride: 2, bias: false}\n"
+               "    - conv2d: {out_channels: 6, kernel_size: 2, padding: 1}\n"
+               "    - flatten\n    - linear: {out_features: 3}\n"
+               "data:\n  train: {format: synthetic, samples: 64, features: 330, classes: 3}\n");
+    enum { ROWS = 7 };
+    static const int chunks[] = { 0, 1, 3, 7, 100 };
+    float *ref = NULL;
+    size_t nref = 0;
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        size_t n;
+        int fused;
+        float *got = logits_and_grads(&b, chunks[c], ROWS, &n, &fused);
+        if (!ref) {
+            ref = got;
+            nref = n;
+        } else {
+            ck_assert_uint_eq(n, nref);
+            ck_assert_msg(memcmp(got, ref, n * sizeof *got) == 0,
+                          "conv_rows %d: not the whole batch's bits", chunks[c]);
+            free(got);
+        }
+    }
+    free(ref);
+    built_free(&b);
+}
+END_TEST
 
 /* A ReLU read only by a max pooling has its backward done by the
  * pooling's (one pass less): the same bits as the two passes, which a
@@ -507,7 +489,10 @@ START_TEST(relu_backward_in_pooling_same_bits)
             snprintf(yaml[v], sizeof yaml[v], HEAD "model:\n  type: sequential\n%s"
                      "data:\n  train: {format: synthetic, samples: 64, features: %d, "
                      "classes: 3}\n", body[v], features[c]);
-            got[v] = logits_and_grads(yaml[v], 5, &n[v], &fused[v]);
+            struct built b;
+            build_spec(&b, yaml[v]);
+            got[v] = logits_and_grads(&b, -1, 5, &n[v], &fused[v]);
+            built_free(&b);
         }
         ck_assert_msg(fused[0] == 2 && fused[1] == 0, "case %zu: %d and %d ReLUs taken by a "
                       "pooling", c, fused[0], fused[1]);
