@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     size_t max_bytes = (size_t)(argc > 6 ? atof(argv[6]) : 64) * 1048576;
     store_host sh = { 0, -1, 0 };
     ddpc_err e = {};
-    if (rank == 0 && store_host_start(&sh, host, port, &e) < 0) {
+    if (rank == 0 && store_host_start(&sh, host, port, ddpc_deadline_after(60), &e) < 0) {
         fprintf(stderr, "store: %s\n", e.msg);
         return 1;
     }

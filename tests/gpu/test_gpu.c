@@ -986,7 +986,7 @@ static void test_end_to_end(int gpus)
 static int store_up(struct store_host *h, int *port)
 {
     struct ddpc_err e = {0};
-    if (store_host_start(h, "127.0.0.1", 0, &e) < 0) {
+    if (store_host_start(h, "127.0.0.1", 0, 0, &e) < 0) {
         printf("FAIL store: %s\n", e.msg);
         return -1;
     }
