@@ -152,7 +152,8 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "Exit status: 0 trained; 1 a worker failed (the message names its rank, device\n"
             "and cause) or a check before training failed; 2 bad arguments; 130 / 143 / 129\n"
             "stopped by SIGINT / SIGTERM / SIGHUP (every worker is stopped, no partial file\n"
-            "is left).\n",
+            "is left); 141, without a message, when standard output is a pipe whose reader\n"
+            "ended (./job | head), likewise.\n",
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
 }
 
@@ -1503,6 +1504,8 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
         ddprt_remove_stale_temps(r);
         if (status == 0)
             break;
+        if (status == 128 + SIGPIPE)
+            break;      /* `./job | head`: as quiet as any tool whose reader left */
         fprintf(stderr, "ddpc: %s\n", e->msg);
         (void)snprintf(hist[attempt], sizeof hist[attempt], "%s", e->msg);
         /* An interrupt is the user's decision, not a fault to retry; a data

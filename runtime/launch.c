@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include "comm.h"
@@ -93,6 +94,28 @@ const char *launch_exit_name(int status)
 
 /* ===== the worker side ===== */
 
+/* Is standard output a pipe whose reader has gone (`./job | head` after
+ * head exits)? Its write end then reports POLLERR. */
+static int launch_out_closed(void)
+{
+    struct stat st;
+    struct pollfd p = { STDOUT_FILENO, 0, 0 };
+    return fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode) && poll(&p, 1, 0) == 1 &&
+           (p.revents & POLLERR);
+}
+
+/* A worker that failed because standard output's reader went away (where
+ * SIGPIPE is ignored, as gloo's workers ignore it, its write failed with
+ * EPIPE) ends as if the write had killed it, so the launcher stops the job
+ * quietly (launch_out_gone) instead of reporting a failed write. */
+static void launch_child_end_if_out_closed(void)
+{
+    if (!launch_out_closed())
+        return;
+    (void)signal(SIGPIPE, SIG_DFL);
+    (void)raise(SIGPIPE);
+}
+
 /* What a failed worker leaves for the launcher, in memory mapped before
  * fork: when it noticed the failure and why. Among workers that failed
  * only because another did (a dead peer), the first to notice is nearest
@@ -134,6 +157,8 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
 
     struct ddpc_err e = { 0 };
     int rc = fn(w, &e);
+    if (rc < 0)
+        launch_child_end_if_out_closed();
     if (rc < 0) {
         if (e.code == DDPC_OK)
             (void)DDPC_FAIL(&e, rc, "worker failed without a message");
@@ -155,6 +180,7 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
         _exit(launch_exit_code(e.code < 0 ? e.code : rc));
     }
     if (fflush(stdout) == EOF) {
+        launch_child_end_if_out_closed();
         fprintf(stderr, "[rank %d] error: writing stdout: %s\n", w->rank, strerror(errno));
         _exit(launch_exit_code(DDPC_E_SYS));
     }
@@ -235,6 +261,8 @@ struct launch_state {
     int    killed;           /* SIGKILL sent */
     double term_at, kill_at;
     char   cause[320];       /* the launcher's own reason for a teardown, or "" */
+    int    out_fifo;         /* standard output is a pipe: watched for its reader leaving */
+    int    out_gone;         /* ... and it left (or a worker died of SIGPIPE) */
 };
 
 /* Aborts the communicators at once; SIGTERMs the workers after term_delay
@@ -255,6 +283,21 @@ static void launch_teardown(struct launch_state *s, const char *why, double term
         launch_signal_alive(s->ch, s->o->world, SIGTERM);
         s->termed = 1;
     }
+}
+
+/* Standard output's reader went away (`./job | head`): the job stops as a
+ * Unix tool does at its next write, quietly. The workers are SIGTERMed
+ * before the communicators are aborted, so that no rank wakes up in a
+ * collective to print an error about a peer; a checkpoint being written
+ * stays a temp file, which ddprt removes after the attempt. */
+static void launch_out_gone(struct launch_state *s)
+{
+    s->out_gone = 1;
+    if (s->tearing_down)
+        return;
+    launch_signal_alive(s->ch, s->o->world, SIGTERM);
+    s->termed = 1;
+    launch_teardown(s, "standard output closed", 0);
 }
 
 /* Reaps every worker that has exited; starts the teardown on a failure. */
@@ -294,6 +337,12 @@ static int launch_reap(struct launch_state *s, struct ddpc_err *e)
          * exits with its own error during the teardown may still be the
          * cause: another rank's abort can simply have been reaped first. */
         int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+        if (sig == SIGPIPE && !s->tearing_down) {
+            /* it wrote to standard output after the reader left */
+            c->secondary = 1;
+            launch_out_gone(s);
+            continue;
+        }
         c->secondary = code == launch_exit_code(DDPC_E_ABORTED) ||
                        code == launch_exit_code(DDPC_E_PEER) ||
                        (s->tearing_down && sig != 0 &&
@@ -435,8 +484,15 @@ static int launch_supervise(struct launch_state *s, struct ddpc_err *e)
             if (timeout_ms > 100)
                 timeout_ms = 100;
         }
-        struct pollfd pfd = { launch_sig.pipe_rd, POLLIN, 0 };
-        int pr = poll(&pfd, 1, timeout_ms);
+        /* a pipe's write end reports POLLERR once its reader is gone:
+         * rank 0 may not write again for minutes, or (gloo ignores
+         * SIGPIPE) would only see EPIPE and train on */
+        struct pollfd pfd[2] = { { launch_sig.pipe_rd, POLLIN, 0 },
+                                 { STDOUT_FILENO, 0, 0 } };
+        int watch_out = s->out_fifo && !s->out_gone;
+        int pr = poll(pfd, watch_out ? 2 : 1, timeout_ms);
+        if (pr > 0 && watch_out && (pfd[1].revents & (POLLERR | POLLHUP | POLLNVAL)))
+            launch_out_gone(s);
         if (pr == -1 && errno != EINTR) {
             (void)DDPC_FAIL(e, DDPC_E_SYS, "poll on the launcher's signal pipe: %s",
                             strerror(errno));
@@ -495,6 +551,8 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
         goto out;
     }
     masked = 1;
+    struct stat ost;
+    s->out_fifo = fstat(STDOUT_FILENO, &ost) == 0 && S_ISFIFO(ost.st_mode);
     /* Buffered output would otherwise be written once per process. */
     (void)fflush(stdout);
     (void)fflush(stderr);
@@ -545,6 +603,13 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                         launch_sig_name(sig), o->world,
                         o->world == 1 ? "" : "s");
         status = 128 + sig;
+        goto out;
+    }
+    if (s->out_gone) {
+        /* the caller says nothing of it: the reader asked for no more */
+        (void)DDPC_FAIL(e, DDPC_E_ABORTED, "standard output was closed by its reader; stopped "
+                        "%d worker%s", o->world, o->world == 1 ? "" : "s");
+        status = 128 + SIGPIPE;
         goto out;
     }
     int p = launch_primary(s);

@@ -652,6 +652,59 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
 }
 END_TEST
 
+/* A job whose standard output is a pipe, and the reader goes away (`./job
+ * | head -3`): it stops as a Unix tool does, without a word on stderr, with
+ * 141 (128 + SIGPIPE), no worker left, no partial file, whether rank 0 was
+ * between lines or in the middle of a checkpoint write (where it stops
+ * itself: only the launcher, watching the pipe, can notice; a write would
+ * never come). It said "ddpc: rank 0 (cpu worker 0) killed by signal 13
+ * (Broken pipe)" and exited 1, and mid-write it waited for rank 0 forever. */
+START_TEST(closed_stdout_pipe_stops_quietly)
+{
+    char *dir = make_temp_dir("faults-pipe");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    for (int mid_write = 0; mid_write < 2; mid_write++) {
+        char *cwd = subdir(dir, mid_write ? "mid" : "lines");
+        char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=1000", NULL };
+        struct run_proc p;
+        pid_t w[2];
+        start(&p, job, cwd, mid_write ? env : NULL);
+        workers_of(&p, w);
+        if (mid_write) {
+            double t0 = tnow();
+            while (proc_state(w[0]) != 'T') {
+                ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
+                usleep(2000);
+            }
+        } else {
+            ck_assert_msg(run_wait_output(&p, "step ", RUN_LIMIT), "no progress line:\n%s%s",
+                          p.out, p.err);
+        }
+        ck_assert_int_eq(close(p.fd_out), 0);      /* the reader is gone */
+        p.fd_out = -1;
+        double t_close = tnow();
+        struct run_result r;
+        finish(&p, &r);
+        double took = tnow() - t_close;
+        const char *what = mid_write ? "during a checkpoint write" : "between lines";
+        printf("faults: stdout's reader gone %s: exit %d/%d after %.2f s\n", what, r.exited,
+               r.code, took);
+        ck_assert_msg(r.exited && r.code == 141, "%s: exit %d/%d, want 141:\n%s", what,
+                      r.exited, r.code, r.err);
+        ck_assert_msg(r.err[0] == '\0', "%s: stderr is not quiet:\n%s", what, r.err);
+        ck_assert_msg(took < 3.0, "%s: %.2f s to stop", what, took);
+        assert_nothing_left(w, 2);
+        assert_no_partial_files(cwd);
+        run_result_free(&r);
+        free(cwd);
+    }
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ===== checkpoints and resume ===== */
 
 /* keep_last 2 prunes; a kill -9 of the whole job mid-training and a second
@@ -1842,6 +1895,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, stopped_rank0_with_only_rank_sync_timeout_ends_the_job);
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
+    tcase_add_test(t, closed_stdout_pipe_stops_quietly);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
     tcase_add_test(t, checkpoint_schedule_and_header);
     tcase_add_test(t, fresh_start_keeps_its_own_checkpoints);
