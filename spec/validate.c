@@ -1526,7 +1526,42 @@ struct csv_look {
     double odd[CSV_SEEN];           /* column c's first value that is not a class label */
     int odd_line[CSV_SEEN];         /* its line (1-based); 0: none */
     int max_line[CSV_SEEN];         /* the line of column c's first largest value */
+    /* the first line, when it is not all numbers (the job takes it for a
+     * header and does not train on it): its fields, how many of them are
+     * numbers, and its first field that is not one (column, text) */
+    int first_fields, first_numbers, first_odd_col, first_line;
+    char first_odd[32];
 };
+
+/* Fills look's first_* from line (the file's first non-empty line), split
+ * and trimmed as csv_columns reads fields. */
+static void csv_first_line(const char *line, int lineno, struct csv_look *look)
+{
+    look->first_line = lineno;
+    look->first_odd_col = -1;
+    for (const char *f = line;; look->first_fields++) {
+        const char *end = strchr(f, ',');
+        size_t len = end ? (size_t)(end - f) : strlen(f);
+        char field[64];
+        size_t o = 0;
+        for (size_t i = 0; i < len && o + 1 < sizeof field; i++)
+            if (f[i] != ' ' && f[i] != '\t' && f[i] != '"' && f[i] != '\r')
+                field[o++] = f[i];
+        field[o] = '\0';
+        char *e;
+        double v = o ? strtod(field, &e) : 0;
+        if (o && *e == '\0' && isfinite(v))
+            look->first_numbers++;
+        else if (look->first_odd_col < 0) {
+            look->first_odd_col = look->first_fields;
+            snprintf(look->first_odd, sizeof look->first_odd, "%s", field);
+        }
+        if (!end)
+            break;
+        f = end + 1;
+    }
+    look->first_fields++;
+}
 
 /* CSV: the number of columns of the first line, and a look at the whole
  * lines of the first 64 KiB (a first line that is not numbers is a header,
@@ -1586,6 +1621,10 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
                 break;
             f = e + 1;
         }
+        if (!numeric && !look->first_line && *q && *q != '\r')
+            csv_first_line(q, line, look);
+        if (numeric && !look->first_line)
+            look->first_line = -1;      /* the first line is data */
         if (numeric && nv > 1) {
             look->rows++;
             for (int c = 0; c < nv; c++) {
@@ -1921,6 +1960,16 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             return;
         }
         info->features = cols - 1;
+        const struct csv_look *lk = &f.look;
+        if (lk->first_line > 0 && lk->first_numbers > 0 &&
+            2 * lk->first_numbers >= lk->first_fields)
+            /* a header has names; a data line with a typo reads as one,
+             * and is dropped without a word (pandas' read_csv drops it too) */
+            vdiag(c, DDPC_SEV_WARNING, n, key, "line %d of '%s' is taken for a header (column "
+                  "%d is '%s', not a number) and not trained on, but %d of its %d columns are "
+                  "numbers: if it is data, fix column %d", lk->first_line,
+                  shown_path(c, n, shown, sizeof shown), lk->first_odd_col, lk->first_odd,
+                  lk->first_numbers, lk->first_fields, lk->first_odd_col);
         csv_label_hint(c, s, spath, n, &f);
         info->nd = 1;
         info->dims[0] = cols - 1;
