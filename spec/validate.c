@@ -1572,12 +1572,17 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
     long got = probe_head(p, b, sizeof b - 1, why, cap);
     if (got < 0)
         return -1;
+    /* columns from the first line that is not empty, as the job counts
+     * them: blank lines before it ("\n", "\r\n") are skipped */
     int64_t n = 1;
     long i = 0;
+    while (i < got && (b[i] == '\n' || (b[i] == '\r' && i + 1 < got && b[i + 1] == '\n')))
+        i += b[i] == '\r' ? 2 : 1;
+    long start = i;
     for (; i < got && b[i] != '\n'; i++)
         n += b[i] == ',';
-    if (got == 0 || (i == got && got == (long)sizeof b - 1)) {
-        snprintf(why, cap, got == 0 ? "empty CSV file" : "first CSV line longer than 64 KiB");
+    if (start == got || (i == got && got == (long)sizeof b - 1)) {
+        snprintf(why, cap, start == got ? "empty CSV file" : "first CSV line longer than 64 KiB");
         return -1;
     }
     const unsigned char *nul = memchr(b, '\0', (size_t)got);
