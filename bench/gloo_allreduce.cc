@@ -3,8 +3,8 @@
  *   gloo_allreduce MODE RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]
  *
  * MODE ddpc: the communicator jobs use (libddprt_gloo.so's code, linked in):
- *   start/wait through its comm thread; underneath, by size, one exchange
- *   between registered buffers, gloo's ring object on a copy, or
+ *   start/wait through its comm thread; underneath, by size and world, one
+ *   exchange into registered buffers, gloo's ring object on a copy, or
  *   gloo::allreduce on the caller's floats (comm_gloo.cc).
  * MODE ring: gloo::AllreduceRing<float> on a context connected the same
  *   way, with no ddpc code in the timed loop: gloo's own ring.

@@ -74,15 +74,19 @@ constexpr size_t kInPlaceBytes = 2u << 20;
  * serves them all; the ring objects take theirs from the context. */
 constexpr uint32_t kInPlaceTag = 0x64647063;   /* "ddpc" */
 
-/* Up to this many bytes sent per rank ((world - 1) x the buffer), an
- * all-reduce is one exchange: every rank writes its floats straight into
- * every other rank's registered buffer and adds the world's contributions
- * in rank order (direct_all_reduce). Such calls are latency: one message
- * time, where gloo's ring object takes 2 (world - 1) data messages and
- * their flow-control notifications in turn. Above, the ring's pipelining
- * pays. Measured call for call against the ring object, world 2 over a
- * veth pair (bench/README.md). */
-constexpr size_t kDirectBytes = 64u << 10;
+/* Below kInPlaceBytes, an all-reduce whose rank sends at most this many
+ * bytes ((world - 1) x the buffer) is one exchange: every rank sends the
+ * caller's floats straight into a buffer every other rank registered, and
+ * adds the world's contributions in rank order (direct_all_reduce). gloo's
+ * ring object sends the same (world - 1) x the buffer per rank, but in
+ * world - 1 rounds one after the other, each with its flow-control
+ * messages, from a copy in and back out of its own buffer. Measured call
+ * for call against the ring object over a veth pair (bench/README.md):
+ * 1.0-2.2x its bandwidth at world 2 from 4 KiB to 1 MiB, 1.4-2.4x at
+ * world 4; the ring object on a copy was 0.57-0.94x from 64 KiB. The
+ * bound caps the receive rows: (world - 1) x 2 halves x min(this /
+ * (world - 1), kInPlaceBytes), 4 to 16 MiB per rank. */
+constexpr size_t kDirectBytes = 8u << 20;
 
 /* ===== gloo's Store over the job's store ===== */
 
@@ -184,10 +188,10 @@ struct Gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host;      /* rank -> its host address */
 
-    /* The all-reduce of a (tag, n) between kDirectBytes and kInPlaceBytes
-     * is gloo's own ring algorithm object, made once (its buffers
-     * registered with the pairs) and run on a copy of the caller's floats
-     * held here: gloo::allreduce's
+    /* The all-reduce of a (tag, n) below kInPlaceBytes that sends more
+     * than kDirectBytes per rank (5 or more ranks) is gloo's own ring
+     * algorithm object, made once (its buffers registered with the pairs)
+     * and run on a copy of the caller's floats held here: gloo::allreduce's
      * unbound buffers cost 150-200 us per call on small sizes (~4 ms on a
      * loaded machine), the ring object 80-110 us (bench/README.md, idle
      * machine). Made on the comm thread, in the order operations
@@ -198,15 +202,21 @@ struct Gloo {
         std::unique_ptr<gloo::AllreduceRing<float>> algo;
     };
     std::map<std::pair<int, size_t>, Ring> rings;
-    /* direct_all_reduce's buffers, made on its first call: rows[r] is
-     * rank r's contribution, two halves of cap floats used in turn;
-     * send[r] / recv[r] are this rank's row and rank r's, registered with
-     * the pair to rank r (empty for this rank). */
+    /* direct_all_reduce's buffers, made on its first call: rank r's
+     * contribution arrives in its row, two halves of cap floats used in
+     * turn, registered as recv[r] with the pair to rank r (no row and no
+     * buffer for this rank: it sends from the caller's floats). */
     struct Direct {
-        std::vector<float> rows;             /* [world][2][cap] */
+        std::vector<float> rows;             /* [world - 1][2][cap] */
         size_t cap = 0;
+        int slot = 0;
         unsigned calls = 0;
-        std::vector<std::unique_ptr<gloo::transport::Buffer>> send, recv;
+        std::vector<std::unique_ptr<gloo::transport::Buffer>> recv;
+        /* rank r's row, from `half` on, at rank `me` */
+        float *row(int r, int me, size_t half)
+        {
+            return &rows[(size_t)(r < me ? r : r - 1) * 2 * cap + half];
+        }
     } direct;
     std::unique_ptr<gloo::BarrierAllToAll> barrier;
 
@@ -297,57 +307,69 @@ void classify(Gloo &g, Op &op, const char *what)
     }
 }
 
-/* A small all-reduce in one exchange (kDirectBytes). This rank's floats
- * are written into its row's half for this call, sent from there into the
- * same half of its row at every peer, and once the peers' rows have
- * arrived every rank adds rows 0, 1, ..., world - 1 in that order, so all
- * ranks hold the same bits. Why two halves suffice: a peer writes call
- * k + 2 into the half of call k only after it received this rank's call
- * k + 1, which this rank sends only after it has read call k. Throws what
- * gloo throws (a dead peer; the pairs' timeout), as the ring object does. */
+/* An all-reduce in one exchange (kDirectBytes). This rank's floats
+ * are sent from the caller's buffer into this call's half of its row at
+ * every peer, and once the peers' rows have arrived every rank adds rows
+ * 0, 1, ..., world - 1 in that order (its own row being the caller's
+ * floats), so all ranks hold the same bits. Why two halves suffice: a peer
+ * writes call k + 2 into the half of call k only after it received this
+ * rank's call k + 1, which this rank sends only after it has read call k.
+ * Throws what gloo throws (a dead peer; the pairs' timeout), as the ring
+ * object does. */
 void direct_all_reduce(Gloo &g, Op &op)
 {
     Gloo::Direct &d = g.direct;
     const int W = g.world;
     const size_t n = op.n, bytes = n * sizeof(float);
     if (d.cap == 0) {   /* the first call, at the same point on every rank */
-        d.cap = kDirectBytes / sizeof(float) / (size_t)(W - 1);
-        d.rows.assign((size_t)W * 2 * d.cap, 0.0f);
-        const int slot = g.ctx->nextSlot();
-        const size_t row_bytes = 2 * d.cap * sizeof(float);
-        d.send.resize((size_t)W);
+        size_t cap_bytes = kDirectBytes / (size_t)(W - 1);
+        d.cap = (cap_bytes < kInPlaceBytes ? cap_bytes : kInPlaceBytes) / sizeof(float);
+        d.rows.assign((size_t)(W - 1) * 2 * d.cap, 0.0f);
+        /* rank a's messages to rank b take slot + a: a send buffer
+         * unregisters its slot from the pair when it is destroyed, so it
+         * must never share one with the pair's receive buffer */
+        d.slot = g.ctx->nextSlot(W);
         d.recv.resize((size_t)W);
-        for (int r = 0; r < W; r++) {
-            if (r == g.rank)
-                continue;
-            auto &pair = g.ctx->getPair(r);
-            d.recv[(size_t)r] = pair->createRecvBuffer(slot, &d.rows[(size_t)r * 2 * d.cap],
-                                                       row_bytes);
-            d.send[(size_t)r] = pair->createSendBuffer(slot, &d.rows[(size_t)g.rank * 2 * d.cap],
-                                                       row_bytes);
-        }
+        for (int r = 0; r < W; r++)
+            if (r != g.rank)
+                d.recv[(size_t)r] = g.ctx->getPair(r)->createRecvBuffer(
+                    d.slot + r, d.row(r, g.rank, 0), 2 * d.cap * sizeof(float));
     }
     const size_t half = (d.calls++ & 1u) * d.cap;
-    float *mine = &d.rows[(size_t)g.rank * 2 * d.cap + half];
-    memcpy(mine, op.buf, bytes);
+    /* sent from the caller's floats: a send buffer is not registered with
+     * its pair, so one per call costs an allocation, not a copy */
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> send((size_t)W);
     for (int r = 0; r < W; r++)
-        if (r != g.rank)
-            d.send[(size_t)r]->send(half * sizeof(float), bytes, half * sizeof(float));
+        if (r != g.rank) {
+            send[(size_t)r] = g.ctx->getPair(r)->createSendBuffer(d.slot + g.rank, op.buf, bytes);
+            send[(size_t)r]->send(0, bytes, half * sizeof(float));
+        }
     for (int r = 0; r < W; r++)
         if (r != g.rank)
             d.recv[(size_t)r]->waitRecv();
     for (int r = 0; r < W; r++)
         if (r != g.rank)
-            d.send[(size_t)r]->waitSend();
-    /* row by row, each pass a vector loop: ((row 0 + row 1) + row 2) ...,
-     * the average's scale folded into the last pass (x 1 is exact) */
-    const float *row0 = &d.rows[half];
-    for (int r = 1; r < W; r++) {
-        const float *acc = r == 1 ? row0 : op.buf;
-        const float *row = row0 + (size_t)r * 2 * d.cap;
-        const float scale = r == W - 1 && op.avg ? 1.0f / (float)W : 1.0f;
-        for (size_t i = 0; i < n; i++)
-            op.buf[i] = (acc[i] + row[i]) * scale;
+            send[(size_t)r]->waitSend();
+    /* ((row 0 + row 1) + row 2) ..., in blocks that are read whole before
+     * they are written (this rank's row is op.buf), each step a vector
+     * loop; the average's scale folded into the last (x 1 is exact) */
+    const float scale = op.avg ? 1.0f / (float)W : 1.0f;
+    const size_t B = 256;
+    float acc[B];
+    for (size_t i0 = 0; i0 < n; i0 += B) {
+        const size_t m = n - i0 < B ? n - i0 : B;
+        const float *row[2];
+        for (int r = 0; r < 2; r++)
+            row[r] = r == g.rank ? op.buf + i0 : d.row(r, g.rank, half) + i0;
+        for (size_t i = 0; i < m; i++)
+            acc[i] = row[0][i] + row[1][i];
+        for (int r = 2; r < W; r++) {
+            const float *rr = r == g.rank ? op.buf + i0 : d.row(r, g.rank, half) + i0;
+            for (size_t i = 0; i < m; i++)
+                acc[i] += rr[i];
+        }
+        for (size_t i = 0; i < m; i++)
+            op.buf[i0 + i] = acc[i] * scale;
     }
 }
 
@@ -366,10 +388,6 @@ void run_op(Gloo &g, Op &op)
                                   "at most %d at once", g.purpose.c_str(), op.n, INT32_MAX);
                 break;
             }
-            if ((size_t)(g.world - 1) * op.n * sizeof(float) <= kDirectBytes) {
-                direct_all_reduce(g, op);
-                break;
-            }
             if (op.n * sizeof(float) >= kInPlaceBytes) {
                 /* gloo's options API on the caller's floats: no copies */
                 gloo::AllreduceOptions o(g.ctx);
@@ -384,6 +402,10 @@ void run_op(Gloo &g, Op &op)
                     for (size_t i = 0; i < op.n; i++)
                         op.buf[i] *= inv;
                 }
+                break;
+            }
+            if ((size_t)(g.world - 1) * op.n * sizeof(float) <= kDirectBytes) {
+                direct_all_reduce(g, op);
                 break;
             }
             Gloo::Ring &ring = g.rings[std::make_pair(op.tag, op.n)];
@@ -643,7 +665,6 @@ void g_destroy(struct ddpc_comm *c)
     }
     try {
         /* buffers first: they unregister from the context's pairs */
-        g->direct.send.clear();
         g->direct.recv.clear();
         g->rings.clear();
         g->barrier.reset();

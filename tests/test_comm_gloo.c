@@ -203,24 +203,23 @@ START_TEST(all_reduce_sizes)
 END_TEST
 
 /* Calls back to back across the paths' borders (comm_gloo.cc: one
- * exchange up to 64 KiB sent per rank, the ring object above, gloo's
- * options API from 2 MiB), each with its own values, so a call that read
- * a peer's previous or next contribution is wrong; every rank's results
- * are hashed to show the ranks hold the same bits. */
+ * exchange while a rank sends at most 8 MiB, gloo's ring object on a copy
+ * above, gloo's options API from 2 MiB), each with its own values, so a
+ * call that read a peer's previous or next contribution is wrong; every
+ * rank's results are hashed to show the ranks hold the same bits. arg:
+ * the sizes, 0-terminated. */
 static void body_back_to_back(struct ddpc_comm *c, int rank, int world, struct report *rep,
                               void *arg)
 {
-    (void)arg;
-    /* the exchange's border for world 2, 3 and 4 (16384, 8192, 5461
-     * floats), each call's neighbours on both sides */
-    static const size_t sizes[] = { 1, 1000, 16384, 16385, 3, 8192, 8193, 7, 7, 7,
-                                    524288, 5, 5461, 5462, 65536, 2 };
-    enum { NS = sizeof sizes / sizeof sizes[0], MAXN = 524288 };
-    float *x = malloc(MAXN * sizeof *x);
+    const size_t *sizes = arg;
+    size_t maxn = 1;
+    for (int k = 0; sizes[k]; k++)
+        maxn = sizes[k] > maxn ? sizes[k] : maxn;
+    float *x = malloc(maxn * sizeof *x);
     uint32_t h = 2166136261u;
     long wrong = 0;
     struct ddpc_err e = { 0 };
-    for (int k = 0; k < NS && rep->rc[rank] == 0; k++) {
+    for (int k = 0; sizes[k] && rep->rc[rank] == 0; k++) {
         size_t n = sizes[k];
         enum ddpc_reduce op = k % 2 ? DDPC_REDUCE_AVG : DDPC_REDUCE_SUM;
         for (size_t i = 0; i < n; i++)
@@ -254,11 +253,19 @@ START_TEST(back_to_back_sizes_same_bits)
 {
     if (!gloo_backend())
         return;
-    for (int w = 2; w <= 4; w++) {
+    /* world 2-4: the exchange up to the options API's 524288 floats (2 MiB),
+     * the calls alternating halves (an odd run of 7s) */
+    static const size_t small_w[] = { 1, 1000, 7, 7, 7, 524287, 524288, 3, 65536, 2, 0 };
+    /* world 6: the exchange up to 419430 floats (5 x 419430 x 4 bytes
+     * <= 8 MiB), the ring object above */
+    static const size_t w6[] = { 419430, 419431, 5, 419431, 419430, 524288, 2, 0 };
+    static const int worlds[] = { 2, 3, 4, 6 };
+    for (size_t wi = 0; wi < sizeof worlds / sizeof worlds[0]; wi++) {
+        int w = worlds[wi];
         struct report *rep = report_map();
         struct job j = { w, 1, 10, -1 };
         int st[MAXR];
-        run_ranks(&j, body_back_to_back, NULL, rep, st);
+        run_ranks(&j, body_back_to_back, (void *)(w == 6 ? w6 : small_w), rep, st);
         for (int r = 0; r < w; r++) {
             ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0 && rep->rc[r] == 0,
                           "w=%d rank %d: status 0x%x %s", w, r, st[r], rep->msg[r]);
