@@ -1067,6 +1067,15 @@ static int ddprt_output_preflight(const struct ddprt_run *r, struct ddpc_err *e)
                                    j->checkpoint.export_path, "checkpoint.export", e));
     DDPC_TRY(ddprt_output_clobbers(j, j->checkpoint.export_path, "checkpoint.export", NULL,
                                    NULL, e));
+    const char *files[2][2] = { { "logging.metrics_csv", j->logging.metrics_csv },
+                                { "checkpoint.export", j->checkpoint.export_path } };
+    for (int i = 0; i < 2; i++) {
+        const char *dkey = job_output_dir_at(j, files[i][1]);
+        if (dkey)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "%s and %s are the same path (%s): the run "
+                             "would write the one and refuse the other; give each its own "
+                             "path", files[i][0], dkey, files[i][1]);
+    }
     return ddprt_output_kind(j->checkpoint_dir, "checkpoint_dir", 1, e);
 }
 

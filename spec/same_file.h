@@ -63,4 +63,20 @@ static inline const char *job_input_at(const struct ddpc_job *j, const struct st
     return NULL;
 }
 
+/* The job's directory output (logging.tensorboard, checkpoint_dir) that
+ * the file output path (logging.metrics_csv, checkpoint.export) is too, or
+ * NULL: the job would make the one and fail on the other with part of its
+ * output written. */
+static inline const char *job_output_dir_at(const struct ddpc_job *j, const char *path)
+{
+    const struct { const char *path, *key; } dir[] = {
+        { j->logging.tensorboard, "logging.tensorboard" },
+        { j->checkpoint_dir, "checkpoint_dir" },
+    };
+    for (size_t d = 0; path && path[0] && d < sizeof dir / sizeof dir[0]; d++)
+        if (dir[d].path && dir[d].path[0] && same_file(path, dir[d].path))
+            return dir[d].key;
+    return NULL;
+}
+
 #endif /* DDPC_SAME_FILE_H */

@@ -2553,6 +2553,15 @@ static void cross_rules(struct ddpc_vctx *c)
     outpath_kind(c, "logging.metrics_csv", 0);
     outpath_clobbers(c, "logging.metrics_csv", "checkpoint.export");
     outpath_clobbers(c, "checkpoint.export", NULL);
+    const char *files[2][2] = { { "logging.metrics_csv", c->job->logging.metrics_csv },
+                                { "checkpoint.export", c->job->checkpoint.export_path } };
+    for (int i = 0; i < 2; i++) {
+        const char *dkey = job_output_dir_at(c->job, files[i][1]);
+        if (dkey)
+            vdiag(c, DDPC_SEV_ERROR, at(c, files[i][0]), files[i][0], "'%s' is %s's directory "
+                  "too: the job would write the one and refuse the other; give each its own "
+                  "path", files[i][1], dkey);
+    }
 
     struct ddpc_job *j = c->job;
     const struct ddpc_node *n;
