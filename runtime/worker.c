@@ -920,6 +920,8 @@ static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, F
  * differs between c (which must describe itself: a format-1 file does
  * not) and this job's identity; 0 when the rest of the epoch is the one
  * this job would train from there. */
+static int ident_train_data_moved(const char *a, const char *b, char *what, size_t cap);
+
 static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int accum, char *what,
                            size_t cap)
 {
@@ -934,6 +936,9 @@ static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int acc
             return 1;
         }
     }
+    /* another training set: the epoch's permutation is over other samples */
+    if (c->ident && ident && ident_train_data_moved(c->ident, ident, what, cap))
+        return 1;
     /* the position ends one of the checkpoint's steps: at a step's start
      * under this job's grad_accumulation the rest of the epoch is grouped
      * as this job groups it; elsewhere the first step would hold fewer
@@ -947,6 +952,39 @@ static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int acc
                        (long long)c->sampler_batches, accum, accum);
         return 1;
     }
+    return 0;
+}
+
+/* The first T key under data.train (its format, files, range, synthetic
+ * size, ...) whose value differs between identities a and b, a key in one
+ * only included: "data.train.samples changed: 512 -> 640: ..." into what.
+ * Returns 1 when there is one. */
+static int ident_train_data_moved(const char *a, const char *b, char *what, size_t cap)
+{
+    static const char prefix[] = "T data.train.";
+    const char *texts[2] = { a, b };
+    for (int t = 0; t < 2; t++)
+        for (const char *p = texts[t]; p && *p;) {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            const char *eq = memchr(p, '=', len);
+            char key[128], was[1024], is[1024];
+            size_t kl = eq ? (size_t)(eq - p) - 2 : 0;
+            if (eq && strncmp(p, prefix, sizeof prefix - 1) == 0 && kl < sizeof key) {
+                memcpy(key, p + 2, kl);
+                key[kl] = '\0';
+                int ha = ident_value(a, 'T', key, was, sizeof was);
+                int hb = ident_value(b, 'T', key, is, sizeof is);
+                if (ha != hb || strcmp(was, is) != 0) {
+                    (void)snprintf(what, cap, "%.100s changed: %.150s -> %.150s: the epoch is "
+                                   "over other samples (samples would be trained twice or "
+                                   "skipped)", key, ha ? was : "(absent)",
+                                   hb ? is : "(absent)");
+                    return 1;
+                }
+            }
+            p = nl ? nl + 1 : NULL;
+        }
     return 0;
 }
 

@@ -961,6 +961,55 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
 }
 END_TEST
 
+/* A mid-epoch checkpoint named explicitly by a job with other training
+ * data (here 640 synthetic samples for 512): the epoch's permutation is
+ * over other samples, so "4 batches into epoch 2" names other ones; the
+ * job resumed there without a word (samples trained twice, others
+ * skipped). It is refused, naming the change; from an epoch's end it
+ * resumes. */
+START_TEST(mid_epoch_resume_across_a_data_change)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-middata");
+    ck_assert_ptr_nonnull(dir);
+    const char *head = "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\nlr_scaling: linear\n"
+                       "loss: mse\noptimizer: {type: sgd}\nmodel: {type: mlp, layers: [16, 8, 1]}\n"
+                       "checkpoint_dir: ck\ncheckpoint: {every_n_steps: 1}\nbatch_size: 16\n"
+                       "data: {train: {format: synthetic, features: 16, classes: 0, samples: ";
+    char text[1024];
+    snprintf(text, sizeof text, "%s512}}\n", head);
+    write_text(dir, "me.yaml", text);
+    struct run_result r;
+    run_in(dir, "me", 1, &r);
+    run_result_free(&r);
+    snprintf(text, sizeof text, "%s640}}\n", head);
+    write_text(dir, "more.yaml", text);
+    char *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/more.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/more", dir), 0);
+    ddpc_build_ok(spec, job);
+    char name[300];
+    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
+    char *argv[] = { job, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, and "
+                                "data.train.samples changed: 512 -> 640: the epoch is over "
+                                "other samples") && !strstr(r.out, "epoch 2/2"), "%s%s",
+                  r.out, r.err);
+    run_result_free(&r);
+    ckpt_named(dir, "me-e0001-s000000016-", name, sizeof name);   /* the end of epoch 1 */
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=2 steps=36 "),
+                  "exit %d:\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A mid-epoch checkpoint named explicitly by a job with another
  * grad_accumulation: the samples left are the same (batch_size and the
  * shuffle are), but a step is micro-batches b..b+accum-1 of the epoch, b a
@@ -1356,6 +1405,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
+    tcase_add_test(run, mid_epoch_resume_across_a_data_change);
     tcase_add_test(run, csv_late_label_names_its_line);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
