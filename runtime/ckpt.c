@@ -564,6 +564,7 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     put_u32(h + 188, (uint32_t)c->good_steps);
     put_u64(h + 192, (uint64_t)c->skipped_steps);
     put_u32(h + 200, (uint32_t)ident_len);
+    put_u64(h + 236, (uint64_t)c->train_samples);
     if (is_hex_hash(c->spec_hash))
         for (int i = 0; i < 32; i++)
             h[204 + i] = (unsigned char)(hexval(c->spec_hash[2 * i]) << 4 |
@@ -719,6 +720,7 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     memcpy(&out->loss_scale, &ls, 4);
     out->good_steps = (int32_t)get_u32(h + 188);
     out->skipped_steps = (int64_t)get_u64(h + 192);
+    out->train_samples = (int64_t)get_u64(h + 236);
     uint64_t np = get_u64(h + 168), no = get_u64(h + 176);
     /* Checked before multiplying so a hostile size cannot wrap or ask for
      * an absurd allocation (the header checksum is not a defence). */

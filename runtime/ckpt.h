@@ -37,7 +37,10 @@
  *   200     4  u32 ident_len        bytes of description after the header
  *                                   (version 2; at most DDPC_CKPT_IDENT_MAX)
  *   204    32  spec file SHA-256, raw (version 2; zeros: not recorded)
- *   236    16  reserved (0)
+ *   236     8  i64 train_samples    samples of the training set the sampler
+ *                                   shuffled (0: not recorded, a file from
+ *                                   before the field)
+ *   244     8  reserved (0)
  *              (184..199 were reserved and written as 0 before they had a
  *              meaning, so older files read as "not recorded": version 1)
  *   252     4  u32 CRC32C of bytes [0, 252): the header checks itself, so a
@@ -92,6 +95,8 @@ struct ddpc_ckpt {
     float    loss_scale;        /* fp16 loss scaler state; 0 (and 0, 0): none */
     int32_t  good_steps;
     int64_t  skipped_steps;
+    int64_t  train_samples;     /* the training set's size (a mid-epoch position is
+                                   into its permutation); 0: not recorded */
     float   *params;            /* [n_params] */
     float   *opt;               /* [n_opt]; NULL when n_opt is 0 */
 };

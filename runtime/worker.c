@@ -839,6 +839,7 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     c.optim_step = r->optim.step;
     c.n_params = r->n_ck;
     c.n_opt = r->ckpt.n_opt;
+    c.train_samples = r->a->train->n;
     if (r->scaler.on) {   /* fp32/bf16 files keep these 0, as before they existed */
         c.loss_scale = r->scaler.scale;
         c.good_steps = r->scaler.good_steps;
@@ -1047,6 +1048,17 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                                "setting, or from a checkpoint taken at an epoch's end", path,
                                (long long)c.sampler_batches, (long long)c.sampler_epoch + 1,
                                what);
+            else if (c.sampler_batches != 0 && c.train_samples > 0 &&
+                     c.train_samples != r->a->train->n)
+                /* the same settings over a data file that changed since */
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was taken mid-epoch, %lld batches "
+                               "into epoch %lld of %lld training samples, and this job reads "
+                               "%lld (the data changed since): the epoch is over other "
+                               "samples (samples would be trained twice or skipped). Resume it "
+                               "with the data it was taken with, or from a checkpoint taken at "
+                               "an epoch's end", path, (long long)c.sampler_batches,
+                               (long long)c.sampler_epoch + 1, (long long)c.train_samples,
+                               (long long)r->a->train->n);
             else if (c.seed != j->seed)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s was written with seed %llu, this "
                                "job has seed %llu; the data order would differ", path,

@@ -1010,6 +1010,57 @@ START_TEST(mid_epoch_resume_across_a_data_change)
 }
 END_TEST
 
+/* The same job over a training file that grew since its mid-epoch
+ * checkpoint (rows appended to the CSV): no setting changed, so the
+ * identity is the same, but the epoch's permutation is over other
+ * samples. The job resumed there without a word; the checkpoint records
+ * the training set's size, and the job refuses, naming both sizes. */
+START_TEST(mid_epoch_resume_after_the_data_file_grew)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-midgrow");
+    ck_assert_ptr_nonnull(dir);
+    size_t cap = 640 * 32, n = 0;
+    char *csv = malloc(cap);
+    ck_assert_ptr_nonnull(csv);
+    for (int i = 0; i < 512; i++)
+        n += (size_t)snprintf(csv + n, cap - n, "0.%03d,0.%03d,0.%03d\n", i % 997, i % 991,
+                              i % 983);
+    write_text(dir, "d.csv", csv);
+    write_text(dir, "me.yaml", "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\n"
+               "lr_scaling: linear\nloss: mse\noptimizer: {type: sgd}\n"
+               "model: {type: mlp, layers: [2, 8, 1]}\ncheckpoint_dir: ck\n"
+               "checkpoint: {every_n_steps: 1}\nbatch_size: 16\n"
+               "data: {train: {format: csv, path: d.csv, label_column: 2}}\n");
+    struct run_result r;
+    run_in(dir, "me", 1, &r);       /* 16 batches an epoch */
+    run_result_free(&r);
+    for (int i = 512; i < 640; i++)
+        n += (size_t)snprintf(csv + n, cap - n, "0.%03d,0.%03d,0.%03d\n", i % 997, i % 991,
+                              i % 983);
+    write_text(dir, "d.csv", csv);  /* 20 batches an epoch now */
+    free(csv);
+    char *job = NULL, name[300];
+    ck_assert_int_ge(asprintf(&job, "%s/me", dir), 0);
+    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
+    char *argv[] = { job, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2 of 512 training "
+                                "samples, and this job reads 640 (the data changed since)") &&
+                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    ckpt_named(dir, "me-e0001-s000000016-", name, sizeof name);   /* the end of epoch 1 */
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=2 steps=36 "),
+                  "exit %d:\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A mid-epoch checkpoint named explicitly by a job with another
  * grad_accumulation: the samples left are the same (batch_size and the
  * shuffle are), but a step is micro-batches b..b+accum-1 of the epoch, b a
@@ -1406,6 +1457,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
     tcase_add_test(run, mid_epoch_resume_across_a_data_change);
+    tcase_add_test(run, mid_epoch_resume_after_the_data_file_grew);
     tcase_add_test(run, csv_late_label_names_its_line);
     tcase_add_test(run, fashion_mnist_reaches_accuracy);
     tcase_add_test(run, fashion_mnist_cnn_short_run_and_export);
