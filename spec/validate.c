@@ -2545,6 +2545,54 @@ static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
               (long long)(j->schedule.warmup_steps + j->schedule.step_size + 1), (long long)total);
 }
 
+/* data.test that reads the training data (the same file, the same
+ * synthetic samples, or token ranges of one stream that overlap): its loss
+ * and accuracy then measure the training set, and nothing says so. A
+ * warning at data.test: the same file can be meant (a smoke test). */
+static void test_reads_train(struct ddpc_vctx *c)
+{
+    const struct ddpc_data_source *tr = &c->job->data.train, *te = &c->job->data.test;
+    if (!c->job->data.has_test || tr->format != te->format)
+        return;
+    char what[160] = "";
+    switch (tr->format) {
+    case DDPC_DATA_CSV:
+        if (tr->path && te->path && same_file(tr->path, te->path))
+            snprintf(what, sizeof what, "the same file as data.train");
+        break;
+    case DDPC_DATA_IDX:
+    case DDPC_DATA_NPY:
+        if (tr->inputs && te->inputs && same_file(tr->inputs, te->inputs))
+            snprintf(what, sizeof what, "the same inputs file as data.train");
+        break;
+    case DDPC_DATA_SYNTHETIC:
+        if (tr->samples == te->samples && tr->features == te->features &&
+            tr->classes == te->classes && tr->seed == te->seed)
+            snprintf(what, sizeof what, "the samples of data.train (the same synthetic "
+                     "samples, features, classes and seed)");
+        break;
+    case DDPC_DATA_TEXT:
+    case DDPC_DATA_TOKENS: {
+        double lo = tr->range_lo > te->range_lo ? tr->range_lo : te->range_lo;
+        double hi = tr->range_hi < te->range_hi ? tr->range_hi : te->range_hi;
+        if (tr->path && te->path && (strcmp(tr->path, te->path) == 0 ||
+                                     same_file(tr->path, te->path)) && lo < hi)
+            snprintf(what, sizeof what, "tokens data.train reads too (its range [%g, %g] "
+                     "overlaps data.train's [%g, %g] of the same %s)", te->range_lo,
+                     te->range_hi, tr->range_lo, tr->range_hi,
+                     tr->format == DDPC_DATA_TEXT ? "file" : "shards");
+        break;
+    }
+    default:
+        break;
+    }
+    if (what[0])
+        vdiag(c, DDPC_SEV_WARNING, at(c, "data.test"), "data.test", "reads %s: its loss and "
+              "accuracy measure the training data, not held-out data; give data.test data of "
+              "its own%s", what, tr->format == DDPC_DATA_TEXT || tr->format == DDPC_DATA_TOKENS
+                  ? " (ranges that do not overlap: train [0, 0.9], test [0.9, 1])" : "");
+}
+
 static void cross_rules(struct ddpc_vctx *c)
 {
     outpath_kind(c, "checkpoint_dir", 1);
@@ -2571,6 +2619,7 @@ static void cross_rules(struct ddpc_vctx *c)
     int several = j->devices_all || world > 1;
 
     j->data.has_test = at(c, "data.test") != NULL && !load_is_null(at(c, "data.test"));
+    test_reads_train(c);
 
     /* strategy: auto, as in Lightning: ddp with several devices, none with one */
     if ((n = at(c, "strategy")) && n->kind == DDPC_NODE_SCALAR && strcmp(n->str, "auto") == 0 &&
