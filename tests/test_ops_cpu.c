@@ -291,6 +291,10 @@ START_TEST(layer_kernels_match_element_functions)
          * column no window reads */
         { 2, 3, 14, 14, 2, 2, 0 }, { 3, 2, 4, 4, 2, 2, 0 }, { 1, 1, 2, 2, 2, 2, 0 },
         { 2, 2, 32, 32, 2, 2, 0 }, { 2, 1, 6, 34, 2, 2, 0 }, { 2, 3, 15, 13, 2, 2, 0 },
+        /* 8 or more channels: the bias gradient's eight-channel vectors,
+         * with and without a channel left over, planes with a partial
+         * block of 8 and without */
+        { 2, 9, 5, 7, 3, 1, 1 }, { 2, 16, 9, 8, 3, 1, 1 },
     };
     struct ddpc_ops o;
     struct ddpc_err e = { 0 };
