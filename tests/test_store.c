@@ -520,6 +520,32 @@ START_TEST(bind_lookup_is_bounded_by_the_deadline)
 }
 END_TEST
 
+/* Reads what a forked case child wrote to fd until it closed it, reaps
+ * the child, and checks the report: "SKIP why" skips the test; otherwise
+ * it must say "rc=0 after=S" (a store_client_connect that succeeded) with
+ * S < limit seconds. */
+static void connected_within(int fd, pid_t pid, const char *test, const char *label,
+                             double limit, const char *fail)
+{
+    char out[2048];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(fd);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (strncmp(out, "SKIP ", 5) == 0) {
+        test_skip(test, "%s", out + 5);
+        return;
+    }
+    printf("store: %s: %s\n", label, out);
+    double after = 99;
+    ck_assert_msg(sscanf(out, "rc=0 after=%lf", &after) == 1 && after < limit, "%s: %s", fail,
+                  out);
+}
+
 /* Node 0 binds the store at a name (here from /etc/hosts, in namespaces
  * of the test's own) and forks a worker at once, as the launcher does: the
  * worker reaches the store by that name within its deadline. When node 0
@@ -572,23 +598,9 @@ START_TEST(worker_forked_after_the_bind_resolves_the_name)
         _exit(0);
     }
     close(pfd[1]);
-    char out[2048] = "";
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof out - 1 && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
-    close(pfd[0]);
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    if (strncmp(out, "SKIP ", 5) == 0) {
-        test_skip("worker_forked_after_the_bind_resolves_the_name", "%s", out + 5);
-        return;
-    }
-    printf("store: worker forked after the bind: %s\n", out);
-    double after = 99;
-    ck_assert_msg(sscanf(out, "rc=0 after=%lf", &after) == 1 && after < 1.0,
-                  "the worker did not reach the store by its name: %s", out);
+    connected_within(pfd[0], pid, "worker_forked_after_the_bind_resolves_the_name",
+                     "worker forked after the bind", 1.0,
+                     "the worker did not reach the store by its name");
 }
 END_TEST
 
@@ -658,23 +670,9 @@ START_TEST(silent_first_address_leaves_time_for_the_next)
         _exit(0);
     }
     close(pfd[1]);
-    char out[2048] = "";
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof out - 1 && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0)
-        n += (size_t)r;
-    out[n] = '\0';
-    close(pfd[0]);
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    if (strncmp(out, "SKIP ", 5) == 0) {
-        test_skip("silent_first_address_leaves_time_for_the_next", "%s", out + 5);
-        return;
-    }
-    printf("store: silent first address: %s\n", out);
-    double after = 99;
-    ck_assert_msg(sscanf(out, "rc=0 after=%lf", &after) == 1 && after < 1.6,
-                  "did not connect through the second address in time: %s", out);
+    connected_within(pfd[0], pid, "silent_first_address_leaves_time_for_the_next",
+                     "silent first address", 1.6,
+                     "did not connect through the second address in time");
 }
 END_TEST
 
