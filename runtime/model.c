@@ -93,6 +93,7 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
             net->node[k + 1].src != k || !net->node[k].b_numel)
             continue;
         m->out_in_relu[k] = readers_of(net, k) == 1;
+        m->bias_in_pool[k] = m->out_in_relu[k] && ops->pool2_bias_backward;
     }
     for (int k = 0; k < net->n; k++) {
         const struct ddpc_lnode *L = &net->node[k];
@@ -334,6 +335,23 @@ static int conv3x3_wgrad_try(struct ddpc_model *m, int k, const float *x, const 
         return 1;
     return o->conv3x3_wgrad(o, x, dy, m->grads + L->w_off, rows, L->channels, L->it.out,
                             L->in.d[1], L->in.d[2], acc, m->col, conv3x3_scratch(m), e);
+}
+
+/* Convolution node k's bias gradient from its output gradient dy, over
+ * rows samples (beta: add). */
+static int conv_bias_grad(struct ddpc_model *m, int k, const float *dy, int rows, float beta,
+                          struct ddpc_err *e)
+{
+    const struct ddpc_lnode *L = &m->net.node[k];
+    struct ddpc_lk b;
+    memset(&b, 0, sizeof b);
+    b.dy = dy;
+    b.db = m->grads + L->b_off;
+    b.N = rows;
+    b.C = L->it.out;
+    b.H = L->out.d[1] * L->out.d[2];
+    b.accg = beta != 0.0f;
+    return lk(m->ops, DDPC_LK_CHAN_BIAS_GRAD, (size_t)b.C, &b, e);
 }
 
 static int node_forward(struct ddpc_model *m, int k, const float *x, int rows,
@@ -593,17 +611,8 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
                 DDPC_TRY(lk(o, DDPC_LK_COL2IM, (size_t)n * in_numel, &a, e));
             }
         }
-        if (L->b_numel) {
-            struct ddpc_lk b;
-            memset(&b, 0, sizeof b);
-            b.dy = dy;
-            b.db = m->grads + L->b_off;
-            b.N = rows;
-            b.C = OC;
-            b.H = (int)ohw;
-            b.accg = beta != 0.0f;
-            DDPC_TRY(lk(o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)OC, &b, e));
-        }
+        if (L->b_numel && !m->bias_in_pool[k])   /* else the pooling's backward did it */
+            DDPC_TRY(conv_bias_grad(m, k, dy, rows, beta, e));
         break;
     }
     case DDPC_LAYER_MAXPOOL2D:
@@ -613,13 +622,23 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
             a.K = it->kernel_size; a.S = it->stride; a.P = it->padding;
             a.act = it->type == DDPC_LAYER_MAXPOOL2D ? 0 : 1;
             a.idx = m->idx[k];
+            int r_src = -1;
             if (m->relu_in_pool[L->src]) {
                 /* the ReLU's backward too: into the ReLU's input's gradient */
-                int r_src = m->net.node[L->src].src;
+                r_src = m->net.node[L->src].src;
                 a.aux = m->y[k];
                 a.dx = m->g[r_src];
                 a.accx = written[r_src];
                 written[r_src] = 1;
+            }
+            if (r_src >= 0 && m->bias_in_pool[r_src]) {
+                /* and the convolution's bias gradient, from the planes it writes */
+                a.db = m->grads + m->net.node[r_src].b_off;
+                a.accg = beta != 0.0f;
+                rc = o->pool2_bias_backward(o, &a, e);
+                if (rc == 1 && (rc = lk(o, DDPC_LK_POOL_BWD, n_in, &a, e)) == 0)
+                    rc = conv_bias_grad(m, r_src, a.dx, rows, beta, e);
+                break;
             }
             rc = lk(o, DDPC_LK_POOL_BWD, n_in, &a, e);
         }

@@ -152,6 +152,15 @@ struct ddpc_ops {
     int (*conv3x3_wgrad)(struct ddpc_ops *o, const float *x, const float *dy, float *dw, int n,
                          int in, int out, int H, int W, int acc, float *ws, size_t ws_floats,
                          struct ddpc_err *e);
+    /* Optional (NULL on CUDA): DDPC_LK_POOL_BWD of a 2 x 2 / stride 2 max
+     * pooling over planes of exactly 2 OH x 2 OW (a as for that kind: N,
+     * C, H, W, OH, OW, dy, idx, aux, dx; accx 0) and, in the same pass,
+     * the bias gradient of the convolution whose output reaches the
+     * pooling: a->db[C] (+= when a->accg) = DDPC_LK_CHAN_BIAS_GRAD's sums
+     * over the dx it writes, in that kind's order, so the same bits as the
+     * two kernels, each plane summed while it is still in cache. Returns
+     * 1, computing nothing, where the shapes do not fit. */
+    int (*pool2_bias_backward)(struct ddpc_ops *o, const struct ddpc_lk *a, struct ddpc_err *e);
 
     /* enum ddpc_precision of gemm inputs; the caller sets it after init
      * (0 = fp32, the default). CUDA: bf16/fp16 copies of A and B, fp32

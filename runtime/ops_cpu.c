@@ -1019,24 +1019,117 @@ DDPC_HOT static void bias_relu_rows(float *restrict y, float *restrict t, const 
 /* db[c] (+)= sum over n, s of dy[n][c][s], accumulated in double in the
  * element function's order (n, then s) for each channel: that order is a
  * chain of dependent additions, so eight channels' chains run side by side
- * (the same additions, each chain in its own order: the same bits). */
+ * as the eight lanes of one vector (the same additions, each chain in its
+ * own order: the same bits). chan_sums8 adds N samples of G groups of
+ * eight channels' planes of H floats (channel stride H, sample stride C H)
+ * into sums[8 G]: eight consecutive s of the eight channels are loaded as
+ * rows and transposed in registers, so each step adds the eight channels'
+ * next value; the G groups' vectors are independent chains, whose adds
+ * overlap (one chain waits on each add's latency); the rest of a plane
+ * goes value by value. */
+typedef double v8d __attribute__((vector_size(64)));
+#if defined(__clang__) || __GNUC__ >= 12
+#define V8_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define V8_SHUF(a, b, ...) __builtin_shuffle(a, b, (v8i){ __VA_ARGS__ })
+#endif
+enum { SUM_GROUPS = 4 };   /* groups of 8 channels summed side by side */
+DDPC_HOT static void chan_sums8(const float *restrict dy, double *restrict sums, int N,
+                                size_t C, size_t H, int G)
+{
+    v8d acc[SUM_GROUPS];
+    memcpy(acc, sums, (size_t)G * sizeof acc[0]);
+    for (int n = 0; n < N; n++) {
+        size_t k = 0;
+        for (; k + 8 <= H; k += 8)
+            for (int q = 0; q < G; q++) {   /* independent chains: their adds overlap */
+                const float *d = dy + ((size_t)n * C + 8 * (size_t)q) * H;
+                v8f r[8], t[8], u[8], col[8];
+                for (int j = 0; j < 8; j++)
+                    memcpy(&r[j], d + j * H + k, sizeof r[j]);
+                for (int j = 0; j < 8; j += 2) {   /* a0 b0 a1 b1 a4 b4 a5 b5 / a2 b2 ... */
+                    t[j] = V8_SHUF(r[j], r[j + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                    t[j + 1] = V8_SHUF(r[j], r[j + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+                }
+                for (int j = 0; j < 8; j += 4) {   /* a0 b0 c0 d0 a4 b4 c4 d4, ... */
+                    u[j] = V8_SHUF(t[j], t[j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[j + 1] = V8_SHUF(t[j], t[j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                    u[j + 2] = V8_SHUF(t[j + 1], t[j + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[j + 3] = V8_SHUF(t[j + 1], t[j + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+                }
+                for (int j = 0; j < 4; j++) {      /* the channels at s = k + j, k + j + 4 */
+                    col[j] = V8_SHUF(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+                    col[j + 4] = V8_SHUF(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+                }
+                for (int j = 0; j < 8; j++)
+                    acc[q] += __builtin_convertvector(col[j], v8d);
+            }
+        if (k < H)
+            for (int q = 0; q < G; q++) {
+                const float *d = dy + ((size_t)n * C + 8 * (size_t)q) * H;
+                double s[8];
+                memcpy(s, &acc[q], sizeof s);
+                for (size_t kk = k; kk < H; kk++)
+                    for (int j = 0; j < 8; j++)
+                        s[j] += d[j * H + kk];
+                memcpy(&acc[q], s, sizeof s);
+            }
+    }
+    memcpy(sums, acc, (size_t)G * sizeof acc[0]);
+}
+
 static void chan_bias_grad(const struct ddpc_lk *a)
 {
     size_t H = (size_t)a->H, C = (size_t)a->C;
     size_t c = 0;
-    for (; c + 8 <= C; c += 8) {
-        double s[8] = { 0 };
-        for (int n = 0; n < a->N; n++) {
-            const float *d = a->dy + ((size_t)n * C + c) * H;
-            for (size_t k = 0; k < H; k++)
-                for (int j = 0; j < 8; j++)
-                    s[j] += d[j * H + k];
-        }
-        for (int j = 0; j < 8; j++)
+    for (; c + 8 <= C; ) {
+        int G = (int)((C - c) / 8 < SUM_GROUPS ? (C - c) / 8 : SUM_GROUPS);
+        double s[8 * SUM_GROUPS] = { 0 };
+        chan_sums8(a->dy + c * H, s, a->N, C, H, G);
+        for (int j = 0; j < 8 * G; j++)
             ddpc_k_put(&a->db[c + j], (float)s[j], a->accg);
+        c += 8 * (size_t)G;
     }
     for (; c < C; c++)
         ddpc_lk_run(DDPC_LK_CHAN_BIAS_GRAD, c, a);
+}
+
+/* See ops.h. Up to 8 SUM_GROUPS channels at a time (the last C % 8 one
+ * by one), sample by sample: the pooling's backward of those planes, then
+ * their sums while they are in L1 or L2. Each call of pool2_back_planes covers whole planes, so
+ * its blocks never read or write past them; the dx written is the bits of
+ * one call over all planes, the sums are CHAN_BIAS_GRAD's (per channel:
+ * samples in order, each plane in order). */
+static int cpu_pool2_bias_backward(struct ddpc_ops *o, const struct ddpc_lk *a,
+                                   struct ddpc_err *e)
+{
+    (void)o;
+    (void)e;
+    if (a->act != 0 || a->K != 2 || a->S != 2 || a->P != 0 || a->accx || !a->idx || !a->db ||
+        a->H != 2 * a->OH || a->W != 2 * a->OW)
+        return 1;
+    size_t C = (size_t)a->C, hw = (size_t)a->H * a->W, ohw = (size_t)a->OH * a->OW;
+    size_t g;   /* channels at once: up to 8 SUM_GROUPS, then the last C % 8 one by one */
+    for (size_t c = 0; c < C; c += g) {
+        size_t groups = (C - c) / 8 < SUM_GROUPS ? (C - c) / 8 : SUM_GROUPS;
+        g = groups ? 8 * groups : 1;
+        double s[8 * SUM_GROUPS] = { 0 };
+        for (int n = 0; n < a->N; n++) {
+            size_t p = (size_t)n * C + c;
+            pool2_back_planes(a->dy + p * ohw, a->idx + p * ohw, a->aux ? a->aux + p * ohw : NULL,
+                              a->dx + p * hw, a->OH, a->OW, g);
+            if (groups) {
+                chan_sums8(a->dx + p * hw, s, 1, g, hw, (int)groups);
+                continue;
+            }
+            const float *d = a->dx + p * hw;
+            for (size_t k = 0; k < hw; k++)
+                s[0] += d[k];
+        }
+        for (size_t j = 0; j < g; j++)
+            ddpc_k_put(&a->db[c + j], (float)s[j], a->accg);
+    }
+    return 0;
 }
 
 /* GELU (tanh form) over n elements: the element functions in loops that
@@ -1370,6 +1463,7 @@ int ops_cpu_init(struct ddpc_ops *o, struct ddpc_err *e)
     o->conv_rows = 1;
     o->conv3x3 = cpu_conv3x3;
     o->conv3x3_wgrad = cpu_conv3x3_wgrad;
+    o->pool2_bias_backward = cpu_pool2_bias_backward;
 #if defined(__x86_64__) || defined(__i386__)
     _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
     _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);

@@ -469,9 +469,11 @@ START_TEST(relu_backward_in_pooling_same_bits)
         "    - maxpool2d: {kernel_size: 2, stride: 1}\n"
         "    - flatten\n    - linear: {out_features: 3}\n",
         /* 16 input channels: the 3 x 3 path (ops.conv3x3) adds the bias
-         * and applies the ReLU in its output pass */
+         * and applies the ReLU in its output pass; 9 output channels: the
+         * pooling's backward sums the bias gradient of a group of 8 and of
+         * one alone (ops.pool2_bias_backward) */
         "  input: [16, 6, 6]\n  layers:\n"
-        "    - conv2d: {out_channels: 4, kernel_size: 3, padding: 1}\n    - relu\n%s"
+        "    - conv2d: {out_channels: 9, kernel_size: 3, padding: 1}\n    - relu\n%s"
         "    - maxpool2d: {kernel_size: 2}\n    - relu\n%s"
         "    - maxpool2d: {kernel_size: 3, stride: 1}\n"
         "    - flatten\n    - linear: {out_features: 3}\n",

@@ -459,6 +459,85 @@ static void conv3x3_ref(const float *x, const float *w, double *y, int n, int in
                 }
 }
 
+/* ops.pool2_bias_backward: the 2 x 2 max pooling's backward (with and
+ * without the ReLU's gradient) and the bias gradient of the convolution
+ * before it, in one pass, against the two kernels it replaces: the same
+ * bits in dx and in db, written and added; channels in groups of 8 (up
+ * to 4 side by side) and alone; a pooling it does not take (3 x 3) is left to the caller (1). */
+START_TEST(pool_and_bias_backward_same_bits)
+{
+    static const int shapes[][4] = {   /* N, C, OH, OW */
+        { 3, 9, 7, 7 }, { 2, 16, 14, 14 }, { 2, 3, 3, 17 }, { 1, 8, 1, 1 },
+        { 2, 41, 3, 5 },   /* 4 groups of 8 side by side, then 1, then 1 alone */
+    };
+    struct ddpc_ops o;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&o, &e), 0);
+    ck_assert(o.pool2_bias_backward != NULL);
+    struct ddpc_rng r;
+    rng_seed(&r, 5);
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int N = shapes[t][0], C = shapes[t][1], OH = shapes[t][2], OW = shapes[t][3];
+        size_t nout = (size_t)N * C * OH * OW, nin = 4 * nout;
+        float *x = malloc(nin * sizeof *x), *y = malloc(nout * sizeof *y);
+        float *dy = malloc(nout * sizeof *dy), *dx[2], db[2][48], db0[48];
+        int32_t *idx = malloc(nout * sizeof *idx);
+        dx[0] = malloc(nin * sizeof(float));
+        dx[1] = malloc(nin * sizeof(float));
+        ck_assert(x && y && dy && idx && dx[0] && dx[1]);
+        fill(&r, x, nin);
+        fill(&r, dy, nout);
+        fill(&r, db0, 48);
+        for (size_t i = 0; i < nin; i++)   /* a ReLU's output: zeros, whole windows of them */
+            x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        struct ddpc_lk a;
+        memset(&a, 0, sizeof a);
+        a.N = N; a.C = C; a.H = 2 * OH; a.W = 2 * OW; a.OH = OH; a.OW = OW; a.K = 2; a.S = 2;
+        a.x = x;
+        a.y = y;
+        a.idx = idx;
+        ck_assert_int_eq(o.layer_kernel(&o, DDPC_LK_POOL_FWD, nout, &a, &e), 0);
+        for (int relu = 0; relu < 2; relu++)
+            for (int accg = 0; accg < 2; accg++) {
+                struct ddpc_lk b;
+                memset(&b, 0, sizeof b);
+                b.N = N; b.C = C; b.H = 2 * OH; b.W = 2 * OW; b.OH = OH; b.OW = OW;
+                b.K = 2; b.S = 2; b.dy = dy; b.idx = idx; b.aux = relu ? y : NULL;
+                b.accg = accg;
+                memcpy(db[0], db0, sizeof db0);
+                memcpy(db[1], db0, sizeof db0);
+                /* the two kernels */
+                b.dx = dx[1];
+                ck_assert_int_eq(o.layer_kernel(&o, DDPC_LK_POOL_BWD, nin, &b, &e), 0);
+                struct ddpc_lk g;
+                memset(&g, 0, sizeof g);
+                g.dy = dx[1]; g.db = db[1]; g.N = N; g.C = C; g.H = 4 * OH * OW; g.accg = accg;
+                ck_assert_int_eq(o.layer_kernel(&o, DDPC_LK_CHAN_BIAS_GRAD, (size_t)C, &g, &e), 0);
+                /* the one pass */
+                b.dx = dx[0];
+                b.db = db[0];
+                ck_assert_int_eq(o.pool2_bias_backward(&o, &b, &e), 0);
+                ck_assert_msg(memcmp(dx[0], dx[1], nin * sizeof(float)) == 0,
+                              "shape %zu relu %d: dx differs", t, relu);
+                ck_assert_msg(memcmp(db[0], db[1], (size_t)C * sizeof(float)) == 0,
+                              "shape %zu relu %d accg %d: db differs", t, relu, accg);
+            }
+        struct ddpc_lk k3;
+        memset(&k3, 0, sizeof k3);
+        k3.N = N; k3.C = C; k3.H = 2 * OH; k3.W = 2 * OW; k3.K = 3; k3.S = 2;
+        k3.OH = OH; k3.OW = OW; k3.dy = dy; k3.idx = idx; k3.dx = dx[0]; k3.db = db[0];
+        ck_assert_int_eq(o.pool2_bias_backward(&o, &k3, &e), 1);
+        free(x);
+        free(y);
+        free(dy);
+        free(idx);
+        free(dx[0]);
+        free(dx[1]);
+    }
+    o.destroy(&o);
+}
+END_TEST
+
 /* The CPU's 3 x 3 convolution (Winograd F(2x2, 3x3), ops.conv3x3 and
  * conv3x3_wgrad) against the direct sum in double: forward, flipped (the
  * input gradient) and the weight gradient,
@@ -602,6 +681,7 @@ Suite *ops_cpu_suite(void)
     tcase_add_test(tc, sumsq_scale_optim_step);
     tcase_add_test(tc, layer_kernels_match_element_functions);
     tcase_add_test(tc, conv3x3_matches_direct_sum);
+    tcase_add_test(tc, pool_and_bias_backward_same_bits);
     suite_add_tcase(s, tc);
     return s;
 }
