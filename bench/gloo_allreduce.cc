@@ -1,6 +1,6 @@
 /* gloo_allreduce.cc - all-reduce bandwidth: ddpc's gloo path against gloo's own ring.
  *
- *   gloo_allreduce MODE RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]
+ *   gloo_allreduce MODE RANK WORLD STORE_HOST STORE_PORT [MAX_MIB [RANKS_PER_HOST]]
  *
  * MODE ddpc: the communicator jobs use (libddprt_gloo.so's code, linked in):
  *   start/wait through its comm thread; underneath, by size and world, one
@@ -96,7 +96,8 @@ double median(std::vector<double> v)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s ddpc|ring|gloo|both RANK WORLD STORE_HOST STORE_PORT [MAX_MIB]\n",
+        fprintf(stderr, "usage: %s ddpc|ring|gloo|both RANK WORLD STORE_HOST STORE_PORT [MAX_MIB "
+                "[RANKS_PER_HOST]]\n",
                 argv[0]);
         return 2;
     }
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
     const char *host = argv[4];
     int port = atoi(argv[5]);
     size_t max_bytes = (size_t)(argc > 6 ? atof(argv[6]) : 64) * 1048576;
+    int per_host = argc > 7 ? atoi(argv[7]) : 1;   /* ddpc's path chooses by it */
     store_host sh = { 0, -1, 0 };
     ddpc_err e = {};
     if (rank == 0 && store_host_start(&sh, host, port, ddpc_deadline_after(60), &e) < 0) {
@@ -123,7 +125,7 @@ int main(int argc, char **argv)
         in.purpose = "gradient";
         in.rank = rank;
         in.world = world;
-        in.ranks_per_node = 1;
+        in.ranks_per_node = per_host;
         in.store_host = host;
         in.store_port = port;
         in.prefix = "bench";

@@ -43,10 +43,10 @@ in1 "$B/bench/gloo_allreduce" both 1 2 "$IP0" 29661 "$MAX" >/dev/null &
 in0 "$B/bench/gloo_allreduce" both 0 2 "$IP0" 29661 "$MAX"
 wait
 echo "== all-reduce, 2 hosts (veth), world 4 (ranks 0, 1 on one host, 2, 3 on the other) =="
-in0 "$B/bench/gloo_allreduce" both 1 4 "$IP0" 29661 "$MAX" >/dev/null &
-in1 "$B/bench/gloo_allreduce" both 2 4 "$IP0" 29661 "$MAX" >/dev/null &
-in1 "$B/bench/gloo_allreduce" both 3 4 "$IP0" 29661 "$MAX" >/dev/null &
-in0 "$B/bench/gloo_allreduce" both 0 4 "$IP0" 29661 "$MAX"
+in0 "$B/bench/gloo_allreduce" both 1 4 "$IP0" 29661 "$MAX" 2 >/dev/null &
+in1 "$B/bench/gloo_allreduce" both 2 4 "$IP0" 29661 "$MAX" 2 >/dev/null &
+in1 "$B/bench/gloo_allreduce" both 3 4 "$IP0" 29661 "$MAX" 2 >/dev/null &
+in0 "$B/bench/gloo_allreduce" both 0 4 "$IP0" 29661 "$MAX" 2
 wait
 in1 "$B/bench/gloo_allreduce" gloo 1 2 "$IP0" 29661 "$MAX" >/dev/null &
 in0 "$B/bench/gloo_allreduce" gloo 0 2 "$IP0" 29661 "$MAX"

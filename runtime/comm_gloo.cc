@@ -74,19 +74,28 @@ constexpr size_t kInPlaceBytes = 2u << 20;
  * serves them all; the ring objects take theirs from the context. */
 constexpr uint32_t kInPlaceTag = 0x64647063;   /* "ddpc" */
 
-/* Below kInPlaceBytes, an all-reduce whose rank sends at most this many
- * bytes ((world - 1) x the buffer) is one exchange: every rank sends the
- * caller's floats straight into a buffer every other rank registered, and
- * adds the world's contributions in rank order (direct_all_reduce). gloo's
- * ring object sends the same (world - 1) x the buffer per rank, but in
- * world - 1 rounds one after the other, each with its flow-control
- * messages, from a copy in and back out of its own buffer. Measured call
- * for call against the ring object over a veth pair (bench/README.md):
- * 1.0-2.2x its bandwidth at world 2 from 4 KiB to 1 MiB, 1.4-2.4x at
- * world 4; the ring object on a copy was 0.57-0.94x from 64 KiB. The
- * bound caps the receive rows: (world - 1) x 2 halves x min(this /
- * (world - 1), kInPlaceBytes), 4 to 16 MiB per rank. */
+/* Below kInPlaceBytes an all-reduce may be one exchange
+ * (direct_all_reduce): every rank sends the caller's floats straight into
+ * a buffer every other rank registered, and adds the world's
+ * contributions in rank order. gloo's ring object sends the same (world -
+ * 1) x the buffer per rank, but in world - 1 rounds one after the other,
+ * each with its flow-control messages, from a copy in and back out of its
+ * own buffer. What crosses between hosts differs: the ring's one edge out
+ * of a host carries (world - 1) x the buffer, the exchange's R ranks on a
+ * host send (world - R) x the buffer each, R (world - R) in all: the same
+ * with one rank a host, more with several (2 hosts of 8: 64 buffers
+ * against 15). So the exchange is used
+ *   - with one rank per host, while a rank sends at most kDirectBytes
+ *     (which caps the receive rows: (world - 1) x 2 halves x min(this /
+ *     (world - 1), kInPlaceBytes), 4 to 16 MiB per rank): the same bytes
+ *     in one round;
+ *   - with several, while a rank sends at most kDirectLatencyBytes, where
+ *     a call is message times, not bytes.
+ * Measured call for call against the ring object over a veth pair
+ * (bench/README.md): at least 0.91x its bandwidth at world 2 from 4 KiB to
+ * 1 MiB in every round, 1.1-2.6x at world 4. */
 constexpr size_t kDirectBytes = 8u << 20;
+constexpr size_t kDirectLatencyBytes = 256u << 10;
 
 /* ===== gloo's Store over the job's store ===== */
 
@@ -188,8 +197,8 @@ struct Gloo {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peer_host;      /* rank -> its host address */
 
-    /* The all-reduce of a (tag, n) below kInPlaceBytes that sends more
-     * than kDirectBytes per rank (5 or more ranks) is gloo's own ring
+    /* The all-reduce of a (tag, n) below kInPlaceBytes that the exchange
+     * does not take (kDirectBytes, kDirectLatencyBytes) is gloo's own ring
      * algorithm object, made once (its buffers registered with the pairs)
      * and run on a copy of the caller's floats held here: gloo::allreduce's
      * unbound buffers cost 150-200 us per call on small sizes (~4 ms on a
@@ -404,7 +413,8 @@ void run_op(Gloo &g, Op &op)
                 }
                 break;
             }
-            if ((size_t)(g.world - 1) * op.n * sizeof(float) <= kDirectBytes) {
+            if ((size_t)(g.world - 1) * op.n * sizeof(float) <=
+                (g.rpn == 1 ? kDirectBytes : kDirectLatencyBytes)) {
                 direct_all_reduce(g, op);
                 break;
             }

@@ -203,8 +203,9 @@ START_TEST(all_reduce_sizes)
 END_TEST
 
 /* Calls back to back across the paths' borders (comm_gloo.cc: one
- * exchange while a rank sends at most 8 MiB, gloo's ring object on a copy
- * above, gloo's options API from 2 MiB), each with its own values, so a
+ * exchange while a rank sends at most 8 MiB, or 256 KiB with several ranks
+ * a host, gloo's ring object on a copy above, gloo's options API from
+ * 2 MiB), each with its own values, so a
  * call that read a peer's previous or next contribution is wrong; every
  * rank's results are hashed to show the ranks hold the same bits. arg:
  * the sizes, 0-terminated. */
@@ -259,17 +260,23 @@ START_TEST(back_to_back_sizes_same_bits)
     /* world 6: the exchange up to 419430 floats (5 x 419430 x 4 bytes
      * <= 8 MiB), the ring object above */
     static const size_t w6[] = { 419430, 419431, 5, 419431, 419430, 524288, 2, 0 };
-    static const int worlds[] = { 2, 3, 4, 6 };
-    for (size_t wi = 0; wi < sizeof worlds / sizeof worlds[0]; wi++) {
-        int w = worlds[wi];
+    /* world 4 as 2 hosts of 2 ranks: the exchange only up to 21845
+     * floats (3 x 21845 x 4 bytes <= 256 KiB), the ring object above */
+    static const size_t w4_2[] = { 21845, 21846, 7, 21846, 21845, 524288, 3, 0 };
+    static const struct { int world, rpn; const size_t *sizes; } runs[] = {
+        { 2, 1, small_w }, { 3, 1, small_w }, { 4, 1, small_w }, { 6, 1, w6 }, { 4, 2, w4_2 },
+    };
+    for (size_t wi = 0; wi < sizeof runs / sizeof runs[0]; wi++) {
+        int w = runs[wi].world;
         struct report *rep = report_map();
-        struct job j = { w, 1, 10, -1 };
+        struct job j = { w, runs[wi].rpn, 10, -1 };
         int st[MAXR];
-        run_ranks(&j, body_back_to_back, (void *)(w == 6 ? w6 : small_w), rep, st);
+        run_ranks(&j, body_back_to_back, (void *)runs[wi].sizes, rep, st);
         for (int r = 0; r < w; r++) {
             ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0 && rep->rc[r] == 0,
-                          "w=%d rank %d: status 0x%x %s", w, r, st[r], rep->msg[r]);
-            ck_assert_msg(rep->wrong[r] == 0, "w=%d rank %d: %ld wrong", w, r, rep->wrong[r]);
+                          "w=%d/%d rank %d: status 0x%x %s", w, j.rpn, r, st[r], rep->msg[r]);
+            ck_assert_msg(rep->wrong[r] == 0, "w=%d/%d rank %d: %ld wrong", w, j.rpn, r,
+                          rep->wrong[r]);
             ck_assert_msg(rep->bits[r] == rep->bits[0], "w=%d: rank %d's results differ from "
                           "rank 0's", w, r);
         }
