@@ -869,6 +869,53 @@ static void ckpt_named(const char *dir, const char *prefix, char *name, size_t c
     free(ck);
 }
 
+/* Writes text as dir/NAME.yaml and builds it into dir/NAME; returns that
+ * job's path (malloc'd). */
+static char *build_in(const char *dir, const char *name, const char *text)
+{
+    char file[64], *spec = NULL, *job = NULL;
+    snprintf(file, sizeof file, "%s.yaml", name);
+    write_text(dir, file, text);
+    ck_assert_int_ge(asprintf(&spec, "%s/%s", dir, file), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/%s", dir, name), 0);
+    ddpc_build_ok(spec, job);
+    free(spec);
+    return job;
+}
+
+/* Runs job in dir with --resume of the checkpoint whose name starts with
+ * prefix (ckpt_named) and expects a refusal: exit 1, each of why[] on
+ * stderr, and no trace of training on stdout (not_out). */
+static void resume_refused(const char *dir, const char *job, const char *prefix,
+                           const char *const why[], const char *not_out)
+{
+    char name[300];
+    ckpt_named(dir, prefix, name, sizeof name);
+    char *argv[] = { (char *)job, "--resume", name, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    for (int i = 0; why[i]; i++)
+        ck_assert_msg(strstr(r.err, why[i]), "lacks '%s':\n%s%s", why[i], r.out, r.err);
+    ck_assert_msg(!strstr(r.out, not_out), "'%s' on stdout:\n%s%s", not_out, r.out, r.err);
+    run_result_free(&r);
+}
+
+/* The same resume expected to run: exit 0, each of done[] on stdout. */
+static void resume_runs(const char *dir, const char *job, const char *prefix,
+                        const char *const done[])
+{
+    char name[300];
+    ckpt_named(dir, prefix, name, sizeof name);
+    char *argv[] = { (char *)job, "--resume", name, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+    for (int i = 0; done[i]; i++)
+        ck_assert_msg(strstr(r.out, done[i]), "lacks '%s':\n%s%s", done[i], r.out, r.err);
+    run_result_free(&r);
+}
+
 /* A mid-epoch checkpoint named explicitly by a job whose epochs are shorter
  * (a larger batch_size): its position lies past this job's epoch. The job
  * trained nothing of that epoch, printed train_loss=nan and exited 0; it
@@ -889,72 +936,44 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
     struct run_result r;
     run_in(dir, "me", 1, &r);
     run_result_free(&r);
+    /* step 20: 4 batches into epoch 2, whatever its identity tag */
+    const char *mid = "me-e0001-s000000020-";
     snprintf(text, sizeof text, "%sbatch_size: 128\n", base);  /* 2 batches an epoch */
-    write_text(dir, "big.yaml", text);
-    char *spec = NULL, *job = NULL;
-    ck_assert_int_ge(asprintf(&spec, "%s/big.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job, "%s/big", dir), 0);
-    ddpc_build_ok(spec, job);
-    /* the one file of step 20 (4 batches into epoch 2), whatever its identity tag */
-    char name[300];
-    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);
-    char *argv[] = { job, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
-    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, but this job's "
-                                "epochs have 2 batches") &&
-                  strstr(r.err, "resume from a checkpoint taken at an epoch's end") &&
-                  !strstr(r.out, "nan"), "%s%s", r.out, r.err);
-    run_result_free(&r);
+    char *job = build_in(dir, "big", text);
+    resume_refused(dir, job, mid, (const char *const[]){
+                       "was taken mid-epoch, 4 batches into epoch 2, but this job's epochs "
+                       "have 2 batches", "resume from a checkpoint taken at an epoch's end",
+                       NULL }, "nan");
+    free(job);
     /* a batch_size whose epoch still holds the position (8 batches of 32):
      * batch 4 is other samples now, so the rest of the epoch would train
      * some twice and skip others; it resumed there without a word */
     snprintf(text, sizeof text, "%sbatch_size: 32\n", base);
-    write_text(dir, "b32.yaml", text);
-    char *spec3 = NULL, *job3 = NULL;
-    ck_assert_int_ge(asprintf(&spec3, "%s/b32.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job3, "%s/b32", dir), 0);
-    ddpc_build_ok(spec3, job3);
-    char *argv3[] = { job3, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv3, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
-    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, and batch_size "
-                                "changed: 16 -> 32") &&
-                  strstr(r.err, "from a checkpoint taken at an epoch's end") &&
-                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
-    run_result_free(&r);
+    job = build_in(dir, "b32", text);
+    resume_refused(dir, job, mid, (const char *const[]){
+                       "was taken mid-epoch, 4 batches into epoch 2, and batch_size changed: "
+                       "16 -> 32", "from a checkpoint taken at an epoch's end", NULL },
+                   "epoch 2/2");
     /* at an epoch's end the position is none: that resumes (step 16 ends epoch 1) */
-    char name16[300];
-    ckpt_named(dir, "me-e0001-s000000016-", name16, sizeof name16);
-    argv3[2] = name16;
-    ck_assert_int_eq(run_capture(argv3, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "epoch 2/2"), "exit %d:\n%s%s",
-                  r.code, r.out, r.err);
-    run_result_free(&r);
-    free(spec3);
-    free(job3);
+    resume_runs(dir, job, "me-e0001-s000000016-", (const char *const[]){ "epoch 2/2", NULL });
+    free(job);
     /* the same file named for another model: the way out is another file
      * (it advised checkpoint_dir and checkpoint.resume: never, which a
      * --resume on the command line does not heed) */
-    char *spec2 = NULL, *job2 = NULL;
     snprintf(text, sizeof text, "%sbatch_size: 16\n", base);
     char *wide = strstr(text, "[16, 8, 1]");
     ck_assert_ptr_nonnull(wide);
     memcpy(wide, "[16, 4, 1]", 10);
-    write_text(dir, "narrow.yaml", text);
-    ck_assert_int_ge(asprintf(&spec2, "%s/narrow.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job2, "%s/narrow", dir), 0);
-    ddpc_build_ok(spec2, job2);
-    char *argv2[] = { job2, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv2, dir, NULL, 60, &r), 0);
+    job = build_in(dir, "narrow", text);
+    char name[300];
+    ckpt_named(dir, mid, name, sizeof name);
+    char *argv[] = { job, "--resume", name, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
     ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
     ck_assert_msg(strstr(r.err, "Name a checkpoint of this model and optimizer (--resume, or "
                                 "checkpoint.resume)") &&
                   !strstr(r.err, "checkpoint_dir elsewhere"), "%s", r.err);
     run_result_free(&r);
-    free(spec2);
-    free(job2);
-    free(spec);
     free(job);
     rm_tree(dir);
     free(dir);
@@ -983,27 +1002,13 @@ START_TEST(mid_epoch_resume_across_a_data_change)
     run_in(dir, "me", 1, &r);
     run_result_free(&r);
     snprintf(text, sizeof text, "%s640}}\n", head);
-    write_text(dir, "more.yaml", text);
-    char *spec = NULL, *job = NULL;
-    ck_assert_int_ge(asprintf(&spec, "%s/more.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job, "%s/more", dir), 0);
-    ddpc_build_ok(spec, job);
-    char name[300];
-    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
-    char *argv[] = { job, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
-    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2, and "
-                                "data.train.samples changed: 512 -> 640: the epoch is over "
-                                "other samples") && !strstr(r.out, "epoch 2/2"), "%s%s",
-                  r.out, r.err);
-    run_result_free(&r);
-    ckpt_named(dir, "me-e0001-s000000016-", name, sizeof name);   /* the end of epoch 1 */
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=2 steps=36 "),
-                  "exit %d:\n%s%s", r.code, r.out, r.err);
-    run_result_free(&r);
-    free(spec);
+    char *job = build_in(dir, "more", text);
+    resume_refused(dir, job, "me-e0001-s000000020-",   /* 4 batches into epoch 2 */
+                   (const char *const[]){ "was taken mid-epoch, 4 batches into epoch 2, and "
+                                          "data.train.samples changed: 512 -> 640: the epoch "
+                                          "is over other samples", NULL }, "epoch 2/2");
+    resume_runs(dir, job, "me-e0001-s000000016-",      /* the end of epoch 1 */
+                (const char *const[]){ "done epochs=2 steps=36 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
@@ -1040,21 +1045,14 @@ START_TEST(mid_epoch_resume_after_the_data_file_grew)
                               i % 983);
     write_text(dir, "d.csv", csv);  /* 20 batches an epoch now */
     free(csv);
-    char *job = NULL, name[300];
+    char *job = NULL;
     ck_assert_int_ge(asprintf(&job, "%s/me", dir), 0);
-    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
-    char *argv[] = { job, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
-    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 4 batches into epoch 2 of 512 training "
-                                "samples, and this job reads 640 (the data changed since)") &&
-                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
-    run_result_free(&r);
-    ckpt_named(dir, "me-e0001-s000000016-", name, sizeof name);   /* the end of epoch 1 */
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "done epochs=2 steps=36 "),
-                  "exit %d:\n%s%s", r.code, r.out, r.err);
-    run_result_free(&r);
+    resume_refused(dir, job, "me-e0001-s000000020-",   /* 4 batches into epoch 2 */
+                   (const char *const[]){ "was taken mid-epoch, 4 batches into epoch 2 of 512 "
+                                          "training samples, and this job reads 640 (the data "
+                                          "changed since)", NULL }, "epoch 2/2");
+    resume_runs(dir, job, "me-e0001-s000000016-",      /* the end of epoch 1 */
+                (const char *const[]){ "done epochs=2 steps=36 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
@@ -1085,29 +1083,16 @@ START_TEST(mid_epoch_resume_across_grad_accumulation)
     run_result_free(&r);
     char text[1024];
     snprintf(text, sizeof text, "%sgrad_accumulation: 2\n", base);
-    write_text(dir, "ga.yaml", text);
-    char *spec = NULL, *job = NULL;
-    ck_assert_int_ge(asprintf(&spec, "%s/ga.yaml", dir), 0);
-    ck_assert_int_ge(asprintf(&job, "%s/ga", dir), 0);
-    ddpc_build_ok(spec, job);
-    char name[300];
-    ckpt_named(dir, "me-e0001-s000000021-", name, sizeof name);   /* 5 batches into epoch 2 */
-    char *argv[] = { job, "--resume", name, NULL };
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
-    ck_assert_msg(strstr(r.err, "was taken mid-epoch, 5 batches into epoch 2, and "
-                                "grad_accumulation changed: 1 -> 2: 5 batches is not a whole "
-                                "number of this job's optimizer steps") &&
-                  strstr(r.err, "from a checkpoint taken at an epoch's end") &&
-                  !strstr(r.out, "epoch 2/2"), "%s%s", r.out, r.err);
-    run_result_free(&r);
-    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);   /* 4 batches into epoch 2 */
-    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
-    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "(epoch 1, step 20, mid-epoch)") &&
-                  strstr(r.out, "done epochs=2 steps=26 "), "exit %d:\n%s%s", r.code, r.out,
-                  r.err);
-    run_result_free(&r);
-    free(spec);
+    char *job = build_in(dir, "ga", text);
+    resume_refused(dir, job, "me-e0001-s000000021-",   /* 5 batches into epoch 2 */
+                   (const char *const[]){ "was taken mid-epoch, 5 batches into epoch 2, and "
+                                          "grad_accumulation changed: 1 -> 2: 5 batches is not "
+                                          "a whole number of this job's optimizer steps",
+                                          "from a checkpoint taken at an epoch's end", NULL },
+                   "epoch 2/2");
+    resume_runs(dir, job, "me-e0001-s000000020-",      /* 4 batches into epoch 2 */
+                (const char *const[]){ "(epoch 1, step 20, mid-epoch)",
+                                       "done epochs=2 steps=26 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
