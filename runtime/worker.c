@@ -911,51 +911,6 @@ static void resume_notice(const struct ddpc_run *r, const struct ddpc_ckpt *c, F
                 "formatting); no setting did\n");
 }
 
-/* A mid-epoch position is a batch index into the epoch's shard: it means
- * the same samples only while the batch size and the shuffle do (the world
- * and the seed are checked apart), and it starts an optimizer step only
- * where it is a multiple of grad_accumulation (a step is micro-batches
- * b..b+accum-1 of the epoch, b a multiple of accum). Writes what changed
- * and what that does to the rest of the epoch ("batch_size changed: 16 ->
- * 32: the batches left ...") into what and returns 1 when one of them
- * differs between c (which must describe itself: a format-1 file does
- * not) and this job's identity; 0 when the rest of the epoch is the one
- * this job would train from there. */
-static int ident_train_data_moved(const char *a, const char *b, char *what, size_t cap);
-
-static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int accum, char *what,
-                           size_t cap)
-{
-    static const char *const keys[] = { "batch_size", "data.shuffle" };
-    char was[64], is[64];
-    for (size_t i = 0; c->ident && ident && i < sizeof keys / sizeof keys[0]; i++) {
-        if (ident_value(c->ident, 'T', keys[i], was, sizeof was) &&
-            ident_value(ident, 'T', keys[i], is, sizeof is) && strcmp(was, is) != 0) {
-            (void)snprintf(what, cap, "%s changed: %s -> %s: the batches left of that epoch "
-                           "are not the ones it had left (samples would be trained twice or "
-                           "skipped)", keys[i], was, is);
-            return 1;
-        }
-    }
-    /* another training set: the epoch's permutation is over other samples */
-    if (c->ident && ident && ident_train_data_moved(c->ident, ident, what, cap))
-        return 1;
-    /* the position ends one of the checkpoint's steps: at a step's start
-     * under this job's grad_accumulation the rest of the epoch is grouped
-     * as this job groups it; elsewhere the first step would hold fewer
-     * micro-batches and still be weighted as a whole one */
-    if (c->ident && ident && c->sampler_batches % accum != 0 &&
-        ident_value(c->ident, 'T', "grad_accumulation", was, sizeof was) &&
-        ident_value(ident, 'T', "grad_accumulation", is, sizeof is) && strcmp(was, is) != 0) {
-        (void)snprintf(what, cap, "grad_accumulation changed: %s -> %s: %lld batches is not "
-                       "a whole number of this job's optimizer steps (its first step there "
-                       "would hold fewer than %d micro-batches, weighted as %d)", was, is,
-                       (long long)c->sampler_batches, accum, accum);
-        return 1;
-    }
-    return 0;
-}
-
 /* The first T key under data.train (its format, files, range, synthetic
  * size, ...) whose value differs between identities a and b, a key in one
  * only included: "data.train.samples changed: 512 -> 640: ..." into what.
@@ -986,6 +941,50 @@ static int ident_train_data_moved(const char *a, const char *b, char *what, size
             }
             p = nl ? nl + 1 : NULL;
         }
+    return 0;
+}
+
+/* A mid-epoch position is a batch index into the epoch's shard: it means
+ * the same samples only while the batch size and the shuffle do (the world
+ * and the seed are checked apart), and it starts an optimizer step only
+ * where it is a multiple of grad_accumulation (a step is micro-batches
+ * b..b+accum-1 of the epoch, b a multiple of accum). Writes what changed
+ * and what that does to the rest of the epoch ("batch_size changed: 16 ->
+ * 32: the batches left ...") into what and returns 1 when one of them
+ * differs between c (which must describe itself: a format-1 file does
+ * not) and this job's identity; 0 when the rest of the epoch is the one
+ * this job would train from there. */
+static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int accum, char *what,
+                           size_t cap)
+{
+    if (!c->ident || !ident)
+        return 0;
+    static const char *const keys[] = { "batch_size", "data.shuffle" };
+    char was[64], is[64];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (ident_value(c->ident, 'T', keys[i], was, sizeof was) &&
+            ident_value(ident, 'T', keys[i], is, sizeof is) && strcmp(was, is) != 0) {
+            (void)snprintf(what, cap, "%s changed: %s -> %s: the batches left of that epoch "
+                           "are not the ones it had left (samples would be trained twice or "
+                           "skipped)", keys[i], was, is);
+            return 1;
+        }
+    /* another training set: the epoch's permutation is over other samples */
+    if (ident_train_data_moved(c->ident, ident, what, cap))
+        return 1;
+    /* the position ends one of the checkpoint's steps: at a step's start
+     * under this job's grad_accumulation the rest of the epoch is grouped
+     * as this job groups it; elsewhere the first step would hold fewer
+     * micro-batches and still be weighted as a whole one */
+    if (c->sampler_batches % accum != 0 &&
+        ident_value(c->ident, 'T', "grad_accumulation", was, sizeof was) &&
+        ident_value(ident, 'T', "grad_accumulation", is, sizeof is) && strcmp(was, is) != 0) {
+        (void)snprintf(what, cap, "grad_accumulation changed: %s -> %s: %lld batches is not "
+                       "a whole number of this job's optimizer steps (its first step there "
+                       "would hold fewer than %d micro-batches, weighted as %d)", was, is,
+                       (long long)c->sampler_batches, accum, accum);
+        return 1;
+    }
     return 0;
 }
 
