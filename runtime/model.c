@@ -93,7 +93,6 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
             net->node[k + 1].src != k || !net->node[k].b_numel)
             continue;
         m->out_in_relu[k] = readers_of(net, k) == 1;
-        m->bias_in_pool[k] = m->out_in_relu[k] && ops->pool2_bias_backward;
     }
     for (int k = 0; k < net->n; k++) {
         const struct ddpc_lnode *L = &net->node[k];
@@ -335,6 +334,15 @@ static int conv3x3_wgrad_try(struct ddpc_model *m, int k, const float *x, const 
         return 1;
     return o->conv3x3_wgrad(o, x, dy, m->grads + L->w_off, rows, L->channels, L->it.out,
                             L->in.d[1], L->in.d[2], acc, m->col, conv3x3_scratch(m), e);
+}
+
+/* Whether convolution node k's bias gradient is computed by the pooling's
+ * backward as it writes k's output gradient (ops.pool2_bias_backward): a
+ * conv2d computed in its ReLU's buffer (out_in_relu), on a backend that
+ * can. */
+static int bias_in_pool(const struct ddpc_model *m, int k)
+{
+    return m->out_in_relu[k] && m->ops->pool2_bias_backward;
 }
 
 /* Convolution node k's bias gradient from its output gradient dy, over
@@ -611,7 +619,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
                 DDPC_TRY(lk(o, DDPC_LK_COL2IM, (size_t)n * in_numel, &a, e));
             }
         }
-        if (L->b_numel && !m->bias_in_pool[k])   /* else the pooling's backward did it */
+        if (L->b_numel && !bias_in_pool(m, k))   /* else the pooling's backward did it */
             DDPC_TRY(conv_bias_grad(m, k, dy, rows, beta, e));
         break;
     }
@@ -631,7 +639,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
                 a.accx = written[r_src];
                 written[r_src] = 1;
             }
-            if (r_src >= 0 && m->bias_in_pool[r_src]) {
+            if (r_src >= 0 && bias_in_pool(m, r_src)) {
                 /* and the convolution's bias gradient, from the planes it writes */
                 a.db = m->grads + m->net.node[r_src].b_off;
                 a.accg = beta != 0.0f;

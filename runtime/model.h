@@ -62,9 +62,6 @@ struct ddpc_model {
                                      reads the conv's own output, so it is computed in
                                      the ReLU's buffer, bias and ReLU applied in place,
                                      and y[k] is not allocated (NULL) */
-    int     bias_in_pool[DDPC_MAX_NODES]; /* 1: such a conv2d (out_in_relu) whose bias
-                                     gradient the pooling's backward computes as it writes
-                                     the conv's output gradient (ops.pool2_bias_backward) */
     float  *logits;               /* == y[last] after forward */
     float  *dbuf[2];              /* dbuf[0] == g[last]: where the loss writes dlogits */
     int     training;             /* model_set_mode */
