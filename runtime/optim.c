@@ -125,7 +125,7 @@ int optim_update(struct ddpc_optim *o, float *params, const float *grads, size_t
                  size_t hi, float grad_scale, struct ddpc_err *e)
 {
     const struct ddpc_job *j = o->job;
-    long t = o->step + 1;   /* 1-based, like torch's state['step'] */
+    long t = o->step + o->t_ahead + 1;   /* 1-based, like torch's state['step'] */
     struct ddpc_optim_step s = {
         .type = (int)j->optimizer.type,
         .lr = (float)optim_lr(o, o->step),

@@ -36,7 +36,12 @@ struct ddpc_optim {
     const struct ddpc_job *job;
     double  base_lr;        /* learning_rate after lr_scaling */
     int64_t total_steps;    /* optimizer steps in the whole run, for cosine */
-    long    step;           /* optimizer steps taken so far */
+    long    step;           /* optimizer steps taken so far: the schedule's position */
+    long    t_ahead;        /* updates the moments hold beyond step (torch's
+                               state['step'] - step): nonzero after a resume whose
+                               checkpoint counted other steps (grad_accumulation
+                               changed), where step was set from the epochs and
+                               batches seen; 0 otherwise */
     size_t  n;
     float  *m;              /* [n] sgd momentum buffer / adam first moment; backend */
     float  *v;              /* [n] adam second moment; NULL for sgd */
@@ -57,8 +62,10 @@ double optim_lr(const struct ddpc_optim *o, int64_t t);
  * 1 when max_norm <= 0. */
 float  optim_clip_scale(double sumsq, double max_norm);
 /* Elements [lo, hi) of the whole buffers params and grads (and of the
- * moments): params -= update(grads * grad_scale) as optimizer step
- * o->step + 1, each range with its own weight decay. Does not advance
+ * moments): params -= update(grads * grad_scale) at the learning rate of
+ * step o->step, as the moments' update o->step + o->t_ahead + 1 (Adam's
+ * bias correction, SGD momentum's first step), each range with its own
+ * weight decay. Does not advance
  * o->step (a rank that updates only its shard advances it once, after). */
 int    optim_update(struct ddpc_optim *o, float *params, const float *grads, size_t lo,
                     size_t hi, float grad_scale, struct ddpc_err *e);

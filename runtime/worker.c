@@ -836,7 +836,7 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     c.seed = j->seed;
     c.sampler_epoch = in_epoch;
     c.sampler_batches = batches;
-    c.optim_step = r->optim.step;
+    c.optim_step = r->optim.step + r->optim.t_ahead;   /* Adam's t: the updates made */
     c.n_params = r->n_ck;
     c.n_opt = r->ckpt.n_opt;
     c.train_samples = r->a->train->n;
@@ -988,6 +988,28 @@ static int mid_epoch_moved(const struct ddpc_ckpt *c, const char *ident, int acc
     return 0;
 }
 
+/* This job's optimizer step at c's position. A checkpoint's step counts
+ * its own job's steps, and this job's schedule (warmup, decay over
+ * total_steps) is in this job's: sampler_epoch whole epochs and
+ * sampler_batches into the next (a step's start: mid_epoch_moved) are
+ * sampler_epoch x steps-per-epoch + sampler_batches / accum of them. Where
+ * c's count differs from that (with the fp16 scaler's skipped steps, which
+ * advance no step), its job grouped the samples into other steps
+ * (grad_accumulation, batch_size, the world, the data or
+ * limit_train_batches changed), and keeping it would shift the schedule
+ * by the difference: returns this job's count, less the skipped steps;
+ * else c's own. */
+static int64_t resume_step(const struct ddpc_run *r, const struct ddpc_ckpt *c)
+{
+    int accum = r->job->grad_accumulation > 0 ? r->job->grad_accumulation : 1;
+    int64_t per_epoch = (r->sampler.n_batches + accum - 1) / accum;
+    int64_t at = c->sampler_epoch * per_epoch + c->sampler_batches / accum;
+    int64_t skipped = c->skipped_steps > 0 ? c->skipped_steps : 0;
+    if (c->step + skipped == at)
+        return c->step;
+    return at > skipped ? at - skipped : 0;
+}
+
 /* Rank 0 picks and reads the checkpoint (ckpt_find_resume), then broadcasts
  * the position and the state, so all ranks resume identically. Every rank
  * decides from the job alone whether to look, so the collectives match. */
@@ -998,7 +1020,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                   *j->checkpoint.resume_path;
     if (!by_path && !(r->ckpt.on && j->checkpoint.resume == DDPC_RESUME_AUTO))
         return 0;
-    double pos[4] = { 0, 0, 0, 0 };   /* found, epoch, batch, optimizer step */
+    double pos[5] = { 0, 0, 0, 0, 0 };   /* found, epoch, batch, optimizer step, t_ahead */
     double amp[3] = { 0, 0, 0 };      /* loss scale (0: not recorded), good, skipped */
     size_t n = r->model.n_params;
     if (r->rank == 0) {
@@ -1074,14 +1096,26 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             pos[0] = 1;
             pos[1] = (double)c.sampler_epoch;
             pos[2] = (double)c.sampler_batches;
-            pos[3] = (double)c.optim_step;
+            int64_t step = resume_step(r, &c);
+            pos[3] = (double)step;
+            /* the moments keep the updates they had (torch's state['step']) */
+            pos[4] = (double)(c.optim_step - step);
             amp[0] = (double)c.loss_scale;
             amp[1] = (double)c.good_steps;
             amp[2] = (double)c.skipped_steps;
             if (rc == 0 && r->a->out) {
                 fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld%s)\n", path,
-                        (long long)pos[1], (long long)pos[3],
+                        (long long)pos[1], (long long)c.step,
                         c.sampler_batches ? ", mid-epoch" : "");
+                if (step != c.step)
+                    fprintf(r->a->out, "note: the checkpoint's run took %lld optimizer steps "
+                            "to get here, this job takes %lld (%lld an epoch): its "
+                            "learning-rate schedule resumes at step %lld of %lld, where a "
+                            "run of this job would be; the optimizer's moments keep their "
+                            "%lld updates\n", (long long)c.step, (long long)step,
+                            (long long)(r->optim.total_steps / (j->epochs > 0 ? j->epochs : 1)),
+                            (long long)step, (long long)r->optim.total_steps,
+                            (long long)c.optim_step);
                 resume_notice(r, &c, r->a->out);
                 fflush(r->a->out);
             }
@@ -1090,7 +1124,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                 return rc;
         }
     }
-    DDPC_TRY(bcast_doubles(r, pos, 4, e));
+    DDPC_TRY(bcast_doubles(r, pos, 5, e));
     if (pos[0] == 0)
         return 0;
     if (r->scaler.on) {   /* every rank has the same job, so the same amp */
@@ -1120,6 +1154,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
     r->ckpt.start_epoch = (int64_t)pos[1];
     r->ckpt.start_batch = (int64_t)pos[2];
     r->optim.step = (long)pos[3];
+    r->optim.t_ahead = (long)pos[4];
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "ckpt.h"
 #include "suites.h"
 #include "testutil.h"
 
@@ -1008,7 +1009,7 @@ START_TEST(mid_epoch_resume_across_a_data_change)
                                           "data.train.samples changed: 512 -> 640: the epoch "
                                           "is over other samples", NULL }, "epoch 2/2");
     resume_runs(dir, job, "me-e0001-s000000016-",      /* the end of epoch 1 */
-                (const char *const[]){ "done epochs=2 steps=36 ", NULL });
+                (const char *const[]){ "done epochs=2 steps=40 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
@@ -1052,7 +1053,7 @@ START_TEST(mid_epoch_resume_after_the_data_file_grew)
                                           "training samples, and this job reads 640 (the data "
                                           "changed since)", NULL }, "epoch 2/2");
     resume_runs(dir, job, "me-e0001-s000000016-",      /* the end of epoch 1 */
-                (const char *const[]){ "done epochs=2 steps=36 ", NULL });
+                (const char *const[]){ "done epochs=2 steps=40 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
@@ -1092,7 +1093,98 @@ START_TEST(mid_epoch_resume_across_grad_accumulation)
                    "epoch 2/2");
     resume_runs(dir, job, "me-e0001-s000000020-",      /* 4 batches into epoch 2 */
                 (const char *const[]){ "(epoch 1, step 20, mid-epoch)",
-                                       "done epochs=2 steps=26 ", NULL });
+                                       "done epochs=2 steps=16 ", NULL });
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* The learning rate column of the metrics CSV at dir/csv for steps
+ * [first, last] into lr[] (lr[0] is step first's); fails the test when a
+ * step is missing. */
+static void csv_lrs(const char *dir, const char *csv, int first, int last, double *lr)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", dir, csv), 0);
+    char *text = read_whole(p, NULL);
+    ck_assert_msg(text, "cannot read %s", p);
+    for (int s = first; s <= last; s++) {
+        int found = 0;
+        for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+            int step = 0, epoch = 0, used = 0;
+            double v = 0;
+            if (sscanf(l, "%d,%d,%lf%n", &step, &epoch, &v, &used) == 3 && step == s) {
+                lr[s - first] = v;
+                found = 1;
+            }
+        }
+        ck_assert_msg(found, "no step %d in %s:\n%s", s, p, text);
+    }
+    free(text);
+    free(p);
+}
+
+/* An epoch's-end checkpoint resumed by a job with another
+ * grad_accumulation: its step (16: epoch 1 of 16 steps) counted the old
+ * job's steps, and the job kept it, so the cosine schedule of this job's
+ * 16 steps (8 an epoch) was already over: epoch 2 trained at the minimum
+ * learning rate and the run ended at step 24 of 16, without a word. The
+ * schedule resumes where a run of this job is after that epoch (step 8,
+ * the same learning rates as a fresh run's steps 9..16) with a note, and
+ * Adam's moments keep the 16 updates they had (the final checkpoint counts
+ * 8 + 16 of them, its schedule step 16). */
+START_TEST(resume_across_grad_accumulation_keeps_the_schedule)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-accumlr");
+    ck_assert_ptr_nonnull(dir);
+    const char *base = "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\nlr_scaling: none\n"
+                       "loss: mse\noptimizer: {type: adam}\nschedule: {decay: cosine}\n"
+                       "model: {type: mlp, layers: [16, 8, 1]}\nbatch_size: 16\n"
+                       "data: {train: {format: synthetic, samples: 512, features: 16, "
+                       "classes: 0}}\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%scheckpoint_dir: ck\n", base);
+    write_text(dir, "me.yaml", text);           /* 16 steps an epoch */
+    struct run_result r;
+    run_in(dir, "me", 1, &r);
+    run_result_free(&r);
+    /* the reference: a fresh run of the accumulating job */
+    snprintf(text, sizeof text, "%sgrad_accumulation: 2\ncheckpoint_dir: ck2\n"
+             "logging: {metrics_csv: fresh.csv, every_n_steps: 1}\n", base);
+    char *job = build_in(dir, "fresh", text);
+    char *argv[] = { job, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    free(job);
+    snprintf(text, sizeof text, "%sgrad_accumulation: 2\ncheckpoint_dir: ck\n"
+             "logging: {metrics_csv: ga.csv, every_n_steps: 1}\n", base);
+    job = build_in(dir, "ga", text);
+    resume_runs(dir, job, "me-e0001-s000000016-",
+                (const char *const[]){ "(epoch 1, step 16)",
+                                       "note: the checkpoint's run took 16 optimizer steps to "
+                                       "get here, this job takes 8 (8 an epoch): its "
+                                       "learning-rate schedule resumes at step 8 of 16",
+                                       "done epochs=2 steps=16 ", NULL });
+    double want[8], got[8];
+    csv_lrs(dir, "fresh.csv", 9, 16, want);
+    csv_lrs(dir, "ga.csv", 9, 16, got);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(got[i] == want[i], "step %d: learning rate %.9g, a fresh run %.9g", 9 + i,
+                      got[i], want[i]);
+    ck_assert_msg(want[0] > 2 * want[7], "the schedule decays: %g .. %g", want[0], want[7]);
+    char name[300], *path = NULL;
+    ckpt_named(dir, "me-e0002-s000000016-", name, sizeof name);
+    ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
+    struct ddpc_ckpt c;
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(ckpt_read(path, &c, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(c.step, 16);
+    ck_assert_int_eq(c.optim_step, 24);
+    ckpt_free(&c);
+    free(path);
     free(job);
     rm_tree(dir);
     free(dir);
@@ -1441,6 +1533,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
+    tcase_add_test(run, resume_across_grad_accumulation_keeps_the_schedule);
     tcase_add_test(run, mid_epoch_resume_across_a_data_change);
     tcase_add_test(run, mid_epoch_resume_after_the_data_file_grew);
     tcase_add_test(run, csv_late_label_names_its_line);
