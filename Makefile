@@ -74,7 +74,7 @@ endif
 GLOO_INC ?= $(firstword $(wildcard /usr/include/gloo/rendezvous/store.h /usr/local/include/gloo/rendezvous/store.h))
 ifneq ($(GLOO_INC),)
 GLOO_SO      := $(B)/lib/ddpc/libddprt_gloo.so
-GLOO_SO_C    := runtime/err.c runtime/clock.c runtime/store.c
+GLOO_SO_C    := runtime/err.c runtime/clock.c runtime/store.c spec/units.c
 GLOO_SO_COBJ := $(GLOO_SO_C:%.c=$(B)/obj/pic/%.o)
 GLOO_LIBS    := -lgloo
 $(info ✓ gloo found: building the multi-node CPU communicator (libddprt_gloo.so))
@@ -87,7 +87,8 @@ CXXFLAGS_GLOO := -std=c++17 $(OPT) -Wall -Wextra -Wno-unused-parameter $(SANFLAG
 # ---- sources: one directory per stage; every .c in it belongs to it ----
 SPEC_SRC     := $(sort $(wildcard spec/*.c))
 COMPILER_SRC := $(sort $(wildcard compiler/*.c))
-RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c spec/layers.c spec/tokens.c
+RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c spec/layers.c spec/tokens.c \
+                spec/units.c
 CUDA_SRC     := $(sort $(wildcard runtime/*.cu))
 TEST_SRC     := $(sort $(wildcard tests/*.c))
 RT_HEADERS   := spec/job.h spec/layers.h runtime/ddprt.h runtime/backend.h runtime/err.h runtime/ops.h \
@@ -109,7 +110,8 @@ RT_LIB    := $(B)/lib/libddprt.a
 CUDA_LIB  := $(if $(NVCC),$(B)/lib/libddprt_cuda.a)
 CUDA_SO   := $(if $(NVCC),$(B)/lib/ddpc/libddprt_cuda.so)
 # what the plugin needs from the C runtime, compiled -fPIC into it
-CUDA_SO_C := runtime/err.c runtime/clock.c runtime/devprobe.c runtime/env.c runtime/store.c
+CUDA_SO_C := runtime/err.c runtime/clock.c runtime/devprobe.c runtime/env.c runtime/store.c \
+             spec/units.c
 CUDA_SO_COBJ := $(CUDA_SO_C:%.c=$(B)/obj/pic/%.o)
 DDPC      := $(B)/bin/ddpc
 TESTS     := $(B)/tests/run_tests

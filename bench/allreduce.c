@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include "comm.h"
 #include "comm_shm.h"
+#include "units.h"
 
 #define MAX_SIZES 32
 #define TARGET_S  0.2
@@ -165,13 +166,16 @@ static double memcpy_gbs(size_t bytes)
 
 int main(int argc, char **argv)
 {
-    int world = argc > 1 ? atoi(argv[1]) : 2;
-    size_t max_bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)256 << 20;
-    size_t min_bytes = argc > 3 ? strtoull(argv[3], NULL, 0) : 1024;
-    if (world < 1 || world > 64 || min_bytes < 4 || max_bytes < min_bytes) {
+    /* decimal arguments, read as ./job reads its flags (units.h) */
+    int64_t a[3] = { 2, (int64_t)256 << 20, 1024 };   /* world, max_bytes, min_bytes */
+    if ((argc > 1 && units_flag_int(argv[1], 1, 64, &a[0]) < 0) ||
+        (argc > 2 && units_flag_int(argv[2], 4, (int64_t)1 << 40, &a[1]) < 0) ||
+        (argc > 3 && units_flag_int(argv[3], 4, (int64_t)1 << 40, &a[2]) < 0) || a[1] < a[2]) {
         fprintf(stderr, "usage: %s [world 1..64] [max_bytes] [min_bytes]\n", argv[0]);
         return 2;
     }
+    int world = (int)a[0];
+    size_t max_bytes = (size_t)a[1], min_bytes = (size_t)a[2];
     size_t min_floats = min_bytes / sizeof(float);
     size_t max_floats = max_bytes / sizeof(float);
     struct comm_shm_region *r = NULL;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "crc32c.h"
+#include "units.h"
 
 static double now_s(void)
 {
@@ -39,8 +40,8 @@ static uint32_t bytewise(const unsigned char *p, size_t n)
 
 int main(int argc, char **argv)
 {
-    long mib = argc > 1 ? strtol(argv[1], NULL, 10) : 64;
-    if (mib < 1 || mib > 4096) {
+    int64_t mib = 64;   /* decimal, read as ./job reads its flags (units.h) */
+    if (argc > 1 && units_flag_int(argv[1], 1, 4096, &mib) < 0) {
         fprintf(stderr, "usage: %s [MiB, 1..4096]\n", argv[0]);
         return 2;
     }
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
         best1 = t2 - t1 < best1 ? t2 - t1 : best1;
     }
     printf("crc32c over %ld MiB, best of 5: slicing-by-8 %.2f GB/s, bytewise %.2f GB/s (%.1fx)\n",
-           mib, (double)n / best8 * 1e-9, (double)n / best1 * 1e-9, best1 / best8);
+           (long)mib, (double)n / best8 * 1e-9, (double)n / best1 * 1e-9, best1 / best8);
     free(buf);
     if (c8 != c1) {
         fprintf(stderr, "MISMATCH: %08x vs %08x\n", c8, c1);

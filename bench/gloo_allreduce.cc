@@ -46,6 +46,7 @@ extern "C" {
 #include "comm.h"
 #include "comm_gloo.h"
 #include "store.h"
+#include "units.h"
 }
 
 namespace {
@@ -102,11 +103,22 @@ int main(int argc, char **argv)
         return 2;
     }
     std::string mode = argv[1];
-    int rank = atoi(argv[2]), world = atoi(argv[3]);
+    /* decimal arguments, read as ./job reads its flags (units.h) */
+    int64_t a[4] = { 0, 0, 0, 1 };   /* rank, world, port, ranks per host */
+    double max_mib = 64;
+    if (units_flag_int(argv[2], 0, 4095, &a[0]) < 0 ||
+        units_flag_int(argv[3], a[0] + 1, 4096, &a[1]) < 0 ||
+        units_flag_int(argv[5], 1, 65535, &a[2]) < 0 ||
+        (argc > 6 && units_flag_double(argv[6], 1.0 / 1048576, 65536, &max_mib) < 0) ||
+        (argc > 7 && units_flag_int(argv[7], 1, a[1], &a[3]) < 0)) {
+        fprintf(stderr, "%s: RANK < WORLD <= 4096, STORE_PORT 1..65535, MAX_MIB a number, "
+                "RANKS_PER_HOST 1..WORLD, each in decimal\n", argv[0]);
+        return 2;
+    }
+    int rank = (int)a[0], world = (int)a[1], port = (int)a[2];
+    int per_host = (int)a[3];   /* ddpc's path chooses by it */
     const char *host = argv[4];
-    int port = atoi(argv[5]);
-    size_t max_bytes = (size_t)(argc > 6 ? atof(argv[6]) : 64) * 1048576;
-    int per_host = argc > 7 ? atoi(argv[7]) : 1;   /* ddpc's path chooses by it */
+    size_t max_bytes = (size_t)(max_mib * 1048576);
     store_host sh = { 0, -1, 0 };
     ddpc_err e = {};
     if (rank == 0 && store_host_start(&sh, host, port, ddpc_deadline_after(60), &e) < 0) {

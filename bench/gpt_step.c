@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "ops_kernels.h"
 #include "rng.h"
+#include "units.h"
 
 static double now_s(void)
 {
@@ -129,12 +130,14 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int steps = argc > 1 ? atoi(argv[1]) : 20;
-    int V = 256, T = 128, L = 4, H = 4, C = 128, B = 16;
-    if (argc == 8) {
-        V = atoi(argv[2]); T = atoi(argv[3]); L = atoi(argv[4]);
-        H = atoi(argv[5]); C = atoi(argv[6]); B = atoi(argv[7]);
-    } else if (argc != 1 && argc != 2) {
+    /* steps, V, T, L, H, C, B: decimal, read as ./job reads its flags (units.h) */
+    int64_t a[7] = { 20, 256, 128, 4, 4, 128, 16 };
+    int bad = argc != 1 && argc != 2 && argc != 8;
+    for (int i = 1; i < argc && !bad; i++)
+        bad = units_flag_int(argv[i], 1, 1 << 24, &a[i - 1]) < 0;
+    int steps = (int)a[0], V = (int)a[1], T = (int)a[2], L = (int)a[3], H = (int)a[4],
+        C = (int)a[5], B = (int)a[6];
+    if (bad) {
         fprintf(stderr, "usage: gpt_step [steps] [V T L H C B]\n");
         return 2;
     }

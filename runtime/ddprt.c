@@ -74,6 +74,7 @@
 #include "sample.h"
 #include "slurm.h"
 #include "store.h"
+#include "units.h"
 #include "worker.h"
 
 #define DDPRT_EXIT_USAGE   2
@@ -157,40 +158,14 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
 }
 
-/* Returns 0, or an exit status after printing the problem. */
+/* Command-line and environment numbers (units.h: decimal only, no
+ * blanks, 0x10 or "inf" refused) in [lo, hi] into *out: 0, or -1. */
 static int ddprt_parse_int(const char *s, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    int64_t v;
+    if (units_flag_int(s, lo, hi, &v) < 0)
         return -1;
     *out = (int)v;
-    return 0;
-}
-
-/* An integer in [lo, hi] into *out: 0, or -1 (not a number, out of range,
- * trailing text). */
-static int ddprt_parse_i64(const char *s, long long lo, long long hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
-/* A finite number into *out: 0, or -1. */
-static int ddprt_parse_double(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v))
-        return -1;
-    *out = v;
     return 0;
 }
 
@@ -264,7 +239,7 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
             f->master = val;
         } else if (FLAG_IS("--sample")) {
             TAKE_VALUE();
-            if (ddprt_parse_i64(val, 1, 1000000000, &f->sample) < 0) {
+            if (units_flag_int(val, 1, 1000000000, &f->sample) < 0) {
                 fprintf(stderr, "%s: --sample '%s': expected a number of tokens, 1 to "
                         "1000000000\n", argv0, val);
                 return DDPRT_EXIT_USAGE;
@@ -274,7 +249,7 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
             f->prompt = val;
         } else if (FLAG_IS("--temperature")) {
             TAKE_VALUE();
-            if (ddprt_parse_double(val, &f->temperature) < 0 || f->temperature < 0) {
+            if (units_flag_double(val, 0, HUGE_VAL, &f->temperature) < 0) {
                 fprintf(stderr, "%s: --temperature '%s': expected a number >= 0 (0: the most "
                         "likely token every time)\n", argv0, val);
                 return DDPRT_EXIT_USAGE;

@@ -5,6 +5,7 @@
  * warning for env_get()'s.
  */
 #include "env.h"
+#include "units.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,17 +25,12 @@ static int env_number(const char *name, double lo, double hi, const char *what, 
     const char *s = getenv(name);
     if (!s || !*s)
         return 0;
-    char *end = NULL;
-    errno = 0;
-    long long i = 0;
-    double x;
-    if (iv) {
-        i = strtoll(s, &end, 10);
-        x = (double)i;
-    } else {
-        x = strtod(s, &end);
-    }
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(x) || x < lo || x > hi)
+    /* decimal only (units.h): DDPC_SHM_SPIN_US=0x10 is a typo, not 16 */
+    int64_t i = 0;
+    double x = 0;
+    int bad = iv ? units_flag_int(s, (int64_t)lo, (int64_t)hi, &i)
+                 : units_flag_double(s, lo, hi, &x);
+    if (bad < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected %s (unset it to use the default)",
                          name, s, what);
     if (iv)

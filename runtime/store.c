@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include "comm.h"
 #include "store.h"
+#include "units.h"
 
 enum { OP_SET = 1, OP_GET = 2, OP_CHECK = 3, OP_ADD = 4 };
 /* store_client_connect's notices while it cannot connect */
@@ -97,10 +98,8 @@ int store_split_addr(const char *s, char *host, size_t len, int *port)
         return -1;
     memcpy(host, h, (size_t)(he - h));
     host[he - h] = '\0';
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+    int64_t p;
+    if (units_flag_int(colon + 1, 1, 65535, &p) < 0)
         return -1;
     *port = (int)p;
     return 0;

@@ -77,6 +77,32 @@ int units_double(const char *s, double *out)
     return 0;
 }
 
+int units_flag_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *p = s + (*s == '+' || *s == '-');
+    if (!(*p >= '0' && *p <= '9'))
+        return -1;
+    for (const char *q = p; *q; q++)
+        if (!(*q >= '0' && *q <= '9'))
+            return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+int units_flag_double(const char *s, double lo, double hi, double *out)
+{
+    double v;
+    if (units_double(s, &v) < 0 || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
 int units_bool(const char *s, int *out)
 {
     static const char *const yes[] = { "true", "True", "TRUE", "yes", "Yes", "YES",

@@ -12,11 +12,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Decimal with optional sign and '_' separators, 0x/0o/0b prefixes, or a
  * float literal with an exact integer value ("1e6", "64.0"). */
 int units_int64(const char *s, int64_t *out);
 /* A finite decimal float (strtod syntax without inf/nan/hex). */
 int units_double(const char *s, double *out);
+/* Numbers given on a command line or in the environment (./job's flags,
+ * DDPC_* variables, a --master port): an optional sign and decimal digits
+ * only, in [lo, hi]. No blanks, no '_', no 0x/0o/0b (a spec's YAML 1.1
+ * integers take those; a flag's 0x10 is a typo, not 16). */
+int units_flag_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* The same for a float: units_double's spelling (decimal, finite: no
+ * "inf", "nan", hex floats or blanks), in [lo, hi]. */
+int units_flag_double(const char *s, double lo, double hi, double *out);
 /* true/false, yes/no, on/off in lower, Title or UPPER case. */
 int units_bool(const char *s, int *out);
 /* A positive duration in seconds: "90" (bare number = seconds), "90s",
@@ -30,5 +42,9 @@ int units_duration(const char *s, double *seconds, const char **why);
  * in [0, max) and unique; on failure writes the reason into why. */
 int units_devices(const char *s, int32_t *idx, int *n, int *all, int max, char *why,
                   size_t whycap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DDPC_UNITS_H */

@@ -979,6 +979,8 @@ START_TEST(ddprt_flags)
     ck_assert_int_eq(run_main(&j, NULL, "--version", NULL), 0);
     ck_assert_msg(strstr(main_out, "abc123"), "%s", main_out);
     ck_assert_int_eq(run_main(&j, NULL, "--node-rank", "x"), 2);
+    ck_assert_int_eq(run_main(&j, NULL, "--node-rank", " 1"), 2);
+    ck_assert_msg(strstr(main_err, "--node-rank ' 1'"), "%s", main_err);
     ck_assert_int_eq(run_main(&j, NULL, "--resume", NULL), 2);
     ck_assert_int_eq(run_main(&j, NULL, "--resume", "/nonexistent/ckpt"), 1);
     ck_assert_msg(strstr(main_err, "/nonexistent/ckpt"), "%s", main_err);
@@ -998,6 +1000,9 @@ START_TEST(ddprt_flags)
         { "--sample", "0" }, { "--sample", "-3" }, { "--sample", "12abc" }, { "--sample", "" },
         { "--sample=5", "--temperature=-1" }, { "--sample=5", "--temperature=nan" },
         { "--sample=5", "--temperature=warm" }, { "--temperature=0.5", NULL },
+        /* strtod's hex and blanks: --temperature 0x10 was 16 */
+        { "--sample=5", "--temperature=0x10" }, { "--sample=5", "--temperature= 1" },
+        { "--sample=5", "--temperature=infinity" }, { "--sample", "0x10" },
         { "--prompt=hello", NULL }, { "--sample", NULL },
     };
     for (size_t i = 0; i < sizeof bad_sample / sizeof bad_sample[0]; i++) {
@@ -1036,6 +1041,9 @@ START_TEST(ddprt_env_checked)
         { "DDPC_PROFILE", "yes" }, { "DDPC_SHM_SPIN_US", "abc" }, { "DDPC_SHM_SPIN_US", "-5" },
         { "DDPC_BENCH_T0", "12x" }, { "DDPC_TEST_CKPT_STOP_AFTER_BYTES", "1e3" },
         { "DDPC_TEST_CUDA_PROBE_ERROR", "0" }, { "DDPC_TEST_STREAM_DELAY_US", "2e6" },
+        /* decimal only: strtod took DDPC_SHM_SPIN_US=0x10 as 16 */
+        { "DDPC_SHM_SPIN_US", "0x10" }, { "DDPC_BENCH_T0", " 5" },
+        { "DDPC_TEST_CKPT_SLOW_S", "0x1p2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(setenv(bad[i][0], bad[i][1], 1), 0);

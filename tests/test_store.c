@@ -228,6 +228,8 @@ START_TEST(ipv6_in_brackets)
     ck_assert_int_eq(store_split_addr("h:0", host, sizeof host, &port), -1);
     ck_assert_int_eq(store_split_addr("h:65536", host, sizeof host, &port), -1);
     ck_assert_int_eq(store_split_addr(":5", host, sizeof host, &port), -1);
+    ck_assert_int_eq(store_split_addr("h: 5", host, sizeof host, &port), -1);   /* strtol's blank */
+    ck_assert_int_eq(store_split_addr("h:+5", host, sizeof host, &port), 0);
     char buf[80];
     store_format_addr(buf, sizeof buf, "::1", 7);
     ck_assert_str_eq(buf, "[::1]:7");

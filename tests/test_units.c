@@ -55,6 +55,31 @@ START_TEST(test_double_forms)
 }
 END_TEST
 
+/* Numbers on a command line or in the environment: decimal only (strtod
+ * took "0x10" as 16 and strtol " 5" as 5), in range. */
+START_TEST(test_flag_numbers)
+{
+    int64_t v;
+    double d;
+    ck_assert_int_eq(units_flag_int("42", 0, 100, &v), 0);
+    ck_assert_int_eq(v, 42);
+    ck_assert_int_eq(units_flag_int("-3", -5, 5, &v), 0);
+    ck_assert_int_eq(v, -3);
+    const char *bad_int[] = { "", "0x10", "0o7", "0b1", "1_000", " 5", "5 ", "+", "-", "5a",
+                              "1e3", "101", "99999999999999999999" };
+    for (size_t i = 0; i < sizeof bad_int / sizeof bad_int[0]; i++)
+        ck_assert_msg(units_flag_int(bad_int[i], 0, 100, &v) < 0, "'%s' taken", bad_int[i]);
+    ck_assert_int_eq(units_flag_double("0.8", 0, HUGE_VAL, &d), 0);
+    ck_assert(d == 0.8);
+    ck_assert_int_eq(units_flag_double("1e-3", 0, 1, &d), 0);
+    ck_assert(d == 1e-3);
+    const char *bad_dbl[] = { "0x10", "0X1p4", "inf", "nan", "infinity", " 1", "1 ", "-1", "2",
+                              "" };
+    for (size_t i = 0; i < sizeof bad_dbl / sizeof bad_dbl[0]; i++)
+        ck_assert_msg(units_flag_double(bad_dbl[i], 0, 1.5, &d) < 0, "'%s' taken", bad_dbl[i]);
+}
+END_TEST
+
 START_TEST(test_bool_yaml11)
 {
     int b;
@@ -173,6 +198,7 @@ Suite *units_suite(void)
     TCase *tc = tcase_create("units");
     tcase_add_test(tc, test_int64_forms);
     tcase_add_test(tc, test_double_forms);
+    tcase_add_test(tc, test_flag_numbers);
     tcase_add_test(tc, test_bool_yaml11);
     tcase_add_test(tc, test_durations);
     tcase_add_test(tc, test_devices_strings);
