@@ -1,7 +1,7 @@
 /* spec.c - the front end as the compiler sees it (spec.h): file -> job.
  *
- * Owns reading the spec file (regular files only, or standard input for
- * "-"; size-capped) and the struct spec_doc that keeps the bytes, the tree and every string the job
+ * Owns reading the spec file (a regular file; standard input for "-", or a
+ * pipe or character device named as a file, read the same way; size-capped) and the struct spec_doc that keeps the bytes, the tree and every string the job
  * points to. Parsing is load.c's, rules are validate.c's.
  */
 #include "spec.h"
@@ -24,16 +24,87 @@ struct spec_doc {
     struct ddpc_node *root;
 };
 
-/* Reads the whole file into a malloc'd NUL-terminated buffer. Returns 0,
- * -1 with errno-style why (I/O), or -2 when the file is too large. */
-static int read_file(const char *path, char **out, size_t *len, char *why, size_t cap)
+/* Reads fd to its end into a malloc'd NUL-terminated buffer, at most
+ * DDPC_LOAD_MAX_BYTES (a pipe, a terminal, /dev/zero: no size to ask
+ * first). what names it in the too-large message ("standard input").
+ * Returns 0, -1 with errno-style why (I/O), or -2 when it is too large. */
+static int read_stream(int fd, const char *what, char **out, size_t *len, char *why,
+                       size_t cap)
+{
+    size_t got = 0, have = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (got > DDPC_LOAD_MAX_BYTES) {
+            free(buf);
+            snprintf(why, cap, "%s holds more than %u MiB; not a job spec", what,
+                     DDPC_LOAD_MAX_BYTES >> 20);
+            return -2;
+        }
+        if (got + 1 >= have) {      /* room for a byte and the NUL */
+            size_t more = have ? 2 * have : 65536;
+            char *nb = realloc(buf, more);
+            if (!nb) {
+                free(buf);
+                snprintf(why, cap, "out of memory");
+                return -1;
+            }
+            buf = nb;
+            have = more;
+        }
+        ssize_t r = read(fd, buf + got, have - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, cap, "%s", strerror(errno));
+            free(buf);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
+/* Reads the whole file into a malloc'd NUL-terminated buffer. A regular
+ * file is read at its size; a pipe or a character device (/dev/stdin,
+ * /dev/fd/N, a shell's <(...)) as standard input is, to its end, and
+ * *stream says so. Returns 0, -1 with errno-style why (I/O), or -2 when
+ * the file is too large. */
+static int read_file(const char *path, char **out, size_t *len, int *stream, char *why,
+                     size_t cap)
 {
     int rc = -1;
     char *buf = NULL;
     struct stat st;
-    int fd = probe_open(path, &st, why, cap);
-    if (fd < 0)
+    *stream = 0;
+    /* non-blocking: a FIFO without a writer must not hold the open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
         return -1;
+    }
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        goto out;
+    }
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            snprintf(why, cap, "%s", strerror(errno));
+            goto out;
+        }
+        *stream = 1;
+        rc = read_stream(fd, "it", out, len, why, cap);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        goto out;
+    }
     if ((unsigned long long)st.st_size > DDPC_LOAD_MAX_BYTES) {
         snprintf(why, cap, "file is larger than %u MiB; not a job spec", DDPC_LOAD_MAX_BYTES >> 20);
         rc = -2;
@@ -66,48 +137,6 @@ out:
     free(buf);
     close(fd);
     return rc;
-}
-
-/* Reads all of standard input (`cat job.yaml | ddpc check -`) into a
- * malloc'd NUL-terminated buffer. Returns as read_file does. */
-static int read_stdin(char **out, size_t *len, char *why, size_t cap)
-{
-    size_t got = 0, have = 0;
-    char *buf = NULL;
-    for (;;) {
-        if (got > DDPC_LOAD_MAX_BYTES) {
-            free(buf);
-            snprintf(why, cap, "standard input holds more than %u MiB; not a job spec",
-                     DDPC_LOAD_MAX_BYTES >> 20);
-            return -2;
-        }
-        if (got + 1 >= have) {      /* room for a byte and the NUL */
-            size_t more = have ? 2 * have : 65536;
-            char *nb = realloc(buf, more);
-            if (!nb) {
-                free(buf);
-                snprintf(why, cap, "out of memory");
-                return -1;
-            }
-            buf = nb;
-            have = more;
-        }
-        ssize_t r = read(STDIN_FILENO, buf + got, have - 1 - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            snprintf(why, cap, "%s", strerror(errno));
-            free(buf);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return 0;
 }
 
 /* Applies opt's overrides to the tree and appends one comment line per
@@ -178,12 +207,13 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
     /* "-": standard input, named "<stdin>" in messages; its relative
      * paths resolve against the working directory (validate_job: a file
      * name without a directory) */
-    int rrc;
+    int rrc, stream = 0;
     if (strcmp(path, "-") == 0) {
         path = DDPC_SPEC_STDIN;
-        rrc = read_stdin(&sd->text, &sd->len, why, sizeof why);
+        rrc = read_stream(STDIN_FILENO, "standard input", &sd->text, &sd->len, why,
+                          sizeof why);
     } else {
-        rrc = read_file(path, &sd->text, &sd->len, why, sizeof why);
+        rrc = read_file(path, &sd->text, &sd->len, &stream, why, sizeof why);
     }
     if (rrc == -1) {
         diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "cannot read: %s", why);
@@ -199,6 +229,14 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
     }
     if (!opt)
         opt = &defaults;
+    /* a pipe's name (/dev/fd/63) is no directory of the spec's: its
+     * relative paths resolve in the working directory, as "-"'s do */
+    struct spec_options streamed;
+    if (stream) {
+        streamed = *opt;
+        streamed.paths_from_cwd = 1;
+        opt = &streamed;
+    }
     if (load_yaml(path, sd->text, sd->len, &sd->arena, &sd->root, d) == 0 &&
         apply_overrides(sd, opt, d) == 0)
         validate_job(path, sd->root, opt, &sd->arena, job, d);

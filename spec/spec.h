@@ -31,6 +31,11 @@ struct spec_options {
      * instead of a line of the file. */
     const char *const *overrides;
     int n_overrides;
+    /* The spec's relative paths resolve in the working directory, not in
+     * its file's: set by spec_load_job for a spec read from a pipe or a
+     * character device (/dev/stdin, /dev/fd/N, <(...)), as for "-". The
+     * default job name is then "stdin". */
+    int paths_from_cwd;
 };
 
 struct spec_cache *spec_cache_new(void);   /* NULL when out of memory (then run without) */
@@ -38,7 +43,9 @@ void spec_cache_free(struct spec_cache *cache);   /* NULL is fine */
 
 /* The name of standard input in diagnostics: spec_load_job reads the spec
  * from standard input when path is "-" (`cat job.yaml | ddpc check -`), and
- * resolves its relative paths against the working directory. */
+ * resolves its relative paths against the working directory. A path that
+ * names a pipe or a character device (/dev/stdin, `ddpc check <(...)`) is
+ * read the same way, to its end, and keeps its name in diagnostics. */
 #define DDPC_SPEC_STDIN "<stdin>"
 
 /* Returns 0 when the spec is valid (warnings allowed), 1 when it has errors,

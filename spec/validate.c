@@ -2814,7 +2814,7 @@ static int ends_with(const char *s, const char *suffix)
  * reduced to the name alphabet ("stdin" for a spec read from it). */
 static const char *default_name(struct ddpc_vctx *c)
 {
-    if (strcmp(c->file, DDPC_SPEC_STDIN) == 0)
+    if (strcmp(c->file, DDPC_SPEC_STDIN) == 0 || (c->opt && c->opt->paths_from_cwd))
         return "stdin";
     const char *base = strrchr(c->file, '/');
     base = base ? base + 1 : c->file;
@@ -2919,7 +2919,7 @@ int validate_job(const char *file, const struct ddpc_node *root, const struct sp
     c.d = d;
     c.job = job;
     c.root = root;
-    const char *slash = strrchr(file, '/');
+    const char *slash = opt && opt->paths_from_cwd ? NULL : strrchr(file, '/');
     c.dir = slash ? arena_strndup(a, file, slash == file ? 1 : (size_t)(slash - file)) : "";
     if (!c.dir)
         c.dir = "";

@@ -258,9 +258,11 @@ static char *read_all(int fd)
 }
 
 /* Runs ddpc with argv (no shell), its standard input the file stdin_path
- * (NULL: the test's); stdout and stderr go to temp files so a large output
- * cannot deadlock a pipe. */
-static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_result *r)
+ * or, with stdin_text, a pipe that text is written into (NULL both: the
+ * test's); stdout and stderr go to temp files so a large output cannot
+ * deadlock a pipe. */
+static int run_ddpc_io(char *const argv[], const char *stdin_path, const char *stdin_text,
+                       struct cli_result *r)
 {
     const char *b = getenv("DDPC_BUILD");
     if (!b || !b[0])
@@ -278,6 +280,17 @@ static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_re
     ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, efd, 2), 0);
     if (stdin_path)
         ck_assert_int_eq(posix_spawn_file_actions_addopen(&fa, 0, stdin_path, O_RDONLY, 0), 0);
+    int pfd[2] = { -1, -1 };
+    if (stdin_text) {
+        /* the whole text waits in the pipe (less than its buffer), the
+         * write end closed: ddpc reads it and then EOF, or never reads */
+        ck_assert_int_eq(pipe(pfd), 0);
+        size_t len = strlen(stdin_text);
+        ck_assert(len < 65536);
+        ck_assert_int_eq(write(pfd[1], stdin_text, len), (ssize_t)len);
+        close(pfd[1]);
+        ck_assert_int_eq(posix_spawn_file_actions_adddup2(&fa, pfd[0], 0), 0);
+    }
     pid_t pid;
     char *args[64];
     int n = 0;
@@ -287,6 +300,8 @@ static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_re
     args[n] = NULL;
     ck_assert_int_eq(posix_spawn(&pid, exe, &fa, NULL, args, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
+    if (stdin_text)
+        close(pfd[0]);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -299,6 +314,11 @@ static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_re
     unlink(outp);
     unlink(errp);
     return 0;
+}
+
+static int run_ddpc_in(char *const argv[], const char *stdin_path, struct cli_result *r)
+{
+    return run_ddpc_io(argv, stdin_path, NULL, r);
 }
 
 static int run_ddpc(char *const argv[], struct cli_result *r)
@@ -431,6 +451,41 @@ START_TEST(test_cli_stdin)
                   "status %d: %s%s", r.status, r.out, r.err);
     run_free(&r);
     unlink(spec);
+    leave_top(fd);
+}
+END_TEST
+
+/* A pipe named as a file (/dev/stdin, /dev/fd/0; a shell's <(...) is
+ * /dev/fd/63) is read as "-" is, to its end: check refused it ("cannot
+ * read: not a regular file", exit 2) while "-" read the same pipe. Messages
+ * keep the name; relative paths resolve in the working directory (not in
+ * /dev); the default job name is "stdin". */
+START_TEST(test_cli_pipe_path)
+{
+    int fd = enter_top();
+    struct cli_result r;
+    char *text = slurp("tests/specs/invalid/linear-layers.yaml");
+    ck_assert_ptr_nonnull(text);
+    char *dev[] = { "check", "/dev/stdin", NULL };
+    NEED_DDPC(run_ddpc_io(dev, NULL, text, &r));
+    ck_assert_msg(r.status == 1, "status %d: %s%s", r.status, r.out, r.err);
+    ck_assert_str_eq(r.out, "/dev/stdin:5:11: error: model.layers: model type linear takes "
+                            "exactly 2 sizes [in, out], found 3\n");
+    run_free(&r);
+    free(text);
+    const char *ok = "devices: 1\nepochs: 1\nbatch_size: 2\nmodel: {type: linear, layers: "
+                     "[3, 3]}\ndata: {train: {format: csv, path: tests/specs/data/small.csv, "
+                     "label_column: 0}}\n";
+    char *fd0[] = { "check", "/dev/fd/0", NULL };
+    ck_assert_int_eq(run_ddpc_io(fd0, NULL, ok, &r), 0);
+    ck_assert_msg(r.status == 0 && strcmp(r.err, "1 file checked, 0 errors, 0 warnings\n") == 0,
+                  "status %d: %s%s", r.status, r.out, r.err);
+    run_free(&r);
+    char *plan[] = { "plan", "/dev/stdin", NULL };
+    ck_assert_int_eq(run_ddpc_io(plan, NULL, ok, &r), 0);
+    ck_assert_msg(r.status == 0 && strncmp(r.out, "job stdin\n", 10) == 0, "status %d: %s%s",
+                  r.status, r.out, r.err);
+    run_free(&r);
     leave_top(fd);
 }
 END_TEST
@@ -861,6 +916,7 @@ Suite *speccorpus_suite(void)
     tcase_set_timeout(cli, 60);
     tcase_add_test(cli, test_cli_exit_codes);
     tcase_add_test(cli, test_cli_stdin);
+    tcase_add_test(cli, test_cli_pipe_path);
     tcase_add_test(cli, test_cli_formats);
     tcase_add_test(cli, test_cli_many_specs);
     tcase_add_test(cli, test_cli_help);
