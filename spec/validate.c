@@ -2044,16 +2044,22 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
 
 /* ---- token sources (format text, tokens) ---- */
 
-/* check reads at most this much of a text source to compare its bytes with
- * a vocab_size below 256 (the job checks every byte at load anyway) */
-#define TEXT_SCAN_MAX ((int64_t)64 << 20)
+/* check reads at most this many bytes of a token source's range to compare
+ * its tokens with vocab_size (a text source's bytes with a vocab_size below
+ * 256, a shard's uint16 tokens with one below 65536); beyond it, a warning
+ * says the check was not made (the job checks every token at load) */
+#define TOKEN_SCAN_MAX ((int64_t)64 << 20)
 
-/* The first byte of stream range [a, b) of text files tf that is >= vocab:
- * its file, offset and value; 0 if none, -1 if unreadable. */
-static int text_first_over(const struct ddpc_token_files *tf, int64_t a, int64_t b, int vocab,
-                           const char **file, int64_t *off, int *val)
+/* The first token of stream range [a, b) of tf (text bytes or shard uint16
+ * tokens, little-endian) that is >= vocab: its file, its index in that
+ * file, its value, and the largest token of the range's files from there
+ * on; 0 if none, -1 if unreadable. */
+static int token_first_over(const struct ddpc_token_files *tf, int64_t a, int64_t b,
+                            int64_t vocab, const char **file, int64_t *idx, int64_t *val,
+                            int64_t *max)
 {
     unsigned char buf[65536];
+    int found = 0;
     for (int k = 0; k < tf->n; k++) {
         const struct ddpc_token_file *f = &tf->f[k];
         int64_t lo, hi;
@@ -2062,36 +2068,43 @@ static int text_first_over(const struct ddpc_token_files *tf, int64_t a, int64_t
         int fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
             return -1;
-        for (int64_t pos = lo - f->first; pos < hi - f->first;) {
-            int64_t left = hi - f->first - pos;
-            size_t want = left < (int64_t)sizeof buf ? (size_t)left : sizeof buf;
-            ssize_t r = pread(fd, buf, want, (off_t)pos);
+        size_t el = (size_t)tf->elem, per = sizeof buf / el;
+        for (int64_t t = lo - f->first; t < hi - f->first;) {
+            int64_t left = hi - f->first - t;
+            size_t want = (left < (int64_t)per ? (size_t)left : per) * el;
+            ssize_t r = pread(fd, buf, want, (off_t)(tf->header + (size_t)t * el));
             if (r < 0 && errno == EINTR)
                 continue;
-            if (r <= 0) {
+            if (r < (ssize_t)el) {
                 close(fd);
                 return -1;
             }
-            for (ssize_t i = 0; i < r; i++)
-                if (buf[i] >= vocab) {
+            size_t n = (size_t)r / el;
+            for (size_t i = 0; i < n; i++) {
+                int64_t v = el == 1 ? buf[i] : (int64_t)(buf[2 * i] | buf[2 * i + 1] << 8);
+                if (v < vocab)
+                    continue;
+                if (!found) {
+                    found = 1;
                     *file = f->path;
-                    *off = pos + i;
-                    *val = buf[i];
-                    close(fd);
-                    return 1;
+                    *idx = t + (int64_t)i;
+                    *val = *max = v;
+                } else if (v > *max) {
+                    *max = v;
                 }
-            pos += r;
+            }
+            t += (int64_t)n;
         }
         close(fd);
     }
-    return 0;
+    return found;
 }
 
 /* A text or tokens source: its files exist, shard headers are sound, the
  * range holds one window of T + 1 tokens (T 0: unknown), and a text
- * source's bytes are below vocab (vocab 0: unknown; a file larger than
- * TEXT_SCAN_MAX gets a warning, the job checks at load). Tokens of shards
- * are compared with vocab_size at load (reading them all is not cheap).
+ * source's bytes and a shard's tokens are below vocab (vocab 0: unknown; a
+ * range larger than TOKEN_SCAN_MAX bytes gets a warning saying they were
+ * not compared, the job checks at load).
  * Returns the windows at this stride, -1 when unknown. */
 static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_source *s,
                                   const char *spath, int64_t vocab, int64_t T, int64_t stride)
@@ -2125,25 +2138,42 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
               "than block_size + 1 = %lld that one window needs; use more data%s or a smaller "
               "model.block_size", p, files, (long long)(b - a), rn ? " in this range" : "",
               (long long)T + 1, rn ? ", a wider range" : "");
-    } else if (s->format == DDPC_DATA_TEXT && vocab > 0 && vocab < 256) {
+    } else if (vocab > 0 && vocab < (s->format == DDPC_DATA_TEXT ? 256 : 65536)) {
         const struct ddpc_node *vn = load_lookup(c->root, "model.vocab_size");
-        if (b - a > TEXT_SCAN_MAX) {
-            vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
-                  "'%s' is a text source (tokens are bytes, 0 to 255) larger than check reads "
-                  "(%lld MiB); the job fails at load if a byte is >= vocab_size %lld",
-                  p, (long long)(TEXT_SCAN_MAX >> 20), (long long)vocab);
+        int text = s->format == DDPC_DATA_TEXT;
+        int64_t bytes = (b - a) * tf.elem;
+        if (bytes > TOKEN_SCAN_MAX) {
+            if (text)
+                vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
+                      "'%s' is a text source (tokens are bytes, 0 to 255) larger than check "
+                      "reads (%lld MiB); the job fails at load if a byte is >= vocab_size %lld",
+                      p, (long long)(TOKEN_SCAN_MAX >> 20), (long long)vocab);
+            else
+                vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
+                      "'%s' holds %lld tokens (%lld MiB) in %s, more than check reads (%lld "
+                      "MiB): they were not compared with vocab_size %lld; the job fails at "
+                      "load if one is >= it", p, (long long)(b - a), (long long)(bytes >> 20),
+                      rn ? "this range" : "its files", (long long)(TOKEN_SCAN_MAX >> 20),
+                      (long long)vocab);
         } else {
-            int64_t off = 0;
-            int val = 0;
+            int64_t idx = 0, val = 0, max = 0;
             const char *file = p;
-            int r = text_first_over(&tf, a, b, (int)vocab, &file, &off, &val);
+            int r = token_first_over(&tf, a, b, vocab, &file, &idx, &val, &max);
             if (r < 0)
                 vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s", p, strerror(errno));
+            else if (r > 0 && text)
+                vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
+                      "'%s' holds byte %lld at offset %lld, not below vocab_size %lld: a text "
+                      "source's tokens are its bytes; set model.vocab_size: 256", file,
+                      (long long)val, (long long)idx, (long long)vocab);
             else if (r > 0)
                 vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
-                      "'%s' holds byte %d at offset %lld, not below vocab_size %lld: a text "
-                      "source's tokens are its bytes; set model.vocab_size: 256", file,
-                      val, (long long)off, (long long)vocab);
+                      "%s: '%s' holds token %lld at token %lld of the file (byte offset %lld), "
+                      "not below vocab_size %lld%s; set model.vocab_size to at least %lld, or "
+                      "use shards tokenized for this vocabulary", spath, file, (long long)val,
+                      (long long)idx, (long long)(DDPC_SHARD_HEADER_BYTES + 2 * idx),
+                      (long long)vocab, max > val ? " (and larger ones follow)" : "",
+                      (long long)max + 1);
         }
     }
     tokens_list_free(&tf);

@@ -368,9 +368,9 @@ static void write_shard_file(const char *dir, const char *name, int32_t count,
 }
 
 /* The job's launcher cuts the token streams into windows before any worker
- * starts: shards that check passed but that changed since, or that hold a
- * token the model's vocabulary lacks (check reads headers only), end the
- * job at once with the file, the token's place and what to do. */
+ * starts: shards that check passed but that changed since (here: a token
+ * the model's vocabulary lacks written after the build), end the job at
+ * once with the file, the token's place and what to do. */
 START_TEST(gpt_token_data_errors_at_load)
 {
     adopt_orphans();

@@ -1,6 +1,7 @@
 /* test_validate.c - spec/validate.c and keys.def: defaults, value forms,
  * exact diagnostics for each kind of mistake, cross-key rules, and the key
  * table's own consistency. */
+#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -468,6 +469,56 @@ static void write_bytes(const char *path, const void *b, size_t n)
     ck_assert_uint_eq(fwrite(b, 1, n, f), n);
     ck_assert_int_eq(fclose(f), 0);
 }
+
+/* A token range over 64 MiB is not read to compare its tokens with
+ * vocab_size (the job does at load), and check says so: here a sparse
+ * shard of 2^25 + 8 tokens (a hole reads as token 0) with a token of 9999
+ * at its end for a vocab_size of 64. Under the bound the same token is
+ * found, named with its index and byte offset. */
+START_TEST(test_token_scan_bound)
+{
+    char *dir = make_temp_dir("validate-scan");
+    ck_assert_ptr_nonnull(dir);
+    char *path = NULL;
+    ck_assert_int_ge(asprintf(&path, "%s/big.bin", dir), 0);
+    const int32_t n = (1 << 25) + 8;
+    uint16_t last = 9999;
+    ck_assert_int_eq(write_llmc_shard(path, 20240520, 1, n, &last, 0), 0);
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    const unsigned char le[2] = { 9999 & 0xff, 9999 >> 8 };
+    ck_assert_int_eq(pwrite(fd, le, 2, 1024 + 2 * (off_t)(n - 1)), 2);
+    ck_assert_int_eq(close(fd), 0);
+    char yaml[1024], file[600];
+    snprintf(yaml, sizeof yaml, "epochs: 1\nbatch_size: 2\nmodel: {type: gpt, vocab_size: 64, "
+             "block_size: 8, n_layer: 1, n_head: 2, n_embd: 8}\n"
+             "data: {train: {format: tokens, path: %s}}\n", path);
+    snprintf(file, sizeof file, "%s/t.yaml", dir);
+    struct checked c;
+    check_as(&c, file, yaml, 1);
+    ck_assert_msg(strstr(c.text, "warning: model.vocab_size: '") &&
+                  strstr(c.text, "big.bin' holds 33554440 tokens (64 MiB) in its files, more "
+                                 "than check reads (64 MiB): they were not compared with "
+                                 "vocab_size 64; the job fails at load if one is >= it"),
+                  "%s", c.text);
+    ck_assert_int_eq(c.rc, 0);
+    checked_free(&c);
+    /* the last 1000 tokens: read, and the token named */
+    snprintf(yaml, sizeof yaml, "epochs: 1\nbatch_size: 2\nmodel: {type: gpt, vocab_size: 64, "
+             "block_size: 8, n_layer: 1, n_head: 2, n_embd: 8}\n"
+             "data: {train: {format: tokens, path: %s, range: [0.99997, 1.0]}}\n", path);
+    check_as(&c, file, yaml, 1);
+    ck_assert_msg(strstr(c.text, "error: model.vocab_size: data.train: '") &&
+                  strstr(c.text, "big.bin' holds token 9999 at token 33554439 of the file (byte "
+                                 "offset 67109902), not below vocab_size 64; set "
+                                 "model.vocab_size to at least 10000"), "%s", c.text);
+    checked_free(&c);
+    ck_assert_int_eq(unlink(path), 0);
+    free(path);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
 
 /* The data-facts cache gives the same answers as reading, and notices a
  * data file that changed between two specs. */
@@ -1027,6 +1078,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_check_knows_what_the_job_refuses);
     tcase_add_test(tc, test_type_specific_keys);
     tcase_add_test(tc, test_data_headers);
+    tcase_add_test(tc, test_token_scan_bound);
     tcase_add_test(tc, test_data_cache);
     tcase_add_test(tc, test_lightning_values);
     tcase_add_test(tc, test_other_tools_keys);
