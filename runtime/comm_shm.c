@@ -933,8 +933,14 @@ static int shm_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
 static void shm_abort(struct ddpc_comm *c, const char *why)
 {
     struct shm_handle *h = c->impl;
-    char buf[SHM_WHY_MAX];
-    (void)snprintf(buf, sizeof buf, "rank %d: %s", c->rank, why);
+    char buf[SHM_WHY_MAX], self[32];
+    /* "rank 0: why", unless why names this rank already ("rank 0 (cpu
+     * worker 0) failed": not "rank 0: rank 0 ...") */
+    int n = snprintf(self, sizeof self, "rank %d ", c->rank);
+    if (n > 0 && strncmp(why, self, (size_t)n) == 0)
+        (void)snprintf(buf, sizeof buf, "%s", why);
+    else
+        (void)snprintf(buf, sizeof buf, "rank %d: %s", c->rank, why);
     region_abort(h->r, DDPC_E_ABORTED, buf);
 }
 

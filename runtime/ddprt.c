@@ -909,9 +909,12 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
 
 out:
     if (rc < 0) {
-        /* Peers blocked in a collective stop now, with this rank's reason. */
-        char why[600];
-        (void)snprintf(why, sizeof why, "rank %d (%s) failed: %s", w->rank, w->label, e->msg);
+        /* Peers blocked in a collective stop now. They name this rank, not
+         * its message: it prints that itself, whole, once ([rank N]
+         * error:), where a copy in every peer's line was cut at the shared
+         * region's 384 bytes */
+        char why[128];
+        (void)snprintf(why, sizeof why, "rank %d (%s) failed", w->rank, w->label);
         if (have_grad && grad.abort)
             grad.abort(&grad, why);
         if (have_sync && sync.abort)

@@ -123,7 +123,7 @@ static void launch_child_end_if_out_closed(void)
  * node that went away, while its local peers only saw it exit. */
 struct launch_note {
     double t;            /* ddpc_now() at failure; 0: none */
-    char   msg[400];
+    char   msg[sizeof ((struct ddpc_err *)0)->msg];   /* the whole message */
 };
 
 struct launch_child {
@@ -164,18 +164,22 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
             (void)DDPC_FAIL(&e, rc, "worker failed without a message");
         if (note) {
             note->t = ddpc_now();
-            (void)snprintf(note->msg, sizeof note->msg, "%.399s", e.msg);
+            (void)snprintf(note->msg, sizeof note->msg, "%s", e.msg);
         }
-        char why[640];
-        (void)snprintf(why, sizeof why, "rank %d (%s) failed: %s", w->rank, w->label, e.msg);
-        /* Peers blocked in a collective learn the cause at once. */
+        /* Peers blocked in a collective learn at once that this rank
+         * failed; its message is this rank's to print (below), once */
+        char why[128];
+        (void)snprintf(why, sizeof why, "rank %d (%s) failed", w->rank, w->label);
         comm_shm_abort_all(w->grad_region, why);
         comm_shm_abort_all(w->sync_region, why);
         (void)fflush(stdout);
+        /* a rank that stopped because another failed or went away says
+         * so ("stopped:"), so that the one error reads as the cause */
+        const char *how = e.code == DDPC_E_ABORTED || e.code == DDPC_E_PEER ? "stopped" : "error";
         if (e.file && env_get()->debug)   /* ddpc's own source: for bug reports only */
-            fprintf(stderr, "[rank %d] error: %s (%s:%d)\n", w->rank, e.msg, e.file, e.line);
+            fprintf(stderr, "[rank %d] %s: %s (%s:%d)\n", w->rank, how, e.msg, e.file, e.line);
         else
-            fprintf(stderr, "[rank %d] error: %s\n", w->rank, e.msg);
+            fprintf(stderr, "[rank %d] %s: %s\n", w->rank, how, e.msg);
         (void)fflush(stderr);
         _exit(launch_exit_code(e.code < 0 ? e.code : rc));
     }

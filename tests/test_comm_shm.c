@@ -661,7 +661,11 @@ END_TEST
 
 /* Each fake worker runs barriers on the gradient communicator until told to
  * stop; what it does differently per rank comes from the mode. */
-enum fake_mode { FAKE_OK, FAKE_KILL_RANK1, FAKE_FAIL_RANK1, FAKE_HANG, FAKE_TIMEOUT_RANK1 };
+enum fake_mode { FAKE_OK, FAKE_KILL_RANK1, FAKE_FAIL_RANK1, FAKE_HANG, FAKE_TIMEOUT_RANK1,
+                 FAKE_FAIL_RANK1_LONG };
+
+/* FAKE_FAIL_RANK1_LONG: rank 0's error, in memory shared across fork */
+static char *fake_seen;
 
 static int fake_worker(const struct launch_worker *w, struct ddpc_err *e)
 {
@@ -677,16 +681,24 @@ static int fake_worker(const struct launch_worker *w, struct ddpc_err *e)
                 rc = DDPC_FAIL(e, DDPC_E_DATA, "fake: batch %d is corrupt", step);
                 break;
             }
+            if (mode == FAKE_FAIL_RANK1_LONG) {
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "fake: batch %d is corrupt: %0450d", step, 7);
+                break;
+            }
             if (mode == FAKE_TIMEOUT_RANK1)
                 sleep(30);
         }
         if (mode == FAKE_HANG && w->rank == 0 && step == 2)
             pause();
+        if (mode == FAKE_FAIL_RANK1_LONG && w->rank == 0)
+            (void)signal(SIGTERM, SIG_IGN);   /* say what it saw before the SIGKILL */
         float x[3] = { (float)w->rank, 1, 2 };
         rc = comm_all_reduce(&c, x, x, 3, DDPC_REDUCE_SUM,
                              ddpc_deadline_after(mode == FAKE_TIMEOUT_RANK1 ? 0.5 : 0), e);
         if (rc == 0 && x[1] != (float)w->world)
             rc = DDPC_FAIL(e, DDPC_E_INVALID, "fake: sum %g != %d", x[1], w->world);
+        if (rc < 0 && mode == FAKE_FAIL_RANK1_LONG && w->rank == 0)
+            (void)snprintf(fake_seen, 1024, "%s", e->msg);
     }
     c.destroy(&c);
     return rc;
@@ -758,6 +770,33 @@ START_TEST(launch_worker_fails)
     ck_assert_int_eq(st, 1);
     ck_assert_msg(strstr(e.msg, "rank 1 (cpu worker 1) exited with status 12 (data error)"),
                   "msg: %s", e.msg);
+    assert_no_children();
+}
+END_TEST
+
+/* A rank that fails with a long message (500 bytes) stops its peers with
+ * "rank 1 (cpu worker 1) failed", not with its message: they repeated it,
+ * cut at the shared region's 384 bytes, after "failed:". It prints its
+ * message itself, once, whole. */
+START_TEST(launch_peer_names_the_failed_rank_only)
+{
+    silence_stderr();
+    fake_seen = mmap(NULL, 1024, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(fake_seen != MAP_FAILED);
+    fake_seen[0] = '\0';
+    struct launch_opts o;
+    fake_opts(&o, 2);
+    enum fake_mode mode = FAKE_FAIL_RANK1_LONG;
+    struct ddpc_err e = { 0 };
+    int st = launch_run(&o, fake_worker, &mode, &e);
+    ck_assert_int_eq(st, 1);
+    ck_assert_msg(strstr(e.msg, "rank 1 (cpu worker 1) exited with status 12 (data error)"),
+                  "msg: %s", e.msg);
+    const char *tail = "aborted: rank 1 (cpu worker 1) failed";
+    size_t n = strlen(fake_seen), t = strlen(tail);
+    ck_assert_msg(n >= t && strcmp(fake_seen + n - t, tail) == 0 && !strstr(fake_seen, "fake:"),
+                  "rank 0 saw: %s", fake_seen);
+    munmap(fake_seen, 1024);
     assert_no_children();
 }
 END_TEST
@@ -1524,6 +1563,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(l, launch_all_ok);
     tcase_add_test(l, launch_worker_killed);
     tcase_add_test(l, launch_worker_fails);
+    tcase_add_test(l, launch_peer_names_the_failed_rank_only);
     tcase_add_test(l, launch_timeout_reports_the_slow_rank);
     tcase_add_test(l, launch_sigterm_stops_everything);
     tcase_add_test(l, launch_killed_launcher_leaves_no_worker);

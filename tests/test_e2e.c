@@ -981,6 +981,81 @@ START_TEST(mid_epoch_resume_past_a_shorter_epoch_is_refused)
 }
 END_TEST
 
+/* How often needle occurs in text. */
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Rank 0 of two fails on its own (a refused resume: a data error) while
+ * rank 1 waits for it in a collective. Rank 1 repeated rank 0's message,
+ * cut at the shared region's 384 bytes mid-word ("Resume it with the
+ * checkpoint's setting, or from "), after "aborted: rank 0: rank 0 (cpu
+ * worker 0) failed:". Rank 0's message is printed once, whole; rank 1 says
+ * it stopped because rank 0 failed; the launcher's last line names rank 0. */
+START_TEST(rank0_error_printed_once_whole)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-once");
+    ck_assert_ptr_nonnull(dir);
+    const char *base = "name: me\naccelerator: cpu\ndevices: 2\nepochs: 2\nlr_scaling: linear\n"
+                       "loss: mse\noptimizer: {type: sgd}\nmodel: {type: mlp, layers: [16, 8, 1]}\n"
+                       "checkpoint_dir: ck\ncheckpoint: {every_n_steps: 1}\n"
+                       "data: {train: {format: synthetic, samples: 512, features: 16, "
+                       "classes: 0}}\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%sbatch_size: 16\n", base);
+    write_text(dir, "me.yaml", text);
+    struct run_result r;
+    run_in(dir, "me", 1, &r);
+    run_result_free(&r);
+    /* a checkpoint path long enough to carry the message past 384 bytes */
+    char name[300], *from = NULL, *deep = NULL, *to = NULL;
+    ckpt_named(dir, "me-e0001-s000000020-", name, sizeof name);
+    const char *sub = "checkpoints-of-the-run-that-was-stopped-on-tuesday-evening-before-the-"
+                      "maintenance-window";
+    ck_assert_int_ge(asprintf(&from, "%s/%s", dir, name), 0);
+    ck_assert_int_ge(asprintf(&deep, "%s/%s", dir, sub), 0);
+    ck_assert_int_ge(asprintf(&to, "%s/me-e0001-s000000020.ckpt", deep), 0);
+    ck_assert_int_eq(mkdir(deep, 0755), 0);
+    ck_assert_int_eq(rename(from, to), 0);
+    snprintf(text, sizeof text, "%sbatch_size: 32\n", base);
+    char *job = build_in(dir, "b32", text);
+    char arg[400];
+    snprintf(arg, sizeof arg, "%s/me-e0001-s000000020.ckpt", sub);
+    char *argv[] = { job, "--resume", arg, NULL };
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    char whole[700];
+    snprintf(whole, sizeof whole, "[rank 0] error: checkpoint %s was taken mid-epoch, 4 "
+             "batches into epoch 2, and batch_size changed: 16 -> 32: the batches left of "
+             "that epoch are not the ones it had left (samples would be trained twice or "
+             "skipped). Resume it with the checkpoint's setting, or from a checkpoint taken "
+             "at an epoch's end\n", arg);
+    ck_assert_msg(strlen(whole) > 400, "the message is short: %zu bytes", strlen(whole));
+    ck_assert_msg(strstr(r.err, whole), "lacks rank 0's whole message:\n%s", r.err);
+    ck_assert_msg(occurrences(r.err, "was taken mid-epoch") == 1, "repeated:\n%s", r.err);
+    /* rank 1 may be torn down before it says anything; if it does, it
+     * says it stopped */
+    const char *r1 = strstr(r.err, "[rank 1]");
+    ck_assert_msg(!r1 || (strncmp(r1, "[rank 1] stopped: ", 18) == 0 &&
+                          strstr(r1, "aborted: rank 0 (cpu worker 0) failed\n")),
+                  "rank 1's line:\n%s", r.err);
+    ck_assert_msg(strstr(r.err, "ddpc: rank 0 (cpu worker 0) exited with status 12 (data "
+                                "error)"), "%s", r.err);
+    run_result_free(&r);
+    free(from);
+    free(deep);
+    free(to);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A mid-epoch checkpoint named explicitly by a job with other training
  * data (here 640 synthetic samples for 512): the epoch's permutation is
  * over other samples, so "4 batches into epoch 2" names other ones; the
@@ -1534,6 +1609,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
     tcase_add_test(run, resume_across_grad_accumulation_keeps_the_schedule);
+    tcase_add_test(run, rank0_error_printed_once_whole);
     tcase_add_test(run, mid_epoch_resume_across_a_data_change);
     tcase_add_test(run, mid_epoch_resume_after_the_data_file_grew);
     tcase_add_test(run, csv_late_label_names_its_line);
