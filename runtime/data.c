@@ -708,6 +708,10 @@ static int csv_number(const char *s, double *v)
 {
     while (isspace((unsigned char)*s) || *s == '"')
         s++;
+    /* decimal only, as pandas reads a CSV: strtod's 0x10 is 16 */
+    const char *d = s + (*s == '+' || *s == '-');
+    if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X'))
+        return 0;
     char *end;
     errno = 0;
     *v = strtod(s, &end);

@@ -1550,6 +1550,9 @@ static void csv_first_line(const char *line, int lineno, struct csv_look *look)
         field[o] = '\0';
         char *e;
         double v = o ? strtod(field, &e) : 0;
+        const char *d = field + (field[0] == '+' || field[0] == '-');
+        if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X'))
+            e = field;   /* decimal only, as the job reads it: 0x10 is no number */
         if (o && *e == '\0' && isfinite(v))
             look->first_numbers++;
         else if (look->first_odd_col < 0) {
@@ -1618,6 +1621,9 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
             while (*f == ' ' || *f == '\t' || *f == '"')
                 f++;
             v[nv] = strtod(f, &e);
+            const char *d = f + (*f == '+' || *f == '-');
+            if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X'))
+                e = f;   /* decimal only, as the job reads it */
             while (*e == ' ' || *e == '\t' || *e == '"' || *e == '\r')
                 e++;
             numeric = e != f && (*e == ',' || *e == '\0') && isfinite(v[nv]);

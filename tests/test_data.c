@@ -414,6 +414,14 @@ START_TEST(csv_with_header)
     text = "1,2,3\n4,x,6\n";
     write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
     expect_error(&src, path_buf[0], "not a number");
+    /* hex is no number in a CSV (pandas reads "0x10" as text): strtod
+     * trained on it as 16 */
+    text = "1,2,3\n4,0x10,6\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    expect_error(&src, path_buf[0], ":2: column 2 (\"0x10\") is not a number");
+    text = "1,2,3\n4,\" -0X1p2\",6\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    expect_error(&src, path_buf[0], "is not a number");
     /* a UTF-8 byte order mark (Excel's "CSV UTF-8") is not part of the
      * first field: that row was taken for a header and dropped */
     text = "\xef\xbb\xbf" "1,2,0\n3,4,1\n";
