@@ -156,6 +156,9 @@ $(B)/obj/%.o: %.cu
 	$(NVCC) $(NVCCFLAGS) $(CUDA_OBJ_FLAGS) -Ispec -Iruntime -c $< -o $@
 
 $(B)/obj/runtime/ops_cuda.o: CUDA_OBJ_FLAGS = $(CUDA_EXACT_MATH)
+# nvcc writes no dependency files here: a CUDA object is rebuilt when any
+# runtime or spec header changes (ops_cuda_rows.cuh, ops_kernels.h, ...)
+$(CUDA_OBJ): $(wildcard runtime/*.h runtime/*.cuh spec/*.h)
 
 $(B)/obj/compiler:
 	@mkdir -p $@

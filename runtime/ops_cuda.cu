@@ -46,12 +46,14 @@
 #include "comm.h"          /* ddpc_now */
 #include "ops.h"
 #include "ops_kernels.h"
+#include "ops_cuda_rows.cuh"
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
 #define THREADS     256     /* block size of every kernel here */
 #define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
 #define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
+#define SEG_CHUNK   4096    /* layer norm dw/db: columns per pass (d_seg's width) */
 
 /* enum ddpc_precision (spec/job.h) */
 #define PREC_FP32 0
@@ -67,6 +69,7 @@ struct ops_cuda_ctx {
     int            *d_row_flag;      /* [cap_rows] 1 correct, 0 wrong, -1 bad label */
     int             cap_rows;
     double         *d_partial;       /* [RED_BLOCKS] first-stage sums */
+    double         *d_seg;           /* [2 SEG_ROWS][SEG_CHUNK] layer norm dw/db segment sums */
     double         *d_result;        /* [3] final sums, copied to h_result */
     double         *h_result;        /* [3] pinned, so the copy is truly async */
     float          *d_ones;          /* [cap_ones] 1.0f, for bias_grad */
@@ -648,10 +651,17 @@ static int cuda_loss(struct ddpc_ops *o, int loss_type, const float *logits,
     if (rows <= 0 || cols <= 0)
         return 0;
     DDPC_TRY(ensure_rows(c, rows, e));
-    k_loss_rows<<<(rows + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(
-        loss_type, logits, labels, targets, dlogits, rows, cols, grad_scale, c->d_row_loss,
-        c->d_row_flag);
-    KERNEL_CHECK(e, "k_loss_rows");
+    if (loss_type == DDPC_K_LOSS_XENT && cols >= XENT_WIDE) {
+        /* a GPT's vocabulary: a block per row (ops_cuda_rows.cuh) */
+        k_xent_wide<<<xent_blocks(rows), XENT_THREADS, 0, c->stream>>>(
+            logits, labels, dlogits, rows, cols, grad_scale, c->d_row_loss, c->d_row_flag);
+        KERNEL_CHECK(e, "k_xent_wide");
+    } else {
+        k_loss_rows<<<(rows + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(
+            loss_type, logits, labels, targets, dlogits, rows, cols, grad_scale,
+            c->d_row_loss, c->d_row_flag);
+        KERNEL_CHECK(e, "k_loss_rows");
+    }
     /* into the caller's device accumulator: no copy, no wait (ops.h) */
     k_loss_reduce<<<1, THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows, acc);
     KERNEL_CHECK(e, "k_loss_reduce");
@@ -697,16 +707,73 @@ __global__ static void k_layer(int kind, size_t n, struct ddpc_lk a)
         ddpc_lk_run(kind, i, &a);
 }
 
+/* Layer norm's dw, db (n = C columns over a->N rows): segment sums of at
+ * most SEG_CHUNK columns at a time into d_seg, then their sum in order. */
+static int ln_bwd_dw(struct ops_cuda_ctx *c, const struct ddpc_lk *a, struct ddpc_err *e)
+{
+    for (int c0 = 0; c0 < a->C; c0 += SEG_CHUNK) {
+        int cols = a->C - c0 < SEG_CHUNK ? a->C - c0 : SEG_CHUNK;
+        dim3 grid((unsigned)((cols + SEG_COLS - 1) / SEG_COLS), SEG_ROWS), block(SEG_COLS, SEG_DEPTH);
+        k_ln_dw_part<<<grid, block, 0, c->stream>>>(*a, c0, cols, c->d_seg);
+        KERNEL_CHECK(e, "k_ln_dw_part");
+        k_ln_dw_sum<<<grid_for((size_t)cols), THREADS, 0, c->stream>>>(*a, c0, cols, c->d_seg);
+        KERNEL_CHECK(e, "k_ln_dw_sum");
+    }
+    return 0;
+}
+
+/* The token embedding's dW (n = C): zeroed unless accg, then each
+ * (column, vocabulary slice) thread adds its rows in row order. */
+static int wte_bwd(struct ops_cuda_ctx *c, const struct ddpc_lk *a, struct ddpc_err *e)
+{
+    size_t C = (size_t)a->C, rows = (size_t)a->N * (size_t)a->T;
+    if (!a->accg)
+        CUDA_CHECK(e, cudaMemsetAsync(a->dw, 0, (size_t)a->V * C * sizeof *a->dw, c->stream));
+    if (rows == 0)
+        return 0;
+    dim3 grid((unsigned)((C + WTE_COLS - 1) / WTE_COLS), WTE_SLICES / 8), block(WTE_COLS, 8);
+    k_wte_bwd<<<grid, block, 0, c->stream>>>(*a, rows);
+    KERNEL_CHECK(e, "k_wte_bwd");
+    return 0;
+}
+
+/* Row kernels of 8 lanes (ops_cuda_rows.cuh) for the reductions along a
+ * row, the column kernels for those down a column; everything else is
+ * the element function, one thread per index. */
 static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struct ddpc_lk *a,
                              struct ddpc_err *e)
 {
+    struct ops_cuda_ctx *c = ctx_of(o);
     if (kind < 0 || kind >= DDPC_LK_COUNT)
         return DDPC_FAIL(e, DDPC_E_INVALID, "layer_kernel: unknown kind %d", kind);
     if (n == 0)
         return 0;
-    k_layer<<<grid_for(n), THREADS, 0, ctx_of(o)->stream>>>(kind, n, *a);
-    KERNEL_CHECK(e, "k_layer");
-    return 0;
+    switch (kind) {
+    case DDPC_LK_LN_FWD:
+        k_ln_fwd8<<<rows_blocks(n), ROW_THREADS, 0, c->stream>>>(n, *a);
+        KERNEL_CHECK(e, "k_ln_fwd8");
+        return 0;
+    case DDPC_LK_LN_BWD_DX:
+        k_ln_bwd_dx8<<<rows_blocks(n), ROW_THREADS, 0, c->stream>>>(n, *a);
+        KERNEL_CHECK(e, "k_ln_bwd_dx8");
+        return 0;
+    case DDPC_LK_ATTN_SOFTMAX:
+        k_attn_softmax8<<<rows_blocks(n), ROW_THREADS, 0, c->stream>>>(n, *a);
+        KERNEL_CHECK(e, "k_attn_softmax8");
+        return 0;
+    case DDPC_LK_ATTN_SOFTMAX_BWD:
+        k_attn_softmax_bwd8<<<rows_blocks(n), ROW_THREADS, 0, c->stream>>>(n, *a);
+        KERNEL_CHECK(e, "k_attn_softmax_bwd8");
+        return 0;
+    case DDPC_LK_LN_BWD_DW:
+        return ln_bwd_dw(c, a, e);
+    case DDPC_LK_EMB_BWD_WTE:
+        return wte_bwd(c, a, e);
+    default:
+        k_layer<<<grid_for(n), THREADS, 0, c->stream>>>(kind, n, *a);
+        KERNEL_CHECK(e, "k_layer");
+        return 0;
+    }
 }
 
 static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
@@ -797,6 +864,8 @@ static void cuda_destroy(struct ddpc_ops *o)
         (void)cudaFree(c->d_row_flag);
     if (c->d_partial)
         (void)cudaFree(c->d_partial);
+    if (c->d_seg)
+        (void)cudaFree(c->d_seg);
     if (c->d_result)
         (void)cudaFree(c->d_result);
     if (c->h_result)
@@ -846,6 +915,7 @@ static int ctx_init(struct ops_cuda_ctx *c, int device, struct ddpc_err *e)
     for (int i = 0; i < 2; i++)
         CUDA_CHECK(e, cudaEventCreateWithFlags(&c->ev_slot[i], cudaEventDisableTiming));
     CUDA_CHECK(e, cudaMalloc(&c->d_partial, RED_BLOCKS * sizeof *c->d_partial));
+    CUDA_CHECK(e, cudaMalloc(&c->d_seg, (size_t)2 * SEG_ROWS * SEG_CHUNK * sizeof *c->d_seg));
     CUDA_CHECK(e, cudaMalloc(&c->d_result, 3 * sizeof *c->d_result));
     CUDA_CHECK(e, cudaMallocHost(&c->h_result, 3 * sizeof *c->h_result));
     return 0;

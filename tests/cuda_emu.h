@@ -1,0 +1,60 @@
+/* cuda_emu.h - enough of CUDA's execution model, on the CPU, to run the
+ * kernels of runtime/ops_cuda_rows.cuh in a test on a machine without a GPU.
+ *
+ * Include it before the kernel file. A launch runs the grid's blocks one
+ * after another, each with all its threads as fibers (each its own stack)
+ * of which one runs at a time, in a fixed order (emu_order): a thread runs
+ * until it waits at __syncthreads or __shfl_xor_sync, or returns. So a
+ * barrier is a real barrier, a shuffle a real exchange, every run the same,
+ * and a read of shared memory that no barrier ordered sees the stale value
+ * in one of the two orders. A kernel whose lanes leave a shuffle's group,
+ * or whose threads miss a barrier, deadlocks: the launch fails, naming the
+ * wait. `__shared__` is a static: the one block running owns it.
+ *
+ * What this does not model: the GPU's memory model beyond what barriers
+ * order, device pointers (everything is host memory), speed. tests/gpu runs
+ * the same kernels on a GPU.
+ */
+#ifndef DDPC_CUDA_EMU_H
+#define DDPC_CUDA_EMU_H
+
+#ifdef __CUDACC__
+#error "cuda_emu.h stands in for CUDA on the CPU; nvcc has the real thing"
+#endif
+
+#include <stddef.h>
+
+struct emu_dim3 {
+    unsigned x, y, z;
+};
+
+extern struct emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+/* The order the threads of a block take turns in (EMU_ASCENDING: thread
+ * 0 first, then each runs after the one before it). */
+enum { EMU_ASCENDING, EMU_DESCENDING };
+extern int emu_order;
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+
+void   __syncthreads(void);
+double emu_shfl_xor_d(unsigned mask, double v, int lane_mask, int width);
+float  emu_shfl_xor_f(unsigned mask, float v, int lane_mask, int width);
+int    emu_shfl_xor_i(unsigned mask, int v, int lane_mask, int width);
+
+#define __shfl_xor_sync(mask, v, lane_mask, width)                          \
+    _Generic((v), double: emu_shfl_xor_d, float: emu_shfl_xor_f,            \
+                  int: emu_shfl_xor_i)((mask), (v), (lane_mask), (width))
+
+/* Runs body(arg) as every thread of a launch of `grid` blocks of `block`
+ * threads. Returns 0, or -1 with *why filled: an invalid shape (no
+ * threads, a block over 1024), a thread that cannot start, a shuffle
+ * outside CUDA's rules (a mask that is not the lane's group of `width`,
+ * lane_mask >= width), or a deadlock: a barrier or shuffle some threads
+ * never reach. */
+int emu_launch(struct emu_dim3 grid, struct emu_dim3 block, void (*body)(void *), void *arg,
+               char *why, size_t why_len);
+
+#endif
