@@ -69,9 +69,10 @@ struct ddpc_ops {
 
     /* batch independent gemms: for b in [0, batch), C + b*stride_c = alpha *
      * op(A + b*stride_a) op(B + b*stride_b) + beta * (C + b*stride_c), each
-     * as gemm above (strides in floats). Attention's per-head products.
-     * Always fp32 inputs (gemm_precision does not apply: the operands are
-     * activations, not the weights' low-precision copy); matmul_tf32 does. */
+     * as gemm above (strides in floats, >= 0). Attention's per-head
+     * products. gemm_precision applies as to gemm (CUDA: bf16/fp16 copies
+     * of both operands in scratch, as torch.autocast's bmm; the CPU stays
+     * fp32), and so does matmul_tf32. */
     int (*gemm_batched)(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
                         float alpha, const float *A, int lda, long long stride_a,
                         const float *B, int ldb, long long stride_b, float beta, float *C,

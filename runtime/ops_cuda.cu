@@ -416,13 +416,21 @@ static int cuda_synchronize(struct ddpc_ops *o, struct ddpc_err *e)
     return stream_wait(o, "synchronize", e);
 }
 
-/* Copies a row-major [rows, cols] matrix with row stride ld (fp32) into
- * scratch `which` as bf16/fp16 with the same stride. Only (rows-1)*ld + cols
- * elements are touched: the padding after the last row may not exist. */
-static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, int rows,
-                   int cols, int ld, const void **out, struct ddpc_err *e)
+/* The elements a row-major [rows, cols] matrix with row stride ld spans:
+ * (rows-1)*ld + cols (the padding after the last row may not exist); for
+ * `batch` of them `stride` apart, the span of all. */
+static size_t span_of(int batch, long long stride, int rows, int cols, int ld)
 {
-    size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld +
+           (size_t)cols;
+}
+
+/* Copies n fp32 elements (a matrix's or a batch's span, padding and all)
+ * into scratch `which` as bf16/fp16 at the same offsets, so the same
+ * strides address it. */
+static int cast_span(struct ops_cuda_ctx *c, int which, int prec, const float *x, size_t n,
+                     const void **out, struct ddpc_err *e)
+{
     size_t bytes = n * 2;
     if (bytes > c->cap_lo[which]) {
         /* reserve sized it; an operand larger than that grows it here,
@@ -448,6 +456,12 @@ static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, 
     }
     *out = c->d_lo[which];
     return 0;
+}
+
+static int cast_lo(struct ops_cuda_ctx *c, int which, int prec, const float *x, int rows,
+                   int cols, int ld, const void **out, struct ddpc_err *e)
+{
+    return cast_span(c, which, prec, x, span_of(1, 0, rows, cols, ld), out, e);
 }
 
 /* The bf16/fp16 copy of a gemm operand: inside the parameters
@@ -525,8 +539,10 @@ static int cuda_gemm(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n,
     return 0;
 }
 
-/* The batched form of cuda_gemm (fp32 inputs always; see ops.h), with the
- * same operand swap: C_b^T = op(B_b)^T op(A_b)^T. */
+/* The batched form of cuda_gemm, with the same operand swap: C_b^T =
+ * op(B_b)^T op(A_b)^T. bf16/fp16: each operand's whole span (all batch
+ * entries, overlapping views such as attention's heads of one qkv buffer
+ * included) is cast once into scratch, as torch.autocast runs bmm. */
 static int cuda_gemm_batched(struct ddpc_ops *o, int trans_a, int trans_b, int m, int n, int k,
                              float alpha, const float *A, int lda, long long stride_a,
                              const float *B, int ldb, long long stride_b, float beta, float *C,
@@ -537,12 +553,31 @@ static int cuda_gemm_batched(struct ddpc_ops *o, int trans_a, int trans_b, int m
                          "batch=%d", m, n, k, batch);
     if (m == 0 || n == 0 || batch == 0)
         return 0;
+    if (stride_a < 0 || stride_b < 0 || stride_c < 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm_batched: negative stride");
     struct ops_cuda_ctx *c = ctx_of(o);
-    DDPC_TRY(fp32_math_mode(o, c, e));
-    CUBLAS_CHECK(e, cublasSgemmStridedBatched(c->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                                              &alpha, B, ldb, stride_b, A, lda, stride_a, &beta,
-                                              C, ldc, stride_c, batch));
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int prec = o->gemm_precision;
+    if (prec == PREC_FP32 || k == 0) {
+        DDPC_TRY(fp32_math_mode(o, c, e));
+        CUBLAS_CHECK(e, cublasSgemmStridedBatched(c->blas, op_b, op_a, n, m, k, &alpha, B, ldb,
+                                                  stride_b, A, lda, stride_a, &beta, C, ldc,
+                                                  stride_c, batch));
+        return 0;
+    }
+    if (prec != PREC_BF16 && prec != PREC_FP16)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda gemm_batched: unknown precision %d", prec);
+    const void *a_lo = NULL, *b_lo = NULL;
+    DDPC_TRY(cast_span(c, 0, prec, A, span_of(batch, stride_a, trans_a ? k : m,
+                                              trans_a ? m : k, lda), &a_lo, e));
+    DDPC_TRY(cast_span(c, 1, prec, B, span_of(batch, stride_b, trans_b ? n : k,
+                                              trans_b ? k : n, ldb), &b_lo, e));
+    cudaDataType_t t = prec == PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(e, cublasGemmStridedBatchedEx(c->blas, op_b, op_a, n, m, k, &alpha, b_lo, t,
+                                               ldb, stride_b, a_lo, t, lda, stride_a, &beta, C,
+                                               CUDA_R_32F, ldc, stride_c, batch,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 

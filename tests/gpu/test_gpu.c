@@ -218,6 +218,45 @@ static void test_gemm(struct pair *p)
     p->gpu.gemm_precision = 0;
 }
 
+/* gemm_batched in the three precisions. A is attention's kind of operand:
+ * per-head [T, hs] views of one [T, 3C] buffer (row stride 3C, batch
+ * stride hs, so the views overlap), used as is or transposed; B is a dense
+ * per-head matrix of the shape that fits, stored as is or transposed,
+ * with padded rows. */
+static void test_gemm_batched(struct pair *p)
+{
+    const int T = 45, H = 3, hs = 16, C3 = 3 * H * hs, N = 21, pad = 2;
+    for (int t = 0; t < 12; t++) {         /* 3 precisions x 4 transpose pairs */
+        int prec = t / 4, ta = (t >> 1) & 1, tb = t & 1;
+        p->gpu.gemm_precision = prec;
+        int m = ta ? hs : T, k = ta ? T : hs, n = N;
+        int ldb = (tb ? k : n) + pad;                     /* stored B: [k, n] or [n, k] */
+        long long sb = (long long)(tb ? n : k) * ldb, sc = (long long)m * n;
+        size_t na = (size_t)T * C3, nb = (size_t)H * sb, nc = (size_t)H * sc;
+        float *A = rand_vec(na, 1), *B = rand_vec(nb, 1), *Cm = rand_vec(nc, 1);
+        float *dA = up(p, A, na * 4), *dB = up(p, B, nb * 4), *dC = up(p, Cm, nc * 4);
+        struct ddpc_err e = {0};
+        char what[80];
+        snprintf(what, sizeof what, "gemm_batched %s trans_a=%d trans_b=%d", prec_name[prec],
+                 ta, tb);
+        if (!dA || !dB || !dC ||
+            p->cpu.gemm_batched(&p->cpu, ta, tb, m, n, k, 0.25f, A, C3, hs, B, ldb, sb, 0.5f,
+                                Cm, n, sc, H, &e) < 0 ||
+            p->gpu.gemm_batched(&p->gpu, ta, tb, m, n, k, 0.25f, dA, C3, hs, dB, ldb, sb, 0.5f,
+                                dC, n, sc, H, &e) < 0)
+            fail_err(what, &e);
+        else
+            compare_dev(p, what, dC, Cm, nc, gemm_tol[prec]);
+        p->gpu.release(&p->gpu, dA);
+        p->gpu.release(&p->gpu, dB);
+        p->gpu.release(&p->gpu, dC);
+        free(A);
+        free(B);
+        free(Cm);
+    }
+    p->gpu.gemm_precision = 0;
+}
+
 /* The bf16 copy of the weights (set_weights): a gemm reading them matches
  * the CPU, and after the weights change (to_device into them, an optimizer
  * step) the next gemm reads the new values, not the stale copy. Also TF32
@@ -680,6 +719,7 @@ static void run_ops_tests(const struct ddpc_backend *b)
         return;
     }
     test_gemm(&p);
+    test_gemm_batched(&p);
     test_weight_copy(&p);
     test_act(&p);
     test_bias_grad(&p);
