@@ -137,6 +137,9 @@ struct ddpc_run {
         float   *host_state;    /* [n_params + n_opt] rank 0's host copy; NULL elsewhere */
         int64_t  start_epoch;   /* where a resumed run continues */
         int64_t  start_batch;
+        int64_t  file_step;     /* rank 0: the resumed checkpoint's own step count (its
+                                   run's metrics rows end there; optim.step may be
+                                   this job's count: resume_step) */
         int      resumed;
         char    *ident;         /* rank 0: this run's description; NULL elsewhere */
         char     ident_hash[DDPC_IDENT_HASH_LEN + 1];
@@ -1097,6 +1100,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             pos[1] = (double)c.sampler_epoch;
             pos[2] = (double)c.sampler_batches;
             int64_t step = resume_step(r, &c);
+            r->ckpt.file_step = c.step;
             pos[3] = (double)step;
             /* the moments keep the updates they had (torch's state['step']) */
             pos[4] = (double)(c.optim_step - step);
@@ -1305,8 +1309,10 @@ static int train_open_metrics(struct ddpc_run *r, struct train_state *t, struct 
     r->log.mjob = *r->job;
     if (!t->out)
         r->log.mjob.logging.progress = DDPC_PROGRESS_OFF;
+    /* the rows the checkpoint's run wrote up to it stay (in its steps,
+     * where a resume_step regrouping numbers this run's otherwise) */
     DDPC_TRY(metrics_open(&r->log.metrics, &r->log.mjob, r->optim.total_steps,
-                          r->ckpt.resumed ? (int64_t)r->optim.step : -1, t->out,
+                          r->ckpt.resumed ? r->ckpt.file_step : -1, t->out,
                           t->out ? isatty(fileno(t->out)) : 0, e));
     r->log.on = 1;
     /* Lightning warns of this too: a training-loss row is written every

@@ -1220,7 +1220,8 @@ START_TEST(resume_across_grad_accumulation_keeps_the_schedule)
                        "data: {train: {format: synthetic, samples: 512, features: 16, "
                        "classes: 0}}\n";
     char text[1024];
-    snprintf(text, sizeof text, "%scheckpoint_dir: ck\n", base);
+    snprintf(text, sizeof text, "%scheckpoint_dir: ck\n"
+             "logging: {metrics_csv: ga.csv, every_n_steps: 1}\n", base);
     write_text(dir, "me.yaml", text);           /* 16 steps an epoch */
     struct run_result r;
     run_in(dir, "me", 1, &r);
@@ -1245,7 +1246,17 @@ START_TEST(resume_across_grad_accumulation_keeps_the_schedule)
                                        "done epochs=2 steps=16 ", NULL });
     double want[8], got[8];
     csv_lrs(dir, "fresh.csv", 9, 16, want);
-    csv_lrs(dir, "ga.csv", 9, 16, got);
+    csv_lrs(dir, "ga.csv", 9, 16, got);     /* the last row of each step: the resumed run's */
+    /* the CSV keeps the rows the checkpoint's run wrote up to it (steps 1
+     * to 16 of its own), then this run's 9 to 16; it cut them at step 8 */
+    char *csv = NULL, *rows = NULL;
+    ck_assert_int_ge(asprintf(&csv, "%s/ga.csv", dir), 0);
+    rows = read_whole(csv, NULL);
+    ck_assert_ptr_nonnull(rows);
+    ck_assert_msg(occurrences(rows, "\n12,") == 2 && occurrences(rows, "\n16,") == 2 &&
+                  occurrences(rows, "\n17,") == 0, "%s", rows);
+    free(rows);
+    free(csv);
     for (int i = 0; i < 8; i++)
         ck_assert_msg(got[i] == want[i], "step %d: learning rate %.9g, a fresh run %.9g", 9 + i,
                       got[i], want[i]);
