@@ -1394,9 +1394,26 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
     }
     if (r->job.accelerator == DDPC_ACCEL_AUTO && !r->use_cuda)
         fprintf(stderr, "%s\n", r->accel_note);
-    if (fl->resume && access(fl->resume, R_OK) != 0) {
-        fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl->resume, strerror(errno));
-        return -1;
+    /* the checkpoint named (--resume, checkpoint.resume: PATH) is a file
+     * rank 0 can read: said here, once, instead of by rank 0 after the
+     * workers started (with the other ranks' "stopped" lines) */
+    const char *rp = r->job.checkpoint.resume == DDPC_RESUME_PATH
+                   ? r->job.checkpoint.resume_path : NULL;
+    if (rp && *rp) {
+        const char *how = fl->resume ? "--resume" : "checkpoint.resume:";
+        struct stat st;
+        if (stat(rp, &st) != 0 || access(rp, R_OK) != 0) {
+            fprintf(stderr, "ddpc: error: %s %s: %s\n", how, rp, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "ddpc: error: %s %s: %s; name one checkpoint file (a .ckpt in "
+                    "checkpoint_dir)%s\n", how, rp,
+                    S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file",
+                    S_ISDIR(st.st_mode) ? ", or set checkpoint_dir to it and checkpoint.resume: "
+                    "auto for its newest" : "");
+            return -1;
+        }
     }
     if (ddprt_output_preflight(r, e) < 0 || ddprt_ckpt_preflight(r, e) < 0) {
         ddprt_report(e);

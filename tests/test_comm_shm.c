@@ -1023,6 +1023,19 @@ START_TEST(ddprt_flags)
     ck_assert_int_eq(run_main(&j, NULL, "--resume", NULL), 2);
     ck_assert_int_eq(run_main(&j, NULL, "--resume", "/nonexistent/ckpt"), 1);
     ck_assert_msg(strstr(main_err, "/nonexistent/ckpt"), "%s", main_err);
+    /* a directory or a device is refused before any worker starts (rank 0
+     * said "checkpoint /tmp: not a regular file", the others "stopped") */
+    ck_assert_int_eq(run_main(&j, NULL, "--resume", "/tmp"), 1);
+    ck_assert_msg(strstr(main_err, "ddpc: error: --resume /tmp: is a directory; name one "
+                                   "checkpoint file") && !strstr(main_err, "[rank"),
+                  "%s", main_err);
+    j.checkpoint.resume = DDPC_RESUME_PATH;
+    j.checkpoint.resume_path = "/dev/null";
+    ck_assert_int_eq(run_main(&j, NULL, NULL, NULL), 1);
+    ck_assert_msg(strstr(main_err, "ddpc: error: checkpoint.resume: /dev/null: not a regular "
+                                   "file") && !strstr(main_err, "[rank"), "%s", main_err);
+    j.checkpoint.resume = DDPC_RESUME_AUTO;
+    j.checkpoint.resume_path = NULL;
     ck_assert_int_eq(run_main(&j, NULL, "--master", "nohost"), 1);
     ck_assert_msg(strstr(main_err, "HOST:PORT"), "%s", main_err);
     /* brackets only around a whole IPv6 address: '[::1' used to become
