@@ -1111,14 +1111,19 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
                 fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld%s)\n", path,
                         (long long)pos[1], (long long)c.step,
                         c.sampler_batches ? ", mid-epoch" : "");
+                char data[160] = "";   /* the same settings over other data */
+                if (c.train_samples > 0 && c.train_samples != r->a->train->n)
+                    (void)snprintf(data, sizeof data, " (the training data holds %lld "
+                                   "samples, the checkpoint's run read %lld)",
+                                   (long long)r->a->train->n, (long long)c.train_samples);
                 if (step != c.step)
                     fprintf(r->a->out, "note: the checkpoint's run took %lld optimizer steps "
-                            "to get here, this job takes %lld (%lld an epoch): its "
+                            "to get here, this job takes %lld (%lld an epoch)%s: its "
                             "learning-rate schedule resumes at step %lld of %lld, where a "
                             "run of this job would be; the optimizer's moments keep their "
                             "%lld updates\n", (long long)c.step, (long long)step,
                             (long long)(r->optim.total_steps / (j->epochs > 0 ? j->epochs : 1)),
-                            (long long)step, (long long)r->optim.total_steps,
+                            data, (long long)step, (long long)r->optim.total_steps,
                             (long long)c.optim_step);
                 resume_notice(r, &c, r->a->out);
                 fflush(r->a->out);

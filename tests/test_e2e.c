@@ -1127,8 +1127,12 @@ START_TEST(mid_epoch_resume_after_the_data_file_grew)
                    (const char *const[]){ "was taken mid-epoch, 4 batches into epoch 2 of 512 "
                                           "training samples, and this job reads 640 (the data "
                                           "changed since)", NULL }, "epoch 2/2");
+    /* the same settings: the note says why the steps differ */
     resume_runs(dir, job, "me-e0001-s000000016-",      /* the end of epoch 1 */
-                (const char *const[]){ "done epochs=2 steps=40 ", NULL });
+                (const char *const[]){ "this job takes 20 (20 an epoch) (the training data "
+                                       "holds 640 samples, the checkpoint's run read 512): its "
+                                       "learning-rate schedule resumes at step 20 of 40",
+                                       "done epochs=2 steps=40 ", NULL });
     free(job);
     rm_tree(dir);
     free(dir);
