@@ -54,6 +54,7 @@
 #define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
 #define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
 #define SEG_CHUNK   4096    /* layer norm dw/db: columns per pass (d_seg's width) */
+#define SEG_DOUBLES ((size_t)2 * SEG_ROWS * SEG_CHUNK)   /* d_seg's size */
 
 /* enum ddpc_precision (spec/job.h) */
 #define PREC_FP32 0
@@ -69,7 +70,7 @@ struct ops_cuda_ctx {
     int            *d_row_flag;      /* [cap_rows] 1 correct, 0 wrong, -1 bad label */
     int             cap_rows;
     double         *d_partial;       /* [RED_BLOCKS] first-stage sums */
-    double         *d_seg;           /* [2 SEG_ROWS][SEG_CHUNK] layer norm dw/db segment sums */
+    double         *d_seg;           /* [SEG_DOUBLES]: layer norm dw/db and per-channel segment sums */
     double         *d_result;        /* [3] final sums, copied to h_result */
     double         *h_result;        /* [3] pinned, so the copy is truly async */
     float          *d_ones;          /* [cap_ones] 1.0f, for bias_grad */
@@ -757,6 +758,29 @@ static int ln_bwd_dw(struct ops_cuda_ctx *c, const struct ddpc_lk *a, struct ddp
     return 0;
 }
 
+/* A per-channel reduction (ops_cuda_rows.cuh), as many channels a pass as
+ * d_seg holds: the conv bias gradient, batch norm's backward sums, or (bn
+ * = 1) batch norm's training statistics, whose second pass needs the
+ * first's means. */
+static int chan_sums(struct ops_cuda_ctx *c, int what, int bn, const struct ddpc_lk *a,
+                     struct ddpc_err *e)
+{
+    int chunk = (int)(SEG_DOUBLES / chan_part_doubles(1));
+    for (int c0 = 0; c0 < a->C; c0 += chunk) {
+        int cols = a->C - c0 < chunk ? a->C - c0 : chunk;
+        dim3 grid((unsigned)cols, CH_SEGS);
+        for (int pass = 0; pass < (bn ? 2 : 1); pass++) {
+            int w = bn ? (pass ? CH_BN_SQ : CH_BN_SUM) : what;
+            k_chan_part<<<grid, CH_THREADS, 0, c->stream>>>(w, *a, c0, cols, c->d_seg);
+            KERNEL_CHECK(e, "k_chan_part");
+            k_chan_sum<<<grid_for((size_t)cols), THREADS, 0, c->stream>>>(w, *a, c0, cols,
+                                                                          c->d_seg);
+            KERNEL_CHECK(e, "k_chan_sum");
+        }
+    }
+    return 0;
+}
+
 /* The token embedding's dW (n = C): zeroed unless accg, then each
  * (column, vocabulary slice) thread adds its rows in row order. */
 static int wte_bwd(struct ops_cuda_ctx *c, const struct ddpc_lk *a, struct ddpc_err *e)
@@ -804,6 +828,16 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
         return ln_bwd_dw(c, a, e);
     case DDPC_LK_EMB_BWD_WTE:
         return wte_bwd(c, a, e);
+    case DDPC_LK_CHAN_BIAS_GRAD:
+        return chan_sums(c, CH_BIAS_GRAD, 0, a, e);
+    case DDPC_LK_BN_BWD_REDUCE:
+        return chan_sums(c, CH_BN_BWD, 0, a, e);
+    case DDPC_LK_BN_STATS:
+        if (a->training)
+            return chan_sums(c, 0, 1, a, e);
+        k_layer<<<grid_for(n), THREADS, 0, c->stream>>>(kind, n, *a);   /* running stats */
+        KERNEL_CHECK(e, "k_layer");
+        return 0;
     default:
         k_layer<<<grid_for(n), THREADS, 0, c->stream>>>(kind, n, *a);
         KERNEL_CHECK(e, "k_layer");
@@ -950,7 +984,7 @@ static int ctx_init(struct ops_cuda_ctx *c, int device, struct ddpc_err *e)
     for (int i = 0; i < 2; i++)
         CUDA_CHECK(e, cudaEventCreateWithFlags(&c->ev_slot[i], cudaEventDisableTiming));
     CUDA_CHECK(e, cudaMalloc(&c->d_partial, RED_BLOCKS * sizeof *c->d_partial));
-    CUDA_CHECK(e, cudaMalloc(&c->d_seg, (size_t)2 * SEG_ROWS * SEG_CHUNK * sizeof *c->d_seg));
+    CUDA_CHECK(e, cudaMalloc(&c->d_seg, SEG_DOUBLES * sizeof *c->d_seg));
     CUDA_CHECK(e, cudaMalloc(&c->d_result, 3 * sizeof *c->d_result));
     CUDA_CHECK(e, cudaMallocHost(&c->h_result, 3 * sizeof *c->h_result));
     return 0;

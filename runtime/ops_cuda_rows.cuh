@@ -25,6 +25,10 @@
  *                     rows in row order: the CPU's bits.
  *   a block per row   softmax cross-entropy over a wide row (GPT's 50257
  *                     logits): max, sum and the gradient with 256 threads.
+ *   channel segments  a CNN's per-channel sums over [N][C][H] planes (conv
+ *                     bias gradient, batch norm's statistics and backward
+ *                     sums): 16 sample segments per channel, a block each,
+ *                     then the segments in order.
  *
  * This file is C as well as CUDA: tests/test_cuda_rows.c compiles it with
  * the C compiler against tests/cuda_emu.h, which runs each block's threads
@@ -276,6 +280,126 @@ __global__ static void k_ln_dw_sum(struct ddpc_lk a, int c0, int cols, const dou
         ddpc_k_put(&a.dw[c0 + jc], (float)w, a.accg);
         if (a.db)
             ddpc_k_put(&a.db[c0 + jc], (float)b, a.accg);
+    }
+}
+
+/* ---- per-channel sums over [N][C][H] planes (conv bias, batch norm) ----
+ *
+ * DDPC_LK_CHAN_BIAS_GRAD and batch norm's statistics and backward sums add,
+ * for each channel c, the N * H elements of its planes: one thread per
+ * channel walked up to 131072 elements (a CNN's first layer at batch 128).
+ * Here block (c, g) of CH_THREADS threads adds the elements of samples
+ * [g n_per, (g+1) n_per) of channel c, flattened so that a small plane
+ * does not idle the block, in a fixed tree; k_chan_sum adds the CH_SEGS
+ * segment sums in order and finishes the op. Channels [c0, c0 + cols) per
+ * pass; part holds 2 CH_SEGS cols sums, then cols means (batch norm). */
+#define CH_THREADS 256
+#define CH_SEGS    16
+
+/* What k_chan_part sums: */
+enum {
+    CH_BIAS_GRAD,   /* v0: dy */
+    CH_BN_SUM,      /* v0: x */
+    CH_BN_SQ,       /* v0: (x - mean)^2, mean from k_chan_sum's CH_BN_SUM */
+    CH_BN_BWD       /* v0: dy, v1: dy xhat */
+};
+
+DDPC_HD size_t chan_part_doubles(int cols)
+{
+    return (size_t)(2 * CH_SEGS + 1) * (size_t)cols;
+}
+
+__device__ static inline double block_tree(double *sh, double v)
+{
+    int t = (int)threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (int h = CH_THREADS / 2; h > 0; h >>= 1) {
+        if (t < h)
+            sh[t] += sh[t + h];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();              /* sh is written again by the next call */
+    return r;
+}
+
+__global__ static void k_chan_part(int what, struct ddpc_lk a, int c0, int cols, double *part)
+{
+    __shared__ double sh[CH_THREADS];
+    int cc = (int)blockIdx.x, c = c0 + cc, g = (int)blockIdx.y;
+    int n_per = (a.N + CH_SEGS - 1) / CH_SEGS;
+    int n0 = g * n_per, n1 = n0 + n_per < a.N ? n0 + n_per : a.N;
+    size_t H = (size_t)a.H, count = n1 > n0 ? (size_t)(n1 - n0) * H : 0;
+    const double *mean = part + (size_t)2 * CH_SEGS * cols;
+    double v0 = 0.0, v1 = 0.0;
+    for (size_t k = threadIdx.x; k < count; k += CH_THREADS) {
+        size_t n = (size_t)n0 + k / H, o = (n * (size_t)a.C + (size_t)c) * H + k % H;
+        switch (what) {
+        case CH_BIAS_GRAD:
+            v0 += a.dy[o];
+            break;
+        case CH_BN_SUM:
+            v0 += a.x[o];
+            break;
+        case CH_BN_SQ: {
+            double d = a.x[o] - mean[cc];
+            v0 += d * d;
+            break;
+        }
+        default: {                /* CH_BN_BWD: ddpc_lk_bn_bwd_reduce's terms */
+            float dy = a.dy[o];
+            v0 += dy;
+            v1 += (double)dy * ((a.x[o] - a.s0[c]) * a.s1[c]);
+            break;
+        }
+        }
+    }
+    v0 = block_tree(sh, v0);
+    if (what == CH_BN_BWD)
+        v1 = block_tree(sh, v1);
+    if (threadIdx.x == 0) {
+        part[(size_t)g * cols + cc] = v0;
+        part[(size_t)(CH_SEGS + g) * cols + cc] = v1;
+    }
+}
+
+/* One thread per channel of [c0, c0 + cols): the segment sums in order,
+ * then what the element function does with its sums. */
+__global__ static void k_chan_sum(int what, struct ddpc_lk a, int c0, int cols, double *part)
+{
+    double *mean = part + (size_t)2 * CH_SEGS * cols;
+    for (int cc = (int)(blockIdx.x * blockDim.x + threadIdx.x); cc < cols;
+         cc += (int)(gridDim.x * blockDim.x)) {
+        int c = c0 + cc;
+        double v0 = 0.0, v1 = 0.0;
+        for (int g = 0; g < CH_SEGS; g++) {
+            v0 += part[(size_t)g * cols + cc];
+            v1 += part[(size_t)(CH_SEGS + g) * cols + cc];
+        }
+        size_t m = (size_t)a.N * (size_t)a.H;
+        if (what == CH_BIAS_GRAD) {
+            ddpc_k_put(&a.db[c], (float)v0, a.accg);
+        } else if (what == CH_BN_SUM) {
+            mean[cc] = v0 / (double)m;
+        } else if (what == CH_BN_SQ) {
+            /* ddpc_lk_bn_stats from its two sums on */
+            float *rm = a.rs, *rv = a.rs + a.C;
+            double var = v0 / (double)m;
+            a.s0[c] = (float)mean[cc];
+            a.s1[c] = (float)(1.0 / sqrt(var + (double)a.f2));
+            float mom = a.f1;
+            double unbiased = m > 1 ? v0 / (double)(m - 1) : var;
+            rm[c] = (1.0f - mom) * rm[c] + mom * (float)mean[cc];
+            rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+            if (c == 0)
+                a.rs[2 * a.C] += 1.0f;   /* num_batches_tracked */
+        } else {
+            a.t[c] = (float)v0;
+            a.t[a.C + c] = (float)v1;
+            ddpc_k_put(&a.dw[c], (float)v1, a.accg);
+            ddpc_k_put(&a.db[c], (float)v0, a.accg);
+        }
     }
 }
 

@@ -4,9 +4,9 @@
  * functions (ops_kernels.h):
  *   - layer norm forward, causal softmax forward and backward, the token
  *     embedding's gradient: the CPU's bits, element for element;
- *   - layer norm's dx and dw/db, cross-entropy over wide rows: other sum
- *     orders, so within rounding of the CPU, and the same bits on a
- *     second run;
+ *   - layer norm's dx and dw/db, cross-entropy over wide rows, the conv
+ *     bias gradient, batch norm's statistics (running ones too) and
+ *     backward sums: other sum orders, so within rounding of the CPU;
  * each at sizes that leave partial lane groups, partial blocks and more
  * than one block, and with a one-block grid (every thread strides).
  * Every test runs with the block's threads taking turns in ascending and
@@ -272,6 +272,102 @@ START_TEST(attn_softmax_same_bits)
 }
 END_TEST
 
+/* ---- per-channel sums (conv bias gradient, batch norm) ---- */
+
+struct chan_call {
+    int what, c0, cols, sum;
+    struct ddpc_lk a;
+    double *part;
+};
+
+static void chan_body(void *p)
+{
+    struct chan_call *c = p;
+    if (c->sum)
+        k_chan_sum(c->what, c->a, c->c0, c->cols, c->part);
+    else
+        k_chan_part(c->what, c->a, c->c0, c->cols, c->part);
+}
+
+/* ops_cuda.cu's chan_sums, `chunk` channels a pass */
+static void run_chan(int what, int bn, const struct ddpc_lk *a, int chunk)
+{
+    double *part = malloc(chan_part_doubles(chunk) * sizeof *part);
+    ck_assert_ptr_nonnull(part);
+    for (int c0 = 0; c0 < a->C; c0 += chunk) {
+        int cols = a->C - c0 < chunk ? a->C - c0 : chunk;
+        for (int pass = 0; pass < (bn ? 2 : 1); pass++) {
+            struct chan_call c = { bn ? (pass ? CH_BN_SQ : CH_BN_SUM) : what, c0, cols, 0, *a,
+                                   part };
+            launch(d3((unsigned)cols, CH_SEGS), d3(CH_THREADS, 1), chan_body, &c);
+            c.sum = 1;
+            launch(d3((unsigned)((cols + 255) / 256), 1), d3(256, 1), chan_body, &c);
+        }
+    }
+    free(part);
+}
+
+START_TEST(channel_sums_within_rounding)
+{
+    emu_order = _i;
+    /* samples, channels, plane size: fewer samples than segments, a plane
+     * smaller than a block, one larger than a block */
+    static const int shapes[][3] = { { 1, 3, 1 }, { 5, 4, 9 }, { 40, 3, 300 }, { 17, 2, 64 } };
+    rng_state = 16;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int acc = 0; acc < 2; acc++) {
+            int N = shapes[si][0], C = shapes[si][1], H = shapes[si][2];
+            size_t n = (size_t)N * C * H;
+            float *x = fill(n, 2.0f), *dy = fill(n, 1.0f);
+            for (size_t i = 0; i < n; i++)
+                x[i] += 0.75f;
+            /* conv bias gradient, chunks of 2 channels */
+            float *db0 = fill((size_t)C, 1.0f), *db1 = dup(db0, (size_t)C);
+            struct ddpc_lk a = { .x = x, .dy = dy, .N = N, .C = C, .H = H, .accg = acc };
+            a.db = db0;
+            for (int c = 0; c < C; c++)
+                ddpc_lk_run(DDPC_LK_CHAN_BIAS_GRAD, (size_t)c, &a);
+            a.db = db1;
+            run_chan(CH_BIAS_GRAD, 0, &a, 2);
+            near(db1, db0, (size_t)C, 1e-6, "conv bias gradient");
+
+            /* batch norm statistics and running statistics, then backward sums */
+            size_t ns = (size_t)2 * C + 1;
+            float *rs0 = fill(ns, 1.0f), *rs1 = dup(rs0, ns);
+            for (int c = 0; c < 2 * C; c++)
+                rs0[c] = rs1[c] = fabsf(rs0[c]) + 0.5f;     /* variances > 0 */
+            float *m0 = calloc((size_t)C, 4), *m1 = calloc((size_t)C, 4);
+            float *i0 = calloc((size_t)C, 4), *i1 = calloc((size_t)C, 4);
+            struct ddpc_lk b = { .x = x, .dy = dy, .N = N, .C = C, .H = H, .accg = acc,
+                                 .training = 1, .f1 = 0.1f, .f2 = 1e-5f };
+            b.rs = rs0; b.s0 = m0; b.s1 = i0;
+            for (int c = 0; c < C; c++)
+                ddpc_lk_bn_stats((size_t)c, &b);
+            b.rs = rs1; b.s0 = m1; b.s1 = i1;
+            run_chan(0, 1, &b, C > 2 ? C - 1 : C);           /* two passes, two chunks */
+            near(m1, m0, (size_t)C, 1e-6, "batch norm mean");
+            near(i1, i0, (size_t)C, 1e-6, "batch norm 1/std");
+            near(rs1, rs0, ns, 1e-6, "batch norm running statistics and count");
+
+            float *t0 = calloc((size_t)2 * C, 4), *t1 = calloc((size_t)2 * C, 4);
+            float *dw0 = fill((size_t)C, 1.0f), *dw1 = dup(dw0, (size_t)C);
+            float *db2 = fill((size_t)C, 1.0f), *db3 = dup(db2, (size_t)C);
+            b.s0 = m0; b.s1 = i0;                        /* the same statistics both */
+            b.t = t0; b.dw = dw0; b.db = db2;
+            for (int c = 0; c < C; c++)
+                ddpc_lk_bn_bwd_reduce((size_t)c, &b);
+            b.t = t1; b.dw = dw1; b.db = db3;
+            run_chan(CH_BN_BWD, 0, &b, 4096);
+            near(t1, t0, (size_t)2 * C, 1e-6, "batch norm backward sums");
+            near(dw1, dw0, (size_t)C, 1e-6, "batch norm dw");
+            near(db3, db2, (size_t)C, 1e-6, "batch norm db");
+            free(x); free(dy); free(db0); free(db1); free(rs0); free(rs1);
+            free(m0); free(m1); free(i0); free(i1); free(t0); free(t1);
+            free(dw0); free(dw1); free(db2); free(db3);
+        }
+}
+END_TEST
+
 /* ---- the token embedding's gradient ---- */
 
 struct wte_call {
@@ -442,6 +538,7 @@ Suite *cuda_rows_suite(void)
     tcase_add_loop_test(tc, ln_backward_within_rounding, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, attn_softmax_same_bits, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, wte_backward_same_bits, EMU_ASCENDING, EMU_DESCENDING + 1);
+    tcase_add_loop_test(tc, channel_sums_within_rounding, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, xent_wide_within_rounding, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, emulator_barriers_and_shuffles, EMU_ASCENDING, EMU_DESCENDING + 1);
     suite_add_tcase(s, tc);

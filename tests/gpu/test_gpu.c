@@ -596,12 +596,14 @@ static void test_optim(struct pair *p)
  * lm_head, attention and residual dropout) trained one step on ops o from
  * nanoGPT's init (seed 5); logits [B*T, V], every gradient and the loss come
  * back to the host. */
-static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float *x,
-                       const int32_t *y, int B, float *logits, float *grads, double *loss,
-                       struct ddpc_err *e)
+static int model_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float *x,
+                         const int32_t *y, int B, int in_per, int labels_per, int V,
+                         float *logits, float *grads, float *state, double *loss,
+                         struct ddpc_err *e)
 {
     static struct ddpc_model m;
-    int T = j->model.block_size, V = j->model.vocab_size, R = B * T;
+    int R = B * labels_per;
+    size_t nx = (size_t)B * in_per;
     float *dx = NULL;
     int32_t *dy = NULL;
     double *acc = NULL, hacc[DDPC_LOSS_ACC] = {0, 0, 0};
@@ -609,13 +611,13 @@ static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float
     if (rc == 0)
         rc = model_init_params(&m, DDPC_INIT_PYTORCH, 5, e);
     if (rc == 0)
-        rc = o->alloc(o, (void **)&dx, (size_t)R * sizeof *dx, e);
+        rc = o->alloc(o, (void **)&dx, nx * sizeof *dx, e);
     if (rc == 0)
         rc = o->alloc(o, (void **)&dy, (size_t)R * sizeof *dy, e);
     if (rc == 0)
         rc = o->alloc(o, (void **)&acc, sizeof hacc, e);
     if (rc == 0)
-        rc = o->to_device(o, dx, x, (size_t)R * sizeof *x, e);
+        rc = o->to_device(o, dx, x, nx * sizeof *x, e);
     if (rc == 0)
         rc = o->to_device(o, dy, y, (size_t)R * sizeof *y, e);
     if (rc == 0)
@@ -632,6 +634,8 @@ static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float
         rc = model_backward(&m, dx, m.dbuf[0], B, 0, NULL, NULL, e);
     if (rc == 0)
         rc = o->to_host(o, grads, m.grads, m.n_params * sizeof *grads, e);
+    if (rc == 0 && state && m.n_state)
+        rc = o->to_host(o, state, m.state, m.n_state * sizeof *state, e);
     if (rc == 0)
         rc = o->to_host(o, hacc, acc, sizeof hacc, e);
     *loss = hacc[0] / R;
@@ -643,6 +647,16 @@ static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float
         o->release(o, acc);
     model_free(&m);
     return rc;
+}
+
+/* One training step of a GPT (B sequences of T tokens) on o. */
+static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float *x,
+                       const int32_t *y, int B, float *logits, float *grads, double *loss,
+                       struct ddpc_err *e)
+{
+    int T = j->model.block_size;
+    return model_step_on(o, j, x, y, B, T, T, j->model.vocab_size, logits, grads, NULL, loss,
+                         e);
 }
 
 static void test_gpt(struct pair *p)
@@ -704,6 +718,88 @@ static void test_gpt(struct pair *p)
     free(gg2);
 }
 
+/* One training step of a small CNN, CUDA vs CPU: the GPU's im2col
+ * convolutions, batch norm (statistics and backward sums by channel
+ * segments, ops_cuda_rows.cuh), ReLU fused into max pooling's backward,
+ * global average pooling, dropout; logits, every gradient and the running
+ * statistics within fp32 rounding, and the same bytes twice on the GPU. */
+static void test_cnn(struct pair *p)
+{
+    static struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    j.model.type = DDPC_MODEL_SEQUENTIAL;
+    j.model.n_input = 3;
+    j.model.input[0] = 3;
+    j.model.input[1] = 12;
+    j.model.input[2] = 12;
+    static const struct ddpc_layer_item items[] = {
+        { .type = DDPC_LAYER_CONV2D, .out = 8, .kernel_size = 3, .stride = 1, .padding = 1,
+          .bias = 1 },
+        { .type = DDPC_LAYER_BATCHNORM2D, .momentum = 0.1, .eps = 1e-5 },
+        { .type = DDPC_LAYER_RELU },
+        { .type = DDPC_LAYER_MAXPOOL2D, .kernel_size = 2 },
+        { .type = DDPC_LAYER_CONV2D, .out = 16, .kernel_size = 3, .stride = 1, .padding = 1,
+          .bias = 1 },
+        { .type = DDPC_LAYER_RELU },
+        { .type = DDPC_LAYER_MAXPOOL2D, .kernel_size = 2 },
+        { .type = DDPC_LAYER_CONV2D, .out = 16, .kernel_size = 3, .stride = 1, .padding = 1,
+          .bias = 1 },
+        { .type = DDPC_LAYER_RELU },
+        { .type = DDPC_LAYER_ADAPTIVEAVGPOOL2D, .output_size = 1 },
+        { .type = DDPC_LAYER_FLATTEN },
+        { .type = DDPC_LAYER_DROPOUT, .p = 0.25 },
+        { .type = DDPC_LAYER_LINEAR, .out = 10, .bias = 1 },
+    };
+    j.model.n_items = (int)(sizeof items / sizeof items[0]);
+    memcpy(j.model.items, items, sizeof items);
+    j.loss = DDPC_LOSS_CROSS_ENTROPY;
+    enum { B = 40, V = 10 };               /* 40 samples: more than the 16 segments */
+    const int in_per = 3 * 12 * 12;
+    static struct ddpc_net net;
+    char why[256];
+    int bad;
+    if (layers_build(&j, NULL, &net, &bad, why, sizeof why) < 0) {
+        check(0, why, 1, 0);
+        return;
+    }
+    size_t nx = (size_t)B * in_per, nl = (size_t)B * V, np = net.n_params;
+    size_t ns = 2 * 8 + 1;                 /* one batch norm: mean, var, count */
+    float *x = malloc(nx * sizeof *x);
+    int32_t y[B];
+    for (size_t i = 0; i < nx; i++)
+        x[i] = frand();
+    for (int i = 0; i < B; i++)
+        y[i] = (int32_t)(((uint32_t)i * 40503u >> 3) % V);
+    float *lc = malloc(nl * 4), *lg = malloc(nl * 4), *gc = malloc(np * 4), *gg = malloc(np * 4);
+    float *gg2 = malloc(np * 4), *sc = calloc(ns, 4), *sg = calloc(ns, 4);
+    double loss_c = 0, loss_g = 0, loss_g2 = 0;
+    struct ddpc_err e = {0};
+    if (model_step_on(&p->cpu, &j, x, y, B, in_per, 1, V, lc, gc, sc, &loss_c, &e) < 0 ||
+        model_step_on(&p->gpu, &j, x, y, B, in_per, 1, V, lg, gg, sg, &loss_g, &e) < 0 ||
+        model_step_on(&p->gpu, &j, x, y, B, in_per, 1, V, lg, gg2, NULL, &loss_g2, &e) < 0) {
+        fail_err("cnn step", &e);
+    } else {
+        double err = fabs(loss_g - loss_c) / fabs(loss_c);
+        check(err <= 1e-5, "cnn loss", err, 1e-5);
+        err = rel_err(lg, lc, nl);
+        check(err <= 1e-4, "cnn logits", err, 1e-4);
+        err = rel_err(gg, gc, np);
+        check(err <= 1e-4, "cnn gradients (all parameters)", err, 1e-4);
+        err = rel_err(sg, sc, ns);
+        check(err <= 1e-5, "cnn batch norm running statistics", err, 1e-5);
+        check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
+              "cnn: two GPU steps give the same gradient bytes", 0, 0);
+    }
+    free(x);
+    free(lc);
+    free(lg);
+    free(gc);
+    free(gg);
+    free(gg2);
+    free(sc);
+    free(sg);
+}
+
 static void run_ops_tests(const struct ddpc_backend *b)
 {
     struct pair p;
@@ -727,6 +823,7 @@ static void run_ops_tests(const struct ddpc_backend *b)
     test_sumsq_scale(&p);
     test_optim(&p);
     test_gpt(&p);
+    test_cnn(&p);
     p.gpu.destroy(&p.gpu);
     p.cpu.destroy(&p.cpu);
 }
