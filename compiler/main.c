@@ -34,6 +34,7 @@
 #include "paths.h"
 #include "plan.h"
 #include "spec.h"
+#include "std_fds.h"
 #include "toolchain.h"
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_COMPILE = 3 };
@@ -470,6 +471,9 @@ done:
 
 int main(int argc, char **argv)
 {
+    /* ddpc build >&-: its messages would go into the first file it opens */
+    if (std_fds_open() < 0)
+        return EXIT_USAGE;
     if (argc < 2)
         return usage_error("no command given%s", "");
     const char *cmd = argv[1];

@@ -71,6 +71,7 @@
 #include "keytab.h"
 #include "launch.h"
 #include "same_file.h"
+#include "std_fds.h"
 #include "sample.h"
 #include "slurm.h"
 #include "store.h"
@@ -1580,6 +1581,9 @@ void ddprt_blas_without_pool(char **argv)
 
 int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
 {
+    /* ./job >&-: its progress lines went into the metrics CSV it opened */
+    if (std_fds_open() < 0)
+        return DDPRT_EXIT_FAIL;
     const char *argv0 = argc > 0 && argv[0] ? argv[0] : "job";
     struct ddprt_flags fl;
     int st = ddprt_parse_flags(argc, argv, &fl);

@@ -1281,6 +1281,42 @@ START_TEST(resume_across_grad_accumulation_keeps_the_schedule)
 }
 END_TEST
 
+/* A job started with standard output closed (`./job >&-`, a daemon's
+ * child): the metrics CSV it opened took descriptor 1, and every progress
+ * line went into it between the rows; the run then failed at its report
+ * ("Bad file descriptor"; ---> HINT: is the disk full?). Closed standard
+ * descriptors are /dev/null from the start: the CSV holds rows only, and
+ * the run succeeds. */
+START_TEST(closed_stdout_writes_into_no_file)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-closed");
+    ck_assert_ptr_nonnull(dir);
+    char *job = build_in(dir, "me", "name: me\naccelerator: cpu\ndevices: 2\nepochs: 1\n"
+                         "loss: mse\noptimizer: {type: sgd}\nbatch_size: 16\n"
+                         "model: {type: mlp, layers: [16, 8, 1]}\ncheckpoint_dir: ck\n"
+                         "logging: {metrics_csv: m.csv, every_n_steps: 1, progress: on}\n"
+                         "data: {train: {format: synthetic, samples: 512, features: 16, "
+                         "classes: 0}}\n");
+    char *argv[] = { "/bin/sh", "-c", "./me >&- 2>&-; echo status=$?", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(argv, dir, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "status=0\n"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    char *csv = NULL;
+    ck_assert_int_ge(asprintf(&csv, "%s/m.csv", dir), 0);
+    char *rows = read_whole(csv, NULL);
+    ck_assert_ptr_nonnull(rows);
+    ck_assert_msg(strncmp(rows, "step,epoch,", 11) == 0 && !strstr(rows, "step ") &&
+                  !strstr(rows, "epoch 1/1") && occurrences(rows, "\n") == 17, "%s", rows);
+    free(rows);
+    free(csv);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -1625,6 +1661,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
     tcase_add_test(run, resume_across_grad_accumulation_keeps_the_schedule);
     tcase_add_test(run, rank0_error_printed_once_whole);
+    tcase_add_test(run, closed_stdout_writes_into_no_file);
     tcase_add_test(run, mid_epoch_resume_across_a_data_change);
     tcase_add_test(run, mid_epoch_resume_after_the_data_file_grew);
     tcase_add_test(run, csv_late_label_names_its_line);
