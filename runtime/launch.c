@@ -633,7 +633,15 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
         int ws = s->ch[p].status;
         int code = WIFEXITED(ws) && launch_exit_name(WEXITSTATUS(ws))
                  ? 10 - WEXITSTATUS(ws) : DDPC_E_PEER;
-        (void)DDPC_FAIL(e, code, "%s%s%s", why, seen ? ": " : "", seen ? seen : "");
+        /* e holds 511 bytes, a note as many: a cut says so (the rank's
+         * own line above has its message whole) */
+        static const char cut[] = " [... cut: the rank's error line has it whole]";
+        int room = (int)(sizeof e->msg - 1 - strlen(why) - 2);
+        int fits = !seen || (int)strlen(seen) <= room;
+        if (!fits)
+            room -= (int)sizeof cut - 1;
+        (void)DDPC_FAIL(e, code, "%s%s%.*s%s", why, seen ? ": " : "", room > 0 ? room : 0,
+                        seen ? seen : "", fits ? "" : cut);
         status = LAUNCH_STATUS_FAILED;
     } else if (fork_failed || sup < 0) {
         status = LAUNCH_STATUS_FAILED;

@@ -695,8 +695,9 @@ static int fake_worker(const struct launch_worker *w, struct ddpc_err *e)
         float x[3] = { (float)w->rank, 1, 2 };
         rc = comm_all_reduce(&c, x, x, 3, DDPC_REDUCE_SUM,
                              ddpc_deadline_after(mode == FAKE_TIMEOUT_RANK1 ? 0.5 : 0), e);
-        if (rc == 0 && x[1] != (float)w->world)
-            rc = DDPC_FAIL(e, DDPC_E_INVALID, "fake: sum %g != %d", x[1], w->world);
+        /* this node's ranks: c.world (w->world counts every node's) */
+        if (rc == 0 && x[1] != (float)c.world)
+            rc = DDPC_FAIL(e, DDPC_E_INVALID, "fake: sum %g != %d", x[1], c.world);
         if (rc < 0 && mode == FAKE_FAIL_RANK1_LONG && w->rank == 0)
             (void)snprintf(fake_seen, 1024, "%s", e->msg);
     }
@@ -796,6 +797,32 @@ START_TEST(launch_peer_names_the_failed_rank_only)
     size_t n = strlen(fake_seen), t = strlen(tail);
     ck_assert_msg(n >= t && strcmp(fake_seen + n - t, tail) == 0 && !strstr(fake_seen, "fake:"),
                   "rank 0 saw: %s", fake_seen);
+    munmap(fake_seen, 1024);
+    assert_no_children();
+}
+END_TEST
+
+/* On several nodes the launcher's last line carries what the failed rank
+ * saw; a message too long to follow it whole in 511 bytes says it was cut
+ * (the rank's own line has it whole) instead of ending mid-word. */
+START_TEST(launch_last_line_cut_says_so)
+{
+    silence_stderr();
+    fake_seen = mmap(NULL, 1024, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(fake_seen != MAP_FAILED);
+    struct launch_opts o;
+    fake_opts(&o, 2);
+    o.global_world = 4;   /* this node's ranks 0 and 1 of 4 */
+    enum fake_mode mode = FAKE_FAIL_RANK1_LONG;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(launch_run(&o, fake_worker, &mode, &e), 1);
+    /* "fake: batch 5 is corrupt: 000...0007" is 476 bytes */
+    const char *head = "rank 1 (cpu worker 1) exited with status 12 (data error): fake: batch "
+                       "5 is corrupt: 000";
+    const char *tail = "000 [... cut: the rank's error line has it whole]";
+    size_t n = strlen(e.msg), t = strlen(tail);
+    ck_assert_msg(strncmp(e.msg, head, strlen(head)) == 0 && n >= t &&
+                  strcmp(e.msg + n - t, tail) == 0, "msg (%zu): %s", n, e.msg);
     munmap(fake_seen, 1024);
     assert_no_children();
 }
@@ -1577,6 +1604,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(l, launch_worker_killed);
     tcase_add_test(l, launch_worker_fails);
     tcase_add_test(l, launch_peer_names_the_failed_rank_only);
+    tcase_add_test(l, launch_last_line_cut_says_so);
     tcase_add_test(l, launch_timeout_reports_the_slow_rank);
     tcase_add_test(l, launch_sigterm_stops_everything);
     tcase_add_test(l, launch_killed_launcher_leaves_no_worker);
