@@ -2768,6 +2768,15 @@ static void cross_rules(struct ddpc_vctx *c)
                       "here: %s; a job run from this directory would refuse it (the path is "
                       "relative to the directory the job runs in)", j->checkpoint.resume_path,
                       strerror(errno));
+        } else if (!S_ISREG(st.st_mode)) {
+            /* the job refuses it at its start: one file is resumed */
+            vdiag(c, j->checkpoint.resume_path[0] == '/' ? DDPC_SEV_ERROR : DDPC_SEV_WARNING,
+                  n, "checkpoint.resume", "'%s' %s%s: name one checkpoint file (a .ckpt in "
+                  "checkpoint_dir)%s", j->checkpoint.resume_path,
+                  S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file",
+                  j->checkpoint.resume_path[0] == '/' ? "" : " here",
+                  S_ISDIR(st.st_mode) ? ", or checkpoint.resume: auto for the newest in "
+                  "checkpoint_dir" : "");
         }
     }
 
