@@ -20,9 +20,17 @@ int ddpc_err_set(struct ddpc_err *e, int code, const char *file, int line,
     e->line = line;
     va_list ap;
     va_start(ap, fmt);
-    /* Truncation is acceptable: the message is for people. */
-    (void)vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof e->msg) {
+        /* too long (a long path in it): the cut says so, at a character's
+         * start, instead of ending mid-word as if that were all */
+        static const char more[] = " [...]";
+        size_t at = sizeof e->msg - sizeof more;
+        while (at > 0 && ((unsigned char)e->msg[at] & 0xC0) == 0x80)
+            at--;
+        memcpy(e->msg + at, more, sizeof more);
+    }
     return code;
 }
 

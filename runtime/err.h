@@ -36,7 +36,7 @@ struct ddpc_err {
     int code;              /* enum ddpc_err_code, 0 while no error */
     const char *file;      /* call site of the first error recorded */
     int line;
-    char msg[512];
+    char msg[512];          /* a longer message ends in " [...]" */
 };
 
 /* Records the first error only: later calls keep the original cause. Returns

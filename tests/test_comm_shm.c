@@ -828,6 +828,30 @@ START_TEST(launch_last_line_cut_says_so)
 }
 END_TEST
 
+/* A message longer than struct ddpc_err holds ends in " [...]", cut at a
+ * UTF-8 character's start: it ended mid-word (mid-character) as if that
+ * were all of it. */
+START_TEST(err_cut_says_so)
+{
+    char path[700];
+    memset(path, 'a', sizeof path);
+    for (int i = 0; i < 10; i++)   /* e-acute x 10: the 511-byte cut falls inside one */
+        memcpy(path + 481 + 2 * i, "\xc3\xa9", 2);
+    path[sizeof path - 1] = '\0';
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(DDPC_FAIL(&e, DDPC_E_DATA, "checkpoint %s: truncated", path), DDPC_E_DATA);
+    size_t n = strlen(e.msg);
+    ck_assert_msg(n <= sizeof e.msg - 1 && n >= sizeof e.msg - 8 &&
+                  strcmp(e.msg + n - 6, " [...]") == 0, "%zu: %s", n, e.msg);
+    /* the byte before the marker ends a whole e-acute */
+    unsigned char last = (unsigned char)e.msg[n - 7];
+    ck_assert_msg(last == 0xa9 && (unsigned char)e.msg[n - 8] == 0xc3, "0x%02x", last);
+    struct ddpc_err s = { 0 };
+    (void)DDPC_FAIL(&s, DDPC_E_DATA, "short: %s", "whole");
+    ck_assert_str_eq(s.msg, "short: whole");
+}
+END_TEST
+
 START_TEST(launch_timeout_reports_the_slow_rank)
 {
     silence_stderr();
@@ -1605,6 +1629,7 @@ Suite *comm_shm_suite(void)
     tcase_add_test(l, launch_worker_fails);
     tcase_add_test(l, launch_peer_names_the_failed_rank_only);
     tcase_add_test(l, launch_last_line_cut_says_so);
+    tcase_add_test(l, err_cut_says_so);
     tcase_add_test(l, launch_timeout_reports_the_slow_rank);
     tcase_add_test(l, launch_sigterm_stops_everything);
     tcase_add_test(l, launch_killed_launcher_leaves_no_worker);
