@@ -2,26 +2,34 @@
 """bench/gpu/run.py - ddpc vs PyTorch on one GPU: step time, throughput, ratio.
 
     sh bench/gpu/run.sh                    (on the GPU machine: tests/gpu/README.md)
-    python3 bench/gpu/run.py --device cpu  (here: a smoke test of this script; not
-                                            a GPU result, and it says so)
+    /usr/bin/python3 bench/gpu/run.py --device cpu --quick
+                                           (here: a smoke test of this script; not a
+                                            GPU result, and it says so)
 
 For each workload and precision: the same model, batch, optimizer and
 precision in ddpc (a job built from bench/gpu/specs/<model>.yaml by
-build/bin/ddpc, synthetic data, 1 device) and in PyTorch 2.x eager (random
-batches copied from pinned host memory each step, as a DataLoader with
-pin_memory does; fp32 with TF32 off, as ddpc's default; bf16 through
+build/bin/ddpc, 1 device) and in PyTorch 2.x eager (batches copied from
+pinned host memory each step, as a DataLoader with pin_memory does; fp32
+with TF32 off, as ddpc's default matmul_precision: highest; bf16 through
 autocast over fp32 master weights, as ddpc's bf16). Workloads:
-  mlp   784-256-10 ReLU, Adam, batch 64 (framework overhead dominates)
-  cnn   2 conv + 2 linear on [1, 28, 28], Adam, batch 128 (needs a ddpc whose
-        spec accepts model.type sequential; SKIP with ddpc's message otherwise)
-  gpt   GPT-2 124M (12 x 768, 1024 tokens), AdamW, batch 8, bf16: PyTorch
-        always; ddpc only if its spec accepts bench/gpu/specs/gpt.yaml
-Prints one line per run and a table for bench/README.md: step ms, samples
-(or tokens) per second, ddpc / PyTorch.
+  mlp   the example's MLP 784-256-10 ReLU, Adam, batch 64 (framework overhead
+        dominates; the goal is ddpc >= 5x PyTorch)
+  cnn   issue 14's CNN (examples/fashion-mnist-cnn.yaml without batchnorm2d
+        and dropout), Adam, batch 64
+  gpt   issue 15's GPT (vocab 256, block 128, 4 layers x 4 heads x 128),
+        AdamW, batch 16
+  gpt2  GPT-2 124M (vocab 50304, block 1024, 12 x 12 x 768), AdamW, batch 8,
+        bf16, a few steps (the goal: ddpc at least as fast per step)
+ddpc's step time is the difference of two runs of N1 and N2 steps divided by
+N2 - N1, so start-up (context, cuBLAS, the first step) is not in it; PyTorch's
+is N2 - N1 steps timed after warm-up steps. Data: synthetic samples (mlp,
+cnn), a random llm.c token shard this script writes (gpt, gpt2).
+Prints one line per run and a table for bench/README.md.
 """
 import argparse
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,31 +38,51 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 
-WORK = {   # model: (batch, samples for ddpc, epochs, precisions)
-    "mlp": (64, 60000, 3, ("fp32", "bf16")),
-    "cnn": (128, 60000, 2, ("fp32", "bf16")),
-    "gpt": (8, 0, 0, ("bf16",)),
+# model: batch, (N1, N2) steps, precisions, GPT shape (V, T, layers, heads, C) or None
+WORK = {
+    "mlp": (64, (100, 600), ("fp32", "bf16"), None),
+    "cnn": (64, (50, 300), ("fp32", "bf16"), None),
+    "gpt": (16, (50, 300), ("fp32", "bf16"), (256, 128, 4, 4, 128)),
+    "gpt2": (8, (5, 25), ("bf16",), (50304, 1024, 12, 12, 768)),
 }
+QUICK = {"mlp": (10, 40), "cnn": (5, 20), "gpt": (5, 20), "gpt2": (2, 5)}
 
 
-def ddpc_run(ddpc, model, prec, batch, samples, epochs, device, tmp):
-    """Builds and runs the job; returns (step_ms, samples_per_s, note) or
-    (None, None, why) when this ddpc cannot run it."""
+def write_shard(path, n_tokens, vocab, seed):
+    """An llm.c token shard (header: magic 20240520, version 1, count) of
+    uniform random tokens below vocab."""
+    import random
+    rng = random.Random(seed)
+    header = struct.pack("<256i", 20240520, 1, n_tokens, *([0] * 253))
+    with open(path, "wb") as f:
+        f.write(header)
+        f.write(struct.pack("<%dH" % n_tokens, *(rng.randrange(vocab) for _ in range(n_tokens))))
+
+
+def ddpc_once(ddpc, model, prec, batch, steps, device, tmp):
+    """Builds and runs the job for `steps` optimizer steps; returns the
+    seconds of training it reports (steps x per-step items / its rate) and
+    its profile line, or raises SystemExit with what went wrong."""
     spec = os.path.join(HERE, "specs", model + ".yaml")
     text = open(spec).read()
+    shape = WORK[model][3]
+    data = ""
+    if shape:
+        V, T = shape[0], shape[1]
+        data = os.path.join(tmp, "%s-tokens.bin" % model)
+        if not os.path.exists(data):
+            write_shard(data, (T + 1) * batch * (steps + 2), V, 7)
+        n = os.path.getsize(data)
+        if (n - 1024) // 2 < (T + 1) * batch * steps:
+            write_shard(data, (T + 1) * batch * (steps + 2), V, 7)
+    samples = batch * steps
     text = (text.replace("@PRECISION@", prec).replace("@BATCH@", str(batch))
-            .replace("@SAMPLES@", str(samples)).replace("@EPOCHS@", str(epochs))
-            .replace("@ACCEL@", "gpu" if device == "cuda" else "cpu"))
-    path = os.path.join(tmp, f"{model}-{prec}.yaml")
+            .replace("@SAMPLES@", str(samples)).replace("@STEPS@", str(steps))
+            .replace("@DATA@", data).replace("@ACCEL@", "gpu" if device == "cuda" else "cpu"))
+    path = os.path.join(tmp, "%s-%s-%d.yaml" % (model, prec, steps))
     with open(path, "w") as f:
         f.write(text)
-    chk = subprocess.run([ddpc, "check", path], capture_output=True, text=True)
-    if chk.returncode != 0:
-        lines = (chk.stderr + chk.stdout).strip().splitlines()
-        errs = [l.strip() for l in lines if "error" in l] or lines
-        return None, None, "this ddpc does not accept %s: %s" % (
-            os.path.relpath(spec, TOP), errs[0] if errs else "exit %d" % chk.returncode)
-    job = os.path.join(tmp, f"job-{model}-{prec}")
+    job = os.path.join(tmp, "job-%s-%s-%d" % (model, prec, steps))
     b = subprocess.run([ddpc, "build", path, "-o", job], capture_output=True, text=True)
     if b.returncode != 0:
         raise SystemExit("ddpc build %s failed:\n%s%s" % (path, b.stdout, b.stderr))
@@ -63,28 +91,42 @@ def ddpc_run(ddpc, model, prec, batch, samples, epochs, device, tmp):
     if r.returncode != 0:
         raise SystemExit("%s failed (exit %d):\n%s%s" % (job, r.returncode, r.stdout, r.stderr))
     done = [l for l in r.stdout.splitlines() if l.startswith("done ")]
-    prof = [l for l in r.stdout.splitlines() if "profile:" in l]
-    m = re.search(r"samples_per_s=([0-9.]+)", done[-1] if done else "")
-    if not m:
-        raise SystemExit("%s printed no samples_per_s:\n%s" % (job, r.stdout))
-    sps = float(m.group(1))
-    return 1000.0 * batch / sps, sps, prof[-1].strip() if prof else ""
+    prof = [l.strip() for l in r.stdout.splitlines() if "profile:" in l]
+    m = re.search(r"(samples|tokens)_per_s=([0-9.]+)", done[-1] if done else "")
+    st = re.search(r"steps=([0-9]+)", done[-1] if done else "")
+    if not m or not st:
+        raise SystemExit("%s printed no steps or rate:\n%s" % (job, r.stdout))
+    ran = int(st.group(1))
+    if ran != steps:
+        raise SystemExit("%s ran %d steps, not %d:\n%s" % (job, ran, steps, r.stdout))
+    per_step = batch * (shape[1] if shape else 1)
+    return ran * per_step / float(m.group(2)), prof[-1] if prof else ""
 
 
-def torch_model(model, torch, nn):
-    if model == "mlp":
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-    if model == "cnn":
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-    raise ValueError(model)
+def ddpc_run(ddpc, model, prec, batch, n1, n2, device, tmp):
+    """(step_ms, items_per_s, profile) from runs of n1 and n2 steps."""
+    t1, _ = ddpc_once(ddpc, model, prec, batch, n1, device, tmp)
+    t2, prof = ddpc_once(ddpc, model, prec, batch, n2, device, tmp)
+    shape = WORK[model][3]
+    per_step = batch * (shape[1] if shape else 1)
+    dt = (t2 - t1) / (n2 - n1)
+    if dt <= 0:
+        raise SystemExit("ddpc %s %s: %d steps took %.3f s, %d took %.3f s: no steady state "
+                         "to measure; raise the step counts" % (model, prec, n1, t1, n2, t2))
+    return 1000.0 * dt, per_step / dt, prof
 
 
-def gpt2(torch, nn, F):
-    """GPT-2 124M as nanoGPT writes it (tied embeddings, pre-norm, GELU tanh)."""
-    V, T, L, H, C = 50304, 1024, 12, 12, 768   # vocab padded to 64, as nanoGPT
+def gpt_model(torch, nn, F, V, T, L, H, C):
+    """nanoGPT's GPT (tied embeddings, pre-norm, GELU tanh, biases, no dropout)."""
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+
+    def attend(q, k, v):
+        if sdpa is not None:                  # PyTorch 2.x: flash attention
+            return sdpa(q, k, v, is_causal=True)
+        T_ = q.shape[2]                       # PyTorch 1.x (the CPU smoke test)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))
+        mask = torch.ones(T_, T_, dtype=torch.bool, device=q.device).tril()
+        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
 
     class Block(nn.Module):
         def __init__(self):
@@ -97,7 +139,7 @@ def gpt2(torch, nn, F):
             B, T_, _ = x.shape
             q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
             q, k, v = (t.view(B, T_, H, C // H).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = attend(q, k, v)
             x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T_, C))
             return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -117,11 +159,11 @@ def gpt2(torch, nn, F):
                 x = b(x)
             return self.head(self.lnf(x))
 
-    return GPT(), V, T
+    return GPT()
 
 
 def torch_run(model, prec, batch, device, steps, warmup):
-    """Returns (step_ms, samples_or_tokens_per_s)."""
+    """(step_ms, items_per_s)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -129,19 +171,27 @@ def torch_run(model, prec, batch, device, steps, warmup):
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False   # ddpc's default: highest
         torch.backends.cudnn.allow_tf32 = False
-    if model == "gpt":
-        m, V, T = gpt2(torch, nn, F)
-        m = m.to(device)
-        opt = torch.optim.AdamW(m.parameters(), lr=6e-4, weight_decay=0.1)
-        pin = device == "cuda"
+    shape = WORK[model][3]
+    pin = device == "cuda"
+    if shape:
+        V, T = shape[0], shape[1]
+        m = gpt_model(torch, nn, F, *shape).to(device)
+        lr = 6e-4 if model == "gpt2" else 1e-3
+        opt = torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
         xs = [torch.randint(0, V, (batch, T + 1)) for _ in range(2)]
         per_step = batch * T
     else:
-        m = torch_model(model, torch, nn).to(device)
+        if model == "mlp":
+            m = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        else:
+            m = nn.Sequential(
+                nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+        m = m.to(device)
         opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-        shape = (batch, 784) if model == "mlp" else (batch, 1, 28, 28)
-        pin = device == "cuda"
-        xs = [(torch.randn(shape), torch.randint(0, 10, (batch,))) for _ in range(2)]
+        size = (batch, 784) if model == "mlp" else (batch, 1, 28, 28)
+        xs = [(torch.randn(size), torch.randint(0, 10, (batch,))) for _ in range(2)]
         per_step = batch
     amp = prec == "bf16"
     if pin:   # as a DataLoader with pin_memory=True hands them over
@@ -149,7 +199,7 @@ def torch_run(model, prec, batch, device, steps, warmup):
               for x in xs]
 
     def step(i):
-        if model == "gpt":
+        if shape:
             t = xs[i % 2].to(device, non_blocking=True)
             x, y = t[:, :-1], t[:, 1:]
         else:
@@ -177,13 +227,16 @@ def torch_run(model, prec, batch, device, steps, warmup):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--models", default="mlp,cnn,gpt")
+    ap.add_argument("--models", default="mlp,cnn,gpt,gpt2")
     ap.add_argument("--quick", action="store_true", help="fewer steps (smoke test)")
     args = ap.parse_args()
     build = os.environ.get("DDPC_BUILD", os.path.join(TOP, "build"))
     ddpc = os.path.join(build, "bin", "ddpc")
     if not os.access(ddpc, os.X_OK):
         raise SystemExit("bench/gpu: %s is not built (make all)" % ddpc)
+    for model in args.models.split(","):
+        if model not in WORK:
+            raise SystemExit("bench/gpu: unknown model %r (one of %s)" % (model, ", ".join(WORK)))
     import torch
     if args.device == "cuda":
         if not torch.cuda.is_available():
@@ -196,43 +249,28 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="ddpc-bench-gpu-") as tmp:
         for model in args.models.split(","):
-            batch, samples, epochs, precs = WORK[model]
+            batch, (n1, n2), precs, shape = WORK[model]
             if args.quick:
-                samples, epochs = min(samples, 4096), min(epochs, 1)
-            unit = "tokens/s" if model == "gpt" else "samples/s"
+                n1, n2 = QUICK[model]
+            unit = "tokens/s" if shape else "samples/s"
             for prec in precs:
-                if args.device == "cpu" and prec != "fp32":
+                if args.device == "cpu" and (prec != "fp32" or model == "gpt2"):
                     continue                 # PyTorch's CPU bf16 is not what ddpc does
-                if model == "gpt" and args.device == "cpu":
-                    continue
-                steps = 10 if model == "gpt" else (20 if args.quick else 300)
-                warm = 3 if model == "gpt" else 20
-                tms, tps = torch_run(model, prec, batch, args.device, steps, warm)
+                tms, tps = torch_run(model, prec, batch, args.device, n2 - n1,
+                                     3 if model == "gpt2" else 20)
                 print("torch %s %s batch %d: %.3f ms/step, %.0f %s" % (
                     model, prec, batch, tms, tps, unit), flush=True)
-                if model == "gpt" and not samples:
-                    dms, dps, note = ddpc_run(ddpc, model, prec, batch, 0, 0, args.device, tmp) \
-                        if os.path.exists(os.path.join(HERE, "specs", "gpt.yaml")) else \
-                        (None, None, "no bench/gpu/specs/gpt.yaml")
-                else:
-                    dms, dps, note = ddpc_run(ddpc, model, prec, batch, samples, epochs,
-                                              args.device, tmp)
-                if dms is None:
-                    print("SKIP ddpc %s %s: %s" % (model, prec, note), flush=True)
-                else:
-                    print("ddpc  %s %s batch %d: %.3f ms/step, %.0f %s  (%s)" % (
-                        model, prec, batch, dms, dps, unit, note), flush=True)
+                dms, dps, prof = ddpc_run(ddpc, model, prec, batch, n1, n2, args.device, tmp)
+                print("ddpc  %s %s batch %d: %.3f ms/step, %.0f %s  (%s)" % (
+                    model, prec, batch, dms, dps, unit, prof), flush=True)
                 rows.append((model, prec, batch, dms, dps, tms, tps, unit))
     print()
     print("| model | precision | batch | ddpc ms/step | ddpc rate | PyTorch ms/step | "
           "PyTorch rate | ddpc / PyTorch |")
     print("|---|---|---|---|---|---|---|---|")
     for model, prec, batch, dms, dps, tms, tps, unit in rows:
-        d = "%.3f" % dms if dms else "-"
-        r = "%.0f %s" % (dps, unit) if dps else "-"
-        x = "%.2fx" % (dps / tps) if dps else "-"
-        print("| %s | %s | %d | %s | %s | %.3f | %.0f %s | %s |" % (
-            model, prec, batch, d, r, tms, tps, unit, x))
+        print("| %s | %s | %d | %.3f | %.0f %s | %.3f | %.0f %s | %.2fx |" % (
+            model, prec, batch, dms, dps, unit, tms, tps, unit, dps / tps))
     print("\n(%s)" % where)
 
 
