@@ -51,7 +51,6 @@
 #include "ops_cuda.h"
 
 #define THREADS     256     /* block size of every kernel here */
-#define RED_BLOCKS  256     /* fixed grid of the first sumsq stage: fixed order */
 #define MAX_BLOCKS  65535   /* element-wise kernels loop grid-stride past this */
 #define SEG_CHUNK   4096    /* layer norm dw/db: columns per pass (d_seg's width) */
 #define SEG_DOUBLES ((size_t)2 * SEG_ROWS * SEG_CHUNK)   /* d_seg's size */
@@ -112,23 +111,6 @@ static unsigned grid_for(size_t n)
 
 /* ===== kernels ===== */
 
-/* Sum of v over the block, in a fixed tree order. Every thread must call it;
- * every thread gets the result. */
-__device__ static double block_sum(double v)
-{
-    __shared__ double s[THREADS];
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w)
-            s[threadIdx.x] += s[threadIdx.x + w];
-        __syncthreads();
-    }
-    double r = s[0];
-    __syncthreads();              /* s is reused by the next call in this kernel */
-    return r;
-}
-
 /* z[rows, cols] += bias[cols] (bias may be NULL); a = act(z). */
 __global__ static void k_bias_act(float *z, const float *bias, float *a, size_t n, int cols,
                                   int act)
@@ -155,77 +137,6 @@ __global__ static void k_fill(float *x, size_t n, float v)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] = v;
-}
-
-/* One thread per row: the row's loss, correctness flag and dlogits. */
-__global__ static void k_loss_rows(int loss_type, const float *logits, const int32_t *labels,
-                                   const float *targets, float *dlogits, int rows, int cols,
-                                   float grad_scale, double *row_loss, int *row_flag)
-{
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows)
-        return;
-    const float *x = logits + (size_t)r * cols;     /* [cols] */
-    float *d = dlogits + (size_t)r * cols;          /* [cols] */
-    if (loss_type == DDPC_K_LOSS_XENT) {
-        int y = labels[r];
-        if (y < 0 || y >= cols) {                   /* reported by the host */
-            row_loss[r] = 0.0;
-            row_flag[r] = -1;
-            return;
-        }
-        int correct = 0;
-        row_loss[r] = ddpc_k_xent_row(x, y, d, cols, grad_scale, &correct);
-        row_flag[r] = correct;
-    } else {
-        row_loss[r] = ddpc_k_mse_row(x, targets + (size_t)r * cols, d, cols, grad_scale);
-        row_flag[r] = 0;
-    }
-}
-
-/* One block: acc[0] += sum row_loss, acc[1] += correct rows, acc[2] += bad
- * labels (acc may be NULL: nothing kept). Stream order makes the read-add-
- * write of acc safe: one thread, one kernel at a time. */
-__global__ static void k_loss_reduce(const double *row_loss, const int *row_flag, int rows,
-                                     double *acc)
-{
-    double l = 0.0, c = 0.0, bad = 0.0;
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        l += row_loss[r];
-        c += row_flag[r] == 1;
-        bad += row_flag[r] == -1;
-    }
-    l = block_sum(l);
-    c = block_sum(c);
-    bad = block_sum(bad);
-    if (threadIdx.x == 0 && acc) {
-        acc[0] += l;
-        acc[1] += c;
-        acc[2] += bad;
-    }
-}
-
-/* Stage 1 of sumsq: RED_BLOCKS blocks, each a grid-stride partial sum. */
-__global__ static void k_sumsq_partial(const float *x, size_t n, double *partial)
-{
-    double s = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * x[i];
-    s = block_sum(s);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = s;
-}
-
-/* Stage 2: one block sums the RED_BLOCKS partials. */
-__global__ static void k_sum_partials(const double *partial, int n, double *out)
-{
-    double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        s += partial[i];
-    s = block_sum(s);
-    if (threadIdx.x == 0)
-        out[0] = s;
 }
 
 __global__ static void k_scale(float *x, size_t n, float s)
@@ -699,7 +610,7 @@ static int cuda_loss(struct ddpc_ops *o, int loss_type, const float *logits,
         KERNEL_CHECK(e, "k_loss_rows");
     }
     /* into the caller's device accumulator: no copy, no wait (ops.h) */
-    k_loss_reduce<<<1, THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows, acc);
+    k_loss_reduce<<<1, BLOCK_THREADS, 0, c->stream>>>(c->d_row_loss, c->d_row_flag, rows, acc);
     KERNEL_CHECK(e, "k_loss_reduce");
     return 0;
 }
@@ -713,9 +624,9 @@ static int cuda_sumsq(struct ddpc_ops *o, const float *x, size_t n, double *host
         return 0;
     }
     /* Fixed grid (not sized by n), so the summation order depends only on n. */
-    k_sumsq_partial<<<RED_BLOCKS, THREADS, 0, c->stream>>>(x, n, c->d_partial);
+    k_sumsq_partial<<<RED_BLOCKS, BLOCK_THREADS, 0, c->stream>>>(x, n, c->d_partial);
     KERNEL_CHECK(e, "k_sumsq_partial");
-    k_sum_partials<<<1, THREADS, 0, c->stream>>>(c->d_partial, RED_BLOCKS, c->d_result);
+    k_sum_partials<<<1, BLOCK_THREADS, 0, c->stream>>>(c->d_partial, RED_BLOCKS, c->d_result);
     KERNEL_CHECK(e, "k_sum_partials");
     CUDA_CHECK(e, cudaMemcpyAsync(c->h_result, c->d_result, sizeof *c->h_result,
                                   cudaMemcpyDeviceToHost, c->stream));

@@ -25,6 +25,10 @@
  *                     rows in row order: the CPU's bits.
  *   a block per row   softmax cross-entropy over a wide row (GPT's 50257
  *                     logits): max, sum and the gradient with 256 threads.
+ *   block sums        the loss's per-row values and flags into the
+ *                     caller's device accumulator, and sumsq (gradient
+ *                     clipping's norm) in a fixed grid of blocks, each a
+ *                     fixed tree (block_sum).
  *   channel segments  a CNN's per-channel sums over [N][C][H] planes (conv
  *                     bias gradient, batch norm's statistics and backward
  *                     sums): 16 sample segments per channel, a block each,
@@ -73,6 +77,100 @@ DDPC_HD int seg_rows_per(int n)
 DDPC_HD unsigned xent_blocks(int rows)
 {
     return (unsigned)(rows > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : rows);
+}
+
+/* ---- block sums: the loss's and sumsq's reductions ---- */
+
+#define BLOCK_THREADS  256           /* block of every block_sum kernel */
+#define RED_BLOCKS     256           /* fixed grid of sumsq's first stage: fixed order */
+
+/* Sum of v over the block, in a fixed tree order. Every thread must call it;
+ * every thread gets the result. */
+__device__ static double block_sum(double v)
+{
+    __shared__ double s[BLOCK_THREADS];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = BLOCK_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = s[0];
+    __syncthreads();              /* s is reused by the next call in this kernel */
+    return r;
+}
+
+/* One thread per row: the row's loss, correctness flag and dlogits. */
+__global__ static void k_loss_rows(int loss_type, const float *logits, const int32_t *labels,
+                                   const float *targets, float *dlogits, int rows, int cols,
+                                   float grad_scale, double *row_loss, int *row_flag)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    const float *x = logits + (size_t)r * cols;     /* [cols] */
+    float *d = dlogits + (size_t)r * cols;          /* [cols] */
+    if (loss_type == DDPC_K_LOSS_XENT) {
+        int y = labels[r];
+        if (y < 0 || y >= cols) {                   /* reported by the host */
+            row_loss[r] = 0.0;
+            row_flag[r] = -1;
+            return;
+        }
+        int correct = 0;
+        row_loss[r] = ddpc_k_xent_row(x, y, d, cols, grad_scale, &correct);
+        row_flag[r] = correct;
+    } else {
+        row_loss[r] = ddpc_k_mse_row(x, targets + (size_t)r * cols, d, cols, grad_scale);
+        row_flag[r] = 0;
+    }
+}
+
+/* One block: acc[0] += sum row_loss, acc[1] += correct rows, acc[2] += bad
+ * labels (acc may be NULL: nothing kept). Stream order makes the read-add-
+ * write of acc safe: one thread, one kernel at a time. */
+__global__ static void k_loss_reduce(const double *row_loss, const int *row_flag, int rows,
+                                     double *acc)
+{
+    double l = 0.0, c = 0.0, bad = 0.0;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        l += row_loss[r];
+        c += row_flag[r] == 1;
+        bad += row_flag[r] == -1;
+    }
+    l = block_sum(l);
+    c = block_sum(c);
+    bad = block_sum(bad);
+    if (threadIdx.x == 0 && acc) {
+        acc[0] += l;
+        acc[1] += c;
+        acc[2] += bad;
+    }
+}
+
+/* Stage 1 of sumsq: RED_BLOCKS blocks, each a grid-stride partial sum
+ * (a fixed grid, not sized by n: the summation order depends on n only). */
+__global__ static void k_sumsq_partial(const float *x, size_t n, double *partial)
+{
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+/* Stage 2: one block sums the RED_BLOCKS partials. */
+__global__ static void k_sum_partials(const double *partial, int n, double *out)
+{
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        s += partial[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        out[0] = s;
 }
 
 /* ---- 8 lanes per row ---- */
@@ -293,7 +391,7 @@ __global__ static void k_ln_dw_sum(struct ddpc_lk a, int c0, int cols, const dou
  * does not idle the block, in a fixed tree; k_chan_sum adds the CH_SEGS
  * segment sums in order and finishes the op. Channels [c0, c0 + cols) per
  * pass; part holds 2 CH_SEGS cols sums, then cols means (batch norm). */
-#define CH_THREADS 256
+#define CH_THREADS BLOCK_THREADS
 #define CH_SEGS    16
 
 /* What k_chan_part sums: */
@@ -309,24 +407,8 @@ DDPC_HD size_t chan_part_doubles(int cols)
     return (size_t)(2 * CH_SEGS + 1) * (size_t)cols;
 }
 
-__device__ static inline double block_tree(double *sh, double v)
-{
-    int t = (int)threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int h = CH_THREADS / 2; h > 0; h >>= 1) {
-        if (t < h)
-            sh[t] += sh[t + h];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();              /* sh is written again by the next call */
-    return r;
-}
-
 __global__ static void k_chan_part(int what, struct ddpc_lk a, int c0, int cols, double *part)
 {
-    __shared__ double sh[CH_THREADS];
     int cc = (int)blockIdx.x, c = c0 + cc, g = (int)blockIdx.y;
     int n_per = (a.N + CH_SEGS - 1) / CH_SEGS;
     int n0 = g * n_per, n1 = n0 + n_per < a.N ? n0 + n_per : a.N;
@@ -355,9 +437,9 @@ __global__ static void k_chan_part(int what, struct ddpc_lk a, int c0, int cols,
         }
         }
     }
-    v0 = block_tree(sh, v0);
+    v0 = block_sum(v0);
     if (what == CH_BN_BWD)
-        v1 = block_tree(sh, v1);
+        v1 = block_sum(v1);
     if (threadIdx.x == 0) {
         part[(size_t)g * cols + cc] = v0;
         part[(size_t)(CH_SEGS + g) * cols + cc] = v1;

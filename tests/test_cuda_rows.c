@@ -483,6 +483,120 @@ START_TEST(xent_wide_within_rounding)
 }
 END_TEST
 
+/* ---- the loss's and sumsq's block sums ---- */
+
+struct loss_call {
+    int type, stage, rows, cols;
+    const float *x, *t;
+    const int32_t *y;
+    float *d;
+    double *loss, *acc;
+    int *flag;
+};
+
+static void loss_body(void *p)
+{
+    struct loss_call *c = p;
+    if (c->stage == 0)
+        k_loss_rows(c->type, c->x, c->y, c->t, c->d, c->rows, c->cols, 0.5f, c->loss, c->flag);
+    else
+        k_loss_reduce(c->loss, c->flag, c->rows, c->acc);
+}
+
+/* Cross-entropy and mse rows (a thread each: ddpc_k_xent_row's and
+ * ddpc_k_mse_row's bits), then their sums added into an accumulator that
+ * holds earlier values, over more rows than a block has threads. */
+START_TEST(loss_rows_and_sums)
+{
+    emu_order = _i;
+    enum { ROWS = 300, COLS = 7 };
+    size_t n = (size_t)ROWS * COLS;
+    rng_state = 17;
+    float *x = fill(n, 3.0f), *t = fill(n, 1.0f);
+    int32_t y[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        y[r] = r % 37 == 5 ? COLS + r % 2 * -(COLS + 1) : (r * 7) % COLS;   /* some bad */
+    for (int type = 0; type < 2; type++) {
+        float *d0 = calloc(n, 4), *d1 = calloc(n, 4);
+        double loss[ROWS], acc[3] = { 1.0, 2.0, 3.0 }, want[3] = { 1.0, 2.0, 3.0 };
+        int flag[ROWS];
+        struct loss_call c = { type, 0, ROWS, COLS, x, t, y, d1, loss, acc, flag };
+        launch(d3((ROWS + BLOCK_THREADS - 1) / BLOCK_THREADS, 1), d3(BLOCK_THREADS, 1),
+               loss_body, &c);
+        c.stage = 1;
+        launch(d3(1, 1), d3(BLOCK_THREADS, 1), loss_body, &c);
+        for (int r = 0; r < ROWS; r++) {
+            const float *xr = x + (size_t)r * COLS;
+            float *dr = d0 + (size_t)r * COLS;
+            if (type == 0 && (y[r] < 0 || y[r] >= COLS)) {
+                ck_assert_int_eq(flag[r], -1);
+                want[2] += 1;
+                continue;
+            }
+            int ok = 0;
+            double l = type ? ddpc_k_mse_row(xr, t + (size_t)r * COLS, dr, COLS, 0.5f)
+                            : ddpc_k_xent_row(xr, y[r], dr, COLS, 0.5f, &ok);
+            ck_assert_msg(memcmp(&l, &loss[r], sizeof l) == 0, "row %d: loss %.17g, the "
+                          "CPU's %.17g", r, loss[r], l);
+            ck_assert_int_eq(flag[r], type ? 0 : ok);
+            want[0] += l;
+            want[1] += ok;
+            same_bits(d1 + (size_t)r * COLS, dr, COLS, "loss gradient row");
+        }
+        ck_assert_msg(fabs(acc[0] - want[0]) <= 1e-12 * fabs(want[0]), "loss sum %.17g, "
+                      "in row order %.17g", acc[0], want[0]);
+        ck_assert(acc[1] == want[1] && acc[2] == want[2]);
+        ck_assert_msg(type == 1 || want[2] > 3.0, "the test has bad labels");
+        free(d0); free(d1);
+    }
+    free(x); free(t);
+}
+END_TEST
+
+struct sumsq_call {
+    const float *x;
+    size_t n;
+    double *partial, *out;
+    int stage;
+};
+
+static void sumsq_body(void *p)
+{
+    struct sumsq_call *c = p;
+    if (c->stage == 0)
+        k_sumsq_partial(c->x, c->n, c->partial);
+    else
+        k_sum_partials(c->partial, RED_BLOCKS, c->out);
+}
+
+/* sumsq over sizes below one thread each, exactly RED_BLOCKS blocks, and
+ * many times that (the fixed grid strides): the exact sum within double
+ * rounding, and the same bits in both thread orders. */
+START_TEST(sumsq_fixed_grid)
+{
+    static const size_t ns[] = { 1, 300, (size_t)RED_BLOCKS * BLOCK_THREADS + 17, 200000 };
+    rng_state = 18;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        float *x = fill(ns[k], 2.0f);
+        double partial[RED_BLOCKS], out[2] = { -1.0, -2.0 }, want = 0.0;
+        for (size_t i = 0; i < ns[k]; i++)
+            want += (double)x[i] * x[i];
+        for (int order = EMU_ASCENDING; order <= EMU_DESCENDING; order++) {
+            emu_order = order;
+            struct sumsq_call c = { x, ns[k], partial, &out[order], 0 };
+            launch(d3(RED_BLOCKS, 1), d3(BLOCK_THREADS, 1), sumsq_body, &c);
+            c.stage = 1;
+            launch(d3(1, 1), d3(BLOCK_THREADS, 1), sumsq_body, &c);
+            ck_assert_msg(fabs(out[order] - want) <= 1e-12 * want, "n %zu: sumsq %.17g, "
+                          "exact %.17g", ns[k], out[order], want);
+        }
+        ck_assert_msg(memcmp(&out[0], &out[1], sizeof out[0]) == 0, "n %zu: sumsq %.17g and "
+                      "%.17g in the two thread orders", ns[k], out[0], out[1]);
+        free(x);
+    }
+}
+END_TEST
+
 /* ---- the emulator itself ---- */
 
 static int rotated[64];
@@ -540,6 +654,8 @@ Suite *cuda_rows_suite(void)
     tcase_add_loop_test(tc, wte_backward_same_bits, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, channel_sums_within_rounding, EMU_ASCENDING, EMU_DESCENDING + 1);
     tcase_add_loop_test(tc, xent_wide_within_rounding, EMU_ASCENDING, EMU_DESCENDING + 1);
+    tcase_add_loop_test(tc, loss_rows_and_sums, EMU_ASCENDING, EMU_DESCENDING + 1);
+    tcase_add_test(tc, sumsq_fixed_grid);
     tcase_add_loop_test(tc, emulator_barriers_and_shuffles, EMU_ASCENDING, EMU_DESCENDING + 1);
     suite_add_tcase(s, tc);
     return s;
