@@ -1397,10 +1397,15 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
         fprintf(stderr, "%s\n", r->accel_note);
     /* the checkpoint named (--resume, checkpoint.resume: PATH) is a file
      * rank 0 can read: said here, once, instead of by rank 0 after the
-     * workers started (with the other ranks' "stopped" lines) */
+     * workers started (with the other ranks' "stopped" lines). Rank 0 is
+     * node 0's: another node only checks that a --resume exists, as before */
     const char *rp = r->job.checkpoint.resume == DDPC_RESUME_PATH
                    ? r->job.checkpoint.resume_path : NULL;
-    if (rp && *rp) {
+    if (r->node_rank != 0 && fl->resume && access(fl->resume, R_OK) != 0) {
+        fprintf(stderr, "ddpc: error: --resume %s: %s\n", fl->resume, strerror(errno));
+        return -1;
+    }
+    if (r->node_rank == 0 && rp && *rp) {
         const char *how = fl->resume ? "--resume" : "checkpoint.resume:";
         struct stat st;
         if (stat(rp, &st) != 0 || access(rp, R_OK) != 0) {

@@ -1317,6 +1317,41 @@ START_TEST(closed_stdout_writes_into_no_file)
 }
 END_TEST
 
+/* checkpoint.resume: PATH is rank 0's to read, and rank 0 runs on node 0:
+ * node 1 of a job whose checkpoint lies on node 0's disk does not refuse
+ * it (it goes on to the rendezvous, here to a node 0 that is not there),
+ * while node 0 does, before any worker starts. */
+START_TEST(resume_path_checked_where_rank0_runs)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-resnode");
+    ck_assert_ptr_nonnull(dir);
+    char *job = build_in(dir, "mn", "name: mn\naccelerator: cpu\ndevices: 1\nepochs: 1\n"
+                         "loss: mse\noptimizer: {type: sgd}\nbatch_size: 16\n"
+                         "model: {type: mlp, layers: [16, 8, 1]}\nnccl_timeout: 1s\n"
+                         "checkpoint: {resume: ck/none.ckpt}\n"
+                         "launch: {num_nodes: 2, master_addr: 127.0.0.1}\n"
+                         "data: {train: {format: synthetic, samples: 512, features: 16, "
+                         "classes: 0}}\n");
+    /* port 1: nothing listens there for an unprivileged store */
+    char *node1[] = { job, "--node-rank", "1", "--master", "127.0.0.1:1", NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(node1, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1 && !strstr(r.err, "checkpoint.resume") &&
+                  strstr(r.err, "rendezvous store"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    char *node0[] = { job, "--node-rank", "0", NULL };
+    ck_assert_int_eq(run_capture(node0, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1 &&
+                  strstr(r.err, "ddpc: error: checkpoint.resume: ck/none.ckpt: No such file"),
+                  "%s%s", r.out, r.err);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* Runs argv expecting a refusal before any training: non-zero, quickly, no
  * hang, nothing left running, and stderr containing each of what[]. */
 static void expect_refusal(char *const argv[], const char *cwd, const char *const what[])
@@ -1662,6 +1697,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, resume_across_grad_accumulation_keeps_the_schedule);
     tcase_add_test(run, rank0_error_printed_once_whole);
     tcase_add_test(run, closed_stdout_writes_into_no_file);
+    tcase_add_test(run, resume_path_checked_where_rank0_runs);
     tcase_add_test(run, mid_epoch_resume_across_a_data_change);
     tcase_add_test(run, mid_epoch_resume_after_the_data_file_grew);
     tcase_add_test(run, csv_late_label_names_its_line);
