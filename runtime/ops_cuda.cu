@@ -11,7 +11,9 @@
  *
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
- *     backend runs too); the kernels here only index, reduce, fill and cast;
+ *     backend runs too); every kernel that reduces is ops_cuda_rows.cuh
+ *     (C as well as CUDA: the CPU suite cuda_rows runs it); the kernels
+ *     here only index, fill and cast;
  *     built -fmad=false -ftz=true (Makefile CUDA_EXACT_MATH), so +, -, *, /
  *     and sqrt round as on the CPU and the optimizer step matches it bit for
  *     bit (test_gpu checks); expf/erff/tanhf are the device's own (ulps);
@@ -33,7 +35,9 @@
  *
  * Scratch (loss rows, ones, casts) is sized by reserve before the first
  * step; growth after it is counted in o->scratch_grows (tests/gpu asserts
- * none), since cudaMalloc/cudaFree synchronise the device.
+ * none), since cudaMalloc/cudaFree synchronise the device. The segment
+ * sums' scratch (d_seg) has a fixed size, allocated at init: wider layers
+ * take more passes, never more memory.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -660,7 +664,8 @@ static int ln_bwd_dw(struct ops_cuda_ctx *c, const struct ddpc_lk *a, struct ddp
 {
     for (int c0 = 0; c0 < a->C; c0 += SEG_CHUNK) {
         int cols = a->C - c0 < SEG_CHUNK ? a->C - c0 : SEG_CHUNK;
-        dim3 grid((unsigned)((cols + SEG_COLS - 1) / SEG_COLS), SEG_ROWS), block(SEG_COLS, SEG_DEPTH);
+        dim3 grid((unsigned)((cols + SEG_COLS - 1) / SEG_COLS), SEG_ROWS);
+        dim3 block(SEG_COLS, SEG_DEPTH);
         k_ln_dw_part<<<grid, block, 0, c->stream>>>(*a, c0, cols, c->d_seg);
         KERNEL_CHECK(e, "k_ln_dw_part");
         k_ln_dw_sum<<<grid_for((size_t)cols), THREADS, 0, c->stream>>>(*a, c0, cols, c->d_seg);
