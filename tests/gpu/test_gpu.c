@@ -709,6 +709,26 @@ static void test_gpt(struct pair *p)
         check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
               "gpt: two GPU steps give the same gradient bytes", 0, 0);
     }
+    /* bf16 products (every gemm and attention's gemm_batched) against the
+     * CPU's fp32: within bf16's rounding of the operands (8 bits). The CPU
+     * backend with its products' operands rounded to bf16 (round to
+     * nearest even, fp32 sums, as cuBLAS's CUBLAS_COMPUTE_32F) is off by
+     * loss 8e-7, logits 2.2e-3, gradients 5.4e-3: bounds 4x that. */
+    p->gpu.gemm_precision = DDPC_PRECISION_BF16;
+    if (gpt_step_on(&p->gpu, &j, x, y, B, lg, gg, &loss_g, &e) < 0 ||
+        gpt_step_on(&p->gpu, &j, x, y, B, lg, gg2, &loss_g2, &e) < 0) {
+        fail_err("gpt step, bf16", &e);
+    } else {
+        double err = fabs(loss_g - loss_c) / fabs(loss_c);
+        check(err <= 1e-3, "gpt bf16 loss", err, 1e-3);
+        err = rel_err(lg, lc, nl);
+        check(err <= 1e-2, "gpt bf16 logits", err, 1e-2);
+        err = rel_err(gg, gc, np);
+        check(err <= 2e-2, "gpt bf16 gradients (all parameters)", err, 2e-2);
+        check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
+              "gpt bf16: two GPU steps give the same gradient bytes", 0, 0);
+    }
+    p->gpu.gemm_precision = DDPC_PRECISION_FP32;
     free(x);
     free(y);
     free(lc);
