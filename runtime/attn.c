@@ -14,6 +14,11 @@
  *   dQ (+)= dS K;  dK (+)= dS^T Q
  * The masked scores are never used: the softmax kernel reads keys 0..t
  * only, exactly what masked_fill(-inf) + softmax gives (exp(-inf) = 0).
+ *
+ * A backend with fused attention (CUDA, bf16, head size 64, no dropout:
+ * ops.h attn_fused_*) computes the same without S, P, dP or dS in memory;
+ * att then holds its rows' log-sum-exps instead of P, and the backward
+ * reads y (rowsum(P * dP) = rowsum(y * dy) per head).
  */
 #include <math.h>
 #include <string.h>
@@ -62,6 +67,15 @@ static int check_shape(const struct ddpc_attn *at, struct ddpc_err *e)
  * (P, dS). On the GPU one call per sample keeps the launches few. */
 #define ATTN_BLOCK 64
 
+/* The fused path (ops.h attn_fused_*): the backend takes the shape, and
+ * no dropout on the probabilities (the fused kernels draw no mask). att
+ * then holds the rows' log-sum-exps, [B, heads, T] of it. */
+static int fused(const struct ddpc_ops *o, const struct ddpc_attn *at)
+{
+    return o->attn_fused_fits && !dropping(at) &&
+           o->attn_fused_fits(o, at->T, at->C, at->heads);
+}
+
 static int block_rows(const struct ddpc_ops *o, int T)
 {
     return o->host_memory ? ATTN_BLOCK : T;
@@ -74,6 +88,8 @@ int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qk
     int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C, bs = block_rows(o, T);
     long long tt = (long long)T * T, htt = (long long)H * tt;
     float scale = (float)(1.0 / sqrt((double)hs));
+    if (fused(o, at))
+        return o->attn_fused_forward(o, at->B, T, C, H, qkv, y, att, e);
     for (int b = 0; b < at->B; b++) {
         const float *q = qkv + (size_t)b * T * C3;
         for (int r0 = 0; r0 < T; r0 += bs) {
@@ -108,14 +124,17 @@ int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qk
 }
 
 int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qkv,
-                  const float *att, const float *dy, float *dqkv, int acc, float *scratch,
-                  struct ddpc_err *e)
+                  const float *att, const float *y, const float *dy, float *dqkv, int acc,
+                  float *scratch, struct ddpc_err *e)
 {
     DDPC_TRY(check_shape(at, e));
     int T = at->T, C = at->C, H = at->heads, hs = C / H, C3 = 3 * C, bs = block_rows(o, T);
     long long tt = (long long)T * T, htt = (long long)H * tt;
     size_t n = (size_t)at->B * (size_t)htt;
     float scale = (float)(1.0 / sqrt((double)hs)), beta = acc ? 1.0f : 0.0f;
+    if (fused(o, at))
+        return o->attn_fused_backward(o, at->B, T, C, H, qkv, y, att, dy, dqkv, acc, scratch,
+                                      e);
     float *dp = scratch;                  /* [B, H, T, T]: dPd, then dP, then dS */
     const float *pd = att;
     if (dropping(at)) {

@@ -31,14 +31,16 @@ struct ddpc_attn {
 int64_t attn_scratch_floats(int T, int heads, int dropout);
 
 /* qkv [B, T, 3C] -> y [B, T, C]; att [B, heads, T, T] keeps the
- * probabilities (before dropout) for backward. */
+ * probabilities (before dropout) for backward (on the fused path, attn.c:
+ * what that backend's backward needs instead). */
 int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qkv, float *att,
                  float *y, float *scratch, struct ddpc_err *e);
 
 /* dy [B, T, C] -> dqkv [B, T, 3C] (acc: add into it instead of overwriting);
- * att as forward left it; the same seed and training flag as that forward. */
+ * att and y as forward left them; the same seed and training flag as that
+ * forward. */
 int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qkv,
-                  const float *att, const float *dy, float *dqkv, int acc, float *scratch,
-                  struct ddpc_err *e);
+                  const float *att, const float *y, const float *dy, float *dqkv, int acc,
+                  float *scratch, struct ddpc_err *e);
 
 #endif /* DDPC_ATTN_H */

@@ -695,7 +695,7 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
     case DDPC_LAYER_ATTENTION:
         if (want_dx) {
             struct ddpc_attn at = attn_of(m, k, rows);
-            rc = attn_backward(o, &at, in, m->stat[k], dy, dx, accx, m->col, e);
+            rc = attn_backward(o, &at, in, m->stat[k], m->y[k], dy, dx, accx, m->col, e);
         }
         break;
     case DDPC_LAYER_DROPOUT:

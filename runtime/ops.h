@@ -212,6 +212,23 @@ struct ddpc_ops {
     int  (*to_device_async)(struct ddpc_ops *o, void *dst, const void *host_src, size_t bytes,
                             int slot, struct ddpc_err *e);
     int  (*fence)(struct ddpc_ops *o, int slot, struct ddpc_err *e);
+
+    /* Optional (NULL on the CPU): causal self-attention (attn.h) fused, so
+     * that its [T, T] scores and probabilities never reach memory (CUDA:
+     * ops_cuda_attn.cuh, bf16 tensor-core products). attn_fused_fits says
+     * whether it takes a layer of this shape at the current gemm_precision
+     * (attn.c asks once per pass and calls the pair, or neither: forward
+     * and backward must agree). The forward writes y [B, T, C] and the
+     * rows' log-sum-exps lse [B, heads, T]; the backward reads both, as
+     * the forward left them, and writes (acc: adds) dqkv, with B * heads *
+     * T floats of scratch. */
+    int (*attn_fused_fits)(const struct ddpc_ops *o, int T, int C, int heads);
+    int (*attn_fused_forward)(struct ddpc_ops *o, int B, int T, int C, int heads,
+                              const float *qkv, float *y, float *lse, struct ddpc_err *e);
+    int (*attn_fused_backward)(struct ddpc_ops *o, int B, int T, int C, int heads,
+                               const float *qkv, const float *y, const float *lse,
+                               const float *dy, float *dqkv, int acc, float *scratch,
+                               struct ddpc_err *e);
 };
 
 /* ops_cpu.c */

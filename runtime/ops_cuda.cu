@@ -11,9 +11,10 @@
  *
  * Rules this file keeps:
  *   - per-element arithmetic is ops_kernels.h (the DDPC_HD functions the CPU
- *     backend runs too); every kernel that reduces is ops_cuda_rows.cuh
- *     (C as well as CUDA: the CPU suite cuda_rows runs it); the kernels
- *     here only index, fill and cast;
+ *     backend runs too); every kernel that reduces is ops_cuda_rows.cuh,
+ *     fused attention ops_cuda_attn.cuh (C as well as CUDA: the CPU suites
+ *     cuda_rows and cuda_attn run them); the kernels here only index, fill
+ *     and cast;
  *     built -fmad=false -ftz=true (Makefile CUDA_EXACT_MATH), so +, -, *, /
  *     and sqrt round as on the CPU and the optimizer step matches it bit for
  *     bit (test_gpu checks); expf/erff/tanhf are the device's own (ulps);
@@ -51,6 +52,7 @@
 #include "ops.h"
 #include "ops_kernels.h"
 #include "ops_cuda_rows.cuh"
+#include "ops_cuda_attn.cuh"
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
@@ -761,6 +763,59 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
     }
 }
 
+/* Fused causal attention (ops_cuda_attn.cuh): bf16 products, head size
+ * FA_HS; the grid's y is B * heads. */
+static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
+{
+    return o->gemm_precision == PREC_BF16 && heads >= 1 && C == heads * FA_HS && T >= 1;
+}
+
+static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, const char *what,
+                    struct ddpc_err *e)
+{
+    if (!cuda_attn_fused_fits(o, T, C, H) || B < 0 || (long long)B * H > 65535)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda %s: B=%d T=%d C=%d heads=%d at precision %d "
+                         "is not a fused attention's shape", what, B, T, C, H,
+                         o->gemm_precision);
+    return 0;
+}
+
+static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int H,
+                                   const float *qkv, float *y, float *lse, struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    DDPC_TRY(fa_shape(o, B, T, C, H, "attention forward", e));
+    if (B == 0)
+        return 0;
+    float scale = (float)(1.0 / sqrt((double)FA_HS));
+    dim3 grid(fa_tiles(T), (unsigned)(B * H));
+    k_fa_fwd<<<grid, FA_THREADS, 0, c->stream>>>(qkv, y, lse, T, C, H, scale);
+    KERNEL_CHECK(e, "k_fa_fwd");
+    return 0;
+}
+
+static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int H,
+                                    const float *qkv, const float *y, const float *lse,
+                                    const float *dy, float *dqkv, int acc, float *scratch,
+                                    struct ddpc_err *e)
+{
+    struct ops_cuda_ctx *c = ctx_of(o);
+    DDPC_TRY(fa_shape(o, B, T, C, H, "attention backward", e));
+    if (B == 0)
+        return 0;
+    float scale = (float)(1.0 / sqrt((double)FA_HS));
+    float *delta = scratch;
+    k_fa_delta<<<grid_for((size_t)B * H * T), THREADS, 0, c->stream>>>(y, dy, delta, B, T, C, H);
+    KERNEL_CHECK(e, "k_fa_delta");
+    dim3 grid(fa_tiles(T), (unsigned)(B * H));
+    k_fa_bwd_kv<<<grid, FA_THREADS, 0, c->stream>>>(qkv, dy, lse, delta, dqkv, T, C, H, scale,
+                                                    acc);
+    KERNEL_CHECK(e, "k_fa_bwd_kv");
+    k_fa_bwd_q<<<grid, FA_THREADS, 0, c->stream>>>(qkv, dy, lse, delta, dqkv, T, C, H, scale, acc);
+    KERNEL_CHECK(e, "k_fa_bwd_q");
+    return 0;
+}
+
 static int cuda_optim_step(struct ddpc_ops *o, const struct ddpc_optim_step *s, float *param,
                            const float *grad, float *m, float *v, size_t n, struct ddpc_err *e)
 {
@@ -938,6 +993,9 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
     o->fence = cuda_fence;
     o->layer_kernel = cuda_layer_kernel;
     o->gemm_batched = cuda_gemm_batched;
+    o->attn_fused_fits = cuda_attn_fused_fits;
+    o->attn_fused_forward = cuda_attn_fused_forward;
+    o->attn_fused_backward = cuda_attn_fused_backward;
     c->ops = o;
     return 0;
 }

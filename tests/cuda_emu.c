@@ -72,6 +72,8 @@ static struct {
     struct emu_gate   sync;                      /* __syncthreads: every live thread */
     struct emu_gate   group[EMU_MAX_THREADS];    /* a shuffle group, by its first thread */
     union emu_slot    slot[EMU_MAX_THREADS];     /* a shuffle's values, by thread */
+    const unsigned   *mma_a[EMU_MAX_THREADS];    /* an mma's fragments, by thread */
+    const unsigned   *mma_b[EMU_MAX_THREADS];
     int               broken;
     char              why[256];
 } g;
@@ -170,6 +172,55 @@ int emu_shfl_xor_i(unsigned mask, int v, int lane_mask, int width)
     return shfl_xor(mask, s, lane_mask, width).i;
 }
 
+/* A bf16 (the high half of a float's bits) as a float. */
+static float bf16_float(unsigned bits)
+{
+    unsigned u = (bits & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Element (row, col) of the warp's A (16 x 16) and (k, col) of its B
+ * (16 x 8), read from the fragments the lanes posted (first: lane 0). */
+static float mma_a_at(unsigned first, int row, int col)
+{
+    unsigned lane = (unsigned)(row % 8) * 4 + (unsigned)(col % 8) / 2;
+    int reg = (row >= 8) + 2 * (col >= 8);
+    return bf16_float(g.mma_a[first + lane][reg] >> (16 * (col & 1)));
+}
+
+static float mma_b_at(unsigned first, int k, int col)
+{
+    unsigned lane = (unsigned)col * 4 + (unsigned)(k % 8) / 2;
+    return bf16_float(g.mma_b[first + lane][k >= 8] >> (16 * (k & 1)));
+}
+
+void emu_mma_bf16_16816(float *d, const unsigned *a, const unsigned *b)
+{
+    unsigned tid = g.cur, lane = tid % EMU_WARP, first = tid - lane;
+    if (g.n % EMU_WARP != 0) {
+        emu_break("block %u, thread %u: mma.sync in a block of %u threads: a warp-wide "
+                  "instruction needs whole warps", g.block, tid, g.n);
+        return;
+    }
+    g.mma_a[tid] = a;
+    g.mma_b[tid] = b;
+    gate_wait(&g.group[first], EMU_WARP, "an mma.sync");
+    int gr = (int)lane / 4, t = (int)lane % 4;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        int row = gr + 8 * (i / 2), col = 2 * t + (i & 1);
+        float acc = d[i];
+        for (int k = 0; k < 16; k++)
+            acc += mma_a_at(first, row, k) * mma_b_at(first, k, col);
+        out[i] = acc;
+    }
+    /* every lane has read every fragment before any lane goes on to change its own */
+    gate_wait(&g.group[first], EMU_WARP, "an mma.sync");
+    memcpy(d, out, sizeof out);
+}
+
 /* A fiber's life: the kernel once, for one block. */
 static void fiber_main(void)
 {
@@ -188,6 +239,12 @@ static void fiber_main(void)
 /* The fiber to run after g.cur, or -1 when none is runnable. */
 static int next_runnable(void)
 {
+    if (emu_order == EMU_AHEAD) {
+        for (unsigned i = 0; i < g.n; i++)
+            if (g.f[i].state == RUNNABLE)
+                return (int)i;
+        return -1;
+    }
     for (unsigned k = 1; k <= g.n; k++) {
         unsigned i = emu_order == EMU_ASCENDING ? (g.cur + k) % g.n : (g.cur + g.n - k) % g.n;
         if (g.f[i].state == RUNNABLE)

@@ -30,8 +30,11 @@ struct emu_dim3 {
 
 extern struct emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 /* The order the threads of a block take turns in (EMU_ASCENDING: thread
- * 0 first, then each runs after the one before it). */
-enum { EMU_ASCENDING, EMU_DESCENDING };
+ * 0 first, then each runs after the one before it; EMU_AHEAD: always the
+ * lowest-numbered thread that can run, so warp 0 runs ahead of the others
+ * until a barrier stops it, and a missing barrier before shared memory is
+ * overwritten shows even where the warps' turns would keep in step). */
+enum { EMU_ASCENDING, EMU_DESCENDING, EMU_AHEAD };
 extern int emu_order;
 
 #define __global__
@@ -47,6 +50,14 @@ int    emu_shfl_xor_i(unsigned mask, int v, int lane_mask, int width);
 #define __shfl_xor_sync(mask, v, lane_mask, width)                          \
     _Generic((v), double: emu_shfl_xor_d, float: emu_shfl_xor_f,            \
                   int: emu_shfl_xor_i)((mask), (v), (lane_mask), (width))
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with d as C and D:
+ * the 32 lanes of the warp post their fragments (the layouts in PTX's
+ * "Matrix Fragments for mma.m16n8k16", as runtime/ops_cuda_attn.cuh
+ * describes them), all wait, each computes its four sums (fp32, k in
+ * order), all wait again. A warp some of whose lanes never arrive
+ * deadlocks; a block that is not whole warps fails the launch. */
+void emu_mma_bf16_16816(float *d, const unsigned *a, const unsigned *b);
 
 /* Runs body(arg) as every thread of a launch of `grid` blocks of `block`
  * threads. Returns 0, or -1 with *why filled: an invalid shape (no

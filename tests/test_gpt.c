@@ -236,7 +236,8 @@ static void attn_run(struct ddpc_ops *o, const struct ddpc_attn *at, struct attn
     ck_assert_int_eq(o->gemm(o, 1, 0, C, C, R, 1.0f, s->dy, C, s->ya, C, 0.0f, s->dwp, C, &e), 0);
     ck_assert_int_eq(o->bias_grad(o, s->dy, s->dbp, R, C, 0.0f, &e), 0);
     ck_assert_int_eq(o->gemm(o, 0, 0, R, C, C, 1.0f, s->dy, C, s->wp, C, 0.0f, s->dya, C, &e), 0);
-    ck_assert_msg(attn_backward(o, at, s->qkv, s->att, s->dya, s->dqkv, 0, s->scratch, &e) == 0,
+    ck_assert_msg(attn_backward(o, at, s->qkv, s->att, s->ya, s->dya, s->dqkv, 0, s->scratch,
+                                &e) == 0,
                   "%s", e.msg);
     ck_assert_int_eq(o->gemm(o, 1, 0, C3, C, R, 1.0f, s->dqkv, C3, s->x, C, 0.0f, s->dwa, C, &e), 0);
     ck_assert_int_eq(o->bias_grad(o, s->dqkv, s->dba, R, C3, 0.0f, &e), 0);

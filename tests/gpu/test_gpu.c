@@ -60,6 +60,7 @@
 
 #include <nccl.h>
 
+#include "attn.h"
 #include "backend.h"
 #include "comm_shm.h"
 #include "data.h"
@@ -659,17 +660,38 @@ static int gpt_step_on(struct ddpc_ops *o, const struct ddpc_job *j, const float
                          e);
 }
 
-static void test_gpt(struct pair *p)
+/* "name suffix", for one check's line at a time. */
+static const char *what(const char *name, const char *suffix)
+{
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s %s", name, suffix);
+    return buf;
+}
+
+/* x rounded to the nearest bf16 (ties to even), as a float. */
+static float bf16_value(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* A GPT of n_embd / n_head / block_size T / dropout, one step, CUDA vs
+ * CPU: fp32, then bf16 (name says which attention the GPU's bf16 runs). */
+static void gpt_case(struct pair *p, const char *name, int n_embd, int n_head, int T_,
+                     double dropout)
 {
     static struct ddpc_job j;
     memset(&j, 0, sizeof j);
     j.model.type = DDPC_MODEL_GPT;
     j.model.vocab_size = 64;
-    j.model.block_size = 80;   /* more than one causal block of the CPU's attention */
+    j.model.block_size = T_;
     j.model.n_layer = 2;
-    j.model.n_head = 2;
-    j.model.n_embd = 32;
-    j.model.dropout = 0.1;
+    j.model.n_head = n_head;
+    j.model.n_embd = n_embd;
+    j.model.dropout = dropout;
     j.model.bias = 1;
     j.loss = DDPC_LOSS_CROSS_ENTROPY;
     enum { B = 3 };
@@ -695,19 +717,19 @@ static void test_gpt(struct pair *p)
     if (gpt_step_on(&p->cpu, &j, x, y, B, lc, gc, &loss_c, &e) < 0 ||
         gpt_step_on(&p->gpu, &j, x, y, B, lg, gg, &loss_g, &e) < 0 ||
         gpt_step_on(&p->gpu, &j, x, y, B, lg, gg2, &loss_g2, &e) < 0) {
-        fail_err("gpt step", &e);
+        fail_err(what(name, "step"), &e);
     } else {
         /* fp32 both sides; the GPU sums in other orders (cuBLAS), through
          * two blocks of products and norms */
         double err = fabs(loss_g - loss_c) / fabs(loss_c);
-        check(err <= 1e-5, "gpt loss", err, 1e-5);
+        check(err <= 1e-5, what(name, "loss"), err, 1e-5);
         err = rel_err(lg, lc, nl);
-        check(err <= 1e-4, "gpt logits", err, 1e-4);
+        check(err <= 1e-4, what(name, "logits"), err, 1e-4);
         err = rel_err(gg, gc, np);
-        check(err <= 1e-4, "gpt gradients (all parameters)", err, 1e-4);
+        check(err <= 1e-4, what(name, "gradients (all parameters)"), err, 1e-4);
         /* deterministic on the GPU too (GPT.md item 7: no float atomics) */
         check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
-              "gpt: two GPU steps give the same gradient bytes", 0, 0);
+              what(name, "two GPU steps give the same gradient bytes"), 0, 0);
     }
     /* bf16 products (every gemm and attention's gemm_batched) against the
      * CPU's fp32: within bf16's rounding of the operands (8 bits). The CPU
@@ -717,16 +739,16 @@ static void test_gpt(struct pair *p)
     p->gpu.gemm_precision = DDPC_PRECISION_BF16;
     if (gpt_step_on(&p->gpu, &j, x, y, B, lg, gg, &loss_g, &e) < 0 ||
         gpt_step_on(&p->gpu, &j, x, y, B, lg, gg2, &loss_g2, &e) < 0) {
-        fail_err("gpt step, bf16", &e);
+        fail_err(what(name, "bf16 step"), &e);
     } else {
         double err = fabs(loss_g - loss_c) / fabs(loss_c);
-        check(err <= 1e-3, "gpt bf16 loss", err, 1e-3);
+        check(err <= 1e-3, what(name, "bf16 loss"), err, 1e-3);
         err = rel_err(lg, lc, nl);
-        check(err <= 1e-2, "gpt bf16 logits", err, 1e-2);
+        check(err <= 1e-2, what(name, "bf16 logits"), err, 1e-2);
         err = rel_err(gg, gc, np);
-        check(err <= 2e-2, "gpt bf16 gradients (all parameters)", err, 2e-2);
+        check(err <= 2e-2, what(name, "bf16 gradients (all parameters)"), err, 2e-2);
         check(memcmp(gg, gg2, np * 4) == 0 && loss_g == loss_g2,
-              "gpt bf16: two GPU steps give the same gradient bytes", 0, 0);
+              what(name, "bf16: two GPU steps give the same gradient bytes"), 0, 0);
     }
     p->gpu.gemm_precision = DDPC_PRECISION_FP32;
     free(x);
@@ -736,6 +758,78 @@ static void test_gpt(struct pair *p)
     free(gc);
     free(gg);
     free(gg2);
+}
+
+static void test_gpt(struct pair *p)
+{
+    /* T 80: more than one causal block of the CPU's attention; head size
+     * 16 and dropout: attention by gemm_batched and the row kernels */
+    gpt_case(p, "gpt", 32, 2, 80, 0.1);
+    /* head size 64, no dropout: bf16 runs the fused attention
+     * (ops_cuda_attn.cuh); T 150: three tiles, the last partial */
+    gpt_case(p, "gpt fused", 128, 2, 150, 0.0);
+}
+
+/* Fused attention alone (bf16, head size 64; ops_cuda_attn.cuh) against the
+ * CPU's unfused fp32 on the same bf16-valued inputs: y and dqkv within
+ * twice what tests/test_cuda_attn.c measures for the same kernels on the
+ * CPU (2.4e-3: P and dS rounded to bf16 for their products); then dqkv
+ * accumulated (acc) onto itself is exactly twice; the same bytes twice. */
+static void test_attn_fused(struct pair *p)
+{
+    enum { B = 2, T = 200, H = 3, C = H * 64 };
+    size_t R = (size_t)B * T, n3 = R * 3 * C, n1 = R * C, natt = (size_t)B * H * T * T;
+    float *qkv = rand_vec(n3, 2.0f), *dy = rand_vec(n1, 1.0f);
+    for (size_t i = 0; i < n3; i++)                  /* bf16 values: no input rounding left */
+        qkv[i] = bf16_value(qkv[i]);
+    for (size_t i = 0; i < n1; i++)
+        dy[i] = bf16_value(dy[i]);
+    float *y = calloc(n1, 4), *dqkv = calloc(n3, 4), *att = calloc(natt, 4);
+    float *scratch = calloc((size_t)B * attn_scratch_floats(T, H, 0), 4);
+    struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1 };
+    struct ddpc_err e = {0};
+    p->gpu.gemm_precision = DDPC_PRECISION_BF16;
+    if (!p->gpu.attn_fused_fits || !p->gpu.attn_fused_fits(&p->gpu, T, C, H)) {
+        check(0, "attention: the CUDA backend fuses bf16 head size 64", 0, 0);
+        goto out;
+    }
+    float *d_qkv = up(p, qkv, n3 * 4), *d_dy = up(p, dy, n1 * 4), *d_y = up(p, y, n1 * 4);
+    float *d_dqkv = up(p, dqkv, n3 * 4), *d_att = up(p, att, natt * 4);
+    float *d_scr = up(p, scratch, (size_t)B * attn_scratch_floats(T, H, 0) * 4);
+    if (!d_qkv || !d_dy || !d_y || !d_dqkv || !d_att || !d_scr ||
+        attn_forward(&p->cpu, &at, qkv, att, y, scratch, &e) < 0 ||
+        attn_backward(&p->cpu, &at, qkv, att, y, dy, dqkv, 0, scratch, &e) < 0 ||
+        attn_forward(&p->gpu, &at, d_qkv, d_att, d_y, d_scr, &e) < 0 ||
+        attn_backward(&p->gpu, &at, d_qkv, d_att, d_y, d_dy, d_dqkv, 0, d_scr, &e) < 0) {
+        fail_err("attention fused", &e);
+    } else {
+        compare_dev(p, "attention fused bf16: y", d_y, y, n1, 5e-3);
+        compare_dev(p, "attention fused bf16: dqkv", d_dqkv, dqkv, n3, 5e-3);
+        float *g1 = down(p, d_dqkv, n3);
+        if (attn_backward(&p->gpu, &at, d_qkv, d_att, d_y, d_dy, d_dqkv, 1, d_scr, &e) < 0) {
+            fail_err("attention fused, acc", &e);
+        } else {
+            float *g2 = down(p, d_dqkv, n3);
+            size_t bad = 0;
+            for (size_t i = 0; i < n3; i++)
+                bad += g2[i] != 2.0f * g1[i];
+            check(bad == 0, "attention fused: acc adds, the same bytes again", (double)bad, 0);
+            free(g2);
+        }
+        free(g1);
+    }
+    void *bufs[] = { d_qkv, d_dy, d_y, d_dqkv, d_att, d_scr };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            p->gpu.release(&p->gpu, bufs[i]);
+out:
+    p->gpu.gemm_precision = DDPC_PRECISION_FP32;
+    free(qkv);
+    free(dy);
+    free(y);
+    free(dqkv);
+    free(att);
+    free(scratch);
 }
 
 /* One training step of a small CNN, CUDA vs CPU: the GPU's im2col
@@ -842,6 +936,7 @@ static void run_ops_tests(const struct ddpc_backend *b)
     test_loss(&p);
     test_sumsq_scale(&p);
     test_optim(&p);
+    test_attn_fused(&p);
     test_gpt(&p);
     test_cnn(&p);
     p.gpu.destroy(&p.gpu);

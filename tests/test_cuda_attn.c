@@ -1,0 +1,375 @@
+/* test_cuda_attn.c - the CUDA backend's fused causal attention
+ * (runtime/ops_cuda_attn.cuh), run on the CPU by tests/cuda_emu.h (its mma
+ * a warp-wide exchange of the PTX fragments) with ops_cuda.cu's launch
+ * shapes, through attn.c's dispatch (ops.h attn_fused_*), against attn.c's
+ * unfused path on the CPU backend:
+ *   - y and dqkv within bf16's rounding of the CPU's fp32, with Q, K, V
+ *     and dY rounded to bf16 on both sides (what is left: P and dS rounded
+ *     to bf16 for their products, other sum orders), at T below, at and
+ *     past one 64-row tile, with a partial last tile, 1 to 3 heads;
+ *   - the same bits on a second run and with the block's threads taking
+ *     turns in the other order (a missing barrier shows there);
+ *   - acc adds into dqkv; dropout (which the fused kernels do not draw)
+ *     takes the CPU's own path, bit for bit;
+ *   - the emulated mma itself against a plain 16 x 16 x 8 product.
+ * FA_SHOW=1 prints each comparison's worst difference over its scale (how
+ * the bounds were set: 1e-3 to 2.4e-3 measured).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "suites.h"
+#include "attn.h"
+#include "ops.h"
+#include "cuda_emu.h"
+#include "ops_cuda_attn.cuh"
+
+static uint64_t rng_state;
+
+static float urand(void)            /* in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+static float bf16_round(float x)
+{
+    unsigned u = fa_bf16(x) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* n floats in [-scale, scale), already bf16 values */
+static float *fill_bf16(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = bf16_round(scale * urand());
+    return p;
+}
+
+static float *zeros(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static void launch(struct emu_dim3 grid, void (*body)(void *), void *arg, struct ddpc_err *e,
+                   int *rc)
+{
+    char why[512];
+    if (*rc == 0 && emu_launch(grid, (struct emu_dim3){ FA_THREADS, 1, 1 }, body, arg, why,
+                               sizeof why) != 0)
+        *rc = DDPC_FAIL(e, DDPC_E_DEVICE, "emulated launch: %s", why);
+}
+
+/* ---- the hooks, launched as ops_cuda.cu launches them ---- */
+
+struct fa_call {
+    const float *qkv, *dy, *y, *lse, *delta;
+    float *out, *lse_out, *delta_out;
+    int B, T, C, H, acc;
+    float scale;
+};
+
+static void fwd_body(void *p)
+{
+    struct fa_call *c = p;
+    k_fa_fwd(c->qkv, c->out, c->lse_out, c->T, c->C, c->H, c->scale);
+}
+
+static void delta_body(void *p)
+{
+    struct fa_call *c = p;
+    k_fa_delta(c->y, c->dy, c->delta_out, c->B, c->T, c->C, c->H);
+}
+
+static void bwd_kv_body(void *p)
+{
+    struct fa_call *c = p;
+    k_fa_bwd_kv(c->qkv, c->dy, c->lse, c->delta, c->out, c->T, c->C, c->H, c->scale, c->acc);
+}
+
+static void bwd_q_body(void *p)
+{
+    struct fa_call *c = p;
+    k_fa_bwd_q(c->qkv, c->dy, c->lse, c->delta, c->out, c->T, c->C, c->H, c->scale, c->acc);
+}
+
+static int fits(const struct ddpc_ops *o, int T, int C, int heads)
+{
+    return heads >= 1 && C == heads * FA_HS && T >= 1;
+}
+
+static int emu_forward(struct ddpc_ops *o, int B, int T, int C, int H, const float *qkv,
+                       float *y, float *lse, struct ddpc_err *e)
+{
+    struct fa_call c = { .qkv = qkv, .out = y, .lse_out = lse, .B = B, .T = T, .C = C, .H = H,
+                         .scale = (float)(1.0 / sqrt((double)FA_HS)) };
+    int rc = 0;
+    launch((struct emu_dim3){ fa_tiles(T), (unsigned)(B * H), 1 }, fwd_body, &c, e, &rc);
+    return rc;
+}
+
+static int emu_backward(struct ddpc_ops *o, int B, int T, int C, int H, const float *qkv,
+                        const float *y, const float *lse, const float *dy, float *dqkv,
+                        int acc, float *scratch, struct ddpc_err *e)
+{
+    struct fa_call c = { .qkv = qkv, .dy = dy, .y = y, .lse = lse,
+                         .delta = scratch, .delta_out = scratch, .out = dqkv, .B = B, .T = T,
+                         .C = C, .H = H, .acc = acc,
+                         .scale = (float)(1.0 / sqrt((double)FA_HS)) };
+    int rc = 0;
+    size_t rows = (size_t)B * H * T;
+    launch((struct emu_dim3){ (unsigned)((rows + 255) / 256), 1, 1 }, delta_body, &c, e, &rc);
+    launch((struct emu_dim3){ fa_tiles(T), (unsigned)(B * H), 1 }, bwd_kv_body, &c, e, &rc);
+    launch((struct emu_dim3){ fa_tiles(T), (unsigned)(B * H), 1 }, bwd_q_body, &c, e, &rc);
+    return rc;
+}
+
+/* ---- one attention, both ways ---- */
+
+struct attn_out {
+    float *y, *dqkv;
+};
+
+static struct attn_out run(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qkv,
+                           const float *dy, const float *dqkv0, int acc)
+{
+    size_t R = (size_t)at->B * at->T, C = (size_t)at->C;
+    float *att = zeros((size_t)at->B * at->heads * at->T * at->T);
+    float *scratch = zeros((size_t)at->B * attn_scratch_floats(at->T, at->heads, at->p > 0));
+    struct attn_out r = { zeros(R * C), zeros(R * 3 * C) };
+    if (dqkv0)
+        memcpy(r.dqkv, dqkv0, R * 3 * C * sizeof *r.dqkv);
+    struct ddpc_err e = { 0 };
+    ck_assert_msg(attn_forward(o, at, qkv, att, r.y, scratch, &e) == 0, "%s", e.msg);
+    ck_assert_msg(attn_backward(o, at, qkv, att, r.y, dy, r.dqkv, acc, scratch, &e) == 0,
+                  "%s", e.msg);
+    free(att);
+    free(scratch);
+    return r;
+}
+
+static void out_free(struct attn_out *r)
+{
+    free(r->y);
+    free(r->dqkv);
+}
+
+/* Within rel of the largest |want| of each of Q's, K's and V's columns
+ * (dqkv) or of all (y): each part has its own scale. */
+static void near_part(const float *got, const float *want, size_t rows, size_t ld, size_t c0,
+                      size_t cols, double rel, const char *what)
+{
+    double scale = 0, worst = 0;
+    size_t at = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = c0; c < c0 + cols; c++)
+            scale = fmax(scale, fabs(want[r * ld + c]));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = c0; c < c0 + cols; c++) {
+            double d = fabs((double)got[r * ld + c] - want[r * ld + c]);
+            ck_assert_msg(isfinite(got[r * ld + c]), "%s: row %zu column %zu is %g", what, r, c,
+                          (double)got[r * ld + c]);
+            if (d > worst) {
+                worst = d;
+                at = r * ld + c;
+            }
+        }
+    ck_assert_msg(scale > 0, "%s: all zero", what);
+    if (getenv("FA_SHOW"))
+        fprintf(stderr, "%s: worst/scale %.3g\n", what, worst / scale);
+    ck_assert_msg(worst <= rel * scale, "%s: max abs difference %.3g (row %zu column %zu: %.6g "
+                  "fused, %.6g CPU), bound %.3g", what, worst, at / ld, at % ld,
+                  (double)got[at], (double)want[at], rel * scale);
+}
+
+static void ops_pair(struct ddpc_ops *cpu, struct ddpc_ops *fused)
+{
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(cpu, &e), 0);
+    ck_assert_int_eq(ops_cpu_init(fused, &e), 0);
+    fused->attn_fused_fits = fits;
+    fused->attn_fused_forward = emu_forward;
+    fused->attn_fused_backward = emu_backward;
+}
+
+/* y and every part of dqkv against the CPU; then the same bits again. */
+static void fused_case(int B, int T, int H, float qk_scale)
+{
+    struct ddpc_ops cpu, fu;
+    ops_pair(&cpu, &fu);
+    int C = H * FA_HS;
+    size_t R = (size_t)B * T;
+    float *qkv = fill_bf16(R * 3 * C, 1.0f), *dy = fill_bf16(R * C, 1.0f);
+    for (size_t r = 0; r < R; r++)                   /* sharper softmax rows */
+        for (int c = 0; c < 2 * C; c++)
+            qkv[r * 3 * C + c] = bf16_round(qkv[r * 3 * C + c] * qk_scale);
+    struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1, .seed = 3 };
+    struct attn_out want = run(&cpu, &at, qkv, dy, NULL, 0);
+    struct attn_out got = run(&fu, &at, qkv, dy, NULL, 0);
+    near_part(got.y, want.y, R, C, 0, C, 4e-3, "y");
+    near_part(got.dqkv, want.dqkv, R, 3 * C, 0, C, 6e-3, "dQ");
+    near_part(got.dqkv, want.dqkv, R, 3 * C, C, C, 6e-3, "dK");
+    near_part(got.dqkv, want.dqkv, R, 3 * C, 2 * C, C, 6e-3, "dV");
+
+    struct attn_out again = run(&fu, &at, qkv, dy, NULL, 0);
+    ck_assert_int_eq(memcmp(got.y, again.y, R * C * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(got.dqkv, again.dqkv, R * 3 * C * sizeof(float)), 0);
+    out_free(&again);
+
+    /* acc: added to what dqkv held */
+    float *base = fill_bf16(R * 3 * C, 1.0f);
+    struct attn_out added = run(&fu, &at, qkv, dy, base, 1);
+    for (size_t i = 0; i < R * 3 * C; i++)
+        ck_assert_msg(added.dqkv[i] == base[i] + got.dqkv[i], "acc: element %zu is %g, "
+                      "%g + %g expected", i, (double)added.dqkv[i], (double)base[i],
+                      (double)got.dqkv[i]);
+    out_free(&added);
+    free(base);
+    out_free(&want);
+    out_free(&got);
+    free(qkv);
+    free(dy);
+    cpu.destroy(&cpu);
+    fu.destroy(&fu);
+}
+
+START_TEST(fused_matches_cpu)
+{
+    emu_order = _i;
+    rng_state = 21;
+    fused_case(2, 100, 2, 2.0f);     /* two tiles, the last one partial */
+    fused_case(1, 64, 1, 1.0f);      /* exactly one */
+    fused_case(2, 17, 3, 3.0f);      /* part of one; three heads */
+    fused_case(1, 150, 1, 4.0f);     /* three, peaked rows */
+}
+END_TEST
+
+/* The block's threads in either order: the same bits. */
+START_TEST(fused_same_bits_either_order)
+{
+    struct ddpc_ops cpu, fu;
+    ops_pair(&cpu, &fu);
+    int B = 1, T = 90, H = 2, C = H * FA_HS;
+    size_t R = (size_t)B * T;
+    rng_state = 5;
+    float *qkv = fill_bf16(R * 3 * C, 2.0f), *dy = fill_bf16(R * C, 1.0f);
+    struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1 };
+    emu_order = EMU_ASCENDING;
+    struct attn_out a = run(&fu, &at, qkv, dy, NULL, 0);
+    emu_order = EMU_DESCENDING;
+    struct attn_out d = run(&fu, &at, qkv, dy, NULL, 0);
+    ck_assert_int_eq(memcmp(a.y, d.y, R * C * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a.dqkv, d.dqkv, R * 3 * C * sizeof(float)), 0);
+    out_free(&a);
+    out_free(&d);
+    free(qkv);
+    free(dy);
+    cpu.destroy(&cpu);
+    fu.destroy(&fu);
+}
+END_TEST
+
+/* Dropout on the probabilities: the fused kernels draw no mask, so attn.c
+ * takes its own path, the CPU's bits; so does a head size they lack. */
+START_TEST(fused_not_taken_where_it_does_not_apply)
+{
+    struct ddpc_ops cpu, fu;
+    ops_pair(&cpu, &fu);
+    static const struct { int H, C; float p; } cases[] = { { 2, 128, 0.2f }, { 2, 64, 0.0f } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int B = 2, T = 70, H = cases[k].H, C = cases[k].C;
+        size_t R = (size_t)B * T;
+        rng_state = 9 + k;
+        float *qkv = fill_bf16(R * 3 * C, 1.0f), *dy = fill_bf16(R * C, 1.0f);
+        struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .p = cases[k].p,
+                                .training = 1, .seed = 17 };
+        struct attn_out want = run(&cpu, &at, qkv, dy, NULL, 0);
+        struct attn_out got = run(&fu, &at, qkv, dy, NULL, 0);
+        ck_assert_int_eq(memcmp(got.y, want.y, R * C * sizeof(float)), 0);
+        ck_assert_int_eq(memcmp(got.dqkv, want.dqkv, R * 3 * C * sizeof(float)), 0);
+        out_free(&want);
+        out_free(&got);
+        free(qkv);
+        free(dy);
+    }
+    cpu.destroy(&cpu);
+    fu.destroy(&fu);
+}
+END_TEST
+
+/* ---- the emulated mma: A (16 x 16) B (16 x 8) + C, fragments packed as
+ * the PTX ISA lays them out, against a plain triple loop ---- */
+
+static float mma_a[16][16], mma_b[16][8], mma_c[16][8], mma_d[16][8];
+
+static void mma_body(void *p)
+{
+    int lane = (int)threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned a[4], b[2];
+    a[0] = fa_pack(mma_a[g][2 * t], mma_a[g][2 * t + 1]);
+    a[1] = fa_pack(mma_a[g + 8][2 * t], mma_a[g + 8][2 * t + 1]);
+    a[2] = fa_pack(mma_a[g][2 * t + 8], mma_a[g][2 * t + 9]);
+    a[3] = fa_pack(mma_a[g + 8][2 * t + 8], mma_a[g + 8][2 * t + 9]);
+    b[0] = fa_pack(mma_b[2 * t][g], mma_b[2 * t + 1][g]);
+    b[1] = fa_pack(mma_b[2 * t + 8][g], mma_b[2 * t + 9][g]);
+    float d[4] = { mma_c[g][2 * t], mma_c[g][2 * t + 1], mma_c[g + 8][2 * t],
+                   mma_c[g + 8][2 * t + 1] };
+    fa_mma(d, a, b);
+    mma_d[g][2 * t] = d[0];
+    mma_d[g][2 * t + 1] = d[1];
+    mma_d[g + 8][2 * t] = d[2];
+    mma_d[g + 8][2 * t + 1] = d[3];
+}
+
+START_TEST(emulated_mma_is_the_product)
+{
+    emu_order = _i;
+    rng_state = 77;
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 16; k++)
+            mma_a[i][k] = bf16_round(urand());
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 8; j++)
+            mma_b[k][j] = bf16_round(urand());
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++)
+            mma_c[i][j] = urand();
+    char why[256];
+    ck_assert_msg(emu_launch((struct emu_dim3){ 1, 1, 1 }, (struct emu_dim3){ 32, 1, 1 },
+                             mma_body, NULL, why, sizeof why) == 0, "%s", why);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double want = mma_c[i][j];
+            for (int k = 0; k < 16; k++)
+                want += (double)mma_a[i][k] * mma_b[k][j];
+            ck_assert_msg(fabs(mma_d[i][j] - want) < 1e-5, "D[%d][%d] = %g, %g expected", i, j,
+                          (double)mma_d[i][j], want);
+        }
+    /* a block that is not whole warps cannot run it */
+    ck_assert_int_ne(emu_launch((struct emu_dim3){ 1, 1, 1 }, (struct emu_dim3){ 16, 1, 1 },
+                                mma_body, NULL, why, sizeof why), 0);
+    ck_assert_msg(strstr(why, "whole warps") != NULL, "%s", why);
+}
+END_TEST
+
+Suite *cuda_attn_suite(void)
+{
+    Suite *s = suite_create("cuda_attn");
+    TCase *tc = tcase_create("fused");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, emulated_mma_is_the_product, EMU_ASCENDING, EMU_AHEAD + 1);
+    tcase_add_loop_test(tc, fused_matches_cpu, EMU_ASCENDING, EMU_AHEAD + 1);
+    tcase_add_test(tc, fused_same_bits_either_order);
+    tcase_add_test(tc, fused_not_taken_where_it_does_not_apply);
+    suite_add_tcase(s, tc);
+    return s;
+}
