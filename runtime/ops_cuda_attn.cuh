@@ -48,7 +48,8 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
+
+#include "ops_kernels.h"
 
 #define FA_HS      64                 /* head size the kernels are written for */
 #define FA_TILE    64                 /* queries per block, keys per tile */
@@ -60,25 +61,10 @@
 #define FA_LDS     (FA_HS / 2 + 4)    /* 32-bit words per shared row: padded so that
                                        * a fragment's 8 rows x 4 words hit 32 banks */
 
-/* One bf16, round to nearest even, from a float's bits (NaN stays NaN). */
-__device__ static inline unsigned fa_bf16(float x)
-{
-    unsigned u;
-#ifdef __CUDACC__
-    u = __float_as_uint(x);
-#else
-    memcpy(&u, &x, sizeof u);
-#endif
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (u >> 16) | 0x40u;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return u >> 16;
-}
-
 /* Two bf16 in one register: lo in bits 0-15. */
 __device__ static inline unsigned fa_pack(float lo, float hi)
 {
-    return fa_bf16(lo) | (fa_bf16(hi) << 16);
+    return ddpc_k_bf16_bits(lo) | (ddpc_k_bf16_bits(hi) << 16);
 }
 
 /* d (16x8 fp32) += a (16x16 bf16) b (16x8 bf16), the warp together. */

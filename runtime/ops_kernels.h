@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define DDPC_HD __host__ __device__ static inline
@@ -29,6 +30,26 @@
 #define DDPC_K_ADAM  0
 #define DDPC_K_ADAMW 1
 #define DDPC_K_SGD   2
+
+/* x rounded to bfloat16, to nearest even (a NaN stays a NaN): the top 16
+ * bits of the float it becomes. The fused attention's operands
+ * (ops_cuda_attn.cuh) and the tests' bf16-valued inputs. */
+DDPC_HD uint32_t ddpc_k_bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* x rounded to bfloat16, as a float. */
+DDPC_HD float ddpc_k_bf16_round(float x)
+{
+    uint32_t u = ddpc_k_bf16_bits(x) << 16;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 
 /* GELU, exact (erf) form: PyTorch's nn.GELU() default. */
 DDPC_HD float ddpc_k_act(int act, float z)

@@ -668,16 +668,6 @@ static const char *what(const char *name, const char *suffix)
     return buf;
 }
 
-/* x rounded to the nearest bf16 (ties to even), as a float. */
-static float bf16_value(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* A GPT of n_embd / n_head / block_size T / dropout, one step, CUDA vs
  * CPU: fp32, then bf16 (name says which attention the GPU's bf16 runs). */
 static void gpt_case(struct pair *p, const char *name, int n_embd, int n_head, int T_,
@@ -781,9 +771,9 @@ static void test_attn_fused(struct pair *p)
     size_t R = (size_t)B * T, n3 = R * 3 * C, n1 = R * C, natt = (size_t)B * H * T * T;
     float *qkv = rand_vec(n3, 2.0f), *dy = rand_vec(n1, 1.0f);
     for (size_t i = 0; i < n3; i++)                  /* bf16 values: no input rounding left */
-        qkv[i] = bf16_value(qkv[i]);
+        qkv[i] = ddpc_k_bf16_round(qkv[i]);
     for (size_t i = 0; i < n1; i++)
-        dy[i] = bf16_value(dy[i]);
+        dy[i] = ddpc_k_bf16_round(dy[i]);
     float *y = calloc(n1, 4), *dqkv = calloc(n3, 4), *att = calloc(natt, 4);
     float *scratch = calloc((size_t)B * attn_scratch_floats(T, H, 0), 4);
     struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1 };
