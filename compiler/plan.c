@@ -522,10 +522,18 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     int64_t layer_sum = 0;
     for (int l = 0; l < job->model.n_layers; l++)
         layer_sum += job->model.layers[l];
-    if (layered(job))   /* outputs, gradients, argmaxes, scratch */
-        p->activation_floats = (int64_t)job->batch_size *
-                               (p->net->act_floats + p->net->scratch_floats);
-    else
+    if (layered(job)) {   /* outputs, gradients, argmaxes, scratch */
+        p->sample_floats = p->net->act_floats + p->net->scratch_floats;
+        /* bf16 on a GPU: the attention nodes that the CUDA backend fuses
+         * keep log-sum-exps, not probabilities (runtime/attn.h) */
+        p->sample_floats_fused = job->precision == DDPC_PRECISION_BF16
+                                     ? layers_floats_fused(p->net) : p->sample_floats;
+        p->attn_fused = job->accelerator == DDPC_ACCEL_GPU &&
+                        p->sample_floats_fused < p->sample_floats;
+        if (p->attn_fused)
+            p->sample_floats = p->sample_floats_fused;
+        p->activation_floats = (int64_t)job->batch_size * p->sample_floats;
+    } else
         p->activation_floats = (int64_t)job->batch_size * layer_sum * 2;
     p->mem_params = p->total_params * 4;
     p->mem_grads = p->total_params * 4;
@@ -708,8 +716,9 @@ static void plan_text_gpt(struct ddpc_buf *b, const struct ddpc_plan *p,
     buf_printf(b, "  per token: %.4g FLOPs (forward %.4g + backward %.4g, attention included; "
                "nanoGPT's 6N + 12LTC estimate: %.4g)\n", per_tok, net->fwd_flops / T,
                net->bwd_flops / T, 6 * n_nonemb + 12 * L * T * C);
-    buf_printf(b, "  activations: %lld bytes per sequence of %d tokens\n",
-               (long long)((net->act_floats + net->scratch_floats) * 4), job->model.block_size);
+    buf_printf(b, "  activations: %lld bytes per sequence of %d tokens%s\n",
+               (long long)(p->sample_floats * 4), job->model.block_size,
+               p->attn_fused ? " (attention fused)" : "");
     buf_printf(b, "  tokens per optimizer step: %lld per device (batch %d x block_size %d",
                (long long)tokens, job->batch_size, job->model.block_size);
     if (job->grad_accumulation > 1)
@@ -872,8 +881,9 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_printf(&b, "\n  activations     %d batch x %lld floats (outputs, their gradients, "
                    "%s) x 4 B = ", job->batch_size,
                    (long long)(p->activation_floats / (job->batch_size ? job->batch_size : 1)),
-                   job->model.type == DDPC_MODEL_GPT ? "norm statistics, attention probabilities"
-                                                     : "argmaxes, im2col");
+                   job->model.type != DDPC_MODEL_GPT ? "argmaxes, im2col"
+                   : p->attn_fused ? "norm statistics, fused attention's log-sum-exps"
+                                   : "norm statistics, attention probabilities");
     else
         buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
                    job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
@@ -890,6 +900,12 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     }
     buf_puts(&b, "\n  total           ");
     put_bytes(&b, p->mem_total);
+    if (job->accelerator == DDPC_ACCEL_AUTO && p->sample_floats_fused < p->sample_floats) {
+        buf_printf(&b, "\n  (on a GPU, attention fused in bf16: activations %d batch x %lld "
+                   "floats x 4 B = ", job->batch_size, (long long)p->sample_floats_fused);
+        put_bytes(&b, (int64_t)job->batch_size * p->sample_floats_fused * 4);
+        buf_puts(&b, ")");
+    }
     if (job->accelerator != DDPC_ACCEL_CPU)
         buf_puts(&b, "\n  (on a GPU add the CUDA context, cuBLAS and NCCL: a few hundred MiB)");
     buf_puts(&b, "\n");
@@ -1117,7 +1133,7 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
                                            job->model.block_size);
         buf_printf(&b, ", \"activation_bytes_per_sequence\": %lld, "
                    "\"tokens_per_step_per_device\": %lld, \"tokens_per_step\": %lld}",
-                   (long long)((net->act_floats + net->scratch_floats) * 4), (long long)tokens,
+                   (long long)(p->sample_floats * 4), (long long)tokens,
                    p->world_known ? (long long)tokens * p->world_size : -1LL);
     }
 

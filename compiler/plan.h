@@ -103,7 +103,12 @@ struct ddpc_plan {
 
     /* ---- memory per device, bytes ---- */
     int32_t optim_states;            /* fp32 copies of the parameters: 0, 1 or 2 */
-    int64_t activation_floats;       /* batch x sum(layers) x 2 */
+    int64_t activation_floats;       /* batch x sum(layers) x 2; layered: batch x sample_floats */
+    int64_t sample_floats;           /* layered: per sample, every node's buffers and scratch */
+    int64_t sample_floats_fused;     /* the same where the GPU fuses attention (layers.h
+                                        layers_floats_fused; == sample_floats: nothing fuses) */
+    int     attn_fused;              /* 1: a GPU job in bf16, the estimate counts attention
+                                        fused (sample_floats is then the fused figure) */
     int64_t cast_a_elems, cast_b_elems; /* bf16/fp16: largest gemm operands (A, B),
                                         copied as 2-byte values on the GPU; 0 for fp32 */
     int64_t mem_params, mem_grads, mem_optim, mem_activations, mem_comm, mem_cast, mem_total;

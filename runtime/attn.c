@@ -26,11 +26,6 @@
 #include "attn.h"
 #include "ops_kernels.h"
 
-int64_t attn_scratch_floats(int T, int heads, int dropout)
-{
-    return (int64_t)heads * T * T * (dropout ? 2 : 1);
-}
-
 static int dropping(const struct ddpc_attn *at)
 {
     return at->training && at->p > 0.0f;
@@ -74,6 +69,20 @@ static int fused(const struct ddpc_ops *o, const struct ddpc_attn *at)
 {
     return o->attn_fused_fits && !dropping(at) &&
            o->attn_fused_fits(o, at->T, at->C, at->heads);
+}
+
+void attn_floats(const struct ddpc_ops *o, int T, int C, int heads, float p, int64_t *kept,
+                 int64_t *scratch)
+{
+    struct ddpc_attn at = { .B = 1, .T = T, .C = C, .heads = heads, .p = p, .training = 1 };
+    int64_t ht = (int64_t)heads * T;
+    if (o && fused(o, &at)) {
+        *kept = ht;
+        *scratch = ht;
+        return;
+    }
+    *kept = ht * T;
+    *scratch = ht * T * (p > 0.0f ? 2 : 1);
 }
 
 static int block_rows(const struct ddpc_ops *o, int T)

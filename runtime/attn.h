@@ -2,7 +2,7 @@
  * CausalSelfAttention computes it between c_attn and c_proj (its non-flash
  * path: masked_fill with the causal mask, softmax, attn_dropout, att @ v).
  *
- * defines: attn_forward, attn_backward, attn_scratch_floats
+ * defines: attn_forward, attn_backward, attn_floats
  *
  * Layout (GPT.md item 4): row t of a sample's qkv is [q (C) | k (C) | v (C)];
  * head h owns columns h*hs .. (h+1)*hs of each (hs = C / heads), as
@@ -26,9 +26,15 @@ struct ddpc_attn {
     uint64_t seed;       /* its mask: DDPC_LK_DROPOUT_FWD over att's elements */
 };
 
-/* Per sample, floats: att (kept for backward) is heads*T*T; the scratch
- * (reusable between layers) is heads*T*T, twice that with dropout. */
-int64_t attn_scratch_floats(int T, int heads, int dropout);
+/* Per sample floats a layer of this shape needs on backend o: *kept for
+ * att, which forward leaves for backward, and *scratch, reusable between
+ * layers. Unfused: the probabilities [heads, T, T] kept, and their
+ * gradient (with dropout p > 0 also the dropped probabilities) as scratch.
+ * Where every pass is fused (ops.h attn_fused_fits, and p = 0: training
+ * with dropout is not), heads*T of each: the rows' log-sum-exps and, in
+ * backward, rowsum(y * dy). o NULL: unfused, as the CPU runs it. */
+void attn_floats(const struct ddpc_ops *o, int T, int C, int heads, float p, int64_t *kept,
+                 int64_t *scratch);
 
 /* qkv [B, T, 3C] -> y [B, T, C]; att [B, heads, T, T] keeps the
  * probabilities (before dropout) for backward (on the fused path, attn.c:

@@ -106,9 +106,15 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
             DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 4 * (size_t)L->channels * sizeof(float), e));
         if (L->it.type == DDPC_LAYER_LAYERNORM)
             DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], 2 * B * (size_t)L->rows * sizeof(float), e));
-        if (L->it.type == DDPC_LAYER_ATTENTION)   /* the probabilities [B, H, T, T] */
-            DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], B * (size_t)L->it.heads * L->rows *
-                                (size_t)L->rows * sizeof(float), e));
+        int64_t scratch = L->scratch_floats;
+        if (L->it.type == DDPC_LAYER_ATTENTION) {   /* probabilities, or log-sum-exps */
+            int64_t kept;
+            attn_floats(ops, L->rows, L->channels, L->it.heads, (float)L->it.p, &kept,
+                        &scratch);
+            DDPC_TRY(ops->alloc(ops, (void **)&m->stat[k], B * (size_t)kept * sizeof(float), e));
+        }
+        if (scratch > m->scratch_floats)
+            m->scratch_floats = scratch;
         if (L->tie >= 0)
             m->tied[L->tie] = 1;
         /* linear + a plain activation: one fused pass (the MLP's hot path);
@@ -121,8 +127,8 @@ int model_init(struct ddpc_model *m, struct ddpc_ops *ops, const struct ddpc_job
                 m->fused[k] = a >= 0;
         }
     }
-    if (net->scratch_floats)
-        DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)net->scratch_floats * sizeof(float), e));
+    if (m->scratch_floats)
+        DDPC_TRY(ops->alloc(ops, (void **)&m->col, B * (size_t)m->scratch_floats * sizeof(float), e));
     size_t plane = 0;
     for (int k = 0; k < net->n; k++)
         if (net->node[k].it.type == DDPC_LAYER_CONV2D &&
@@ -301,7 +307,7 @@ static int conv3x3_fits(const struct ddpc_lnode *L, int in)
 /* Its scratch: m->col, sized for im2col (the path it replaces). */
 static size_t conv3x3_scratch(const struct ddpc_model *m)
 {
-    return (size_t)m->max_batch * (size_t)m->net.scratch_floats;
+    return (size_t)m->max_batch * (size_t)m->scratch_floats;
 }
 
 /* The backend's fast 3 x 3 convolution (ops.conv3x3) for node k, y (+)=

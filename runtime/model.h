@@ -46,7 +46,10 @@ struct ddpc_model {
     int32_t *idx[DDPC_MAX_NODES]; /* max pooling: argmax per output */
     float  *stat[DDPC_MAX_NODES]; /* norms: mean and 1/std (per channel or row), then
                                      batch norm's backward sums */
-    float  *col;                  /* conv im2col scratch [max_batch * scratch_floats] */
+    float  *col;                  /* scratch [max_batch * scratch_floats]: conv's im2col,
+                                     attention's gradients */
+    int64_t scratch_floats;       /* per sample: the largest node's on this backend (the
+                                     net's, less where attention is fused, attn.h) */
     float  *ws;                   /* layer kernels' scratch (struct ddpc_lk.ws): col2im's
                                      plane, the largest conv input's H*W floats */
     int     tied[DDPC_MAX_NODES]; /* 1: an embedding whose wte a later linear uses (lm_head) */

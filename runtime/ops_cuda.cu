@@ -53,6 +53,7 @@
 #include "ops_kernels.h"
 #include "ops_cuda_rows.cuh"
 #include "ops_cuda_attn.cuh"
+#include "layers.h"        /* DDPC_ATTN_FUSED_HS: what the plan counts as fused */
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
@@ -764,16 +765,20 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
 }
 
 /* Fused causal attention (ops_cuda_attn.cuh): bf16 products, head size
- * FA_HS; the grid's y is B * heads. */
+ * FA_HS; a grid's y is the heads, its z the samples, at most FA_GRID_YZ of
+ * each, so a call of more samples runs in slices of FA_GRID_YZ. */
+#define FA_GRID_YZ 65535
+static_assert(FA_HS == DDPC_ATTN_FUSED_HS, "the plan's fused attention is these kernels'");
 static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
-    return o->gemm_precision == PREC_BF16 && heads >= 1 && C == heads * FA_HS && T >= 1;
+    return o->gemm_precision == PREC_BF16 && heads >= 1 && heads <= FA_GRID_YZ &&
+           C == heads * FA_HS && T >= 1;
 }
 
 static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, const char *what,
                     struct ddpc_err *e)
 {
-    if (!cuda_attn_fused_fits(o, T, C, H) || B < 0 || (long long)B * H > 65535)
+    if (!cuda_attn_fused_fits(o, T, C, H) || B < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "cuda %s: B=%d T=%d C=%d heads=%d at precision %d "
                          "is not a fused attention's shape", what, B, T, C, H,
                          o->gemm_precision);
@@ -785,12 +790,16 @@ static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int 
 {
     struct ops_cuda_ctx *c = ctx_of(o);
     DDPC_TRY(fa_shape(o, B, T, C, H, "attention forward", e));
-    if (B == 0)
-        return 0;
     float scale = (float)(1.0 / sqrt((double)FA_HS));
-    dim3 grid(fa_tiles(T), (unsigned)(B * H));
-    k_fa_fwd<<<grid, FA_THREADS, 0, c->stream>>>(qkv, y, lse, T, C, H, scale);
-    KERNEL_CHECK(e, "k_fa_fwd");
+    size_t C3 = 3 * (size_t)C;
+    for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
+        int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
+        dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
+        k_fa_fwd<<<grid, FA_THREADS, 0, c->stream>>>(qkv + (size_t)b0 * T * C3,
+                                                     y + (size_t)b0 * T * C,
+                                                     lse + (size_t)b0 * H * T, T, C, H, scale);
+        KERNEL_CHECK(e, "k_fa_fwd");
+    }
     return 0;
 }
 
@@ -805,14 +814,20 @@ static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int
         return 0;
     float scale = (float)(1.0 / sqrt((double)FA_HS));
     float *delta = scratch;
+    size_t C3 = 3 * (size_t)C;
     k_fa_delta<<<grid_for((size_t)B * H * T), THREADS, 0, c->stream>>>(y, dy, delta, B, T, C, H);
     KERNEL_CHECK(e, "k_fa_delta");
-    dim3 grid(fa_tiles(T), (unsigned)(B * H));
-    k_fa_bwd_kv<<<grid, FA_THREADS, 0, c->stream>>>(qkv, dy, lse, delta, dqkv, T, C, H, scale,
-                                                    acc);
-    KERNEL_CHECK(e, "k_fa_bwd_kv");
-    k_fa_bwd_q<<<grid, FA_THREADS, 0, c->stream>>>(qkv, dy, lse, delta, dqkv, T, C, H, scale, acc);
-    KERNEL_CHECK(e, "k_fa_bwd_q");
+    for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
+        int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
+        dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
+        const float *q = qkv + (size_t)b0 * T * C3, *d = dy + (size_t)b0 * T * C;
+        const float *l = lse + (size_t)b0 * H * T, *dl = delta + (size_t)b0 * H * T;
+        float *dq = dqkv + (size_t)b0 * T * C3;
+        k_fa_bwd_kv<<<grid, FA_THREADS, 0, c->stream>>>(q, d, l, dl, dq, T, C, H, scale, acc);
+        KERNEL_CHECK(e, "k_fa_bwd_kv");
+        k_fa_bwd_q<<<grid, FA_THREADS, 0, c->stream>>>(q, d, l, dl, dq, T, C, H, scale, acc);
+        KERNEL_CHECK(e, "k_fa_bwd_q");
+    }
     return 0;
 }
 

@@ -194,7 +194,8 @@ __device__ static void fa_store(float *dst, size_t ld, int r, int T, const float
     }
 }
 
-/* Grid: (fa_tiles(T), B * H) blocks of FA_THREADS. */
+/* Grid: (fa_tiles(T), H, B) blocks of FA_THREADS: a sample's heads on y and
+ * the samples on z (each at most 65535), so no product B * H has a limit. */
 __host__ __device__ static inline unsigned fa_tiles(int T)
 {
     return (unsigned)((T + FA_TILE - 1) / FA_TILE);
@@ -206,7 +207,7 @@ __global__ static void k_fa_fwd(const float *qkv, float *y, float *lse, int T, i
 {
     __shared__ unsigned ks[FA_TILE][FA_LDS];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vt[FA_HS][FA_LDS];       /* V^T: O += P V */
-    int bh = (int)blockIdx.y, b = bh / H, h = bh % H;
+    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
     int qt = (int)gridDim.x - 1 - (int)blockIdx.x;   /* the longest rows first */
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = qt * FA_TILE + warp * 16 + g;            /* this lane's rows: r, r + 8 */
@@ -301,7 +302,7 @@ __global__ static void k_fa_bwd_kv(const float *qkv, const float *dy, const floa
     __shared__ unsigned ds_[FA_TILE][FA_LDS];    /* dY's rows: dP^T = V dY^T */
     __shared__ unsigned dt[FA_HS][FA_LDS];       /* dY^T: dV += P^T dY */
     __shared__ float lse_s[FA_TILE], delta_s[FA_TILE];
-    int bh = (int)blockIdx.y, b = bh / H, h = bh % H, kt = (int)blockIdx.x;
+    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h, kt = (int)blockIdx.x;
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = kt * FA_TILE + warp * 16 + g;            /* this lane's keys: r, r + 8 */
     size_t C3 = 3 * (size_t)C;
@@ -358,7 +359,7 @@ __global__ static void k_fa_bwd_q(const float *qkv, const float *dy, const float
     __shared__ unsigned ks[FA_TILE][FA_LDS];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vs[FA_TILE][FA_LDS];     /* V's rows: dP = dY V^T */
     __shared__ unsigned kt_[FA_HS][FA_LDS];      /* K^T: dQ += dS K */
-    int bh = (int)blockIdx.y, b = bh / H, h = bh % H;
+    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
     int qt = (int)gridDim.x - 1 - (int)blockIdx.x;
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = qt * FA_TILE + warp * 16 + g;

@@ -446,9 +446,10 @@ static int run_alloc_buffers(struct ddpc_run *r, int max_rows, struct ddpc_err *
         DDPC_TRY(o->set_weights(o, r->model.params, r->model.n_params, e));
     if (o->reserve) {
         /* the largest gemm operand that is not a weight: a node's input or
-         * output activations, or a convolution's im2col columns */
+         * output activations, a convolution's im2col columns, or unfused
+         * attention's probabilities (the model's scratch) */
         const struct ddpc_net *net = &r->model.net;
-        int64_t widest = net->scratch_floats > 1 ? net->scratch_floats : 1;
+        int64_t widest = r->model.scratch_floats > 1 ? r->model.scratch_floats : 1;
         for (int k = 0; k < net->n; k++) {
             const struct ddpc_lnode *nd = &net->node[k];
             widest = nd->in_numel > widest ? nd->in_numel : widest;

@@ -648,6 +648,24 @@ int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
     return 0;
 }
 
+int64_t layers_floats_fused(const struct ddpc_net *net)
+{
+    int64_t act = 0, scratch = 0;
+    for (int k = 0; k < net->n; k++) {
+        const struct ddpc_lnode *L = &net->node[k];
+        int64_t a = L->act_floats, s = L->scratch_floats;
+        if (L->it.type == DDPC_LAYER_ATTENTION && L->it.p <= 0 &&
+            L->channels == L->it.heads * DDPC_ATTN_FUSED_HS) {
+            int64_t ht = (int64_t)L->it.heads * L->rows;
+            a -= ht * L->rows - ht;
+            s = ht;
+        }
+        act += a;
+        scratch = s > scratch ? s : scratch;
+    }
+    return act + scratch;
+}
+
 int layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bucket_span *out,
                    int max)
 {

@@ -125,6 +125,18 @@ struct ddpc_bucket_span {
 int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                   struct ddpc_net *net, int *bad_item, char *why, size_t cap);
 
+/* The CUDA backend fuses causal attention (runtime/ops_cuda_attn.cuh) for
+ * bf16 gemm inputs and this head size; with dropout on the probabilities
+ * only evaluation is fused, so the buffers keep their unfused size. */
+#define DDPC_ATTN_FUSED_HS 64
+
+/* Per sample floats of net's buffers (act_floats + scratch_floats) on a
+ * backend that fuses every attention node it can (runtime/attn.h
+ * attn_floats): such a node keeps heads*T log-sum-exps where unfused it
+ * keeps heads*T*T probabilities, and needs heads*T of scratch where
+ * unfused it needs their gradient. */
+int64_t layers_floats_fused(const struct ddpc_net *net);
+
 /* Gradient buckets over net's parameter tensors, filled from the last one
  * backward, each closed once it holds >= cap_bytes (cap <= 0: one bucket;
  * a tensor is never split; at most max buckets, the last taking the rest).

@@ -260,7 +260,11 @@ static void attention_case(int B, int T, int C, int H, double p, uint64_t seed)
     s.bp = frand(&r, (size_t)C, 0.1);
     s.dy = frand(&r, R * C, 1);
     s.qkv = fbuf(R * 3 * C); s.att = fbuf(B * htt); s.ya = fbuf(R * C); s.y = fbuf(R * C);
-    s.scratch = fbuf((size_t)B * attn_scratch_floats(T, H, p > 0));
+    int64_t kept, scratch;
+    attn_floats(&o, T, C, H, (float)p, &kept, &scratch);   /* the CPU's: unfused */
+    ck_assert_int_eq(kept, (int64_t)htt);
+    ck_assert_int_eq(scratch, (int64_t)htt * (p > 0 ? 2 : 1));
+    s.scratch = fbuf((size_t)B * (size_t)scratch);
     s.dya = fbuf(R * C); s.dqkv = fbuf(R * 3 * C); s.dx = fbuf(R * C);
     s.dwa = fbuf(3 * (size_t)C * C); s.dba = fbuf(3 * (size_t)C);
     s.dwp = fbuf((size_t)C * C); s.dbp = fbuf((size_t)C);

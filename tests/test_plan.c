@@ -846,6 +846,41 @@ START_TEST(gpt2_124m_on_gpus)
     ck_assert_msg(strstr(json, "\"tokens_per_step_per_device\": 32768, \"tokens_per_step\": "
                                "262144}"), "%s", json);
     free(json);
+
+    /* bf16 on GPUs: the CUDA backend fuses the attention (head size 64),
+     * so each block keeps [12, 1024] log-sum-exps instead of the
+     * probabilities, and the scratch shrinks alike (runtime/attn.h) */
+    int64_t ht = 12 * 1024, saved = 8 * 4 * 13 * (ht * 1024 - ht);
+    ck_assert_int_eq(p.attn_fused, 0);
+    struct ddpc_plan pb;
+    j.precision = DDPC_PRECISION_BF16;
+    build(&j, &pb);
+    ck_assert_int_eq(pb.attn_fused, 1);
+    ck_assert_int_eq(p.mem_activations - pb.mem_activations, saved);
+    text = plan_text(&pb, &j);
+    ck_assert_msg(strstr(text, "fused attention's log-sum-exps") &&
+                  strstr(text, "per sequence of 1024 tokens (attention fused)"), "%s", text);
+    free(text);
+    plan_free(&pb);
+    /* accelerator auto: the CPU's figure, and the GPU's beside it */
+    j.accelerator = DDPC_ACCEL_AUTO;
+    build(&j, &pb);
+    ck_assert_int_eq(pb.attn_fused, 0);
+    ck_assert_int_eq(pb.mem_activations, p.mem_activations);
+    text = plan_text(&pb, &j);
+    char want[160];
+    snprintf(want, sizeof want, "(on a GPU, attention fused in bf16: activations 8 batch x %lld "
+             "floats x 4 B = %lld B", (long long)((p.mem_activations - saved) / 32),
+             (long long)(p.mem_activations - saved));
+    ck_assert_msg(strstr(text, want), "%s\nwants %s", text, want);
+    free(text);
+    plan_free(&pb);
+    /* dropout on the probabilities: training is not fused */
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.model.dropout = 0.1;
+    build(&j, &pb);
+    ck_assert_int_eq(pb.attn_fused, 0);
+    plan_free(&pb);
     plan_free(&p);
 }
 END_TEST

@@ -774,8 +774,10 @@ static void test_attn_fused(struct pair *p)
         qkv[i] = ddpc_k_bf16_round(qkv[i]);
     for (size_t i = 0; i < n1; i++)
         dy[i] = ddpc_k_bf16_round(dy[i]);
+    int64_t kept, scr, kept_gpu, scr_gpu;
+    attn_floats(&p->cpu, T, C, H, 0.0f, &kept, &scr);
     float *y = calloc(n1, 4), *dqkv = calloc(n3, 4), *att = calloc(natt, 4);
-    float *scratch = calloc((size_t)B * attn_scratch_floats(T, H, 0), 4);
+    float *scratch = calloc((size_t)B * (size_t)scr, 4);
     struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1 };
     struct ddpc_err e = {0};
     p->gpu.gemm_precision = DDPC_PRECISION_BF16;
@@ -783,9 +785,13 @@ static void test_attn_fused(struct pair *p)
         check(0, "attention: the CUDA backend fuses bf16 head size 64", 0, 0);
         goto out;
     }
+    /* the fused path's own sizes, as the model allocates them: [B, H, T] */
+    attn_floats(&p->gpu, T, C, H, 0.0f, &kept_gpu, &scr_gpu);
+    check(kept_gpu == (int64_t)H * T && scr_gpu == (int64_t)H * T,
+          "attention fused: keeps and scratches heads*T floats per sample", 0, 0);
     float *d_qkv = up(p, qkv, n3 * 4), *d_dy = up(p, dy, n1 * 4), *d_y = up(p, y, n1 * 4);
-    float *d_dqkv = up(p, dqkv, n3 * 4), *d_att = up(p, att, natt * 4);
-    float *d_scr = up(p, scratch, (size_t)B * attn_scratch_floats(T, H, 0) * 4);
+    float *d_dqkv = up(p, dqkv, n3 * 4), *d_att = up(p, att, (size_t)B * kept_gpu * 4);
+    float *d_scr = up(p, scratch, (size_t)B * scr_gpu * 4);
     if (!d_qkv || !d_dy || !d_y || !d_dqkv || !d_att || !d_scr ||
         attn_forward(&p->cpu, &at, qkv, att, y, scratch, &e) < 0 ||
         attn_backward(&p->cpu, &at, qkv, att, y, dy, dqkv, 0, scratch, &e) < 0 ||
