@@ -183,12 +183,14 @@ struct ddpc_ops {
      * read from one low-precision copy of all of them, made by the first
      * gemm after they changed (optim_step, or to_device into them), so a
      * weight is cast once per step, not once per gemm. Its memory is
-     * allocated here, once. */
+     * allocated here, once, and only for bf16/fp16 (set gemm_precision
+     * first; a later change to bf16/fp16 casts per gemm into scratch). */
     int (*set_weights)(struct ddpc_ops *o, const float *params, size_t n, struct ddpc_err *e);
     /* Optional (NULL on the CPU). Sizes the backend's scratch for batches of
      * up to `rows` rows and low-precision gemm operands of up to `elems`
-     * floats, so no step allocates or frees device memory (which would
-     * synchronise the device). */
+     * floats (bf16/fp16 only: set gemm_precision first), so no step
+     * allocates or frees device memory (which would synchronise the
+     * device). */
     int (*reserve)(struct ddpc_ops *o, int rows, size_t elems, struct ddpc_err *e);
     /* Debug counter: device memory the backend allocated or freed for its
      * scratch after set_weights/reserve, i.e. inside steps (each one a
