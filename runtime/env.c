@@ -40,10 +40,24 @@ static int env_number(const char *name, double lo, double hi, const char *what, 
     return 1;
 }
 
+/* name's value, 0 or 1, into *out: 0 unset (*out untouched), 1 set, -1 bad. */
+static int env_bool(const char *name, int *out, struct ddpc_err *e)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s='%s': expected 0 or 1 (unset it to use the "
+                         "default)", name, s);
+    *out = s[0] == '1';
+    return 1;
+}
+
 static int env_read(struct ddpc_env *v, struct ddpc_err *e)
 {
     int rc = 0;
     v->debug = 0;
+    v->fused_attn = 1;
     v->profile = DDPC_PROFILE_OFF;
     v->shm_spin_us = -1;
     v->bench_t0 = 0;
@@ -52,14 +66,10 @@ static int env_read(struct ddpc_env *v, struct ddpc_err *e)
     v->test_cuda_probe_error = -1;
     v->test_stream_delay_us = -1;
 
-    const char *d = getenv("DDPC_DEBUG");
-    if (d && *d) {
-        if (strcmp(d, "0") == 0 || strcmp(d, "1") == 0)
-            v->debug = d[0] == '1';
-        else
-            rc = DDPC_FAIL(e, DDPC_E_INVALID, "DDPC_DEBUG='%s': expected 0 or 1 (unset it to "
-                           "use the default)", d);
-    }
+    if (env_bool("DDPC_DEBUG", &v->debug, e) < 0)
+        rc = -1;
+    if (env_bool("DDPC_FUSED_ATTN", &v->fused_attn, e) < 0)
+        rc = -1;
     const char *p = getenv("DDPC_PROFILE");
     if (p && *p) {
         if (strcmp(p, "0") == 0)

@@ -9,6 +9,9 @@
  *                            report stream (1), or every rank (all)
  *   DDPC_SHM_SPIN_US=US      shared-memory collectives spin this long before
  *                            sleeping (>= 0; default: by core count)
+ *   DDPC_FUSED_ATTN=0|1      0: the CUDA backend runs causal attention
+ *                            unfused (ops_cuda_attn.cuh not used), to measure
+ *                            what fusing gains or to rule it out; 1: default
  *   DDPC_BENCH_T0=SECONDS    wall-clock time before exec (bench/measure.py),
  *                            so first_step_s counts exec and loading
  *   DDPC_TEST_CKPT_STOP_AFTER_BYTES=N   tests: rank 0 stops itself (SIGSTOP)
@@ -42,6 +45,7 @@ enum ddpc_profile { DDPC_PROFILE_OFF, DDPC_PROFILE_RANK0, DDPC_PROFILE_ALL };
 struct ddpc_env {
     int debug;                      /* DDPC_DEBUG=1 */
     enum ddpc_profile profile;
+    int fused_attn;                 /* DDPC_FUSED_ATTN: 1 (default) or 0 */
     double shm_spin_us;             /* < 0: unset */
     double bench_t0;                /* wall-clock seconds; 0: unset */
     int64_t test_ckpt_stop_after;   /* bytes; < 0: unset */

@@ -225,6 +225,9 @@ struct ddpc_ops {
      * the forward left them, and writes (acc: adds) dqkv, with B * heads *
      * T floats of scratch. */
     int (*attn_fused_fits)(const struct ddpc_ops *o, int T, int C, int heads);
+    /* 1 (the CUDA backend's init): attn_fused_fits may say yes; the worker
+     * clears it for DDPC_FUSED_ATTN=0 (env.h) before model_init */
+    int fused_attn;
     int (*attn_fused_forward)(struct ddpc_ops *o, int B, int T, int C, int heads,
                               const float *qkv, float *y, float *lse, struct ddpc_err *e);
     int (*attn_fused_backward)(struct ddpc_ops *o, int B, int T, int C, int heads,

@@ -771,7 +771,7 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
 static_assert(FA_HS == DDPC_ATTN_FUSED_HS, "the plan's fused attention is these kernels'");
 static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
-    return o->gemm_precision == PREC_BF16 && heads >= 1 && heads <= FA_GRID_YZ &&
+    return o->fused_attn && o->gemm_precision == PREC_BF16 && heads >= 1 && heads <= FA_GRID_YZ &&
            C == heads * FA_HS && T >= 1;
 }
 
@@ -990,6 +990,7 @@ int ops_cuda_init(struct ddpc_ops *o, int device, struct ddpc_err *e)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "cuda: cannot allocate the backend context");
     o->ctx = c;
     o->gemm_precision = PREC_FP32;
+    o->fused_attn = 1;
     DDPC_TRY(ctx_init(c, device, e));
     o->alloc = cuda_alloc;
     o->release = cuda_release;

@@ -576,6 +576,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
      * CPU backend ignores the field and stays fp32, so it needs no scaler */
     r->ops->gemm_precision = (int)j->precision;
     r->ops->matmul_tf32 = j->matmul_precision == DDPC_MATMUL_HIGH;
+    r->ops->fused_attn = r->ops->fused_attn && env_get()->fused_attn;   /* before model_init */
     r->ops->wait_timeout_s = j->nccl_timeout_s;   /* device waits are bounded (ops.h) */
     r->scaler.on = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->scaler.scale = 65536.0f;

@@ -1146,7 +1146,8 @@ START_TEST(ddprt_env_checked)
         { "DDPC_TEST_CUDA_PROBE_ERROR", "0" }, { "DDPC_TEST_STREAM_DELAY_US", "2e6" },
         /* decimal only: strtod took DDPC_SHM_SPIN_US=0x10 as 16 */
         { "DDPC_SHM_SPIN_US", "0x10" }, { "DDPC_BENCH_T0", " 5" },
-        { "DDPC_TEST_CKPT_SLOW_S", "0x1p2" },
+        { "DDPC_TEST_CKPT_SLOW_S", "0x1p2" }, { "DDPC_FUSED_ATTN", "no" },
+        { "DDPC_DEBUG", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(setenv(bad[i][0], bad[i][1], 1), 0);
@@ -1162,8 +1163,11 @@ START_TEST(ddprt_env_checked)
     ck_assert_int_eq(setenv("DDPC_SHM_SPIN_US", "2.5", 1), 0);
     ck_assert_int_eq(setenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES", "4096", 1), 0);
     ck_assert_int_eq(setenv("DDPC_TEST_STREAM_DELAY_US", "300", 1), 0);
+    ck_assert_int_eq(env_get()->fused_attn, 1);
+    ck_assert_int_eq(setenv("DDPC_FUSED_ATTN", "0", 1), 0);
     struct ddpc_err e = { 0 };
     int rc = env_load(&e);
+    unsetenv("DDPC_FUSED_ATTN");
     unsetenv("DDPC_PROFILE");
     unsetenv("DDPC_SHM_SPIN_US");
     unsetenv("DDPC_TEST_CKPT_STOP_AFTER_BYTES");
@@ -1174,7 +1178,9 @@ START_TEST(ddprt_env_checked)
     ck_assert_int_eq(env_get()->test_ckpt_stop_after, 4096);
     ck_assert_int_eq(env_get()->test_cuda_probe_error, -1);
     ck_assert_double_eq(env_get()->test_stream_delay_us, 300);
+    ck_assert_int_eq(env_get()->fused_attn, 0);
     ck_assert_int_eq(env_load(&e), 0);   /* back to the defaults */
+    ck_assert_int_eq(env_get()->fused_attn, 1);
     ck_assert(env_get()->test_stream_delay_us < 0);
     ck_assert_int_eq(env_get()->profile, DDPC_PROFILE_OFF);
     ck_assert(env_get()->shm_spin_us < 0);

@@ -19,7 +19,8 @@ autocast over fp32 master weights, as ddpc's bf16). Workloads:
   gpt   issue 15's GPT (vocab 256, block 128, 4 layers x 4 heads x 128),
         AdamW, batch 16
   gpt2  GPT-2 124M (vocab 50304, block 1024, 12 x 12 x 768), AdamW, batch 8,
-        bf16, a few steps (the goal: ddpc at least as fast per step)
+        bf16, a few steps (the goal: ddpc at least as fast per step); run
+        a second time with DDPC_FUSED_ATTN=0, ddpc's attention unfused
 ddpc's step time is the difference of two runs of N1 and N2 steps divided by
 N2 - N1, so start-up (context, cuBLAS, the first step) is not in it; PyTorch's
 is N2 - N1 steps timed after warm-up steps. Data: synthetic samples (mlp,
@@ -59,10 +60,11 @@ def write_shard(path, n_tokens, vocab, seed):
         f.write(struct.pack("<%dH" % n_tokens, *(rng.randrange(vocab) for _ in range(n_tokens))))
 
 
-def ddpc_once(ddpc, model, prec, batch, steps, device, tmp):
-    """Builds and runs the job for `steps` optimizer steps; returns the
-    seconds of training it reports (steps x per-step items / its rate) and
-    its profile line, or raises SystemExit with what went wrong."""
+def ddpc_once(ddpc, model, prec, batch, steps, device, tmp, env_extra=None):
+    """Builds and runs the job for `steps` optimizer steps (env_extra: more
+    environment for the job); returns the seconds of training it reports
+    (steps x per-step items / its rate) and its profile line, or raises
+    SystemExit with what went wrong."""
     spec = os.path.join(HERE, "specs", model + ".yaml")
     text = open(spec).read()
     shape = WORK[model][3]
@@ -86,7 +88,7 @@ def ddpc_once(ddpc, model, prec, batch, steps, device, tmp):
     b = subprocess.run([ddpc, "build", path, "-o", job], capture_output=True, text=True)
     if b.returncode != 0:
         raise SystemExit("ddpc build %s failed:\n%s%s" % (path, b.stdout, b.stderr))
-    env = dict(os.environ, DDPC_PROFILE="1")
+    env = dict(os.environ, DDPC_PROFILE="1", **(env_extra or {}))
     r = subprocess.run([job], capture_output=True, text=True, cwd=tmp, env=env)
     if r.returncode != 0:
         raise SystemExit("%s failed (exit %d):\n%s%s" % (job, r.returncode, r.stdout, r.stderr))
@@ -103,10 +105,10 @@ def ddpc_once(ddpc, model, prec, batch, steps, device, tmp):
     return ran * per_step / float(m.group(2)), prof[-1] if prof else ""
 
 
-def ddpc_run(ddpc, model, prec, batch, n1, n2, device, tmp):
+def ddpc_run(ddpc, model, prec, batch, n1, n2, device, tmp, env_extra=None):
     """(step_ms, items_per_s, profile) from runs of n1 and n2 steps."""
-    t1, _ = ddpc_once(ddpc, model, prec, batch, n1, device, tmp)
-    t2, prof = ddpc_once(ddpc, model, prec, batch, n2, device, tmp)
+    t1, _ = ddpc_once(ddpc, model, prec, batch, n1, device, tmp, env_extra)
+    t2, prof = ddpc_once(ddpc, model, prec, batch, n2, device, tmp, env_extra)
     shape = WORK[model][3]
     per_step = batch * (shape[1] if shape else 1)
     dt = (t2 - t1) / (n2 - n1)
@@ -264,6 +266,15 @@ def main():
                 print("ddpc  %s %s batch %d: %.3f ms/step, %.0f %s  (%s)" % (
                     model, prec, batch, dms, dps, unit, prof), flush=True)
                 rows.append((model, prec, batch, dms, dps, tms, tps, unit))
+                if prec == "bf16" and shape and shape[4] // shape[3] == 64:
+                    # the same job with its attention unfused (env.h
+                    # DDPC_FUSED_ATTN=0): what the fused kernels gain
+                    dms, dps, prof = ddpc_run(ddpc, model, prec, batch, n1, n2, args.device,
+                                              tmp, {"DDPC_FUSED_ATTN": "0"})
+                    print("ddpc  %s %s unfused attention batch %d: %.3f ms/step, %.0f %s  (%s)"
+                          % (model, prec, batch, dms, dps, unit, prof), flush=True)
+                    rows.append((model, prec + ", attention unfused", batch, dms, dps, tms,
+                                 tps, unit))
     print()
     print("| model | precision | batch | ddpc ms/step | ddpc rate | PyTorch ms/step | "
           "PyTorch rate | ddpc / PyTorch |")

@@ -818,6 +818,13 @@ static void test_attn_fused(struct pair *p)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             p->gpu.release(&p->gpu, bufs[i]);
+    /* DDPC_FUSED_ATTN=0 (env.h, through the worker): the unfused path and
+     * its buffers */
+    p->gpu.fused_attn = 0;
+    attn_floats(&p->gpu, T, C, H, 0.0f, &kept_gpu, &scr_gpu);
+    check(!p->gpu.attn_fused_fits(&p->gpu, T, C, H) && kept_gpu == (int64_t)H * T * T,
+          "attention: fused_attn 0 unfuses", 0, 0);
+    p->gpu.fused_attn = 1;
 out:
     p->gpu.gemm_precision = DDPC_PRECISION_FP32;
     free(qkv);
