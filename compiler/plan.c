@@ -527,7 +527,7 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
         /* bf16 on a GPU: the attention nodes that the CUDA backend fuses
          * keep log-sum-exps, not probabilities (runtime/attn.h) */
         p->sample_floats_fused = job->precision == DDPC_PRECISION_BF16
-                                     ? layers_floats_fused(p->net) : p->sample_floats;
+                                     ? layers_floats_fused(p->net, NULL) : p->sample_floats;
         p->attn_fused = job->accelerator == DDPC_ACCEL_GPU &&
                         p->sample_floats_fused < p->sample_floats;
         if (p->attn_fused)
@@ -541,25 +541,29 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     p->mem_activations = p->activation_floats * 4;
     /* one staging copy of the flat gradients for the all-reduce */
     p->mem_comm = (!p->world_known || p->world_size > 1) ? p->total_params * 4 : 0;
-    /* bf16/fp16 (GPU): ops_cuda casts both gemm inputs into two scratch
-     * buffers that grow to the largest A and B. Per layer [in -> out] with
-     * batch rows: forward x[rows,in] W[out,in]; backward dW = dz^T x
-     * (A dz[rows,out], B x[rows,in]) and dx = dz W (A dz, B W). */
+    /* bf16/fp16 on a GPU, what the worker has ops_cuda allocate before the
+     * first step (set_weights, reserve): one 2-byte copy of the
+     * parameters, and two cast buffers (a gemm's inputs A and B) of the
+     * worker's rows (max(batch, the evaluation's)) x the widest non-weight
+     * operand: a node's input or output, or the scratch (im2col, unfused
+     * attention's probabilities). */
     if (job->precision != DDPC_PRECISION_FP32 && job->accelerator != DDPC_ACCEL_CPU) {
-        int64_t rows = job->batch_size > 0 ? job->batch_size : 1;
-        for (int l = 0; l + 1 < job->model.n_layers; l++) {
-            int64_t in = job->model.layers[l], outw = job->model.layers[l + 1];
-            int64_t a = rows * (in > outw ? in : outw);
-            int64_t bb = outw * in > rows * in ? outw * in : rows * in;
-            if (a > p->cast_a_elems)
-                p->cast_a_elems = a;
-            if (bb > p->cast_b_elems)
-                p->cast_b_elems = bb;
+        const struct ddpc_net *net = p->net;
+        int64_t batch = job->batch_size > 0 ? job->batch_size : 1;
+        int64_t eval = layers_eval_rows(net, (int)batch, DDPC_EVAL_BATCH);
+        int64_t rows = batch > eval ? batch : eval, widest = net->scratch_floats;
+        if (p->sample_floats_fused < net->act_floats + net->scratch_floats)   /* bf16: fused */
+            (void)layers_floats_fused(net, &widest);
+        for (int k = 0; k < net->n; k++) {
+            widest = net->node[k].in_numel > widest ? net->node[k].in_numel : widest;
+            widest = net->node[k].out_numel > widest ? net->node[k].out_numel : widest;
         }
+        p->cast_a_elems = p->cast_b_elems = rows * (widest > 1 ? widest : 1);
+        p->mem_weights_lo = p->total_params * 2;
     }
     p->mem_cast = (p->cast_a_elems + p->cast_b_elems) * 2;
     p->mem_total = p->mem_params + p->mem_grads + p->mem_optim + p->mem_activations + p->mem_comm +
-                   p->mem_cast;
+                   p->mem_cast + p->mem_weights_lo;
 
     /* ---- communicators ---- */
     p->grad_comm = !p->world_known || p->world_size > 1;
@@ -893,9 +897,13 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
         buf_printf(&b, "%lld x 4 B (gradient staging) = ", (long long)p->total_params);
     put_bytes(&b, p->mem_comm);
     if (p->mem_cast) {
-        buf_printf(&b, "\n  %-15s (%lld + %lld) x 2 B (largest gemm inputs A, B) = ",
-                   job->precision == DDPC_PRECISION_BF16 ? "bf16 casts" : "fp16 casts",
-                   (long long)p->cast_a_elems, (long long)p->cast_b_elems);
+        const char *lo = job->precision == DDPC_PRECISION_BF16 ? "bf16" : "fp16";
+        buf_printf(&b, "\n  %s weights    %lld x 2 B (the parameters' copy) = ", lo,
+                   (long long)p->total_params);
+        put_bytes(&b, p->mem_weights_lo);
+        buf_printf(&b, "\n  %s casts      (%lld + %lld) x 2 B (gemm inputs A, B: rows x "
+                   "widest operand) = ", lo, (long long)p->cast_a_elems,
+                   (long long)p->cast_b_elems);
         put_bytes(&b, p->mem_cast);
     }
     buf_puts(&b, "\n  total           ");
@@ -1169,12 +1177,12 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
                "\"params\": %lld, \"grads\": %lld,\n    \"optimizer_states\": %d, "
                "\"optimizer\": %lld, \"activation_floats\": %lld, \"activations\": %lld,\n"
                "    \"comm\": %lld, \"cast_elements\": [%lld, %lld], \"casts\": %lld, "
-               "\"total\": %lld}",
+               "\"weights_copy\": %lld, \"total\": %lld}",
                (long long)p->mem_params, (long long)p->mem_grads, p->optim_states,
                (long long)p->mem_optim, (long long)p->activation_floats,
                (long long)p->mem_activations, (long long)p->mem_comm,
                (long long)p->cast_a_elems, (long long)p->cast_b_elems, (long long)p->mem_cast,
-               (long long)p->mem_total);
+               (long long)p->mem_weights_lo, (long long)p->mem_total);
 
     buf_puts(&b, ",\n  \"communicators\": [");
     if (p->grad_comm) {

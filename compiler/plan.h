@@ -109,9 +109,11 @@ struct ddpc_plan {
                                         layers_floats_fused; == sample_floats: nothing fuses) */
     int     attn_fused;              /* 1: a GPU job in bf16, the estimate counts attention
                                         fused (sample_floats is then the fused figure) */
-    int64_t cast_a_elems, cast_b_elems; /* bf16/fp16: largest gemm operands (A, B),
-                                        copied as 2-byte values on the GPU; 0 for fp32 */
+    int64_t cast_a_elems, cast_b_elems; /* bf16/fp16 on a GPU: the two cast buffers
+                                        (gemm inputs A, B), as the worker reserves
+                                        them; 0 for fp32 */
     int64_t mem_params, mem_grads, mem_optim, mem_activations, mem_comm, mem_cast, mem_total;
+    int64_t mem_weights_lo;          /* bf16/fp16 on a GPU: the parameters' 2-byte copy */
 
     /* ---- communicators ---- */
     int32_t grad_comm;               /* 1 when world > 1 (or unknown) */

@@ -17,10 +17,6 @@
 #include "data.h"
 #include "sample.h"
 
-/* Rows per evaluation batch: a worker sizes its buffers for
- * max(batch_size, this) rows (the launcher's memory preflight too). */
-#define DDPC_EVAL_BATCH  512
-
 struct ddpc_worker_args {
     const struct ddpc_job     *job;
     int                        rank, world;

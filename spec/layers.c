@@ -648,7 +648,7 @@ int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
     return 0;
 }
 
-int64_t layers_floats_fused(const struct ddpc_net *net)
+int64_t layers_floats_fused(const struct ddpc_net *net, int64_t *scratch_out)
 {
     int64_t act = 0, scratch = 0;
     for (int k = 0; k < net->n; k++) {
@@ -663,6 +663,8 @@ int64_t layers_floats_fused(const struct ddpc_net *net)
         act += a;
         scratch = s > scratch ? s : scratch;
     }
+    if (scratch_out)
+        *scratch_out = scratch;
     return act + scratch;
 }
 

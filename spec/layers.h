@@ -134,8 +134,8 @@ int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
  * backend that fuses every attention node it can (runtime/attn.h
  * attn_floats): such a node keeps heads*T log-sum-exps where unfused it
  * keeps heads*T*T probabilities, and needs heads*T of scratch where
- * unfused it needs their gradient. */
-int64_t layers_floats_fused(const struct ddpc_net *net);
+ * unfused it needs their gradient. *scratch (may be NULL): that scratch. */
+int64_t layers_floats_fused(const struct ddpc_net *net, int64_t *scratch);
 
 /* Gradient buckets over net's parameter tensors, filled from the last one
  * backward, each closed once it holds >= cap_bytes (cap <= 0: one bucket;
@@ -143,6 +143,11 @@ int64_t layers_floats_fused(const struct ddpc_net *net);
  * The planner and the runtime both call this. Returns the count. */
 int  layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bucket_span *out,
                     int max);
+
+/* Rows per evaluation batch: a worker sizes its buffers for
+ * max(batch_size, layers_eval_rows(net, batch_size, DDPC_EVAL_BATCH)) rows
+ * (the launcher's memory preflight and the plan's GPU casts too). */
+#define DDPC_EVAL_BATCH  512
 
 /* Rows of one evaluation batch: eval_batch, unless that many samples'
  * activations would pass 256 MiB (CNNs), then max(batch, 1) capped at

@@ -31,6 +31,7 @@
 #include "comm_shm.h"
 #include "worker.h"
 #include "spec.h"
+#include "plan.h"
 
 extern void openblas_set_num_threads(int n) __attribute__((weak));
 
@@ -868,6 +869,71 @@ static int run_fp16(const struct ddpc_job *j, float max, struct ddpc_worker_resu
     return rc;
 }
 
+/* What the worker has a device backend allocate before the first step. */
+static int reserved_rows;
+static size_t reserved_elems, weights_n;
+
+static int recording_reserve(struct ddpc_ops *o, int rows, size_t elems, struct ddpc_err *e)
+{
+    (void)o, (void)e;
+    reserved_rows = rows;
+    reserved_elems = elems;
+    return 0;
+}
+
+static int recording_set_weights(struct ddpc_ops *o, const float *params, size_t n,
+                                 struct ddpc_err *e)
+{
+    (void)o, (void)e;
+    weights_n = params ? n : 0;
+    return 0;
+}
+
+/* ddpc plan's GPU memory for bf16 is what the worker asks the backend for
+ * (ops.h reserve, set_weights): two cast buffers of `elems` 2-byte values
+ * (rows x the widest operand) and one 2-byte copy of the parameters. The evaluation's rows
+ * count: batch 32 reserves 512. */
+START_TEST(plan_counts_what_the_worker_reserves)
+{
+    struct ddpc_job j;
+    job_small(&j, 32, DDPC_OPTIM_ADAM);
+    j.epochs = 1;
+    j.precision = DDPC_PRECISION_BF16;
+    j.accelerator = DDPC_ACCEL_GPU;
+    j.n_devices = 1;
+    j.devices[0] = 0;
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_ops ops;
+    struct ddpc_err e = { 0 };
+    ck_assert_int_eq(ops_cpu_init(&ops, &e), 0);
+    ops.reserve = recording_reserve;
+    ops.set_weights = recording_set_weights;
+    reserved_rows = 0;
+    reserved_elems = weights_n = 0;
+    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
+                                  .train = &tr, .test = &te };
+    struct ddpc_worker_result res = { 0 };
+    ck_assert_msg(worker_run(&a, &res, &e) == 0, "%s", e.msg);
+    ops.destroy(&ops);
+    data_free(&tr);
+    data_free(&te);
+    ck_assert_int_eq(reserved_rows, 512);
+    struct ddpc_plan p;
+    struct ddpc_diag d;
+    diag_init(&d);
+    int rc = plan_build(&j, NULL, &p, &d);
+    ck_assert_msg(rc == 0, "plan_build: %s", d.n ? d.v[0].message : "?");
+    diag_free(&d);
+    ck_assert_int_eq(p.cast_a_elems, (int64_t)reserved_elems);   /* rows x widest */
+    ck_assert_int_eq(p.cast_b_elems, p.cast_a_elems);
+    ck_assert_int_eq(p.mem_cast, 2 * p.cast_a_elems * 2);
+    ck_assert_int_eq(p.mem_weights_lo, (int64_t)weights_n * 2);
+    ck_assert_int_eq((int64_t)weights_n, p.total_params);
+    plan_free(&p);
+}
+END_TEST
+
 /* Skipped steps are counted and reported; gradients that overflow at every
  * scale, and a diverged loss, stop the run with an error naming the step
  * instead of skipping on until the parameters are nan. */
@@ -1150,6 +1216,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
     tcase_add_test(tc, fp16_loss_scaling_is_exact_on_fp32_math);
     tcase_add_test(tc, fp16_loss_scaler_counts_skips_and_stops);
+    tcase_add_test(tc, plan_counts_what_the_worker_reserves);
     tcase_add_test(tc, fp16_loss_scale_survives_resume);
     tcase_add_test(tc, fashion_mnist_one_epoch_two_workers);
     suite_add_tcase(s, tc);

@@ -433,13 +433,21 @@ START_TEST(ranks_shards_rendezvous_memory)
     j.precision = DDPC_PRECISION_BF16;
     build(&j, &p);
     ck_assert_ptr_nonnull(strstr(p.rendezvous, "free loopback port picked at launch"));
-    /* 784-256-10 at batch 64: A max 64 x 784 (x, forward layer 0), B max
-     * 256 x 784 (W0) */
-    ck_assert_int_eq(p.cast_a_elems, 64 * 784);
-    ck_assert_int_eq(p.cast_b_elems, 256 * 784);
-    ck_assert_int_eq(p.mem_cast, (64 * 784 + 256 * 784) * 2);
+    /* 784-256-10 at batch 64, evaluated 512 rows at a time: two cast
+     * buffers of 512 x 784 (the input, the widest operand; test_ddp's
+     * plan_counts_what_the_worker_reserves: the worker's own figure) and
+     * the parameters' bf16 copy */
+    ck_assert_int_eq(p.cast_a_elems, 512 * 784);
+    ck_assert_int_eq(p.cast_b_elems, 512 * 784);
+    ck_assert_int_eq(p.mem_cast, 2 * 512 * 784 * 2);
+    ck_assert_int_eq(p.mem_weights_lo, p.total_params * 2);
     ck_assert_int_eq(p.mem_total, p.mem_params + p.mem_grads + p.mem_optim +
-                                  p.mem_activations + p.mem_comm + p.mem_cast);
+                                  p.mem_activations + p.mem_comm + p.mem_cast +
+                                  p.mem_weights_lo);
+    char *gtext = plan_text(&p, &j);
+    ck_assert_msg(strstr(gtext, "bf16 weights    203530 x 2 B (the parameters' copy) = ") &&
+                  strstr(gtext, "bf16 casts      (401408 + 401408) x 2 B"), "%s", gtext);
+    free(gtext);
     plan_free(&p);
 }
 END_TEST
@@ -857,6 +865,9 @@ START_TEST(gpt2_124m_on_gpus)
     build(&j, &pb);
     ck_assert_int_eq(pb.attn_fused, 1);
     ck_assert_int_eq(p.mem_activations - pb.mem_activations, saved);
+    /* bf16 casts: the widest operand is the logits, [1024, 50257] */
+    ck_assert_int_eq(pb.cast_a_elems, (int64_t)8 * 1024 * 50257);
+    ck_assert_int_eq(pb.mem_weights_lo, (int64_t)124439808 * 2);
     text = plan_text(&pb, &j);
     ck_assert_msg(strstr(text, "fused attention's log-sum-exps") &&
                   strstr(text, "per sequence of 1024 tokens (attention fused)"), "%s", text);
