@@ -15,7 +15,7 @@
  * The masked scores are never used: the softmax kernel reads keys 0..t
  * only, exactly what masked_fill(-inf) + softmax gives (exp(-inf) = 0).
  *
- * A backend with fused attention (CUDA, bf16, head size 64, no dropout:
+ * A backend with fused attention (CUDA, bf16, head size 64 or 32, no dropout:
  * ops.h attn_fused_*) computes the same without S, P, dP or dS in memory;
  * att then holds its rows' log-sum-exps instead of P, and the backward
  * reads y (rowsum(P * dP) = rowsum(y * dy) per head).

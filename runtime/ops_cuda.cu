@@ -53,7 +53,7 @@
 #include "ops_kernels.h"
 #include "ops_cuda_rows.cuh"
 #include "ops_cuda_attn.cuh"
-#include "layers.h"        /* DDPC_ATTN_FUSED_HS: what the plan counts as fused */
+#include "layers.h"        /* DDPC_ATTN_FUSED_HS: the head sizes fused, the plan's too */
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
@@ -764,15 +764,15 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
     }
 }
 
-/* Fused causal attention (ops_cuda_attn.cuh): bf16 products, head size
- * FA_HS; a grid's y is the heads, its z the samples, at most FA_GRID_YZ of
- * each, so a call of more samples runs in slices of FA_GRID_YZ. */
+/* Fused causal attention (ops_cuda_attn.cuh): bf16 products, the head
+ * sizes layers.h's DDPC_ATTN_FUSED_HS names (each its own kernels); a
+ * grid's y is the heads, its z the samples, at most FA_GRID_YZ of each,
+ * so a call of more samples runs in slices of FA_GRID_YZ. */
 #define FA_GRID_YZ 65535
-static_assert(FA_HS == DDPC_ATTN_FUSED_HS, "the plan's fused attention is these kernels'");
 static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
-    return o->fused_attn && o->gemm_precision == PREC_BF16 && heads >= 1 && heads <= FA_GRID_YZ &&
-           C == heads * FA_HS && T >= 1;
+    return o->fused_attn && o->gemm_precision == PREC_BF16 && heads >= 1 &&
+           heads <= FA_GRID_YZ && C % heads == 0 && DDPC_ATTN_FUSED_HS(C / heads) && T >= 1;
 }
 
 static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, const char *what,
@@ -785,20 +785,33 @@ static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, const 
     return 0;
 }
 
+/* One kernel for head size hs (ops_cuda_attn_hs.cuh's k_fa_<name>_<hs>),
+ * launched on grid with the rest of the arguments. */
+#define FA_LAUNCH(name, hs, grid, stream, ...)                                          \
+    do {                                                                                \
+        if ((hs) == 64)                                                                 \
+            k_fa_##name##_64<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);         \
+        else                                                                            \
+            k_fa_##name##_32<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);         \
+        KERNEL_CHECK(e, "k_fa_" #name);                                                 \
+    } while (0)
+static_assert(DDPC_ATTN_FUSED_HS(64) && DDPC_ATTN_FUSED_HS(32) && !DDPC_ATTN_FUSED_HS(16) &&
+                  !DDPC_ATTN_FUSED_HS(48) && !DDPC_ATTN_FUSED_HS(128),
+              "FA_LAUNCH has kernels for head sizes 64 and 32, no others");
+
 static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int H,
                                    const float *qkv, float *y, float *lse, struct ddpc_err *e)
 {
     struct ops_cuda_ctx *c = ctx_of(o);
     DDPC_TRY(fa_shape(o, B, T, C, H, "attention forward", e));
-    float scale = (float)(1.0 / sqrt((double)FA_HS));
+    int hs = C / H;
+    float scale = (float)(1.0 / sqrt((double)hs));
     size_t C3 = 3 * (size_t)C;
     for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
         int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
         dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
-        k_fa_fwd<<<grid, FA_THREADS, 0, c->stream>>>(qkv + (size_t)b0 * T * C3,
-                                                     y + (size_t)b0 * T * C,
-                                                     lse + (size_t)b0 * H * T, T, C, H, scale);
-        KERNEL_CHECK(e, "k_fa_fwd");
+        FA_LAUNCH(fwd, hs, grid, c->stream, qkv + (size_t)b0 * T * C3, y + (size_t)b0 * T * C,
+                  lse + (size_t)b0 * H * T, T, C, H, scale);
     }
     return 0;
 }
@@ -812,7 +825,8 @@ static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int
     DDPC_TRY(fa_shape(o, B, T, C, H, "attention backward", e));
     if (B == 0)
         return 0;
-    float scale = (float)(1.0 / sqrt((double)FA_HS));
+    int hs = C / H;
+    float scale = (float)(1.0 / sqrt((double)hs));
     float *delta = scratch;
     size_t C3 = 3 * (size_t)C;
     k_fa_delta<<<grid_for((size_t)B * H * T), THREADS, 0, c->stream>>>(y, dy, delta, B, T, C, H);
@@ -823,10 +837,8 @@ static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int
         const float *q = qkv + (size_t)b0 * T * C3, *d = dy + (size_t)b0 * T * C;
         const float *l = lse + (size_t)b0 * H * T, *dl = delta + (size_t)b0 * H * T;
         float *dq = dqkv + (size_t)b0 * T * C3;
-        k_fa_bwd_kv<<<grid, FA_THREADS, 0, c->stream>>>(q, d, l, dl, dq, T, C, H, scale, acc);
-        KERNEL_CHECK(e, "k_fa_bwd_kv");
-        k_fa_bwd_q<<<grid, FA_THREADS, 0, c->stream>>>(q, d, l, dl, dq, T, C, H, scale, acc);
-        KERNEL_CHECK(e, "k_fa_bwd_q");
+        FA_LAUNCH(bwd_kv, hs, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc);
+        FA_LAUNCH(bwd_q, hs, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc);
     }
     return 0;
 }

@@ -126,9 +126,10 @@ int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                   struct ddpc_net *net, int *bad_item, char *why, size_t cap);
 
 /* The CUDA backend fuses causal attention (runtime/ops_cuda_attn.cuh) for
- * bf16 gemm inputs and this head size; with dropout on the probabilities
- * only evaluation is fused, so the buffers keep their unfused size. */
-#define DDPC_ATTN_FUSED_HS 64
+ * bf16 gemm inputs and these head sizes, each its own kernels; with
+ * dropout on the probabilities only evaluation is fused, so the buffers
+ * keep their unfused size. */
+#define DDPC_ATTN_FUSED_HS(hs) ((hs) == 64 || (hs) == 32)
 
 /* Per sample floats of net's buffers (act_floats + scratch_floats) on a
  * backend that fuses every attention node it can (runtime/attn.h

@@ -19,8 +19,9 @@ autocast over fp32 master weights, as ddpc's bf16). Workloads:
   gpt   issue 15's GPT (vocab 256, block 128, 4 layers x 4 heads x 128),
         AdamW, batch 16
   gpt2  GPT-2 124M (vocab 50304, block 1024, 12 x 12 x 768), AdamW, batch 8,
-        bf16, a few steps (the goal: ddpc at least as fast per step); run
-        a second time with DDPC_FUSED_ATTN=0, ddpc's attention unfused
+        bf16, a few steps (the goal: ddpc at least as fast per step)
+The GPTs' bf16 runs are repeated with DDPC_FUSED_ATTN=0, ddpc's attention
+unfused, to show what the fused kernels gain.
 ddpc's step time is the difference of two runs of N1 and N2 steps divided by
 N2 - N1, so start-up (context, cuBLAS, the first step) is not in it; PyTorch's
 is N2 - N1 steps timed after warm-up steps. Data: synthetic samples (mlp,
@@ -266,7 +267,7 @@ def main():
                 print("ddpc  %s %s batch %d: %.3f ms/step, %.0f %s  (%s)" % (
                     model, prec, batch, dms, dps, unit, prof), flush=True)
                 rows.append((model, prec, batch, dms, dps, tms, tps, unit))
-                if prec == "bf16" and shape and shape[4] // shape[3] == 64:
+                if prec == "bf16" and shape and shape[4] // shape[3] in (32, 64):
                     # the same job with its attention unfused (env.h
                     # DDPC_FUSED_ATTN=0): what the fused kernels gain
                     dms, dps, prof = ddpc_run(ddpc, model, prec, batch, n1, n2, args.device,

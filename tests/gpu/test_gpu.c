@@ -755,19 +755,23 @@ static void test_gpt(struct pair *p)
     /* T 80: more than one causal block of the CPU's attention; head size
      * 16 and dropout: attention by gemm_batched and the row kernels */
     gpt_case(p, "gpt", 32, 2, 80, 0.1);
-    /* head size 64, no dropout: bf16 runs the fused attention
+    /* head sizes 64 and 32, no dropout: bf16 runs the fused attention
      * (ops_cuda_attn.cuh); T 150: three tiles, the last partial */
     gpt_case(p, "gpt fused", 128, 2, 150, 0.0);
+    gpt_case(p, "gpt fused 32", 64, 2, 150, 0.0);
 }
 
-/* Fused attention alone (bf16, head size 64; ops_cuda_attn.cuh) against the
+/* Fused attention alone (bf16, head size hs; ops_cuda_attn.cuh) against the
  * CPU's unfused fp32 on the same bf16-valued inputs: y and dqkv within
  * twice what tests/test_cuda_attn.c measures for the same kernels on the
  * CPU (2.4e-3: P and dS rounded to bf16 for their products); then dqkv
  * accumulated (acc) onto itself is exactly twice; the same bytes twice. */
-static void test_attn_fused(struct pair *p)
+static void attn_fused_case(struct pair *p, int hs)
 {
-    enum { B = 2, T = 200, H = 3, C = H * 64 };
+    enum { B = 2, T = 200, H = 3 };
+    int C = H * hs;
+    char name[32];
+    snprintf(name, sizeof name, "attention fused, head size %d", hs);
     size_t R = (size_t)B * T, n3 = R * 3 * C, n1 = R * C, natt = (size_t)B * H * T * T;
     float *qkv = rand_vec(n3, 2.0f), *dy = rand_vec(n1, 1.0f);
     for (size_t i = 0; i < n3; i++)                  /* bf16 values: no input rounding left */
@@ -782,13 +786,13 @@ static void test_attn_fused(struct pair *p)
     struct ddpc_err e = {0};
     p->gpu.gemm_precision = DDPC_PRECISION_BF16;
     if (!p->gpu.attn_fused_fits || !p->gpu.attn_fused_fits(&p->gpu, T, C, H)) {
-        check(0, "attention: the CUDA backend fuses bf16 head size 64", 0, 0);
+        check(0, what(name, "taken (bf16)"), 0, 0);
         goto out;
     }
     /* the fused path's own sizes, as the model allocates them: [B, H, T] */
     attn_floats(&p->gpu, T, C, H, 0.0f, &kept_gpu, &scr_gpu);
     check(kept_gpu == (int64_t)H * T && scr_gpu == (int64_t)H * T,
-          "attention fused: keeps and scratches heads*T floats per sample", 0, 0);
+          what(name, "keeps and scratches heads*T floats per sample"), 0, 0);
     float *d_qkv = up(p, qkv, n3 * 4), *d_dy = up(p, dy, n1 * 4), *d_y = up(p, y, n1 * 4);
     float *d_dqkv = up(p, dqkv, n3 * 4), *d_att = up(p, att, (size_t)B * kept_gpu * 4);
     float *d_scr = up(p, scratch, (size_t)B * scr_gpu * 4);
@@ -797,19 +801,19 @@ static void test_attn_fused(struct pair *p)
         attn_backward(&p->cpu, &at, qkv, att, y, dy, dqkv, 0, scratch, &e) < 0 ||
         attn_forward(&p->gpu, &at, d_qkv, d_att, d_y, d_scr, &e) < 0 ||
         attn_backward(&p->gpu, &at, d_qkv, d_att, d_y, d_dy, d_dqkv, 0, d_scr, &e) < 0) {
-        fail_err("attention fused", &e);
+        fail_err(name, &e);
     } else {
-        compare_dev(p, "attention fused bf16: y", d_y, y, n1, 5e-3);
-        compare_dev(p, "attention fused bf16: dqkv", d_dqkv, dqkv, n3, 5e-3);
+        compare_dev(p, what(name, "y"), d_y, y, n1, 5e-3);
+        compare_dev(p, what(name, "dqkv"), d_dqkv, dqkv, n3, 5e-3);
         float *g1 = down(p, d_dqkv, n3);
         if (attn_backward(&p->gpu, &at, d_qkv, d_att, d_y, d_dy, d_dqkv, 1, d_scr, &e) < 0) {
-            fail_err("attention fused, acc", &e);
+            fail_err(what(name, "acc"), &e);
         } else {
             float *g2 = down(p, d_dqkv, n3);
             size_t bad = 0;
             for (size_t i = 0; i < n3; i++)
                 bad += g2[i] != 2.0f * g1[i];
-            check(bad == 0, "attention fused: acc adds, the same bytes again", (double)bad, 0);
+            check(bad == 0, what(name, "acc adds, the same bytes again"), (double)bad, 0);
             free(g2);
         }
         free(g1);
@@ -823,7 +827,7 @@ static void test_attn_fused(struct pair *p)
     p->gpu.fused_attn = 0;
     attn_floats(&p->gpu, T, C, H, 0.0f, &kept_gpu, &scr_gpu);
     check(!p->gpu.attn_fused_fits(&p->gpu, T, C, H) && kept_gpu == (int64_t)H * T * T,
-          "attention: fused_attn 0 unfuses", 0, 0);
+          what(name, "fused_attn 0 unfuses"), 0, 0);
     p->gpu.fused_attn = 1;
 out:
     p->gpu.gemm_precision = DDPC_PRECISION_FP32;
@@ -833,6 +837,12 @@ out:
     free(dqkv);
     free(att);
     free(scratch);
+}
+
+static void test_attn_fused(struct pair *p)
+{
+    attn_fused_case(p, 64);
+    attn_fused_case(p, 32);
 }
 
 /* One training step of a small CNN, CUDA vs CPU: the GPU's im2col
