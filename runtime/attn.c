@@ -15,8 +15,8 @@
  * The masked scores are never used: the softmax kernel reads keys 0..t
  * only, exactly what masked_fill(-inf) + softmax gives (exp(-inf) = 0).
  *
- * A backend with fused attention (CUDA, bf16, head size 64 or 32, no dropout:
- * ops.h attn_fused_*) computes the same without S, P, dP or dS in memory;
+ * A backend with fused attention (CUDA, bf16, head size 64 or 32, dropout
+ * too: ops.h attn_fused_*) computes the same without S, P, dP or dS in memory;
  * att then holds its rows' log-sum-exps instead of P, and the backward
  * reads y (rowsum(P * dP) = rowsum(y * dy) per head).
  */
@@ -62,13 +62,12 @@ static int check_shape(const struct ddpc_attn *at, struct ddpc_err *e)
  * (P, dS). On the GPU one call per sample keeps the launches few. */
 #define ATTN_BLOCK 64
 
-/* The fused path (ops.h attn_fused_*): the backend takes the shape, and
- * no dropout on the probabilities (the fused kernels draw no mask). att
- * then holds the rows' log-sum-exps, [B, heads, T] of it. */
+/* The fused path (ops.h attn_fused_*): the backend takes the shape (with
+ * dropout too: the kernels draw drop_probs's mask). att then holds the
+ * rows' log-sum-exps, [B, heads, T] of it. */
 static int fused(const struct ddpc_ops *o, const struct ddpc_attn *at)
 {
-    return o->attn_fused_fits && !dropping(at) &&
-           o->attn_fused_fits(o, at->T, at->C, at->heads);
+    return o->attn_fused_fits && o->attn_fused_fits(o, at->T, at->C, at->heads);
 }
 
 void attn_floats(const struct ddpc_ops *o, int T, int C, int heads, float p, int64_t *kept,
@@ -98,7 +97,8 @@ int attn_forward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *qk
     long long tt = (long long)T * T, htt = (long long)H * tt;
     float scale = (float)(1.0 / sqrt((double)hs));
     if (fused(o, at))
-        return o->attn_fused_forward(o, at->B, T, C, H, qkv, y, att, e);
+        return o->attn_fused_forward(o, at->B, T, C, H, dropping(at) ? at->p : 0.0f, at->seed,
+                                     qkv, y, att, e);
     for (int b = 0; b < at->B; b++) {
         const float *q = qkv + (size_t)b * T * C3;
         for (int r0 = 0; r0 < T; r0 += bs) {
@@ -142,8 +142,8 @@ int attn_backward(struct ddpc_ops *o, const struct ddpc_attn *at, const float *q
     size_t n = (size_t)at->B * (size_t)htt;
     float scale = (float)(1.0 / sqrt((double)hs)), beta = acc ? 1.0f : 0.0f;
     if (fused(o, at))
-        return o->attn_fused_backward(o, at->B, T, C, H, qkv, y, att, dy, dqkv, acc, scratch,
-                                      e);
+        return o->attn_fused_backward(o, at->B, T, C, H, dropping(at) ? at->p : 0.0f,
+                                      at->seed, qkv, y, att, dy, dqkv, acc, scratch, e);
     float *dp = scratch;                  /* [B, H, T, T]: dPd, then dP, then dS */
     const float *pd = att;
     if (dropping(at)) {

@@ -30,9 +30,9 @@ struct ddpc_attn {
  * att, which forward leaves for backward, and *scratch, reusable between
  * layers. Unfused: the probabilities [heads, T, T] kept, and their
  * gradient (with dropout p > 0 also the dropped probabilities) as scratch.
- * Where every pass is fused (ops.h attn_fused_fits, and p = 0: training
- * with dropout is not), heads*T of each: the rows' log-sum-exps and, in
- * backward, rowsum(y * dy). o NULL: unfused, as the CPU runs it. */
+ * Fused (ops.h attn_fused_fits; dropout or not), heads*T of each: the
+ * rows' log-sum-exps and, in backward, rowsum(y * dy). o NULL: unfused,
+ * as the CPU runs it. */
 void attn_floats(const struct ddpc_ops *o, int T, int C, int heads, float p, int64_t *kept,
                  int64_t *scratch);
 

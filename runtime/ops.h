@@ -223,17 +223,20 @@ struct ddpc_ops {
      * and backward must agree). The forward writes y [B, T, C] and the
      * rows' log-sum-exps lse [B, heads, T]; the backward reads both, as
      * the forward left them, and writes (acc: adds) dqkv, with B * heads *
-     * T floats of scratch. */
+     * T floats of scratch. p > 0: dropout on the probabilities with seed,
+     * the very mask attn.c's unfused path draws (DDPC_LK_DROPOUT_FWD over
+     * [B, heads, T, T]); both passes get the same p and seed. */
     int (*attn_fused_fits)(const struct ddpc_ops *o, int T, int C, int heads);
     /* 1 (the CUDA backend's init): attn_fused_fits may say yes; the worker
      * clears it for DDPC_FUSED_ATTN=0 (env.h) before model_init */
     int fused_attn;
-    int (*attn_fused_forward)(struct ddpc_ops *o, int B, int T, int C, int heads,
-                              const float *qkv, float *y, float *lse, struct ddpc_err *e);
-    int (*attn_fused_backward)(struct ddpc_ops *o, int B, int T, int C, int heads,
-                               const float *qkv, const float *y, const float *lse,
-                               const float *dy, float *dqkv, int acc, float *scratch,
-                               struct ddpc_err *e);
+    int (*attn_fused_forward)(struct ddpc_ops *o, int B, int T, int C, int heads, float p,
+                              uint64_t seed, const float *qkv, float *y, float *lse,
+                              struct ddpc_err *e);
+    int (*attn_fused_backward)(struct ddpc_ops *o, int B, int T, int C, int heads, float p,
+                               uint64_t seed, const float *qkv, const float *y,
+                               const float *lse, const float *dy, float *dqkv, int acc,
+                               float *scratch, struct ddpc_err *e);
 };
 
 /* ops_cpu.c */

@@ -775,54 +775,61 @@ static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int head
            heads <= FA_GRID_YZ && C % heads == 0 && DDPC_ATTN_FUSED_HS(C / heads) && T >= 1;
 }
 
-static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, const char *what,
-                    struct ddpc_err *e)
+static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, float p,
+                    const char *what, struct ddpc_err *e)
 {
-    if (!cuda_attn_fused_fits(o, T, C, H) || B < 0)
-        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda %s: B=%d T=%d C=%d heads=%d at precision %d "
-                         "is not a fused attention's shape", what, B, T, C, H,
-                         o->gemm_precision);
+    if (!cuda_attn_fused_fits(o, T, C, H) || B < 0 || !(p >= 0.0f && p < 1.0f))
+        return DDPC_FAIL(e, DDPC_E_INVALID, "cuda %s: B=%d T=%d C=%d heads=%d dropout %g at "
+                         "precision %d is not a fused attention's shape", what, B, T, C, H,
+                         (double)p, o->gemm_precision);
     return 0;
 }
 
-/* One kernel for head size hs (ops_cuda_attn_hs.cuh's k_fa_<name>_<hs>),
- * launched on grid with the rest of the arguments. */
-#define FA_LAUNCH(name, hs, grid, stream, ...)                                          \
+/* One kernel for head size hs, with dropout or not (ops_cuda_attn_hs.cuh's
+ * k_fa_<name>_<hs>[_drop]), launched on grid with the rest of the
+ * arguments. */
+#define FA_LAUNCH(name, hs, dropping, grid, stream, ...)                                \
     do {                                                                                \
-        if ((hs) == 64)                                                                 \
+        if ((hs) == 64 && !(dropping))                                                  \
             k_fa_##name##_64<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);         \
-        else                                                                            \
+        else if ((hs) == 64)                                                            \
+            k_fa_##name##_64_drop<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);    \
+        else if (!(dropping))                                                           \
             k_fa_##name##_32<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);         \
+        else                                                                            \
+            k_fa_##name##_32_drop<<<(grid), FA_THREADS, 0, (stream)>>>(__VA_ARGS__);    \
         KERNEL_CHECK(e, "k_fa_" #name);                                                 \
     } while (0)
 static_assert(DDPC_ATTN_FUSED_HS(64) && DDPC_ATTN_FUSED_HS(32) && !DDPC_ATTN_FUSED_HS(16) &&
                   !DDPC_ATTN_FUSED_HS(48) && !DDPC_ATTN_FUSED_HS(128),
               "FA_LAUNCH has kernels for head sizes 64 and 32, no others");
 
-static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int H,
-                                   const float *qkv, float *y, float *lse, struct ddpc_err *e)
+static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int H, float p,
+                                   uint64_t seed, const float *qkv, float *y, float *lse,
+                                   struct ddpc_err *e)
 {
     struct ops_cuda_ctx *c = ctx_of(o);
-    DDPC_TRY(fa_shape(o, B, T, C, H, "attention forward", e));
+    DDPC_TRY(fa_shape(o, B, T, C, H, p, "attention forward", e));
     int hs = C / H;
     float scale = (float)(1.0 / sqrt((double)hs));
     size_t C3 = 3 * (size_t)C;
     for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
         int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
         dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
-        FA_LAUNCH(fwd, hs, grid, c->stream, qkv + (size_t)b0 * T * C3, y + (size_t)b0 * T * C,
-                  lse + (size_t)b0 * H * T, T, C, H, scale);
+        FA_LAUNCH(fwd, hs, p > 0.0f, grid, c->stream, qkv + (size_t)b0 * T * C3,
+                  y + (size_t)b0 * T * C, lse + (size_t)b0 * H * T, T, C, H, scale,
+                  fa_drop_of(p, seed, b0));
     }
     return 0;
 }
 
-static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int H,
-                                    const float *qkv, const float *y, const float *lse,
-                                    const float *dy, float *dqkv, int acc, float *scratch,
-                                    struct ddpc_err *e)
+static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int H, float p,
+                                    uint64_t seed, const float *qkv, const float *y,
+                                    const float *lse, const float *dy, float *dqkv, int acc,
+                                    float *scratch, struct ddpc_err *e)
 {
     struct ops_cuda_ctx *c = ctx_of(o);
-    DDPC_TRY(fa_shape(o, B, T, C, H, "attention backward", e));
+    DDPC_TRY(fa_shape(o, B, T, C, H, p, "attention backward", e));
     if (B == 0)
         return 0;
     int hs = C / H;
@@ -837,8 +844,11 @@ static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int
         const float *q = qkv + (size_t)b0 * T * C3, *d = dy + (size_t)b0 * T * C;
         const float *l = lse + (size_t)b0 * H * T, *dl = delta + (size_t)b0 * H * T;
         float *dq = dqkv + (size_t)b0 * T * C3;
-        FA_LAUNCH(bwd_kv, hs, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc);
-        FA_LAUNCH(bwd_q, hs, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc);
+        struct fa_drop drop = fa_drop_of(p, seed, b0);
+        FA_LAUNCH(bwd_kv, hs, p > 0.0f, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc,
+                  drop);
+        FA_LAUNCH(bwd_q, hs, p > 0.0f, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc,
+                  drop);
     }
     return 0;
 }

@@ -22,6 +22,10 @@
  *                the diagonal, P, dP = dY V^T, dS, dQ += dS K.
  * dK, dV and dQ are each summed by one warp in tile order: no atomics, the
  * same bits on every run (the price: S and P computed twice in backward).
+ * Dropout on the probabilities (struct fa_drop: the mask attn.c's
+ * unfused path draws, entry by entry from the same counter-based hash):
+ * l sums P before it, O sums Z P after it (Z = mask / (1 - p)); backward,
+ * dV += (Z P)^T dY and dS = P (Z dP - D), D still rowsum(dY * Y).
  *
  * Shapes: head size 64 (GPT-2's and nanoGPT's 768 / 12) or 32, each its
  * own three kernels (ops_cuda_attn_hs.cuh, included once per size), any
@@ -49,6 +53,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ops_kernels.h"
 
@@ -89,6 +94,39 @@ __device__ static inline float fa_quad_sum(float v)
 {
     v += __shfl_xor_sync(0xffffffffu, v, 1, 32);
     return v + __shfl_xor_sync(0xffffffffu, v, 2, 32);
+}
+
+/* Dropout on the probabilities, as attn.c's unfused path draws it
+ * (DDPC_LK_DROPOUT_FWD over the call's [B, H, T, T]): entry (b, h, query,
+ * key) is kept iff ddpc_k_uniform(seed, ((b * H + h) * T + query) * T +
+ * key) >= p, and then scaled by keep (1 / (1 - p), rounded as attn.c
+ * rounds it); b counts from the call's first sample, b0 of them before a
+ * slice of the grid. p = 0: nothing dropped. */
+struct fa_drop {
+    float    p, keep;
+    uint64_t seed;
+    int      b0;
+};
+
+/* The call's dropout (p 0: none), its samples from b0 on; keep rounded as
+ * attn.c's drop_probs rounds f1. */
+__host__ __device__ static inline struct fa_drop fa_drop_of(float p, uint64_t seed, int b0)
+{
+    struct fa_drop d;
+    d.p = p;
+    d.keep = p > 0.0f ? (float)(1.0 / (1.0 - (double)p)) : 1.0f;
+    d.seed = seed;
+    d.b0 = b0;
+    return d;
+}
+
+/* What entry (b, h, query, key) of P is multiplied by: keep or 0. */
+__device__ static inline float fa_dropped(const struct fa_drop *d, int b, int H, int h, int T,
+                                          int query, int key)
+{
+    uint64_t i = (((uint64_t)(d->b0 + b) * (uint64_t)H + (uint64_t)h) * (uint64_t)T +
+                  (uint64_t)query) * (uint64_t)T + (uint64_t)key;
+    return ddpc_k_uniform(d->seed, i) >= d->p ? d->keep : 0.0f;
 }
 
 /* The helpers below take their sizes as arguments; every caller passes
@@ -224,15 +262,33 @@ __global__ static void k_fa_delta(const float *y, const float *dy, float *delta,
 }
 
 /* The three kernels for each head size (DDPC_ATTN_FUSED_HS in layers.h
- * names the same ones): k_fa_fwd_64, k_fa_bwd_kv_64, k_fa_bwd_q_64, and
- * _32. */
+ * names the same ones), without and with dropout: k_fa_fwd_64,
+ * k_fa_fwd_64_drop, k_fa_bwd_kv_64, ... and the same for 32. */
 #define FA_CAT2(a, b) a##b
 #define FA_CAT(a, b)  FA_CAT2(a, b)
 #define FA_HS 64
+#define FA_DROP 0
+#define FA_VARIANT
 #include "ops_cuda_attn_hs.cuh"
+#undef FA_DROP
+#undef FA_VARIANT
+#define FA_DROP 1
+#define FA_VARIANT _drop
+#include "ops_cuda_attn_hs.cuh"
+#undef FA_DROP
+#undef FA_VARIANT
 #undef FA_HS
 #define FA_HS 32
+#define FA_DROP 0
+#define FA_VARIANT
 #include "ops_cuda_attn_hs.cuh"
+#undef FA_DROP
+#undef FA_VARIANT
+#define FA_DROP 1
+#define FA_VARIANT _drop
+#include "ops_cuda_attn_hs.cuh"
+#undef FA_DROP
+#undef FA_VARIANT
 #undef FA_HS
 
 #endif /* DDPC_OPS_CUDA_ATTN_CUH */

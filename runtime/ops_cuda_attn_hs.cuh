@@ -1,14 +1,20 @@
 /* ops_cuda_attn_hs.cuh - the fused attention's three kernels for one head
- * size, FA_HS: ops_cuda_attn.cuh includes this once per size it supports,
- * which names them k_fa_fwd_<FA_HS>, k_fa_bwd_kv_<FA_HS>, k_fa_bwd_q_<FA_HS>
- * (C has no templates; the helpers take the sizes as constants). No
- * include guard on purpose. Shared tiles: a "rows" tile holds 64 rows of
- * FA_HS columns (FA_LDS_R words each), a "cols" tile FA_HS rows of 64 keys
- * (FA_LDS_C); products are scores (n 64, k FA_HS: S = Q K^T and its kin)
- * or values (n FA_HS, k 64: O = P V and its kin). */
-#ifndef FA_HS
-#error "ops_cuda_attn_hs.cuh: define FA_HS (include ops_cuda_attn.cuh instead)"
+ * size, FA_HS, with (FA_DROP 1) or without (0) dropout on the
+ * probabilities: ops_cuda_attn.cuh includes this once per pair it
+ * supports, which names them k_fa_fwd_<FA_HS><FA_VARIANT> and so on (C
+ * has no templates; the helpers take the sizes as constants). Without
+ * dropout no register holds its state, and GPT-2's pretraining runs with
+ * none (ptxas, sm_90, head size 64: 134/239/167 registers without,
+ * 158/255/222 with). No include guard on purpose.
+ *
+ * Shared tiles: a "rows" tile holds 64 rows of FA_HS columns (FA_LDS_R
+ * words each), a "cols" tile FA_HS rows of 64 keys (FA_LDS_C); products
+ * are scores (n 64, k FA_HS: S = Q K^T and its kin) or values (n FA_HS,
+ * k 64: O = P V and its kin). */
+#if !defined(FA_HS) || !defined(FA_DROP)
+#error "ops_cuda_attn_hs.cuh: define FA_HS, FA_DROP, FA_VARIANT (include ops_cuda_attn.cuh)"
 #endif
+#define FA_NAME(name) FA_CAT(FA_CAT(name, FA_HS), FA_VARIANT)
 #if FA_HS % 16 != 0 || FA_HS < 16
 #error "FA_HS: a multiple of 16 (an mma's k)"
 #endif
@@ -18,8 +24,8 @@
 #define FA_VALUE FA_LDS_C, FA_HS / 8, FA_TILE / 16
 
 /* qkv [B, T, 3C] -> y [B, T, C]; lse [B, H, T]. */
-__global__ static void FA_CAT(k_fa_fwd_, FA_HS)(const float *qkv, float *y, float *lse, int T,
-                                                int C, int H, float scale)
+__global__ static void FA_NAME(k_fa_fwd_)(const float *qkv, float *y, float *lse, int T, int C,
+                                          int H, float scale, struct fa_drop drop)
 {
     __shared__ unsigned ks[FA_TILE * FA_LDS_R];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vt[FA_HS * FA_LDS_C];       /* V^T: O += P V */
@@ -70,6 +76,12 @@ __global__ static void FA_CAT(k_fa_fwd_, FA_HS)(const float *qkv, float *y, floa
         l_hi = l_hi * al_hi + fa_quad_sum(sum_hi);
         m_lo = mn_lo;
         m_hi = mn_hi;
+        if (FA_DROP && drop.p > 0.0f)   /* l sums P before dropout; O sums it after */
+            for (int j = 0; j < FA_TILE / 8; j++)
+                for (int i = 0; i < 4; i++)
+                    if (s[j][i] != 0.0f)
+                        s[j][i] *= fa_dropped(&drop, b, H, h, T, r + 8 * (i >> 1),
+                                              kt * FA_TILE + 8 * j + 2 * t + (i & 1));
         for (int j = 0; j < FA_HS / 8; j++) {
             o[j][0] *= al_lo;
             o[j][1] *= al_lo;
@@ -93,10 +105,9 @@ __global__ static void FA_CAT(k_fa_fwd_, FA_HS)(const float *qkv, float *y, floa
 }
 
 /* dK, dV of 64 keys (dqkv's K and V columns; acc: += instead of =). */
-__global__ static void FA_CAT(k_fa_bwd_kv_, FA_HS)(const float *qkv, const float *dy,
-                                                   const float *lse, const float *delta,
-                                                   float *dqkv, int T, int C, int H, float scale,
-                                                   int acc)
+__global__ static void FA_NAME(k_fa_bwd_kv_)(const float *qkv, const float *dy, const float *lse,
+                                             const float *delta, float *dqkv, int T, int C, int H,
+                                             float scale, int acc, struct fa_drop drop)
 {
     __shared__ unsigned qs[FA_TILE * FA_LDS_R];     /* Q's rows: S^T = K Q^T */
     __shared__ unsigned qt_[FA_HS * FA_LDS_C];      /* Q^T: dK += dS^T Q */
@@ -138,8 +149,10 @@ __global__ static void FA_CAT(k_fa_bwd_kv_, FA_HS)(const float *qkv, const float
             for (int i = 0; i < 4; i++) {
                 int c = 8 * j + 2 * t + (i & 1), query = q0 + c, key = r + 8 * (i >> 1);
                 float pr = query >= key && query < T ? expf(p[j][i] * scale - lse_s[c]) : 0.0f;
-                p[j][i] = pr;
-                dp[j][i] = pr * (dp[j][i] - delta_s[c]) * scale;   /* dS^T */
+                float z = FA_DROP && drop.p > 0.0f && pr != 0.0f
+                              ? fa_dropped(&drop, b, H, h, T, query, key) : 1.0f;
+                p[j][i] = pr * z;                                  /* dV += (Z P)^T dY */
+                dp[j][i] = pr * (z * dp[j][i] - delta_s[c]) * scale;   /* dS^T */
             }
         unsigned pa[FA_TILE / 16][4];
         fa_c_to_a(pa, (const float (*)[4])p);
@@ -153,10 +166,9 @@ __global__ static void FA_CAT(k_fa_bwd_kv_, FA_HS)(const float *qkv, const float
 }
 
 /* dQ of 64 queries (dqkv's Q columns; acc: += instead of =). */
-__global__ static void FA_CAT(k_fa_bwd_q_, FA_HS)(const float *qkv, const float *dy,
-                                                  const float *lse, const float *delta,
-                                                  float *dqkv, int T, int C, int H, float scale,
-                                                  int acc)
+__global__ static void FA_NAME(k_fa_bwd_q_)(const float *qkv, const float *dy, const float *lse,
+                                            const float *delta, float *dqkv, int T, int C, int H,
+                                            float scale, int acc, struct fa_drop drop)
 {
     __shared__ unsigned ks[FA_TILE * FA_LDS_R];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vs[FA_TILE * FA_LDS_R];     /* V's rows: dP = dY V^T */
@@ -194,7 +206,9 @@ __global__ static void FA_CAT(k_fa_bwd_q_, FA_HS)(const float *qkv, const float 
                 int key = k0 + 8 * j + 2 * t + (i & 1), row = r + 8 * (i >> 1);
                 float l = i < 2 ? lse_lo : lse_hi, d = i < 2 ? d_lo : d_hi;
                 float pr = key <= row && key < T && row < T ? expf(p[j][i] * scale - l) : 0.0f;
-                dp[j][i] = pr * (dp[j][i] - d) * scale;   /* dS */
+                float z = FA_DROP && drop.p > 0.0f && pr != 0.0f
+                              ? fa_dropped(&drop, b, H, h, T, row, key) : 1.0f;
+                dp[j][i] = pr * (z * dp[j][i] - d) * scale;   /* dS */
             }
         unsigned sa[FA_TILE / 16][4];
         fa_c_to_a(sa, (const float (*)[4])dp);
@@ -204,6 +218,7 @@ __global__ static void FA_CAT(k_fa_bwd_q_, FA_HS)(const float *qkv, const float 
              FA_HS / 8, 1.0f, 1.0f, acc);
 }
 
+#undef FA_NAME
 #undef FA_LDS_R
 #undef FA_LDS_C
 #undef FA_SCORE

@@ -125,10 +125,9 @@ struct ddpc_bucket_span {
 int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                   struct ddpc_net *net, int *bad_item, char *why, size_t cap);
 
-/* The CUDA backend fuses causal attention (runtime/ops_cuda_attn.cuh) for
- * bf16 gemm inputs and these head sizes, each its own kernels; with
- * dropout on the probabilities only evaluation is fused, so the buffers
- * keep their unfused size. */
+/* The CUDA backend fuses causal attention (runtime/ops_cuda_attn.cuh),
+ * dropout on the probabilities included, for bf16 gemm inputs and these
+ * head sizes, each its own kernels. */
 #define DDPC_ATTN_FUSED_HS(hs) ((hs) == 64 || (hs) == 32)
 
 /* Per sample floats of net's buffers (act_floats + scratch_floats) on a

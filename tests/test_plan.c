@@ -886,9 +886,14 @@ START_TEST(gpt2_124m_on_gpus)
     ck_assert_msg(strstr(text, want), "%s\nwants %s", text, want);
     free(text);
     plan_free(&pb);
-    /* dropout on the probabilities: training is not fused */
+    /* dropout on the probabilities: fused too (the kernels draw the mask);
+     * fp16: not fused */
     j.accelerator = DDPC_ACCEL_GPU;
     j.model.dropout = 0.1;
+    build(&j, &pb);
+    ck_assert_int_eq(pb.attn_fused, 1);
+    plan_free(&pb);
+    j.precision = DDPC_PRECISION_FP16;
     build(&j, &pb);
     ck_assert_int_eq(pb.attn_fused, 0);
     plan_free(&pb);

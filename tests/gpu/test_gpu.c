@@ -759,6 +759,7 @@ static void test_gpt(struct pair *p)
      * (ops_cuda_attn.cuh); T 150: three tiles, the last partial */
     gpt_case(p, "gpt fused", 128, 2, 150, 0.0);
     gpt_case(p, "gpt fused 32", 64, 2, 150, 0.0);
+    gpt_case(p, "gpt fused dropout", 128, 2, 150, 0.1);
 }
 
 /* Fused attention alone (bf16, head size hs; ops_cuda_attn.cuh) against the
@@ -766,12 +767,13 @@ static void test_gpt(struct pair *p)
  * twice what tests/test_cuda_attn.c measures for the same kernels on the
  * CPU (2.4e-3: P and dS rounded to bf16 for their products); then dqkv
  * accumulated (acc) onto itself is exactly twice; the same bytes twice. */
-static void attn_fused_case(struct pair *p, int hs)
+static void attn_fused_case(struct pair *p, int hs, float drop)
 {
     enum { B = 2, T = 200, H = 3 };
     int C = H * hs;
-    char name[32];
-    snprintf(name, sizeof name, "attention fused, head size %d", hs);
+    char name[64];
+    snprintf(name, sizeof name, "attention fused, head size %d, dropout %.1f", hs,
+             (double)drop);
     size_t R = (size_t)B * T, n3 = R * 3 * C, n1 = R * C, natt = (size_t)B * H * T * T;
     float *qkv = rand_vec(n3, 2.0f), *dy = rand_vec(n1, 1.0f);
     for (size_t i = 0; i < n3; i++)                  /* bf16 values: no input rounding left */
@@ -779,10 +781,11 @@ static void attn_fused_case(struct pair *p, int hs)
     for (size_t i = 0; i < n1; i++)
         dy[i] = ddpc_k_bf16_round(dy[i]);
     int64_t kept, scr, kept_gpu, scr_gpu;
-    attn_floats(&p->cpu, T, C, H, 0.0f, &kept, &scr);
+    attn_floats(&p->cpu, T, C, H, drop, &kept, &scr);
     float *y = calloc(n1, 4), *dqkv = calloc(n3, 4), *att = calloc(natt, 4);
     float *scratch = calloc((size_t)B * (size_t)scr, 4);
-    struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .training = 1 };
+    struct ddpc_attn at = { .B = B, .T = T, .C = C, .heads = H, .p = drop, .training = 1,
+                            .seed = 41 };
     struct ddpc_err e = {0};
     p->gpu.gemm_precision = DDPC_PRECISION_BF16;
     if (!p->gpu.attn_fused_fits || !p->gpu.attn_fused_fits(&p->gpu, T, C, H)) {
@@ -790,7 +793,7 @@ static void attn_fused_case(struct pair *p, int hs)
         goto out;
     }
     /* the fused path's own sizes, as the model allocates them: [B, H, T] */
-    attn_floats(&p->gpu, T, C, H, 0.0f, &kept_gpu, &scr_gpu);
+    attn_floats(&p->gpu, T, C, H, drop, &kept_gpu, &scr_gpu);
     check(kept_gpu == (int64_t)H * T && scr_gpu == (int64_t)H * T,
           what(name, "keeps and scratches heads*T floats per sample"), 0, 0);
     float *d_qkv = up(p, qkv, n3 * 4), *d_dy = up(p, dy, n1 * 4), *d_y = up(p, y, n1 * 4);
@@ -841,8 +844,9 @@ out:
 
 static void test_attn_fused(struct pair *p)
 {
-    attn_fused_case(p, 64);
-    attn_fused_case(p, 32);
+    attn_fused_case(p, 64, 0.0f);
+    attn_fused_case(p, 32, 0.0f);
+    attn_fused_case(p, 64, 0.2f);   /* the CPU's mask, drawn in the kernels */
 }
 
 /* One training step of a small CNN, CUDA vs CPU: the GPU's im2col
