@@ -17,8 +17,8 @@
  *   - a whole GPT step on the fused path, whose buffers are sized by it;
  *   - the emulated mma itself against a plain 16 x 16 x 8 product.
  * FA_SHOW=1 prints each comparison's worst difference over its scale (how
- * the bounds were set: 1e-3 to 2.4e-3 measured at head size 64, to 3.1e-3
- * at 32, to 3.7e-3 at 32 with dropout 0.5).
+ * the bounds were set: 1e-3 to 3.4e-3 measured over every case here, head
+ * sizes 64 and 32, with and without dropout).
  */
 #include <math.h>
 #include <stdint.h>
@@ -243,20 +243,23 @@ static void fused_case(int B, int T, int H, int hs, float p, float qk_scale)
     near_part(got.dqkv, want.dqkv, R, 3 * C, C, C, 6e-3, "dK");
     near_part(got.dqkv, want.dqkv, R, 3 * C, 2 * C, C, 6e-3, "dV");
 
-    struct attn_out again = run(&fu, &at, qkv, dy, NULL, 0);
-    ck_assert_int_eq(memcmp(got.y, again.y, R * C * sizeof(float)), 0);
-    ck_assert_int_eq(memcmp(got.dqkv, again.dqkv, R * 3 * C * sizeof(float)), 0);
-    out_free(&again);
-
-    /* acc: added to what dqkv held */
-    float *base = fill_bf16(R * 3 * C, 1.0f);
-    struct attn_out added = run(&fu, &at, qkv, dy, base, 1);
-    for (size_t i = 0; i < R * 3 * C; i++)
-        ck_assert_msg(added.dqkv[i] == base[i] + got.dqkv[i], "acc: element %zu is %g, "
-                      "%g + %g expected", i, (double)added.dqkv[i], (double)base[i],
-                      (double)got.dqkv[i]);
-    out_free(&added);
-    free(base);
+    /* once, in one order (the emulator is slow; fused_same_bits_in_every_order
+     * compares the orders): the same bits again, and acc */
+    if (emu_order == EMU_ASCENDING) {
+        struct attn_out again = run(&fu, &at, qkv, dy, NULL, 0);
+        ck_assert_int_eq(memcmp(got.y, again.y, R * C * sizeof(float)), 0);
+        ck_assert_int_eq(memcmp(got.dqkv, again.dqkv, R * 3 * C * sizeof(float)), 0);
+        out_free(&again);
+        /* acc: added to what dqkv held */
+        float *base = fill_bf16(R * 3 * C, 1.0f);
+        struct attn_out added = run(&fu, &at, qkv, dy, base, 1);
+        for (size_t i = 0; i < R * 3 * C; i++)
+            ck_assert_msg(added.dqkv[i] == base[i] + got.dqkv[i], "acc: element %zu is %g, "
+                          "%g + %g expected", i, (double)added.dqkv[i], (double)base[i],
+                          (double)got.dqkv[i]);
+        out_free(&added);
+        free(base);
+    }
     out_free(&want);
     out_free(&got);
     free(qkv);
@@ -277,7 +280,7 @@ START_TEST(fused_matches_cpu)
     fused_case(1, 150, 1, 32, 0, 4.0f);
     /* dropout on the probabilities: the CPU's mask, drawn in the kernels */
     fused_case(2, 100, 2, 64, 0.2f, 2.0f);
-    fused_case(2, 130, 3, 32, 0.5f, 2.0f);
+    fused_case(2, 100, 3, 32, 0.5f, 2.0f);
 }
 END_TEST
 
