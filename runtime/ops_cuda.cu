@@ -767,7 +767,8 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
 /* Fused causal attention (ops_cuda_attn.cuh): bf16 products, the head
  * sizes layers.h's DDPC_ATTN_FUSED_HS names (each its own kernels); a
  * grid's y is the heads, its z the samples, at most FA_GRID_YZ of each,
- * so a call of more samples runs in slices of FA_GRID_YZ. */
+ * so a call of more samples runs in slices of FA_GRID_YZ, each kernel told
+ * its slice's first sample (tests/test_cuda_attn.c launches slices of 1). */
 #define FA_GRID_YZ 65535
 static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
@@ -812,13 +813,11 @@ static int cuda_attn_fused_forward(struct ddpc_ops *o, int B, int T, int C, int 
     DDPC_TRY(fa_shape(o, B, T, C, H, p, "attention forward", e));
     int hs = C / H;
     float scale = (float)(1.0 / sqrt((double)hs));
-    size_t C3 = 3 * (size_t)C;
+    struct fa_drop drop = fa_drop_of(p, seed);
     for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
         int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
         dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
-        FA_LAUNCH(fwd, hs, p > 0.0f, grid, c->stream, qkv + (size_t)b0 * T * C3,
-                  y + (size_t)b0 * T * C, lse + (size_t)b0 * H * T, T, C, H, scale,
-                  fa_drop_of(p, seed, b0));
+        FA_LAUNCH(fwd, hs, p > 0.0f, grid, c->stream, qkv, y, lse, b0, T, C, H, scale, drop);
     }
     return 0;
 }
@@ -835,20 +834,16 @@ static int cuda_attn_fused_backward(struct ddpc_ops *o, int B, int T, int C, int
     int hs = C / H;
     float scale = (float)(1.0 / sqrt((double)hs));
     float *delta = scratch;
-    size_t C3 = 3 * (size_t)C;
+    struct fa_drop drop = fa_drop_of(p, seed);
     k_fa_delta<<<grid_for((size_t)B * H * T), THREADS, 0, c->stream>>>(y, dy, delta, B, T, C, H);
     KERNEL_CHECK(e, "k_fa_delta");
     for (int b0 = 0; b0 < B; b0 += FA_GRID_YZ) {
         int nb = B - b0 < FA_GRID_YZ ? B - b0 : FA_GRID_YZ;
         dim3 grid(fa_tiles(T), (unsigned)H, (unsigned)nb);
-        const float *q = qkv + (size_t)b0 * T * C3, *d = dy + (size_t)b0 * T * C;
-        const float *l = lse + (size_t)b0 * H * T, *dl = delta + (size_t)b0 * H * T;
-        float *dq = dqkv + (size_t)b0 * T * C3;
-        struct fa_drop drop = fa_drop_of(p, seed, b0);
-        FA_LAUNCH(bwd_kv, hs, p > 0.0f, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc,
-                  drop);
-        FA_LAUNCH(bwd_q, hs, p > 0.0f, grid, c->stream, q, d, l, dl, dq, T, C, H, scale, acc,
-                  drop);
+        FA_LAUNCH(bwd_kv, hs, p > 0.0f, grid, c->stream, qkv, dy, lse, delta, dqkv, b0, T, C, H,
+                  scale, acc, drop);
+        FA_LAUNCH(bwd_q, hs, p > 0.0f, grid, c->stream, qkv, dy, lse, delta, dqkv, b0, T, C, H,
+                  scale, acc, drop);
     }
     return 0;
 }

@@ -100,23 +100,20 @@ __device__ static inline float fa_quad_sum(float v)
  * (DDPC_LK_DROPOUT_FWD over the call's [B, H, T, T]): entry (b, h, query,
  * key) is kept iff ddpc_k_uniform(seed, ((b * H + h) * T + query) * T +
  * key) >= p, and then scaled by keep (1 / (1 - p), rounded as attn.c
- * rounds it); b counts from the call's first sample, b0 of them before a
- * slice of the grid. p = 0: nothing dropped. */
+ * rounds it). p = 0: nothing dropped. */
 struct fa_drop {
     float    p, keep;
     uint64_t seed;
-    int      b0;
 };
 
-/* The call's dropout (p 0: none), its samples from b0 on; keep rounded as
- * attn.c's drop_probs rounds f1. */
-__host__ __device__ static inline struct fa_drop fa_drop_of(float p, uint64_t seed, int b0)
+/* The call's dropout (p 0: none); keep rounded as attn.c's drop_probs
+ * rounds f1. */
+__host__ __device__ static inline struct fa_drop fa_drop_of(float p, uint64_t seed)
 {
     struct fa_drop d;
     d.p = p;
     d.keep = p > 0.0f ? (float)(1.0 / (1.0 - (double)p)) : 1.0f;
     d.seed = seed;
-    d.b0 = b0;
     return d;
 }
 
@@ -124,7 +121,7 @@ __host__ __device__ static inline struct fa_drop fa_drop_of(float p, uint64_t se
 __device__ static inline float fa_dropped(const struct fa_drop *d, int b, int H, int h, int T,
                                           int query, int key)
 {
-    uint64_t i = (((uint64_t)(d->b0 + b) * (uint64_t)H + (uint64_t)h) * (uint64_t)T +
+    uint64_t i = (((uint64_t)b * (uint64_t)H + (uint64_t)h) * (uint64_t)T +
                   (uint64_t)query) * (uint64_t)T + (uint64_t)key;
     return ddpc_k_uniform(d->seed, i) >= d->p ? d->keep : 0.0f;
 }
@@ -237,8 +234,10 @@ __device__ static void fa_store(float *dst, size_t ld, int r, int T, const float
     }
 }
 
-/* Grid: (fa_tiles(T), H, B) blocks of FA_THREADS: a sample's heads on y and
- * the samples on z (each at most 65535), so no product B * H has a limit. */
+/* Grid: (fa_tiles(T), H, nb) blocks of FA_THREADS: a sample's heads on y
+ * and samples b0 .. b0 + nb - 1 of the call on z (each dimension at most
+ * 65535: a call of more samples is launched in slices, b0 the slice's
+ * first), so no product B * H has a limit. */
 __host__ __device__ static inline unsigned fa_tiles(int T)
 {
     return (unsigned)((T + FA_TILE - 1) / FA_TILE);

@@ -4,8 +4,8 @@
  * supports, which names them k_fa_fwd_<FA_HS><FA_VARIANT> and so on (C
  * has no templates; the helpers take the sizes as constants). Without
  * dropout no register holds its state, and GPT-2's pretraining runs with
- * none (ptxas, sm_90, head size 64: 134/239/167 registers without,
- * 158/255/222 with). No include guard on purpose.
+ * none (ptxas, sm_90, head size 64: 134/238/167 registers without,
+ * 160/254/222 with). No include guard on purpose.
  *
  * Shared tiles: a "rows" tile holds 64 rows of FA_HS columns (FA_LDS_R
  * words each), a "cols" tile FA_HS rows of 64 keys (FA_LDS_C); products
@@ -23,13 +23,13 @@
 #define FA_SCORE FA_LDS_R, FA_TILE / 8, FA_HS / 16
 #define FA_VALUE FA_LDS_C, FA_HS / 8, FA_TILE / 16
 
-/* qkv [B, T, 3C] -> y [B, T, C]; lse [B, H, T]. */
-__global__ static void FA_NAME(k_fa_fwd_)(const float *qkv, float *y, float *lse, int T, int C,
-                                          int H, float scale, struct fa_drop drop)
+/* qkv [B, T, 3C] -> y [B, T, C]; lse [B, H, T]; samples b0 + blockIdx.z. */
+__global__ static void FA_NAME(k_fa_fwd_)(const float *qkv, float *y, float *lse, int b0, int T,
+                                          int C, int H, float scale, struct fa_drop drop)
 {
     __shared__ unsigned ks[FA_TILE * FA_LDS_R];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vt[FA_HS * FA_LDS_C];       /* V^T: O += P V */
-    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
+    int b = b0 + (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
     int qt = (int)gridDim.x - 1 - (int)blockIdx.x;   /* the longest rows first */
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = qt * FA_TILE + warp * 16 + g;            /* this lane's rows: r, r + 8 */
@@ -106,15 +106,16 @@ __global__ static void FA_NAME(k_fa_fwd_)(const float *qkv, float *y, float *lse
 
 /* dK, dV of 64 keys (dqkv's K and V columns; acc: += instead of =). */
 __global__ static void FA_NAME(k_fa_bwd_kv_)(const float *qkv, const float *dy, const float *lse,
-                                             const float *delta, float *dqkv, int T, int C, int H,
-                                             float scale, int acc, struct fa_drop drop)
+                                             const float *delta, float *dqkv, int b0, int T,
+                                             int C, int H, float scale, int acc,
+                                             struct fa_drop drop)
 {
     __shared__ unsigned qs[FA_TILE * FA_LDS_R];     /* Q's rows: S^T = K Q^T */
     __shared__ unsigned qt_[FA_HS * FA_LDS_C];      /* Q^T: dK += dS^T Q */
     __shared__ unsigned ds_[FA_TILE * FA_LDS_R];    /* dY's rows: dP^T = V dY^T */
     __shared__ unsigned dt[FA_HS * FA_LDS_C];       /* dY^T: dV += P^T dY */
     __shared__ float lse_s[FA_TILE], delta_s[FA_TILE];
-    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h, kt = (int)blockIdx.x;
+    int b = b0 + (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h, kt = (int)blockIdx.x;
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = kt * FA_TILE + warp * 16 + g;            /* this lane's keys: r, r + 8 */
     size_t C3 = 3 * (size_t)C;
@@ -167,13 +168,13 @@ __global__ static void FA_NAME(k_fa_bwd_kv_)(const float *qkv, const float *dy, 
 
 /* dQ of 64 queries (dqkv's Q columns; acc: += instead of =). */
 __global__ static void FA_NAME(k_fa_bwd_q_)(const float *qkv, const float *dy, const float *lse,
-                                            const float *delta, float *dqkv, int T, int C, int H,
-                                            float scale, int acc, struct fa_drop drop)
+                                            const float *delta, float *dqkv, int b0, int T, int C,
+                                            int H, float scale, int acc, struct fa_drop drop)
 {
     __shared__ unsigned ks[FA_TILE * FA_LDS_R];     /* keys' rows: S = Q K^T */
     __shared__ unsigned vs[FA_TILE * FA_LDS_R];     /* V's rows: dP = dY V^T */
     __shared__ unsigned kt_[FA_HS * FA_LDS_C];      /* K^T: dQ += dS K */
-    int b = (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
+    int b = b0 + (int)blockIdx.z, h = (int)blockIdx.y, bh = b * H + h;
     int qt = (int)gridDim.x - 1 - (int)blockIdx.x;
     int warp = (int)threadIdx.x / 32, g = (int)threadIdx.x % 32 / 4, t = (int)threadIdx.x % 4;
     int r = qt * FA_TILE + warp * 16 + g;
