@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "suites.h"
+#include "testutil.h"
 #include "attn.h"
 #include "model.h"
 #include "ops.h"
@@ -37,8 +38,7 @@ static uint64_t rng_state;
 
 static float urand(void)            /* in [-1, 1) */
 {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+    return test_urand(&rng_state);
 }
 
 /* n floats in [-scale, scale), already bf16 values */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "suites.h"
+#include "testutil.h"
 #include "cuda_emu.h"
 #include "ops_cuda_rows.cuh"
 
@@ -29,8 +30,7 @@ static uint64_t rng_state;
 
 static float urand(void)            /* in [-1, 1) */
 {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+    return test_urand(&rng_state);
 }
 
 static float *fill(size_t n, float scale)

@@ -678,3 +678,9 @@ void st_write(struct st_file *f, const char *path)
     free(hdr);
     f->n = 0;
 }
+
+float test_urand(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*state >> 40) * (1.0 / 8388608.0) - 1.0);
+}

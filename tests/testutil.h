@@ -102,6 +102,10 @@ void adopt_orphans(void);
 /* Number of children still alive after grace_s (kills and reaps them). */
 int  leftover_children(double grace_s);
 
+/* The next of a reproducible stream of floats in [-1, 1) (a 64-bit LCG,
+ * Knuth's MMIX constants; the top 24 bits): the emulator suites' inputs. */
+float test_urand(uint64_t *state);
+
 /* Allocations made by this process's own code (ddpc's and the tests'; not
  * by shared libraries) between alloc_count_start and alloc_count_stop:
  * malloc, calloc, realloc, posix_memalign and aligned_alloc, which the
