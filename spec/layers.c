@@ -654,7 +654,8 @@ int64_t layers_floats_fused(const struct ddpc_net *net, int64_t *scratch_out)
     for (int k = 0; k < net->n; k++) {
         const struct ddpc_lnode *L = &net->node[k];
         int64_t a = L->act_floats, s = L->scratch_floats;
-        if (L->it.type == DDPC_LAYER_ATTENTION && L->channels % L->it.heads == 0 && DDPC_ATTN_FUSED_HS(L->channels / L->it.heads)) {
+        if (L->it.type == DDPC_LAYER_ATTENTION && L->channels % L->it.heads == 0 &&
+            DDPC_ATTN_FUSED_HS(L->channels / L->it.heads)) {
             int64_t ht = (int64_t)L->it.heads * L->rows;
             a -= ht * L->rows - ht;
             s = ht;
