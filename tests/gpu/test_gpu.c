@@ -762,11 +762,14 @@ static void test_gpt(struct pair *p)
     gpt_case(p, "gpt fused dropout", 128, 2, 150, 0.1);
 }
 
-/* Fused attention alone (bf16, head size hs; ops_cuda_attn.cuh) against the
- * CPU's unfused fp32 on the same bf16-valued inputs: y and dqkv within
- * twice what tests/test_cuda_attn.c measures for the same kernels on the
- * CPU (2.4e-3: P and dS rounded to bf16 for their products); then dqkv
- * accumulated (acc) onto itself is exactly twice; the same bytes twice. */
+/* Fused attention alone (bf16, head size hs, dropout drop;
+ * ops_cuda_attn.cuh) against the CPU's unfused fp32 on the same bf16-valued
+ * inputs: y and dqkv within the bounds tests/test_cuda_attn.c sets for the
+ * same kernels on the CPU stand-in (4e-3 and 6e-3 of each part's scale;
+ * measured there up to 3.4e-3: P and dS rounded to bf16 for their
+ * products), here of the largest element of each (y 5e-3, dqkv 6e-3);
+ * then dqkv accumulated (acc) onto itself is exactly twice; the same bytes
+ * twice. */
 static void attn_fused_case(struct pair *p, int hs, float drop)
 {
     enum { B = 2, T = 200, H = 3 };
@@ -807,7 +810,7 @@ static void attn_fused_case(struct pair *p, int hs, float drop)
         fail_err(name, &e);
     } else {
         compare_dev(p, what(name, "y"), d_y, y, n1, 5e-3);
-        compare_dev(p, what(name, "dqkv"), d_dqkv, dqkv, n3, 5e-3);
+        compare_dev(p, what(name, "dqkv"), d_dqkv, dqkv, n3, 6e-3);
         float *g1 = down(p, d_dqkv, n3);
         if (attn_backward(&p->gpu, &at, d_qkv, d_att, d_y, d_dy, d_dqkv, 1, d_scr, &e) < 0) {
             fail_err(what(name, "acc"), &e);
