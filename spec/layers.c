@@ -291,12 +291,12 @@ static int node_resolve(struct bctx *b, int k)
     if (it->type == DDPC_LAYER_LAYERNORM)
         L->act_floats += 2 * (int64_t)L->rows;   /* mean and 1/std per row */
     if (it->type == DDPC_LAYER_ATTENTION) {
-        /* the softmax probabilities [H, T, T] are kept for backward; their
-         * gradient is scratch */
+        /* unfused (the CPU): the softmax probabilities [H, T, T] are kept
+         * for backward; their gradient is scratch, with dropout also the
+         * dropped probabilities (runtime/attn.h attn_floats; fused on a
+         * GPU both are [H, T]: layers_floats_fused) */
         int64_t att = (int64_t)it->heads * L->rows * L->rows;
         L->act_floats += att;
-        /* their gradient; with dropout also the dropped probabilities
-         * (runtime/attn.h's attn_scratch_floats) */
         L->scratch_floats = att * (it->p > 0 ? 2 : 1);
     }
 
