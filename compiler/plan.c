@@ -522,12 +522,15 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     int64_t layer_sum = 0;
     for (int l = 0; l < job->model.n_layers; l++)
         layer_sum += job->model.layers[l];
+    /* bf16 on a GPU: the attention nodes that the CUDA backend fuses keep
+     * log-sum-exps, not probabilities, and need less scratch
+     * (runtime/attn.h); other precisions are unfused */
+    int bf16 = job->precision == DDPC_PRECISION_BF16;
+    int64_t scratch_gpu = p->net->scratch_floats;
+    int64_t floats_fused = layers_floats_fused(p->net, bf16 ? &scratch_gpu : NULL);
     if (layered(job)) {   /* outputs, gradients, argmaxes, scratch */
         p->sample_floats = p->net->act_floats + p->net->scratch_floats;
-        /* bf16 on a GPU: the attention nodes that the CUDA backend fuses
-         * keep log-sum-exps, not probabilities (runtime/attn.h) */
-        p->sample_floats_fused = job->precision == DDPC_PRECISION_BF16
-                                     ? layers_floats_fused(p->net, NULL) : p->sample_floats;
+        p->sample_floats_fused = bf16 ? floats_fused : p->sample_floats;
         p->attn_fused = job->accelerator == DDPC_ACCEL_GPU &&
                         p->sample_floats_fused < p->sample_floats;
         if (p->attn_fused)
@@ -551,9 +554,7 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
         const struct ddpc_net *net = p->net;
         int64_t batch = job->batch_size > 0 ? job->batch_size : 1;
         int64_t eval = layers_eval_rows(net, (int)batch, DDPC_EVAL_BATCH);
-        int64_t rows = batch > eval ? batch : eval, widest = net->scratch_floats;
-        if (p->sample_floats_fused < net->act_floats + net->scratch_floats)   /* bf16: fused */
-            (void)layers_floats_fused(net, &widest);
+        int64_t rows = batch > eval ? batch : eval, widest = scratch_gpu;
         for (int k = 0; k < net->n; k++) {
             widest = net->node[k].in_numel > widest ? net->node[k].in_numel : widest;
             widest = net->node[k].out_numel > widest ? net->node[k].out_numel : widest;
