@@ -538,14 +538,7 @@ static void gpt_train_open(struct gpt_train *g)
                        "data:\n  train: {format: text, path: t.txt, range: [0, 0.8]}\n"
                        "  test: {format: text, path: t.txt, range: [0.8, 1]}\n";
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
-    struct ddpc_diag d;
-    diag_init(&d);
-    struct spec_options opt = { .read_data_headers = 1 };
-    int rc = spec_load_job(spec, &opt, &g->job, &g->doc, &d);
-    if (rc != 0)
-        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
-    ck_assert_int_eq(rc, 0);
-    diag_free(&d);
+    test_load_job(spec, &g->job, &g->doc);
     struct ddpc_err e = { 0 };
     int T = g->job.model.block_size, V = g->job.model.vocab_size;
     ck_assert_msg(data_load(&g->job.data.train, &g->tr, &e) == 0, "%s", e.msg);

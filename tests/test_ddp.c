@@ -252,12 +252,7 @@ static void seq_job_load(struct seq_job *q, const char *layers, int batch)
         "  test: {format: synthetic, samples: 63, features: 32, classes: 4}\n",
         batch, layers), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
-    struct ddpc_diag d;
-    diag_init(&d);
-    struct spec_options opt = { .read_data_headers = 1 };
-    int rc = spec_load_job(spec, &opt, &q->job, &q->doc, &d);
-    ck_assert_msg(rc == 0, "%s", d.n ? d.v[0].message : "?");
-    diag_free(&d);
+    test_load_job(spec, &q->job, &q->doc);
     free(text);
     free(spec);
 }

@@ -506,14 +506,7 @@ static void gpt_open(struct gpt_case *g, const char *model_yaml, int rows, uint6
                               "data:\n  train: {format: text, path: t.txt}\n", rows,
                               model_yaml), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
-    struct ddpc_diag d;
-    diag_init(&d);
-    struct spec_options opt = { .read_data_headers = 1 };
-    int rc = spec_load_job(spec, &opt, &g->job, &g->doc, &d);
-    if (rc != 0)
-        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
-    ck_assert_int_eq(rc, 0);
-    diag_free(&d);
+    test_load_job(spec, &g->job, &g->doc);
     free(spec);
     free(yaml);
     struct ddpc_err e = { 0 };

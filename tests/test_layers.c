@@ -38,14 +38,7 @@ static void build_spec(struct built *b, const char *yaml)
     ck_assert_ptr_nonnull(b->dir);
     ck_assert_int_ge(asprintf(&b->spec, "%s/spec.yaml", b->dir), 0);
     ck_assert_int_eq(write_file(b->spec, yaml, strlen(yaml)), 0);
-    struct ddpc_diag d;
-    diag_init(&d);
-    struct spec_options opt = { .read_data_headers = 1 };
-    int rc = spec_load_job(b->spec, &opt, &b->job, &b->doc, &d);
-    if (rc != 0)
-        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
-    ck_assert_int_eq(rc, 0);
-    diag_free(&d);
+    test_load_job(b->spec, &b->job, &b->doc);
 }
 
 static void built_free(struct built *b)

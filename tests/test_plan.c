@@ -717,13 +717,9 @@ START_TEST(json_layers_of_example_cnn)
     ck_assert_ptr_nonnull(dir);
     ck_assert_int_ge(asprintf(&spec, "%s/cnn.yaml", dir), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
-    struct ddpc_diag d;
-    diag_init(&d);
-    struct spec_options opt = { .read_data_headers = 1 };
     struct ddpc_job j;
     struct spec_doc *doc = NULL;
-    int rc = spec_load_job(spec, &opt, &j, &doc, &d);
-    ck_assert_msg(rc == 0, "%s", d.n ? d.v[0].message : "?");
+    test_load_job(spec, &j, &doc);
     struct ddpc_plan p;
     build(&j, &p);
     char *json = plan_json(&p, &j);
@@ -799,7 +795,6 @@ START_TEST(json_layers_of_example_cnn)
     free(json);
     plan_free(&p);
     spec_doc_free(doc);
-    diag_free(&d);
     rm_tree(dir);
     free(dir);
     free(spec);

@@ -1,5 +1,6 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
+#include "spec.h"
 #include <check.h>
 
 #include <dirent.h>
@@ -683,4 +684,17 @@ float test_urand(uint64_t *state)
 {
     *state = *state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((*state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+void test_load_job(const char *path, struct ddpc_job *job, struct spec_doc **doc)
+{
+    struct ddpc_diag d;
+    diag_init(&d);
+    struct spec_options opt = { .read_data_headers = 1 };
+    int rc = spec_load_job(path, &opt, job, doc, &d);
+    if (rc != 0)
+        diag_print(&d, 0, DDPC_FMT_TEXT, stdout);
+    ck_assert_msg(rc == 0, "%s: spec_load_job returned %d: %s", path, rc,
+                  d.n ? d.v[0].message : "?");
+    diag_free(&d);
 }

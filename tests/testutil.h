@@ -102,6 +102,13 @@ void adopt_orphans(void);
 /* Number of children still alive after grace_s (kills and reaps them). */
 int  leftover_children(double grace_s);
 
+/* Loads the spec at path into *job (and *doc, for spec_doc_free) as ddpc
+ * build does, reading the data files' headers; on any error prints every
+ * diagnostic on stdout and fails the test with the first. */
+struct ddpc_job;
+struct spec_doc;
+void test_load_job(const char *path, struct ddpc_job *job, struct spec_doc **doc);
+
 /* The next of a reproducible stream of floats in [-1, 1) (a 64-bit LCG,
  * Knuth's MMIX constants; the top 24 bits): the emulator suites' inputs. */
 float test_urand(uint64_t *state);
