@@ -206,6 +206,14 @@ static void out_free(struct attn_out *r)
     free(r->dqkv);
 }
 
+/* y and dqkv of R rows of C (3C) columns: the same bits in a and b. */
+static void same_bits(const struct attn_out *a, const struct attn_out *b, size_t R, size_t C,
+                      const char *what)
+{
+    ck_assert_msg(memcmp(a->y, b->y, R * C * sizeof(float)) == 0, "y: %s", what);
+    ck_assert_msg(memcmp(a->dqkv, b->dqkv, R * 3 * C * sizeof(float)) == 0, "dqkv: %s", what);
+}
+
 /* Within rel of the largest |want| of each of Q's, K's and V's columns
  * (dqkv) or of all (y): each part has its own scale. */
 static void near_part(const float *got, const float *want, size_t rows, size_t ld, size_t c0,
@@ -269,8 +277,7 @@ static void fused_case(int B, int T, int H, int hs, float p, float qk_scale)
      * compares the orders): the same bits again, and acc */
     if (emu_order == EMU_ASCENDING) {
         struct attn_out again = run(&fu, &at, qkv, dy, NULL, 0);
-        ck_assert_int_eq(memcmp(got.y, again.y, R * C * sizeof(float)), 0);
-        ck_assert_int_eq(memcmp(got.dqkv, again.dqkv, R * 3 * C * sizeof(float)), 0);
+        same_bits(&got, &again, R, C, "a second run");
         out_free(&again);
         /* acc: added to what dqkv held */
         float *base = fill_bf16(R * 3 * C, 1.0f);
@@ -321,9 +328,9 @@ START_TEST(fused_same_bits_in_every_order)
     for (int order = EMU_DESCENDING; order <= EMU_AHEAD; order++) {
         emu_order = order;
         struct attn_out d = run(&fu, &at, qkv, dy, NULL, 0);
-        ck_assert_msg(memcmp(a.y, d.y, R * C * sizeof(float)) == 0, "y, order %d", order);
-        ck_assert_msg(memcmp(a.dqkv, d.dqkv, R * 3 * C * sizeof(float)) == 0, "dqkv, order %d",
-                      order);
+        char what[32];
+        snprintf(what, sizeof what, "thread order %d", order);
+        same_bits(&a, &d, R, C, what);
         out_free(&d);
     }
     out_free(&a);
@@ -353,8 +360,7 @@ START_TEST(fused_not_taken_where_it_does_not_apply)
                                 .training = 1, .seed = 17 };
         struct attn_out want = run(&cpu, &at, qkv, dy, NULL, 0);
         struct attn_out got = run(&fu, &at, qkv, dy, NULL, 0);
-        ck_assert_int_eq(memcmp(got.y, want.y, R * C * sizeof(float)), 0);
-        ck_assert_int_eq(memcmp(got.dqkv, want.dqkv, R * 3 * C * sizeof(float)), 0);
+        same_bits(&got, &want, R, C, "the CPU's own path");
         out_free(&want);
         out_free(&got);
         free(qkv);
