@@ -53,7 +53,6 @@
 #include "ops_kernels.h"
 #include "ops_cuda_rows.cuh"
 #include "ops_cuda_attn.cuh"
-#include "layers.h"        /* DDPC_ATTN_FUSED_HS: the head sizes fused, the plan's too */
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
@@ -768,12 +767,10 @@ static int cuda_layer_kernel(struct ddpc_ops *o, int kind, size_t n, const struc
  * sizes layers.h's DDPC_ATTN_FUSED_HS names (each its own kernels); a
  * grid's y is the heads, its z the samples, at most FA_GRID_YZ of each,
  * so a call of more samples runs in slices of FA_GRID_YZ, each kernel told
- * its slice's first sample (tests/test_cuda_attn.c launches slices of 1). */
-#define FA_GRID_YZ 65535
+ * its slice's first sample (tests/test_cuda_attn.c launches slices of 2). */
 static int cuda_attn_fused_fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
-    return o->fused_attn && o->gemm_precision == PREC_BF16 && heads >= 1 &&
-           heads <= FA_GRID_YZ && C % heads == 0 && DDPC_ATTN_FUSED_HS(C / heads) && T >= 1;
+    return o->fused_attn && o->gemm_precision == PREC_BF16 && fa_shape_fits(T, C, heads);
 }
 
 static int fa_shape(const struct ddpc_ops *o, int B, int T, int C, int H, float p,

@@ -55,6 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layers.h"        /* DDPC_ATTN_FUSED_HS: the head sizes instantiated below */
 #include "ops_kernels.h"
 
 #define FA_TILE    64                 /* queries per block, keys per tile */
@@ -236,8 +237,19 @@ __device__ static void fa_store(float *dst, size_t ld, int r, int T, const float
 
 /* Grid: (fa_tiles(T), H, nb) blocks of FA_THREADS: a sample's heads on y
  * and samples b0 .. b0 + nb - 1 of the call on z (each dimension at most
- * 65535: a call of more samples is launched in slices, b0 the slice's
- * first), so no product B * H has a limit. */
+ * FA_GRID_YZ: a call of more samples is launched in slices, b0 the
+ * slice's first), so no product B * H has a limit. */
+#define FA_GRID_YZ 65535
+
+/* Whether these kernels take a layer of this shape (ops_cuda.cu adds the
+ * precision, bf16, and ops.fused_attn): a head size they have
+ * (layers.h DDPC_ATTN_FUSED_HS), heads within the grid's y. */
+__host__ __device__ static inline int fa_shape_fits(int T, int C, int heads)
+{
+    return heads >= 1 && heads <= FA_GRID_YZ && C % heads == 0 &&
+           DDPC_ATTN_FUSED_HS(C / heads) && T >= 1;
+}
+
 __host__ __device__ static inline unsigned fa_tiles(int T)
 {
     return (unsigned)((T + FA_TILE - 1) / FA_TILE);

@@ -132,8 +132,7 @@ static void bwd_q_body(void *p)
  * stay fp32) */
 static int fits(const struct ddpc_ops *o, int T, int C, int heads)
 {
-    return o->fused_attn && heads >= 1 && C % heads == 0 && DDPC_ATTN_FUSED_HS(C / heads) &&
-           T >= 1;
+    return o->fused_attn && fa_shape_fits(T, C, heads);
 }
 
 static int emu_forward(struct ddpc_ops *o, int B, int T, int C, int H, float p, uint64_t seed,
