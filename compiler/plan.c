@@ -528,6 +528,12 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
     int bf16 = job->precision == DDPC_PRECISION_BF16;
     int64_t scratch_gpu = p->net->scratch_floats;
     int64_t floats_fused = layers_floats_fused(p->net, bf16 ? &scratch_gpu : NULL);
+    /* the worker's buffers hold the training batch, or the evaluation's
+     * rows when they are more (layers_buffer_rows) */
+    int64_t rows = job->batch_size > 0
+                       ? layers_buffer_rows(p->net, (int)job->batch_size, job->data.has_test)
+                       : 1;
+    p->buffer_rows = rows;
     if (layered(job)) {   /* outputs, gradients, argmaxes, scratch */
         p->sample_floats = p->net->act_floats + p->net->scratch_floats;
         p->sample_floats_fused = bf16 ? floats_fused : p->sample_floats;
@@ -535,9 +541,9 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
                         p->sample_floats_fused < p->sample_floats;
         if (p->attn_fused)
             p->sample_floats = p->sample_floats_fused;
-        p->activation_floats = (int64_t)job->batch_size * p->sample_floats;
+        p->activation_floats = rows * p->sample_floats;
     } else
-        p->activation_floats = (int64_t)job->batch_size * layer_sum * 2;
+        p->activation_floats = rows * layer_sum * 2;
     p->mem_params = p->total_params * 4;
     p->mem_grads = p->total_params * 4;
     p->mem_optim = p->total_params * 4 * p->optim_states;
@@ -552,9 +558,7 @@ int plan_build(const struct ddpc_job *job, const char *program, struct ddpc_plan
      * attention's probabilities). */
     if (job->precision != DDPC_PRECISION_FP32 && job->accelerator != DDPC_ACCEL_CPU) {
         const struct ddpc_net *net = p->net;
-        int64_t batch = job->batch_size > 0 ? job->batch_size : 1;
-        int64_t eval = layers_eval_rows(net, (int)batch, DDPC_EVAL_BATCH);
-        int64_t rows = batch > eval ? batch : eval, widest = scratch_gpu;
+        int64_t widest = scratch_gpu;
         for (int k = 0; k < net->n; k++) {
             widest = net->node[k].in_numel > widest ? net->node[k].in_numel : widest;
             widest = net->node[k].out_numel > widest ? net->node[k].out_numel : widest;
@@ -660,6 +664,17 @@ static void put_bytes(struct ddpc_buf *b, int64_t n)
         buf_printf(b, "%lld B (%.2f KiB)", (long long)n, (double)n / (1 << 10));
     else
         buf_printf(b, "%lld B", (long long)n);
+}
+
+/* The rows the worker's buffers hold: "32 batch", or "512 evaluation rows
+ * (> batch 32)" where the evaluation's batch is the larger. */
+static void put_rows(struct ddpc_buf *b, const struct ddpc_job *job, const struct ddpc_plan *p)
+{
+    if (p->buffer_rows > job->batch_size)
+        buf_printf(b, "%lld evaluation rows (> batch %d)", (long long)p->buffer_rows,
+                   job->batch_size);
+    else
+        buf_printf(b, "%d batch", job->batch_size);
 }
 
 static void put_count(struct ddpc_buf *b, int64_t n)
@@ -882,16 +897,17 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
                job->optimizer.type == DDPC_OPTIM_SGD
                    ? (p->optim_states ? " with momentum" : " without momentum") : "");
     put_bytes(&b, p->mem_optim);
+    buf_puts(&b, "\n  activations     ");
+    put_rows(&b, job, p);
     if (layered(job))
-        buf_printf(&b, "\n  activations     %d batch x %lld floats (outputs, their gradients, "
-                   "%s) x 4 B = ", job->batch_size,
-                   (long long)(p->activation_floats / (job->batch_size ? job->batch_size : 1)),
+        buf_printf(&b, " x %lld floats (outputs, their gradients, %s) x 4 B = ",
+                   (long long)p->sample_floats,
                    job->model.type != DDPC_MODEL_GPT ? "argmaxes, im2col"
                    : p->attn_fused ? "norm statistics, fused attention's log-sum-exps"
                                    : "norm statistics, attention probabilities");
     else
-        buf_printf(&b, "\n  activations     %d batch x %lld layer units x 2 x 4 B = ",
-                   job->batch_size, (long long)(p->activation_floats / 2 / (job->batch_size ? job->batch_size : 1)));
+        buf_printf(&b, " x %lld layer units x 2 x 4 B = ",
+                   (long long)(p->activation_floats / 2 / p->buffer_rows));
     put_bytes(&b, p->mem_activations);
     buf_puts(&b, "\n  comm buffers    ");
     if (p->mem_comm)
@@ -910,9 +926,10 @@ int plan_write_text(const struct ddpc_plan *p, const struct ddpc_job *job, FILE 
     buf_puts(&b, "\n  total           ");
     put_bytes(&b, p->mem_total);
     if (job->accelerator == DDPC_ACCEL_AUTO && p->sample_floats_fused < p->sample_floats) {
-        buf_printf(&b, "\n  (on a GPU, attention fused in bf16: activations %d batch x %lld "
-                   "floats x 4 B = ", job->batch_size, (long long)p->sample_floats_fused);
-        put_bytes(&b, (int64_t)job->batch_size * p->sample_floats_fused * 4);
+        buf_puts(&b, "\n  (on a GPU, attention fused in bf16: activations ");
+        put_rows(&b, job, p);
+        buf_printf(&b, " x %lld floats x 4 B = ", (long long)p->sample_floats_fused);
+        put_bytes(&b, p->buffer_rows * p->sample_floats_fused * 4);
         buf_puts(&b, ")");
     }
     if (job->accelerator != DDPC_ACCEL_CPU)
@@ -1174,13 +1191,13 @@ char *plan_json(const struct ddpc_plan *p, const struct ddpc_job *job)
     }
     buf_puts(&b, "\n  ]}");
 
-    buf_printf(&b, ",\n  \"memory_per_device\": {\"bytes_per_float\": 4, "
+    buf_printf(&b, ",\n  \"memory_per_device\": {\"bytes_per_float\": 4, \"rows\": %lld, "
                "\"params\": %lld, \"grads\": %lld,\n    \"optimizer_states\": %d, "
                "\"optimizer\": %lld, \"activation_floats\": %lld, \"activations\": %lld,\n"
                "    \"comm\": %lld, \"cast_elements\": [%lld, %lld], \"casts\": %lld, "
                "\"weights_copy\": %lld, \"total\": %lld}",
-               (long long)p->mem_params, (long long)p->mem_grads, p->optim_states,
-               (long long)p->mem_optim, (long long)p->activation_floats,
+               (long long)p->buffer_rows, (long long)p->mem_params, (long long)p->mem_grads,
+               p->optim_states, (long long)p->mem_optim, (long long)p->activation_floats,
                (long long)p->mem_activations, (long long)p->mem_comm,
                (long long)p->cast_a_elems, (long long)p->cast_b_elems, (long long)p->mem_cast,
                (long long)p->mem_weights_lo, (long long)p->mem_total);

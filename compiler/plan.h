@@ -103,7 +103,9 @@ struct ddpc_plan {
 
     /* ---- memory per device, bytes ---- */
     int32_t optim_states;            /* fp32 copies of the parameters: 0, 1 or 2 */
-    int64_t activation_floats;       /* batch x sum(layers) x 2; layered: batch x sample_floats */
+    int64_t buffer_rows;             /* rows the worker's buffers hold: batch, or the
+                                        evaluation's when more (layers_buffer_rows) */
+    int64_t activation_floats;       /* rows x sum(layers) x 2; layered: rows x sample_floats */
     int64_t sample_floats;           /* layered: per sample, every node's buffers and scratch */
     int64_t sample_floats_fused;     /* the same where the GPU fuses attention (layers.h
                                         layers_floats_fused; == sample_floats: nothing fuses) */

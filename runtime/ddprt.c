@@ -1108,8 +1108,7 @@ static size_t ddprt_worker_bytes(const struct ddpc_job *j)
     if (layers_build(j, NULL, &net, &bad, why, sizeof why) < 0)
         return 0;   /* the worker reports it */
     size_t n = net.n_params;
-    int eval = layers_eval_rows(&net, j->batch_size, DDPC_EVAL_BATCH);
-    size_t rows = (size_t)(j->batch_size > eval ? j->batch_size : eval);
+    size_t rows = (size_t)layers_buffer_rows(&net, j->batch_size, j->data.has_test);
     size_t n_opt = j->optimizer.type == DDPC_OPTIM_SGD ? (j->optimizer.momentum != 0.0 ? n : 0)
                                                        : 2 * n;
     /* params, grads, optimizer and batch-norm state; every node's output

@@ -538,8 +538,9 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (j->batch_size <= 0 || j->epochs < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
                          (int)j->epochs);
-    /* the model's input and output sizes, and the evaluation batch */
-    int seq = 1;
+    /* the model's input and output sizes, the evaluation batch and the
+     * rows the buffers hold */
+    int seq = 1, max_rows = 0;
     {
         struct ddpc_net *net = malloc(sizeof *net);
         char why[512];
@@ -555,6 +556,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         r->out_dim = (int)(net->out_numel / (net->seq_len > 1 ? net->seq_len : 1));
         seq = net->seq_len > 1 ? net->seq_len : 1;
         r->eval_rows = layers_eval_rows(net, r->batch, DDPC_EVAL_BATCH);
+        max_rows = layers_buffer_rows(net, r->batch, a->test != NULL);
         free(net);
     }
     DDPC_TRY(run_check_data(r, a->train, "train", e));
@@ -580,7 +582,6 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->ops->wait_timeout_s = j->nccl_timeout_s;   /* device waits are bounded (ops.h) */
     r->scaler.on = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->scaler.scale = 65536.0f;
-    int max_rows = r->batch > r->eval_rows ? r->batch : r->eval_rows;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
                           j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,

@@ -713,3 +713,9 @@ int layers_eval_rows(const struct ddpc_net *net, int batch, int eval_batch)
         rows = eval_batch;
     return rows > 0 ? rows : 1;
 }
+
+int layers_buffer_rows(const struct ddpc_net *net, int batch, int evaluates)
+{
+    int eval = evaluates ? layers_eval_rows(net, batch, DDPC_EVAL_BATCH) : 0;
+    return batch > eval ? batch : eval;
+}

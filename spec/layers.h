@@ -144,9 +144,7 @@ int64_t layers_floats_fused(const struct ddpc_net *net, int64_t *scratch);
 int  layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bucket_span *out,
                     int max);
 
-/* Rows per evaluation batch: a worker sizes its buffers for
- * max(batch_size, layers_eval_rows(net, batch_size, DDPC_EVAL_BATCH)) rows
- * (the launcher's memory preflight and the plan's GPU casts too). */
+/* Rows per evaluation batch, at most (layers_eval_rows). */
 #define DDPC_EVAL_BATCH  512
 
 /* Rows of one evaluation batch: eval_batch, unless that many samples'
@@ -154,6 +152,12 @@ int  layers_buckets(const struct ddpc_net *net, double cap_bytes, struct ddpc_bu
  * eval_batch. The worker evaluates with it; the launcher's memory estimate
  * assumes it. */
 int  layers_eval_rows(const struct ddpc_net *net, int batch, int eval_batch);
+
+/* Rows a worker sizes its activations and cast buffers for: the training
+ * batch, or the evaluation's rows (DDPC_EVAL_BATCH) when the job evaluates
+ * a test set and they are more. The worker, the launcher's memory preflight
+ * and ddpc plan all count with it. */
+int  layers_buffer_rows(const struct ddpc_net *net, int batch, int evaluates);
 
 /* The spec name of a layer type ("conv2d"), from spec/keys.def. */
 const char *layers_type_name(int type);

@@ -886,46 +886,52 @@ static int recording_set_weights(struct ddpc_ops *o, const float *params, size_t
 
 /* ddpc plan's GPU memory for bf16 is what the worker asks the backend for
  * (ops.h reserve, set_weights): two cast buffers of `elems` 2-byte values
- * (rows x the widest operand) and one 2-byte copy of the parameters. The evaluation's rows
- * count: batch 32 reserves 512. */
+ * (rows x the widest operand) and one 2-byte copy of the parameters; its
+ * activations count the same rows. The evaluation's rows count where there
+ * is a test set (batch 32 reserves 512), and only then. */
 START_TEST(plan_counts_what_the_worker_reserves)
 {
-    struct ddpc_job j;
-    job_small(&j, 32, DDPC_OPTIM_ADAM);
-    j.epochs = 1;
-    j.precision = DDPC_PRECISION_BF16;
-    j.accelerator = DDPC_ACCEL_GPU;
-    j.n_devices = 1;
-    j.devices[0] = 0;
-    struct ddpc_dataset tr, te;
-    load_synthetic(&tr, &te);
-    struct ddpc_ops ops;
-    struct ddpc_err e = { 0 };
-    ck_assert_int_eq(ops_cpu_init(&ops, &e), 0);
-    ops.reserve = recording_reserve;
-    ops.set_weights = recording_set_weights;
-    reserved_rows = 0;
-    reserved_elems = weights_n = 0;
-    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
-                                  .train = &tr, .test = &te };
-    struct ddpc_worker_result res = { 0 };
-    ck_assert_msg(worker_run(&a, &res, &e) == 0, "%s", e.msg);
-    ops.destroy(&ops);
-    data_free(&tr);
-    data_free(&te);
-    ck_assert_int_eq(reserved_rows, 512);
-    struct ddpc_plan p;
-    struct ddpc_diag d;
-    diag_init(&d);
-    int rc = plan_build(&j, NULL, &p, &d);
-    ck_assert_msg(rc == 0, "plan_build: %s", d.n ? d.v[0].message : "?");
-    diag_free(&d);
-    ck_assert_int_eq(p.cast_a_elems, (int64_t)reserved_elems);   /* rows x widest */
-    ck_assert_int_eq(p.cast_b_elems, p.cast_a_elems);
-    ck_assert_int_eq(p.mem_cast, 2 * p.cast_a_elems * 2);
-    ck_assert_int_eq(p.mem_weights_lo, (int64_t)weights_n * 2);
-    ck_assert_int_eq((int64_t)weights_n, p.total_params);
-    plan_free(&p);
+    for (int with_test = 1; with_test >= 0; with_test--) {
+        struct ddpc_job j;
+        job_small(&j, 32, DDPC_OPTIM_ADAM);
+        j.epochs = 1;
+        j.precision = DDPC_PRECISION_BF16;
+        j.accelerator = DDPC_ACCEL_GPU;
+        j.n_devices = 1;
+        j.devices[0] = 0;
+        j.data.has_test = with_test;
+        struct ddpc_dataset tr, te;
+        load_synthetic(&tr, &te);
+        struct ddpc_ops ops;
+        struct ddpc_err e = { 0 };
+        ck_assert_int_eq(ops_cpu_init(&ops, &e), 0);
+        ops.reserve = recording_reserve;
+        ops.set_weights = recording_set_weights;
+        reserved_rows = 0;
+        reserved_elems = weights_n = 0;
+        struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 1, .ops = &ops,
+                                      .train = &tr, .test = with_test ? &te : NULL };
+        struct ddpc_worker_result res = { 0 };
+        ck_assert_msg(worker_run(&a, &res, &e) == 0, "%s", e.msg);
+        ops.destroy(&ops);
+        data_free(&tr);
+        data_free(&te);
+        ck_assert_int_eq(reserved_rows, with_test ? 512 : 32);
+        struct ddpc_plan p;
+        struct ddpc_diag d;
+        diag_init(&d);
+        int rc = plan_build(&j, NULL, &p, &d);
+        ck_assert_msg(rc == 0, "plan_build: %s", d.n ? d.v[0].message : "?");
+        diag_free(&d);
+        ck_assert_int_eq(p.buffer_rows, reserved_rows);
+        ck_assert_int_eq(p.activation_floats, reserved_rows * (8 + 16 + 4) * 2);   /* [8,16,4] */
+        ck_assert_int_eq(p.cast_a_elems, (int64_t)reserved_elems);   /* rows x widest */
+        ck_assert_int_eq(p.cast_b_elems, p.cast_a_elems);
+        ck_assert_int_eq(p.mem_cast, 2 * p.cast_a_elems * 2);
+        ck_assert_int_eq(p.mem_weights_lo, (int64_t)weights_n * 2);
+        ck_assert_int_eq((int64_t)weights_n, p.total_params);
+        plan_free(&p);
+    }
 }
 END_TEST
 

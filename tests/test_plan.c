@@ -44,6 +44,9 @@ static struct ddpc_job fmnist(void)
     j.data.train.samples = 60000;
     j.data.train.features = 784;
     j.data.train.classes = 10;
+    j.data.has_test = 1;
+    j.data.test = j.data.train;
+    j.data.test.samples = 10000;
     j.data.shuffle = 1;
     j.optimizer.type = DDPC_OPTIM_ADAM;
     j.optimizer.beta1 = 0.9;
@@ -278,11 +281,30 @@ START_TEST(memory)
     ck_assert_int_eq(p.mem_params, 814120);
     ck_assert_int_eq(p.mem_grads, 814120);
     ck_assert_int_eq(p.mem_optim, 2 * 814120);
-    ck_assert_int_eq(p.activation_floats, 64 * 1050 * 2);
-    ck_assert_int_eq(p.mem_activations, 64 * 1050 * 2 * 4);
+    /* activations of the evaluation's 512 rows, more than the batch's 64
+     * (the worker's buffers hold the larger: test_ddp
+     * plan_counts_what_the_worker_reserves) */
+    ck_assert_int_eq(p.buffer_rows, 512);
+    ck_assert_int_eq(p.activation_floats, 512 * 1050 * 2);
+    ck_assert_int_eq(p.mem_activations, 512 * 1050 * 2 * 4);
     ck_assert_int_eq(p.mem_comm, 814120);
-    ck_assert_int_eq(p.mem_total, 814120 * 5 + 537600);
+    ck_assert_int_eq(p.mem_total, 814120 * 5 + 512 * 1050 * 2 * 4);
+    char *text = plan_text(&p, &j);
+    ck_assert_msg(strstr(text, "activations     512 evaluation rows (> batch 64) x 1050 layer "
+                               "units x 2 x 4 B = 4300800 B"), "%s", text);
+    free(text);
     plan_free(&p);
+    /* without a test set, the batch's */
+    j.data.has_test = 0;
+    build(&j, &p);
+    ck_assert_int_eq(p.buffer_rows, 64);
+    ck_assert_int_eq(p.activation_floats, 64 * 1050 * 2);
+    text = plan_text(&p, &j);
+    ck_assert_msg(strstr(text, "activations     64 batch x 1050 layer units x 2 x 4 B = 537600 B"),
+                  "%s", text);
+    free(text);
+    plan_free(&p);
+    j.data.has_test = 1;
 
     j.optimizer.type = DDPC_OPTIM_SGD;
     build(&j, &p);
