@@ -6,6 +6,7 @@
  * See load.h for the rules and limits.
  */
 #include "load.h"
+#include "units.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -324,23 +325,32 @@ static int composer_register(struct composer *c, const char *anchor, struct ddpc
     return 0;
 }
 
-/* Tags: core tags are fine (!!str makes a string); anything else is refused,
- * because a spec is plain data and a tag is how YAML loaders elsewhere are
- * talked into constructing objects. */
-static int composer_tag(struct composer *c, const yaml_char_t *tag, yaml_mark_t m, int *is_str)
+/* Tags: core tags are fine, and mean what they mean to other YAML readers;
+ * anything else is refused, because a spec is plain data and a tag is how
+ * YAML loaders elsewhere are talked into constructing objects. */
+enum tag_kind { TAG_NONE, TAG_BANG, TAG_STR, TAG_INT, TAG_FLOAT, TAG_BOOL, TAG_NULL, TAG_MAP, TAG_SEQ };
+
+static int composer_tag(struct composer *c, const yaml_char_t *tag, yaml_mark_t m,
+                        enum tag_kind *kind)
 {
+    *kind = TAG_NONE;
     if (!tag)
         return 0;
     const char *t = (const char *)tag;
     if (strcmp(t, "!") == 0 || strcmp(t, YAML_STR_TAG) == 0) {
-        *is_str = 1;
+        *kind = t[1] ? TAG_STR : TAG_BANG;   /* "!": a string scalar, or a plain collection */
         return 0;
     }
     if (strncmp(t, "tag:yaml.org,2002:", 18) == 0) {
-        static const char *core[] = { "int", "float", "bool", "null", "map", "seq" };
+        static const struct { const char *name; enum tag_kind kind; } core[] = {
+            { "int", TAG_INT }, { "float", TAG_FLOAT }, { "bool", TAG_BOOL },
+            { "null", TAG_NULL }, { "map", TAG_MAP }, { "seq", TAG_SEQ },
+        };
         for (size_t i = 0; i < sizeof core / sizeof core[0]; i++)
-            if (strcmp(t + 18, core[i]) == 0)
+            if (strcmp(t + 18, core[i].name) == 0) {
+                *kind = core[i].kind;
                 return 0;
+            }
     }
     c->failed = 1;
     char shown[256];
@@ -351,6 +361,94 @@ static int composer_tag(struct composer *c, const yaml_char_t *tag, yaml_mark_t 
         snprintf(shown, sizeof shown, "%s", t);
     composer_error(c, m, "unsupported tag '%s'; a spec holds plain values only", shown);
     return 0;
+}
+
+static const char *const tag_names[] = { "", "!", "!!str", "!!int", "!!float", "!!bool", "!!null",
+                                         "!!map", "!!seq" };
+
+/* A collection's tag: none, or its own kind's. */
+static void composer_collection_tag(struct composer *c, enum ddpc_node_kind node_kind,
+                                    enum tag_kind kind, yaml_mark_t m)
+{
+    if (kind == TAG_NONE || kind == TAG_BANG ||
+        (node_kind == DDPC_NODE_MAP && kind == TAG_MAP) ||
+        (node_kind == DDPC_NODE_SEQ && kind == TAG_SEQ))
+        return;
+    c->failed = 1;
+    char msg[128];
+    snprintf(msg, sizeof msg, "tag '%s' on a %s: YAML readers refuse it; remove the tag",
+             tag_names[kind], node_kind == DDPC_NODE_MAP ? "mapping" : "sequence");
+    composer_error(c, m, "%s", msg);
+}
+
+/* A scalar's core tag decides its type, as it does for PyYAML and every
+ * other YAML reader: `!!float 1` is 1.0 (limit_train_batches: the whole
+ * epoch, not one batch), `!!int "3"` is 3, `!!null 5` is null. ddpc reads a
+ * scalar by its text, so the text is made to say what the tag says (an
+ * integer text under !!float gets ".0"), and a text the tag cannot read
+ * (`!!int 1.5`, `!!bool 1`, `!!null 5`) is an error rather than a value
+ * another reader would not see. Returns the node's text to keep, or NULL
+ * after an error. */
+static const char *composer_scalar_tag(struct composer *c, struct ddpc_node *n,
+                                       enum tag_kind kind, yaml_mark_t m)
+{
+    const char *s = n->str, *why = NULL;
+    int64_t iv;
+    double dv;
+    int bv;
+    switch (kind) {
+    case TAG_NONE:
+        return s;
+    case TAG_BANG:
+    case TAG_STR:
+        n->quoted = 1;
+        return s;
+    case TAG_INT:
+        /* PyYAML's int: no fraction, no exponent (0x1E is hex) */
+        if (strlen(s) != n->len || units_int64(s, &iv) != 0 ||
+            (!strpbrk(s, "xX") && strpbrk(s, ".eE")))
+            why = "an integer";
+        break;
+    case TAG_FLOAT:
+        if (strlen(s) != n->len || units_double(s, &dv) != 0)
+            why = "a number";
+        break;
+    case TAG_BOOL:
+        if (strlen(s) != n->len || units_bool(s, &bv) != 0)
+            why = "true or false";
+        break;
+    case TAG_NULL:
+        n->quoted = 0;
+        if (!load_is_null(n))
+            why = "null (~, null or nothing)";
+        break;
+    case TAG_MAP:
+    case TAG_SEQ:
+        why = kind == TAG_MAP ? "a mapping" : "a sequence";
+        break;
+    }
+    if (why) {
+        c->failed = 1;
+        char msg[160];
+        snprintf(msg, sizeof msg, "tag '%s' needs %s, found '%.40s'; remove the tag or the "
+                 "value that contradicts it", tag_names[kind], why, s);
+        composer_error(c, m, "%s", msg);
+        return NULL;
+    }
+    n->quoted = 0;
+    if (kind == TAG_FLOAT && !strpbrk(s, ".eE")) {
+        /* "1" under !!float is 1.0: say so in the text ddpc reads */
+        char *f = arena_alloc(c->a, n->len + 3);
+        if (!f) {
+            composer_error(c, m, "%s", "out of memory while loading");
+            return NULL;
+        }
+        memcpy(f, s, n->len);
+        memcpy(f + n->len, ".0", 3);
+        n->len += 2;
+        return f;
+    }
+    return s;
 }
 
 static int key_cmp(const void *pa, const void *pb)
@@ -432,9 +530,10 @@ static int composer_open(struct composer *c, enum ddpc_node_kind kind, const yam
         snprintf(lim, sizeof lim, "%d", DDPC_LOAD_MAX_DEPTH);
         return composer_error(c, e->start_mark, "nesting deeper than %s levels", lim);
     }
-    int is_str = 0;
-    if (composer_tag(c, tag, e->start_mark, &is_str) < 0 || composer_count(c, 1, e->start_mark) < 0)
+    enum tag_kind tk;
+    if (composer_tag(c, tag, e->start_mark, &tk) < 0 || composer_count(c, 1, e->start_mark) < 0)
         return -1;
+    composer_collection_tag(c, kind, tk, e->start_mark);
     struct ddpc_node *n = arena_alloc(c->a, sizeof *n);
     if (!n)
         return composer_error(c, e->start_mark, "%s", "out of memory while loading");
@@ -557,8 +656,8 @@ static int composer_close(struct composer *c, const yaml_event_t *e)
 
 static int composer_scalar(struct composer *c, const yaml_event_t *e)
 {
-    int is_str = 0;
-    if (composer_tag(c, e->data.scalar.tag, e->start_mark, &is_str) < 0 ||
+    enum tag_kind tk;
+    if (composer_tag(c, e->data.scalar.tag, e->start_mark, &tk) < 0 ||
         composer_count(c, 1, e->start_mark) < 0)
         return -1;
     struct ddpc_node *n = arena_alloc(c->a, sizeof *n);
@@ -570,7 +669,10 @@ static int composer_scalar(struct composer *c, const yaml_event_t *e)
     n->str = arena_strndup(c->a, (const char *)e->data.scalar.value, n->len);
     if (!n->str)
         return composer_error(c, e->start_mark, "%s", "out of memory while loading");
-    n->quoted = is_str || e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    n->quoted = e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    const char *text = composer_scalar_tag(c, n, tk, e->start_mark);
+    if (text)
+        n->str = text;
     if (composer_register(c, (const char *)e->data.scalar.anchor, n, 1, e->start_mark) < 0)
         return -1;
     return composer_attach(c, n, 1);

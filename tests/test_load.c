@@ -213,6 +213,32 @@ START_TEST(test_hostile_bytes)
                      "t.yaml:2:4: error: b: unsupported tag '!custom'; a spec holds plain values only\n");
     loaded_free(&l);
 
+    /* a core tag the value contradicts is refused: another reader would
+     * see the tag's type (!!null 5 is null to PyYAML; ddpc read 5) */
+    const char *core = "a: !!null 5\nb: !!int 1.5\nc: !!bool 1\nd: !!float 0x10\n"
+                       "e: !!seq {x: 1}\nf: !!str [1]\ng: !!map 3\nh: ! [1]\n";
+    load_str(&l, core, strlen(core));
+    ck_assert_int_eq(l.rc, -1);
+    ck_assert_str_eq(l.text,
+                     "t.yaml:1:4: error: a: tag '!!null' needs null (~, null or nothing), found '5'; remove the tag or the value that contradicts it\n"
+                     "t.yaml:2:4: error: b: tag '!!int' needs an integer, found '1.5'; remove the tag or the value that contradicts it\n"
+                     "t.yaml:3:4: error: c: tag '!!bool' needs true or false, found '1'; remove the tag or the value that contradicts it\n"
+                     "t.yaml:4:4: error: d: tag '!!float' needs a number, found '0x10'; remove the tag or the value that contradicts it\n"
+                     "t.yaml:5:4: error: e: tag '!!seq' on a mapping: YAML readers refuse it; remove the tag\n"
+                     "t.yaml:6:4: error: f: tag '!!str' on a sequence: YAML readers refuse it; remove the tag\n"
+                     "t.yaml:7:4: error: g: tag '!!map' needs a mapping, found '3'; remove the tag or the value that contradicts it\n");
+    loaded_free(&l);
+    const char *typed = "a: !!float 1\nb: !!int \"7\"\nc: !!null ''\nd: !!float -2e3\n";
+    load_str(&l, typed, strlen(typed));
+    ck_assert_int_eq(l.rc, 0);
+    ck_assert_str_eq(load_map_get(l.root, "a")->str, "1.0");
+    ck_assert_uint_eq(load_map_get(l.root, "a")->len, 3);
+    ck_assert_str_eq(load_map_get(l.root, "b")->str, "7");
+    ck_assert_int_eq(load_map_get(l.root, "b")->quoted, 0);
+    ck_assert(load_is_null(load_map_get(l.root, "c")));
+    ck_assert_str_eq(load_map_get(l.root, "d")->str, "-2e3");
+    loaded_free(&l);
+
     const char *key = "[a]: 1\n";
     load_str(&l, key, strlen(key));
     ck_assert_int_eq(l.rc, -1);

@@ -214,6 +214,20 @@ START_TEST(test_value_forms)
     ck_assert(c.job.limit_train_fraction == 1.0);
     checked_free(&c);
 
+    /* a core tag means its type, as for PyYAML: !!float 1 is 1.0, the whole
+     * epoch (it was one batch); !!int "2" is 2 (it was refused as a string) */
+    check(&c, MINIMAL "limit_train_batches: !!float 1\ndeterministic: !!bool \"yes\"\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.limit_train_batches, 0);
+    ck_assert(c.job.limit_train_fraction == 1.0);
+    ck_assert_int_eq(c.job.deterministic, 1);
+    checked_free(&c);
+    check(&c, MINIMAL "limit_train_batches: !!int \"2\"\ncheckpoint_dir: !!null ''\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.limit_train_batches, 2);
+    ck_assert_ptr_null(c.job.checkpoint_dir);
+    checked_free(&c);
+
     /* a key with no value takes its default */
     check(&c, MINIMAL "checkpoint_dir:\nlearning_rate: ~\n");
     ck_assert_str_eq(c.text, "");
