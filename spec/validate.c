@@ -2876,6 +2876,10 @@ static const char *default_name(struct ddpc_vctx *c)
     for (size_t i = 0; i < l; i++)
         if (!name_ok(name + i, 1) && name[i] != '.')
             name[i] = '_';
+    /* a name given in the spec may not start with '-' (DDPC_T_NAME): nor
+     * may one taken from a file called -x.yaml */
+    if (l && name[0] == '-')
+        name[0] = '_';
     return l && name_ok(name, l) ? name : "job";
 }
 

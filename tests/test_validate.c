@@ -257,6 +257,12 @@ START_TEST(test_paths_resolved)
     check_as(&c, "/x/my job.v2.yml", MINIMAL, 0);
     ck_assert_str_eq(c.job.name, "my_job.v2");
     checked_free(&c);
+    /* the default obeys the rule a written name does: no leading '-' (it
+     * named the program -x, and its checkpoints -x-e1-...) */
+    check_as(&c, "/x/-x.yaml", MINIMAL, 0);
+    ck_assert_str_eq(c.text, "");
+    ck_assert_str_eq(c.job.name, "_x");
+    checked_free(&c);
 }
 END_TEST
 
