@@ -440,6 +440,77 @@ done:
     return rc;
 }
 
+int emit_install(const char *from, const char *to, unsigned mode, struct ddpc_diag *d)
+{
+    int rc = -1, in_fd = -1, out_fd = -1, slot = -1;
+    char *tmp = NULL;
+    in_fd = open(from, O_RDONLY | O_CLOEXEC);
+    if (in_fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, from, 0, 0, "", "cannot read: %s", strerror(errno));
+        goto done;
+    }
+    if (asprintf(&tmp, "%s.tmp.%ld", to, (long)getpid()) < 0) {
+        tmp = NULL;
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+        goto done;
+    }
+    slot = intr_track(tmp);     /* before it exists: a signal removes it */
+    out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "cannot create: %s", strerror(errno));
+        free(tmp);
+        tmp = NULL;    /* nothing to remove */
+        goto done;
+    }
+    char buf[8192];
+    for (;;) {
+        ssize_t n = read(in_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            diag_add(d, DDPC_SEV_ERROR, from, 0, 0, "", "read failed: %s", strerror(errno));
+            goto done;
+        }
+        if (n == 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(out_fd, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "write failed: %s", strerror(errno));
+                goto done;
+            }
+            off += w;
+        }
+    }
+    if (fchmod(out_fd, (mode_t)mode) != 0 || fsync(out_fd) != 0 || close(out_fd) != 0) {
+        out_fd = -1;
+        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "write failed: %s", strerror(errno));
+        goto done;
+    }
+    out_fd = -1;
+    if (rename(tmp, to) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, to, 0, 0, "", "cannot rename %s into place: %s", tmp,
+                 strerror(errno));
+        goto done;
+    }
+    free(tmp);
+    tmp = NULL;
+    rc = 0;
+done:
+    if (out_fd >= 0)
+        close(out_fd);
+    if (in_fd >= 0)
+        close(in_fd);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    intr_untrack(slot);
+    return rc;
+}
+
 /* ======================= all files ======================= */
 
 static char *path_join(const char *dir, const char *name)

@@ -1,6 +1,6 @@
 /* emit.h - job + plan -> job_config.h, job.plan.json, job.sbatch via m4.
  *
- * defines: emit_files, emit_prologue, emit_m4
+ * defines: emit_files, emit_prologue, emit_m4, emit_install
  *
  * emit_prologue turns every value into one m4 definition (M_NAME, M_SEED,
  * ...) whose body is already a C token, a C string literal, a JSON text or a
@@ -51,5 +51,12 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
  * (atomically); with log, the command is printed there first. Returns 0, or -1 with an error in d that names what failed. */
 int emit_m4(const char *m4, const char *prologue, const char *template_path,
             const char *out_path, FILE *log, struct ddpc_diag *d);
+
+/* Copies the file `from` to `to` atomically (to.tmp.PID in to's directory,
+ * fsync, chmod mode, rename; removed on a signal or an error): how `ddpc
+ * build` puts job.sbatch beside the program once the program is built, so a
+ * failed or interrupted build leaves the old pair, never a new script beside
+ * an old program. Returns 0, or -1 with an error in d. */
+int emit_install(const char *from, const char *to, unsigned mode, struct ddpc_diag *d);
 
 #endif /* DDPC_EMIT_H */

@@ -429,11 +429,14 @@ static int cmd_build(int argc, char **argv)
         .templates_dir = templates, .m4 = NULL, .log = verbose ? stderr : NULL,
     };
     rc = EXIT_COMPILE;
-    if (emit_files(&in, emit_dir, sbatch, &d) != 0)
+    /* job.sbatch is generated into the emit dir and put beside the program
+     * only once the program is built: an interrupted or failed build left a
+     * new script beside the old program */
+    if (emit_files(&in, emit_dir, NULL, &d) != 0)
         goto fail;
     if (verbose)
-        fprintf(stderr, "ddpc: generated %s/job_config.h, job.plan.json%s%s\n", emit_dir,
-                sbatch ? " and " : "", sbatch ? sbatch : "");
+        fprintf(stderr, "ddpc: generated %s/job_config.h, job.plan.json%s\n", emit_dir,
+                sbatch ? " and job.sbatch" : "");
 
     /* ---- compile ---- */
     struct cc_options cc = {
@@ -444,8 +447,17 @@ static int cmd_build(int argc, char **argv)
         goto fail;
     if (cc_output && cc_output[0])
         fputs(cc_output, stderr);
+    if (sbatch) {
+        char *gen;
+        if (asprintf(&gen, "%s/job.sbatch", emit_dir) < 0)
+            goto oom;
+        int ir = emit_install(gen, sbatch, 0755, &d);
+        free(gen);
+        if (ir != 0)
+            goto fail;
+    }
     if (verbose)
-        fprintf(stderr, "ddpc: wrote %s\n", out);
+        fprintf(stderr, "ddpc: wrote %s%s%s\n", out, sbatch ? " and " : "", sbatch ? sbatch : "");
     rc = EXIT_OK;
     goto done;
 oom:

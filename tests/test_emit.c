@@ -1003,6 +1003,71 @@ START_TEST(interrupted_build_leaves_nothing)
 }
 END_TEST
 
+/* job.sbatch goes beside the program only once the program is built: an
+ * interrupted rebuild of a changed spec left the new script (a new
+ * partition, node count, time limit) beside the old program. */
+START_TEST(interrupted_rebuild_keeps_the_old_sbatch)
+{
+    char *ddpc = ddpc_bin(), *lib;
+    ck_assert_int_ge(asprintf(&lib, "%s/lib/libddprt.a", test_build()), 0);
+    if (!exists(ddpc) || !exists(lib)) {
+        test_skip("interrupted_rebuild_keeps_the_old_sbatch", "ddpc or libddprt.a not built");
+        free(ddpc);
+        free(lib);
+        return;
+    }
+    adopt_orphans();
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    char *yaml, *out, *sbatch, *text;
+    ck_assert_int_ge(asprintf(&yaml, "%s/x.yaml", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&out, "%s/prog", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&sbatch, "%s/prog.sbatch", fx.dir), 0);
+    const char *parts[2] = { "old", "new" };
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_ge(asprintf(&text, "%slaunch: {num_nodes: 2, launcher: slurm, "
+                                  "partition: %s}\n", small_yaml, parts[k]), 0);
+        ck_assert_int_eq(write_file(yaml, text, strlen(text)), 0);
+        free(text);
+        char *argv[] = { ddpc, "build", "-v", yaml, "-o", out, "--cpu-only", NULL };
+        if (k == 0) {
+            struct run_result r;
+            ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
+            ck_assert_msg(r.exited && r.code == 0, "build: %d\n%s", r.code, r.err);
+            run_result_free(&r);
+            continue;
+        }
+        /* the rebuild is stopped while it compiles, after generating */
+        struct run_proc p;
+        ck_assert_int_eq(run_start(argv, NULL, NULL, &p), 0);
+        ck_assert_int_eq(run_wait_output(&p, "ddpc: generated", 60), 1);
+        ck_assert_int_eq(kill(p.pid, SIGTERM), 0);
+        struct run_result r;
+        ck_assert_int_eq(run_finish(&p, 60, &r), 0);
+        ck_assert_msg(!r.exited && r.code == SIGTERM, "ddpc: exited %d code %d\n%s", r.exited,
+                      r.code, r.err);
+        run_result_free(&r);
+    }
+    text = read_whole(sbatch, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strstr(text, "#SBATCH --partition=old\n") != NULL, "%s", text);
+    free(text);
+    DIR *d = opendir(fx.dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        ck_assert_msg(strstr(de->d_name, ".tmp.") == NULL, "left: %s", de->d_name);
+    closedir(d);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(yaml);
+    free(out);
+    free(sbatch);
+    free(lib);
+    free(ddpc);
+    fixture_free(&fx);
+}
+END_TEST
+
 START_TEST(cc_failure_hints)
 {
     ck_assert_ptr_null(cc_failure_hint(NULL));
@@ -1363,6 +1428,7 @@ Suite *emit_suite(void)
     tcase_add_test(tc, cli_exit_statuses);
     tcase_add_test(tc, build_never_overwrites_the_spec_or_a_non_program);
     tcase_add_test(tc, interrupted_build_leaves_nothing);
+    tcase_add_test(tc, interrupted_rebuild_keeps_the_old_sbatch);
     tcase_add_test(tc, cc_failure_hints);
     tcase_add_test(tc, installed_ddpc_works_anywhere);
     suite_add_tcase(s, tc);
