@@ -343,6 +343,7 @@ struct raw_array {
     char     kind;          /* 'u' 'i' 'f' */
     int      size;          /* bytes per element */
     int      big_endian;    /* IDX: always; NPY: from its descr */
+    int      boolean;       /* NPY bool: 0 or 1 (kind 'u', size 1), not a pixel */
     int      ndims;
     int64_t  dims[8];
     int64_t  count;         /* elements */
@@ -366,7 +367,7 @@ static int inputs_from_array(const struct ddpc_data_source *src, struct raw_arra
         return DDPC_FAIL(e, DDPC_E_DATA, "%s: %lld features per sample is too many",
                          src->inputs, (long long)feat);
     ds->features = (int32_t)feat;
-    if (x->kind == 'u' && x->size == 1) {
+    if (x->kind == 'u' && x->size == 1 && !x->boolean) {
         ds->dtype = DDPC_DTYPE_U8;
         ds->u8_scale = 1.0f / 255.0f;
         ds->x = x->raw;
@@ -380,9 +381,11 @@ static int inputs_from_array(const struct ddpc_data_source *src, struct raw_arra
         float *xf = malloc((size_t)x->count * sizeof *xf);
         if (!xf)
             return DDPC_FAIL(e, DDPC_E_NOMEM, "%s: cannot allocate inputs", src->inputs);
+        /* a bool is 1.0 where true, as torch.from_numpy(a).float() */
         for (int64_t i = 0; i < x->count; i++)
-            xf[i] = (float)elem_load(x->raw + (size_t)i * x->size, x->kind, x->size,
-                                     x->big_endian);
+            xf[i] = x->boolean ? (float)(x->raw[i] != 0)
+                               : (float)elem_load(x->raw + (size_t)i * x->size, x->kind,
+                                                  x->size, x->big_endian);
         ds->dtype = DDPC_DTYPE_F32;
         ds->u8_scale = 1.0f;
         ds->x = xf;
@@ -564,6 +567,7 @@ static int npy_read(const char *path, const char *what, struct raw_array *a,
     a->kind = dt.kind;
     a->size = dt.size;
     a->big_endian = dt.big_endian;
+    a->boolean = dt.boolean;
     const char *p = sh + 1;
     a->count = 1;
     while (*p && *p != ')') {

@@ -14,6 +14,7 @@ struct npy_dtype {
     char kind;         /* 'u' unsigned (and bool), 'i' signed, 'f' float */
     int  size;         /* bytes: 1, 2, 4, 8 */
     int  big_endian;
+    int  boolean;      /* numpy's bool ('b1'): kind 'u', size 1, values 0 and 1 */
 };
 
 /* What a refusal lists. */
@@ -33,7 +34,8 @@ static inline int npy_dtype_parse(const char *descr, size_t len, struct npy_dtyp
         return -1;
     if (size != 1 && size != 2 && size != 4 && size != 8)
         return -1;
-    if (kind == 'b')
+    int boolean = kind == 'b';
+    if (boolean)
         kind = 'u';   /* numpy's bool: one byte, 0 or 1 */
     else if (kind != 'u' && kind != 'i' && kind != 'f')
         return -1;
@@ -42,6 +44,7 @@ static inline int npy_dtype_parse(const char *descr, size_t len, struct npy_dtyp
     const uint16_t one = 1;
     dt->kind = kind;
     dt->size = size;
+    dt->boolean = boolean;
     dt->big_endian = order == '>' || (order == '=' && *(const unsigned char *)&one == 0);
     return 0;
 }

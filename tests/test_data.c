@@ -273,6 +273,41 @@ START_TEST(npy_f32_u8_and_targets)
 }
 END_TEST
 
+/* numpy's bool inputs ('|b1') are 0 and 1, as torch.from_numpy(a).float()
+ * makes them: they used to take uint8's pixel path and train as 0 and
+ * 1/255 without a word. bool labels stay class indices 0 and 1. */
+START_TEST(npy_bool_inputs_are_zero_and_one)
+{
+    unsigned char buf[512];
+    struct ddpc_err e = {0};
+    struct ddpc_dataset ds;
+    size_t h = npy_header(buf, "|b1", "(2, 3)");
+    const unsigned char xb[6] = { 1, 0, 1, 0, 0, 1 };
+    memcpy(buf + h, xb, sizeof xb);
+    write_bytes(tmp_path(0, "x.npy"), buf, h + sizeof xb, 0);
+    h = npy_header(buf, "|b1", "(2,)");
+    const unsigned char yb[2] = { 0, 1 };
+    memcpy(buf + h, yb, sizeof yb);
+    write_bytes(tmp_path(1, "y.npy"), buf, h + sizeof yb, 0);
+    struct ddpc_data_source src = { .format = DDPC_DATA_NPY, .inputs = path_buf[0],
+                                    .labels = path_buf[1] };
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.n, 2);
+    ck_assert_int_eq(ds.features, 3);
+    ck_assert_int_eq(ds.classes, 2);
+    int64_t idx[2] = { 0, 1 };
+    float x[6];
+    int32_t lab[2];
+    data_gather(&ds, idx, 2, x, lab, NULL);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(x[i] == (float)xb[i], "element %d is %g, the file holds %d", i,
+                      (double)x[i], xb[i]);
+    ck_assert_int_eq(lab[0], 0);
+    ck_assert_int_eq(lab[1], 1);
+    data_free(&ds);
+}
+END_TEST
+
 /* float16 (numpy's '<f2', either byte order) reads exactly: normal,
  * subnormal, negative zero; an infinity is refused like float32's; dtypes
  * ddpc does not read (complex, strings) are named. check reads the same
@@ -998,6 +1033,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
     tcase_add_test(tc, npy_float16_and_unsupported_dtypes);
+    tcase_add_test(tc, npy_bool_inputs_are_zero_and_one);
     tcase_add_test(tc, wrapping_shapes_are_refused);
     tcase_add_test(tc, csv_with_header);
     tcase_add_test(tc, csv_label_hint);
