@@ -459,7 +459,27 @@ static int idx_read(const char *path, const char *what, struct raw_array *a,
         goto out;
     }
     size_t bytes = (size_t)a->count * a->size;
+    /* more data than the header announces (two IDX files joined with cat,
+     * a header that undercounts): the rest would be dropped without a
+     * word, as llm.c shards' extra bytes are refused (tokens.c) */
+    int extra = f.mem && f.len - f.pos > bytes;
     rc = read_owned(&f, path, bytes, &a->raw, "data the IDX header announces", e);
+    if (rc == 0 && !extra && f.gz) {
+        unsigned char more;
+        size_t got = 0;
+        rc = file_read(&f, path, &more, 1, &got, e);
+        extra = rc == 0 && got > 0;
+    }
+    if (rc == 0 && extra) {
+        char shape[96] = "";
+        for (int i = 0, at = 0; i < a->ndims && at < (int)sizeof shape; i++)
+            at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld", i ? " x " : "",
+                           (long long)a->dims[i]);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: the file holds more than the %s elements its IDX "
+                       "header announces: extra bytes after the data (files joined with cat? "
+                       "give one header the total count, or keep them as separate files)",
+                       path, shape);
+    }
 out:
     file_close(&f);
     if (rc < 0) {

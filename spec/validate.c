@@ -1748,6 +1748,12 @@ static void facts_size(const char *p, enum ddpc_data_format fmt, int idx_type, s
         snprintf(f->why, sizeof f->why, "truncated: its header announces %lld bytes, the file "
                  "has %lld; re-download or re-create it", (long long)need,
                  (long long)st.st_size);
+    } else if (fmt == DDPC_DATA_IDX && (int64_t)st.st_size > need) {
+        /* the job refuses what it would drop (runtime/data.c idx_read) */
+        f->ok = 0;
+        snprintf(f->why, sizeof f->why, "extra bytes after the data: its header announces "
+                 "%lld bytes, the file has %lld (files joined with cat?)", (long long)need,
+                 (long long)st.st_size);
     }
 }
 

@@ -198,6 +198,44 @@ START_TEST(idx_errors_name_the_file)
 }
 END_TEST
 
+/* An IDX file with more data than its header announces (two files joined
+ * with cat) is refused, plain, gzipped (libdeflate's one member) or as two
+ * gzip members (zlib): the loader read the first header's count and
+ * dropped the rest without a word. */
+START_TEST(idx_extra_bytes_are_refused)
+{
+    unsigned char img[128] = {0}, lab[16] = {0};
+    size_t ni = idx_images(img, 3), nl = idx_labels(lab, 3);
+    memcpy(img + ni, img, ni);   /* two 3-image files, end to end */
+    struct ddpc_data_source src = { .format = DDPC_DATA_IDX, .inputs = tmp_path(0, "x"),
+                                    .labels = tmp_path(1, "y") };
+    write_bytes(src.labels, lab, nl, 0);
+    for (int gz = 0; gz <= 1; gz++) {
+        write_bytes(src.inputs, img, 2 * ni, gz);
+        expect_error(&src, src.inputs, "extra bytes");
+    }
+    /* one byte more is enough */
+    write_bytes(src.inputs, img, ni + 1, 0);
+    expect_error(&src, src.inputs, "3 x 2 x 2 elements");
+    /* a second gzip member */
+    write_bytes(src.inputs, img, ni, 1);
+    gzFile f = gzopen(src.inputs, "ab");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(gzwrite(f, img, (unsigned)ni), (int)ni);
+    ck_assert_int_eq(gzclose(f), Z_OK);
+    expect_error(&src, src.inputs, "extra bytes");
+    /* exactly the announced data still loads, and so do labels */
+    write_bytes(src.inputs, img, ni, 1);
+    struct ddpc_dataset ds;
+    struct ddpc_err e = {0};
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    check_idx_dataset(&ds);
+    data_free(&ds);
+    write_bytes(src.labels, lab, nl + 1, 0);
+    expect_error(&src, src.labels, "extra bytes");
+}
+END_TEST
+
 static size_t npy_header(unsigned char *b, const char *descr, const char *shape)
 {
     char dict[128];
@@ -1030,6 +1068,7 @@ Suite *data_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, idx_gz_and_plain_round_trip);
     tcase_add_test(tc, idx_errors_name_the_file);
+    tcase_add_test(tc, idx_extra_bytes_are_refused);
     tcase_add_test(tc, idx_float_and_int_types);
     tcase_add_test(tc, npy_f32_u8_and_targets);
     tcase_add_test(tc, npy_float16_and_unsupported_dtypes);
