@@ -2008,7 +2008,10 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
                   shown_path(c, n, shown, sizeof shown), f.why);
             return;
         }
-        if (f.nd < 1 || (w == 1 && f.nd != 1 && !(f.nd == 2 && f.dims[1] == 1))) {
+        /* NPY float labels are regression targets, [N, targets...] (the
+         * loader's rule: runtime/data.c load_npy) */
+        int targets = w == 1 && s->format == DDPC_DATA_NPY && f.descr[1] == 'f';
+        if (f.nd < 1 || (w == 1 && f.nd != 1 && !(f.nd == 2 && f.dims[1] == 1) && !targets)) {
             vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has %d dimensions; labels must be one value per "
                   "sample", shown_path(c, n, shown, sizeof shown), f.nd);
             return;
