@@ -80,7 +80,6 @@ struct ddpc_run {
         int      good_steps;
         int64_t  skipped_steps;
     } scaler;
-    int      onehot;        /* mse over class labels: targets are one-hot */
     /* host staging and the backend's copies of a batch */
     struct {
         /* host staging; aliases the backend buffers when ops->host_memory */
@@ -569,11 +568,8 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     if (a->test && (a->test->seq_len > 1 ? a->test->seq_len : 1) != r->seq_len)
         return DDPC_FAIL(e, DDPC_E_INVALID, "test data has %d labels per sample, training "
                          "data %d", (int)a->test->seq_len, r->seq_len);
-    if (j->loss == DDPC_LOSS_MSE) {
+    if (j->loss == DDPC_LOSS_MSE)
         r->use_y = 1;
-        r->onehot = !(a->train->y && a->train->targets == r->out_dim &&
-                      !(a->train->labels && r->out_dim > 1));
-    }
     /* reduced-precision gemm inputs where the backend has them (CUDA); the
      * CPU backend ignores the field and stays fp32, so it needs no scaler */
     r->ops->gemm_precision = (int)j->precision;
@@ -637,7 +633,13 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
                       int rows, struct ddpc_err *e)
 {
     struct ddpc_ops *o = r->ops;
-    int want_lab = !r->use_y || r->onehot;
+    /* mse: targets as the file holds them, or one-hot class labels; decided
+     * per set (run_check_data's two cases), so a test set of labels is
+     * not read as the training set's targets, nor the other way round (the
+     * buffer of the form not gathered holds the last training batch) */
+    int onehot = r->use_y && !(ds->y && ds->targets == r->out_dim &&
+                               !(ds->labels && r->out_dim > 1));
+    int want_lab = !r->use_y || onehot;
     int k = r->buf.stage_slot;
     if (r->buf.staged) {
         /* this set's last copy (two batches ago) has left host memory */
@@ -648,8 +650,8 @@ static int batch_load(struct ddpc_run *r, const struct ddpc_dataset *ds, const i
         r->buf.hy = r->buf.stage[k][2];
     }
     data_gather(ds, idx, rows, r->buf.hx, want_lab ? r->buf.hlab : NULL,
-                r->use_y && !r->onehot ? r->buf.hy : NULL);
-    if (r->onehot) {
+                r->use_y && !onehot ? r->buf.hy : NULL);
+    if (onehot) {
         memset(r->buf.hy, 0, (size_t)rows * r->out_dim * sizeof *r->buf.hy);
         for (int i = 0; i < rows; i++)
             r->buf.hy[(size_t)i * r->out_dim + r->buf.hlab[i]] = 1.0f;

@@ -399,6 +399,62 @@ START_TEST(bucket_per_tensor_equals_one_bucket)
 }
 END_TEST
 
+/* ds's samples with one-hot float targets [n, classes] in place of its
+ * class labels: the same task, as an NPY file of targets would hold it. */
+static void as_onehot_targets(const struct ddpc_dataset *ds, struct ddpc_dataset *t)
+{
+    memset(t, 0, sizeof *t);
+    t->n = ds->n;
+    t->features = ds->features;
+    t->dtype = DDPC_DTYPE_F32;
+    t->u8_scale = 1.0f;
+    t->label_hint = -1;
+    size_t nx = (size_t)ds->n * (size_t)ds->features;
+    float *x = malloc(nx * sizeof *x), *y = calloc((size_t)ds->n * ds->classes, sizeof *y);
+    ck_assert(x && y);
+    memcpy(x, ds->x, nx * sizeof *x);
+    for (int64_t i = 0; i < ds->n; i++)
+        y[(size_t)i * ds->classes + ds->labels[i]] = 1.0f;
+    t->x = x;
+    t->y = y;
+    t->targets = ds->classes;
+}
+
+/* loss: mse over a training set and a test set that hold their targets in
+ * different forms (class labels, one-hot float targets): the same task,
+ * so the same test_loss. The one-hot decision was the training set's
+ * alone, so the test batches read the buffer of the other form, still
+ * holding the last training batch's targets: a test_loss several times too large. */
+START_TEST(mse_test_targets_in_their_own_form)
+{
+    struct ddpc_job j;
+    job_small(&j, 16, DDPC_OPTIM_SGD);
+    j.loss = DDPC_LOSS_MSE;
+    struct ddpc_dataset tr, te, tr1, te1;
+    load_synthetic(&tr, &te);
+    as_onehot_targets(&tr, &tr1);
+    as_onehot_targets(&te, &te1);
+    const struct ddpc_dataset *sets[3][2] = { { &tr, &te }, { &tr, &te1 }, { &tr1, &te } };
+    double loss[3];
+    for (int k = 0; k < 3; k++) {
+        struct shared_out *out = calloc(1, sizeof *out);
+        ck_assert_ptr_nonnull(out);
+        int rc = rank_body(&j, sets[k][0], sets[k][1], 0, 1, NULL, NULL, out);
+        ck_assert_msg(rc == 0, "case %d: %s", k, out->msg);
+        loss[k] = out->res.test_loss;
+        free(out);
+    }
+    ck_assert_msg(loss[0] > 0 && fabs(loss[1] - loss[0]) <= 1e-6 * loss[0] &&
+                  fabs(loss[2] - loss[0]) <= 1e-6 * loss[0],
+                  "test_loss labels/labels %.7f, labels/one-hot %.7f, one-hot/labels %.7f",
+                  loss[0], loss[1], loss[2]);
+    data_free(&tr);
+    data_free(&te);
+    data_free(&tr1);
+    data_free(&te1);
+}
+END_TEST
+
 START_TEST(same_seed_byte_identical)
 {
     struct ddpc_job j;
@@ -1207,6 +1263,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, w2_batch_b_equals_w1_batch_2b);
     tcase_add_test(tc, sequential_w2_batch_b_vs_w1_batch_2b);
     tcase_add_test(tc, grad_accumulation_equals_big_batch);
+    tcase_add_test(tc, mse_test_targets_in_their_own_form);
     tcase_add_test(tc, bucket_per_tensor_equals_one_bucket);
     tcase_add_test(tc, copy_path_equals_zero_copy_path);
     tcase_add_test(tc, buckets_start_during_backward_in_reverse_layer_order);
