@@ -1,6 +1,7 @@
 /* clock.c - monotonic time, deadlines, and the blocking all-reduce wrapper.
  *
- * Owns ddpc_now, ddpc_deadline_after, comm_all_reduce and comm_leave (comm.h). Deadlines
+ * Owns ddpc_now, ddpc_deadline_after, ddpc_wait_ms, comm_all_reduce and comm_leave
+ * (comm.h). Deadlines
  * are absolute CLOCK_MONOTONIC seconds so that a chain of calls shares one
  * budget and wall-clock jumps (NTP) never fire or hide a timeout.
  * Never sleeps, never allocates.
@@ -22,6 +23,14 @@ double ddpc_deadline_after(double seconds)
     if (!(seconds > 0.0))
         return 0.0;
     return ddpc_now() + seconds;
+}
+
+long long ddpc_wait_ms(double left, long long max_ms)
+{
+    if (!(left > 0.0))
+        return 0;
+    double ms = left * 1000.0 + 1.0;
+    return ms >= (double)max_ms ? max_ms : (long long)ms;
 }
 
 int comm_all_reduce(struct ddpc_comm *c, const float *send, float *recv, size_t n,

@@ -92,6 +92,13 @@ int comm_leave(struct ddpc_comm *c, double deadline, double linger_s, struct ddp
 double ddpc_now(void);
 double ddpc_deadline_after(double seconds);
 
+/* Milliseconds for a wait of `left` seconds (poll(), a timed wait): one
+ * more than left's whole milliseconds, 0 when nothing is left (or left is
+ * NaN), and at most max_ms: (int)(left * 1000) of a deadline weeks away
+ * (nccl_timeout: 30d, 1e308) overflowed into a wait without end, or none.
+ * A loop that waits again until its deadline keeps any deadline this way. */
+long long ddpc_wait_ms(double left, long long max_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,10 @@
 
 namespace {
 
+/* The longest timeout handed to gloo, ~31 years: gloo adds it to
+ * steady_clock's nanoseconds, which a deadline of nccl_timeout: 1e308 (as
+ * (long long) milliseconds: undefined) overflowed into an immediate timeout. */
+constexpr long long kMaxWaitMs = 1000000000000LL;
 constexpr double kCallerSlackS = 0.05;  /* after the deadline: gloo's own timeout (broadcast) fires first */
 
 /* From this size an all-reduce runs on the caller's floats through gloo's
@@ -386,7 +390,7 @@ void run_op(Gloo &g, Op &op)
 {
     double left = op.deadline - ddpc_now();
     auto ms = op.deadline == 0 ? gloo::kNoTimeout
-            : std::chrono::milliseconds(left > 0.001 ? (long long)(left * 1000) : 1);
+            : std::chrono::milliseconds(left > 0.001 ? ddpc_wait_ms(left, kMaxWaitMs) : 1);
     try {
         switch (op.kind) {
         case Kind::AllReduce: {
@@ -545,7 +549,11 @@ int finish(struct ddpc_comm *c, const std::shared_ptr<Op> &op, double deadline,
                              c->purpose, kind_name(op->kind), op->n, c->rank, c->world,
                              g.timeout_key);
         }
-        g.cv.wait_for(lk, std::chrono::duration<double>(left));
+        /* an hour at a time: wait_for adds its duration to steady_clock's
+         * nanoseconds, and a deadline centuries away (nccl_timeout: 1e308)
+         * overflowed it into waits that return at once, a spin that kept
+         * the comm thread from the mutex */
+        g.cv.wait_for(lk, std::chrono::duration<double>(left < 3600 ? left : 3600));
     }
     if (!op->done)
         return DDPC_FAIL(e, DDPC_E_ABORTED, "gloo %s communicator is broken (%s)", c->purpose,
@@ -812,7 +820,8 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
          * timeout of their own; each operation's deadline is also kept by
          * the caller, finish()) */
         g->ctx->setTimeout(g->default_timeout_s > 0
-                           ? std::chrono::milliseconds((long long)(g->default_timeout_s * 1000))
+                           ? std::chrono::milliseconds(ddpc_wait_ms(g->default_timeout_s,
+                                                                    kMaxWaitMs))
                            : gloo::kNoTimeout);
         StoreAdapter adapter(&sc, in->deadline, g->rpn);
         gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -159,6 +160,8 @@ static int lookup_wait(struct store_lookup *l, double until)
         double left = until - ddpc_now();
         if (left <= 0)
             return 0;
+        if (left > 3600)
+            left = 3600;   /* an hour at a time: (time_t)1e308 is undefined */
         struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
         (void)gai_suspend(list, 1, &ts);    /* done, timed out or interrupted: look again */
     }
@@ -434,7 +437,7 @@ static int srv_write(int fd, const uint8_t *buf, size_t n)
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             double left = deadline - ddpc_now();
             struct pollfd p = { fd, POLLOUT, 0 };
-            if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) < 0)
+            if (left <= 0 || poll(&p, 1, (int)ddpc_wait_ms(left, INT_MAX)) < 0)
                 return -1;
             continue;
         }
@@ -652,7 +655,7 @@ int store_serve(int listen_fd, int stop_fd)
             if (u > 0 && (next == 0 || u < next))
                 next = u;
         }
-        int timeout = next == 0 ? -1 : next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        int timeout = next == 0 ? -1 : (int)ddpc_wait_ms(next - now, INT_MAX);
         int n = poll(pfd, 2 + s.n_conn, timeout);
         if (n < 0 && errno != EINTR) {
             rc = -1;
@@ -830,7 +833,7 @@ static int client_try(const char *host, int port, double until, struct store_loo
              * poll of 0 ms, too short for any handshake but loopback's */
             double left = (until - ddpc_now()) / (n_addr - i_addr);
             struct pollfd p = { fd, POLLOUT, 0 };
-            int pr = poll(&p, 1, left > 0 ? (int)(left * 1000) + 1 : 0);
+            int pr = poll(&p, 1, (int)ddpc_wait_ms(left, INT_MAX));
             if (pr == 1) {
                 int soerr = 0;
                 socklen_t sl = sizeof soerr;
@@ -974,7 +977,7 @@ static int client_read(struct store_client *c, void *buf, size_t n, double until
             if (left <= 0)
                 return DDPC_FAIL(e, DDPC_E_TIMEOUT, "rendezvous store %s did not answer in "
                                  "time (node 0 unreachable?)", c->addr);
-            ms = (int)(left * 1000) + 1;
+            ms = (int)ddpc_wait_ms(left, INT_MAX);
         }
         struct pollfd pf = { c->fd, POLLIN, 0 };
         int pr = poll(&pf, 1, ms);
@@ -1049,8 +1052,7 @@ int store_get(struct store_client *c, const char *key, void **val, size_t *len,
     uint32_t ms = STORE_NO_TIMEOUT;
     if (deadline > 0) {
         double left = deadline - t0;
-        ms = left <= 0 ? 0 : left * 1000 >= (double)(STORE_NO_TIMEOUT - 1) ? STORE_NO_TIMEOUT - 1
-                                                                           : (uint32_t)(left * 1000) + 1;
+        ms = (uint32_t)ddpc_wait_ms(left, STORE_NO_TIMEOUT - 1);
     }
     uint8_t body[4];
     put_u32(body, ms);

@@ -83,6 +83,7 @@ struct job {
     int rpn;               /* ranks per "node", for names */
     double init_s;         /* rendezvous deadline */
     int skip_rank;         /* this rank never starts (-1: none) */
+    double timeout_s;      /* the communicator's nccl_timeout (0: 30 s) */
 };
 
 /* Forks the ranks, each connecting through a fresh store; waits for all.
@@ -107,7 +108,8 @@ static void run_ranks(const struct job *j, rank_body body, void *arg, struct rep
             struct ddpc_gloo_init in = {
                 .purpose = "gradient", .rank = i, .world = j->world, .ranks_per_node = j->rpn,
                 .store_host = "127.0.0.1", .store_port = h.port, .prefix = "a0",
-                .deadline = ddpc_deadline_after(j->init_s), .default_timeout_s = 30,
+                .deadline = ddpc_deadline_after(j->init_s),
+                .default_timeout_s = j->timeout_s > 0 ? j->timeout_s : 30,
             };
             double t0 = ddpc_now();
             int rc = b->comm_init(&c, &in, &ce);
@@ -134,7 +136,7 @@ static void run_ranks(const struct job *j, rank_body body, void *arg, struct rep
 
 /* ===== collectives ===== */
 
-struct ar_case { size_t n; enum ddpc_reduce op; int in_place; };
+struct ar_case { size_t n; enum ddpc_reduce op; int in_place; double deadline_s; };
 
 static void body_all_reduce(struct ddpc_comm *c, int rank, int world, struct report *rep,
                             void *arg)
@@ -147,7 +149,8 @@ static void body_all_reduce(struct ddpc_comm *c, int rank, int world, struct rep
         send[i] = rank_value(rank, i);
     struct ddpc_err e = { 0 };
     float *out = k->in_place ? send : recv;
-    rep->rc[rank] = comm_all_reduce(c, send, out, n, k->op, ddpc_deadline_after(20), &e);
+    double after = k->deadline_s > 0 ? k->deadline_s : 20;
+    rep->rc[rank] = comm_all_reduce(c, send, out, n, k->op, ddpc_deadline_after(after), &e);
     /* leave together, as the worker does: a rank that exits while its peer
      * still reads the last message fails the peer's call (comm.h) */
     if (rep->rc[rank] == 0)
@@ -177,15 +180,15 @@ START_TEST(all_reduce_sizes)
     if (!gloo_backend())
         return;
     static const struct ar_case cases[] = {
-        { 1, DDPC_REDUCE_SUM, 0 }, { 1000, DDPC_REDUCE_AVG, 1 },
-        { 300000, DDPC_REDUCE_SUM, 1 }, { 0, DDPC_REDUCE_SUM, 0 },
+        { 1, DDPC_REDUCE_SUM, 0, 0 }, { 1000, DDPC_REDUCE_AVG, 1, 0 },
+        { 300000, DDPC_REDUCE_SUM, 1, 0 }, { 0, DDPC_REDUCE_SUM, 0, 0 },
         /* from 2 MiB on the caller's floats (comm_gloo.cc kInPlaceBytes) */
-        { 524288, DDPC_REDUCE_AVG, 0 }, { 524287, DDPC_REDUCE_AVG, 1 },
+        { 524288, DDPC_REDUCE_AVG, 0, 0 }, { 524287, DDPC_REDUCE_AVG, 1, 0 },
     };
     for (int w = 2; w <= 3; w++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             struct report *rep = report_map();
-            struct job j = { w, 1, 10, -1 };
+            struct job j = { w, 1, 10, -1, 0 };
             int st[MAXR];
             run_ranks(&j, body_all_reduce, (void *)&cases[k], rep, st);
             for (int r = 0; r < w; r++) {
@@ -250,6 +253,34 @@ static void body_back_to_back(struct ddpc_comm *c, int rank, int world, struct r
     free(x);
 }
 
+/* A timeout of weeks or more (nccl_timeout: 30d, 1e308) is a long wait:
+ * 1e308 s as milliseconds in a long long overflowed, and gloo refused the
+ * communicator ("Invalid timeout"); past that, the caller's condition wait
+ * of 1e308 s returned at once, a spin that starved the comm thread. Both
+ * sizes' paths (a ring object on a copy, the options API in place). */
+START_TEST(far_deadlines_wait)
+{
+    if (!gloo_backend())
+        return;
+    static const struct ar_case cases[] = {
+        { 1000, DDPC_REDUCE_AVG, 0, 1e308 }, { 524288, DDPC_REDUCE_SUM, 1, 30 * 86400.0 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct report *rep = report_map();
+        struct job j = { 2, 1, 10, -1, cases[k].deadline_s };
+        int st[MAXR];
+        run_ranks(&j, body_all_reduce, (void *)&cases[k], rep, st);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_msg(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0 && rep->rc[r] == 0,
+                          "timeout %g s, rank %d: status 0x%x %s", cases[k].deadline_s, r,
+                          st[r], rep->msg[r]);
+            ck_assert_int_eq(rep->wrong[r], 0);
+        }
+        munmap(rep, sizeof *rep);
+    }
+}
+END_TEST
+
 START_TEST(back_to_back_sizes_same_bits)
 {
     if (!gloo_backend())
@@ -269,7 +300,7 @@ START_TEST(back_to_back_sizes_same_bits)
     for (size_t wi = 0; wi < sizeof runs / sizeof runs[0]; wi++) {
         int w = runs[wi].world;
         struct report *rep = report_map();
-        struct job j = { w, runs[wi].rpn, 10, -1 };
+        struct job j = { w, runs[wi].rpn, 10, -1, 0 };
         int st[MAXR];
         run_ranks(&j, body_back_to_back, (void *)runs[wi].sizes, rep, st);
         for (int r = 0; r < w; r++) {
@@ -319,7 +350,7 @@ START_TEST(overlapping_tags_broadcast_barrier)
     if (!gloo_backend())
         return;
     struct report *rep = report_map();
-    struct job j = { 3, 1, 10, -1 };
+    struct job j = { 3, 1, 10, -1, 0 };
     int st[MAXR];
     run_ranks(&j, body_overlap, NULL, rep, st);
     for (int r = 0; r < 3; r++) {
@@ -342,7 +373,7 @@ START_TEST(missing_rank_is_named_at_the_deadline)
     if (!gloo_backend())
         return;
     struct report *rep = report_map();
-    struct job j = { 4, 2, 1.0, 3 };   /* rank 3 = node 1 never starts */
+    struct job j = { 4, 2, 1.0, 3, 0 };   /* rank 3 = node 1 never starts */
     int st[MAXR];
     run_ranks(&j, body_none, NULL, rep, st);
     for (int r = 0; r < 3; r++) {
@@ -399,7 +430,7 @@ START_TEST(dead_peer_is_noticed_at_once)
         return;
     for (size_t k = 0; k < sizeof fault_sizes / sizeof fault_sizes[0]; k++) {
         struct report *rep = report_map();
-        struct job j = { 3, 1, 10, -1 };
+        struct job j = { 3, 1, 10, -1, 0 };
         int st[MAXR];
         run_ranks(&j, body_one_dies, (void *)&fault_sizes[k], rep, st);
         ck_assert(WIFSIGNALED(st[1]));
@@ -443,7 +474,7 @@ START_TEST(hung_peer_costs_the_deadline)
         return;
     for (size_t k = 0; k < sizeof fault_sizes / sizeof fault_sizes[0]; k++) {
         struct report *rep = report_map();
-        struct job j = { 2, 1, 10, -1 };
+        struct job j = { 2, 1, 10, -1, 0 };
         int st[MAXR];
         run_ranks(&j, body_hang, (void *)&fault_sizes[k], rep, st);
         ck_assert_msg(rep->code[1] == DDPC_E_TIMEOUT, "n=%zu code %d: %s", fault_sizes[k],
@@ -493,7 +524,7 @@ START_TEST(abort_wakes_a_waiter)
     if (!gloo_backend())
         return;
     struct report *rep = report_map();
-    struct job j = { 2, 1, 10, -1 };
+    struct job j = { 2, 1, 10, -1, 0 };
     int st[MAXR];
     run_ranks(&j, body_abort, NULL, rep, st);
     ck_assert_msg(rep->code[1] == DDPC_E_ABORTED, "code %d: %s", rep->code[1], rep->msg[1]);
@@ -509,6 +540,7 @@ Suite *comm_gloo_suite(void)
     TCase *t = tcase_create("collectives");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, all_reduce_sizes);
+    tcase_add_test(t, far_deadlines_wait);
     tcase_add_test(t, back_to_back_sizes_same_bits);
     tcase_add_test(t, overlapping_tags_broadcast_barrier);
     suite_add_tcase(s, t);

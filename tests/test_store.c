@@ -4,6 +4,8 @@
  * with port 0) and talks to it with real clients, some in forked
  * processes; nothing binds a fixed port.
  */
+#include <limits.h>
+#include <math.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -115,6 +117,22 @@ START_TEST(get_waits_for_a_later_set)
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     store_client_close(&c);
     store_host_stop(&h);
+}
+END_TEST
+
+/* A wait's milliseconds (comm.h ddpc_wait_ms): rounded up, none when the
+ * deadline has passed, capped where a deadline weeks or centuries away
+ * (nccl_timeout: 30d, 1e308) overflowed poll()'s int. */
+START_TEST(wait_ms_is_bounded)
+{
+    ck_assert_int_eq(ddpc_wait_ms(2.5, INT_MAX), 2501);
+    ck_assert_int_eq(ddpc_wait_ms(0.0004, INT_MAX), 1);
+    ck_assert_int_eq(ddpc_wait_ms(0.0, INT_MAX), 0);
+    ck_assert_int_eq(ddpc_wait_ms(-3.0, INT_MAX), 0);
+    ck_assert_int_eq(ddpc_wait_ms(NAN, INT_MAX), 0);
+    ck_assert_int_eq(ddpc_wait_ms(30 * 86400.0, INT_MAX), INT_MAX);
+    ck_assert_int_eq(ddpc_wait_ms(1e308, INT_MAX), INT_MAX);
+    ck_assert_int_eq(ddpc_wait_ms(1e308, 1000000000000LL), 1000000000000LL);
 }
 END_TEST
 
@@ -710,6 +728,7 @@ Suite *store_suite(void)
     tcase_add_test(t, set_get_check_add);
     tcase_add_test(t, get_waits_for_a_later_set);
     tcase_add_test(t, get_timeout_names_who);
+    tcase_add_test(t, wait_ms_is_bounded);
     tcase_add_test(t, many_clients_all_gather);
     tcase_add_test(t, second_job_on_the_port_is_refused);
     tcase_add_test(t, ipv6_in_brackets);
