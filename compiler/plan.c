@@ -16,6 +16,7 @@
 #include <string.h>
 #include <zlib.h>
 #include "buf.h"
+#include "csv_header.h"
 #include "epoch_batches.h"
 #include "keytab.h"
 #include "plan.h"
@@ -62,9 +63,14 @@ static int csv_number(const char *s, const char *end)
 }
 
 /* The first non-empty line is a header when one of its fields is not a
- * number, as the runtime decides. */
+ * number, or it is pandas' column numbers (csv_header.h), as the runtime
+ * decides; a UTF-8 byte order mark is no part of it (runtime/data.c). */
 static int csv_is_header(const char *line)
 {
+    if (strncmp(line, "\xef\xbb\xbf", 3) == 0)
+        line += 3;
+    if (csv_is_column_numbers(line))
+        return 1;
     const char *f = line;
     for (;;) {
         const char *c = strchr(f, ',');

@@ -25,6 +25,7 @@
 #endif
 
 #include "data.h"
+#include "csv_header.h"
 #include "npy_dtype.h"
 #include "rng.h"
 
@@ -843,6 +844,8 @@ static int load_csv(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
     for (size_t li = first; li < nl; li++) {
         if (lines[li][0] == 0)
             continue;
+        if (li == first && csv_is_column_numbers(lines[li]))
+            continue;   /* pandas' header of column numbers (csv_header.h) */
         int nf = csv_fields(lines[li], fields, cols);
         if (nf != cols) {
             rc = DDPC_FAIL(e, DDPC_E_DATA, "%s:%zu: expected %d columns like the first line, "

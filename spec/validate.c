@@ -27,6 +27,7 @@
 #include "epoch_batches.h"
 #include "npy_dtype.h"
 #include "same_file.h"
+#include "csv_header.h"
 #include "probe.h"
 #include "tokens.h"
 #include "units.h"
@@ -1530,6 +1531,7 @@ struct csv_look {
      * header and does not train on it): its fields, how many of them are
      * numbers, and its first field that is not one (column, text) */
     int first_fields, first_numbers, first_odd_col, first_line;
+    int first_column_numbers;       /* the first line is pandas' 0,1,...,k-1 (csv_header.h) */
     char first_odd[32];
 };
 
@@ -1631,6 +1633,12 @@ static int csv_columns(const char *p, int64_t *cols, struct csv_look *look, char
             if (*e != ',')
                 break;
             f = e + 1;
+        }
+        if (!look->first_line && *q && *q != '\r' && csv_is_column_numbers(q)) {
+            /* pandas' header: a header, as the job reads it */
+            look->first_line = line;
+            look->first_column_numbers = 1;
+            numeric = 0;
         }
         if (!numeric && !look->first_line && *q && *q != '\r')
             csv_first_line(q, line, look);
@@ -1978,7 +1986,12 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
         }
         info->features = cols - 1;
         const struct csv_look *lk = &f.look;
-        if (lk->first_line > 0 && lk->first_numbers > 0 &&
+        if (lk->first_column_numbers)
+            vdiag(c, DDPC_SEV_NOTE, n, key, "line %d of '%s' holds the column numbers 0, 1, "
+                  "..., %lld (the header pandas' to_csv writes for an unnamed array): it is "
+                  "taken for a header and not trained on", lk->first_line,
+                  shown_path(c, n, shown, sizeof shown), (long long)cols - 1);
+        else if (lk->first_line > 0 && lk->first_numbers > 0 &&
             2 * lk->first_numbers >= lk->first_fields)
             /* a header has names; a data line with a typo reads as one,
              * and is dropped without a word (pandas' read_csv drops it too) */

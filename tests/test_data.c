@@ -508,6 +508,29 @@ START_TEST(csv_with_header)
     ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
     ck_assert_int_eq(ds.n, 2);
     data_free(&ds);
+    /* pandas.DataFrame(array).to_csv(index=False) names the columns 0, 1,
+     * ..., k-1: that first line is a header (csv_header.h); it trained as a
+     * sample (label 2, features 0 and 1). Any other first line of numbers
+     * is data. */
+    text = "0,1,2\r\n1,2,0\n3,4,1\n";
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 0);
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.n, 2);
+    ck_assert_float_eq(ds.y[0], 0.0f);
+    data_free(&ds);
+    text = "\"0\",\"1\",\"2\"\n1,2,0\n3,4,1\n";     /* quoted, as to_csv(quoting=ALL) */
+    write_bytes(tmp_path(0, "d.csv"), text, strlen(text), 1);
+    ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ds.n, 2);
+    data_free(&ds);
+    const char *data_first[] = { "0,1,3\n1,2,0\n", "1,2,3\n1,2,0\n", "0,01,2\n1,2,0\n",
+                                 "0,1,2.0\n1,2,0\n", "0,2,1\n1,2,0\n" };
+    for (size_t k = 0; k < sizeof data_first / sizeof data_first[0]; k++) {
+        write_bytes(tmp_path(0, "d.csv"), data_first[k], strlen(data_first[k]), 0);
+        ck_assert_msg(data_load(&src, &ds, &e) == 0, "%s", e.msg);
+        ck_assert_msg(ds.n == 2, "%s: %lld rows", data_first[k], (long long)ds.n);
+        data_free(&ds);
+    }
     /* a NUL byte ended the text there: the rows after it were dropped
      * without a word (2 of 4 rows trained); gzipped too */
     static const char nul_text[] = "1,2,0\n3,4,1\n\0\0\0\0\n5,6,0\n7,8,1\n";

@@ -600,6 +600,14 @@ START_TEST(count_idx_gz_npy_csv)
     s.format = DDPC_DATA_CSV;
     s.path = path;
     ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 3);
+    /* pandas' header of column numbers, and a byte order mark before a
+     * data line: both as the loader reads them (runtime/data.c) */
+    const char pandas[] = "0,1,2\n1,2,0\n3,4,1\n";
+    ck_assert_int_eq(write_file(path, pandas, sizeof pandas - 1), 0);
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 2);
+    const char bom[] = "\xef\xbb\xbf" "1,2,0\n3,4,1\n";
+    ck_assert_int_eq(write_file(path, bom, sizeof bom - 1), 0);
+    ck_assert_int_eq(plan_count_samples(&s, why, sizeof why), 2);
 
     /* gzipped CSV, CRLF, no header ("nan" and " 1e3" are numbers to strtod,
      * as to the runtime), and a line longer than gzgets' chunk */
