@@ -1069,6 +1069,32 @@ out:
     return rc;
 }
 
+int ckpt_newest_mtime(const char *dir, const char *job_name, int64_t *sec, int64_t *nsec,
+                      struct ddpc_err *e)
+{
+    *sec = *nsec = 0;
+    DDPC_TRY(check_job_name(job_name, e));
+    struct ckpt_entry *v = NULL;
+    size_t n = 0;
+    int missing = 0, rc = 0;
+    char path[PATH_MAX];
+    DDPC_TRY(list_ckpts(dir, job_name, &v, &n, &missing, e));
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
+            break;
+        if (stat(path, &st) != 0)   /* pruned meanwhile */
+            continue;
+        if ((int64_t)st.st_mtim.tv_sec > *sec ||
+            ((int64_t)st.st_mtim.tv_sec == *sec && (int64_t)st.st_mtim.tv_nsec > *nsec)) {
+            *sec = (int64_t)st.st_mtim.tv_sec;
+            *nsec = (int64_t)st.st_mtim.tv_nsec;
+        }
+    }
+    entries_free(v, n);
+    return rc;
+}
+
 /* ===================================================================== */
 /* pre-flight                                                              */
 /* ===================================================================== */

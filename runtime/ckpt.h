@@ -2,8 +2,8 @@
  * pruning, pre-flight checks, and safetensors export of the final model.
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
- *          ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export, ckpt_file_size,
- *          ckpt_export_safetensors, ckpt_remove_stale_export_temps,
+ *          ckpt_newest_mtime, ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export,
+ *          ckpt_file_size, ckpt_export_safetensors, ckpt_remove_stale_export_temps,
  *          ckpt_set_fault, ckpt_set_slow (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
@@ -156,6 +156,14 @@ int  ckpt_find_resume(const char *dir, const char *job_name, const char *ident_h
  * holding an older run's higher-step checkpoints keeps its own. */
 int  ckpt_prune(const char *dir, const char *job_name, const char *ident_hash, int keep_last,
                 struct ddpc_err *e);
+
+/* The newest modification time (*sec, *nsec) among job_name's checkpoint
+ * files in dir, any identity; 0, 0 when there is none (or no dir). The
+ * launcher compares it before and after an attempt to learn whether the
+ * attempt wrote a checkpoint: times of one file system, never this
+ * machine's clock. */
+int  ckpt_newest_mtime(const char *dir, const char *job_name, int64_t *sec, int64_t *nsec,
+                       struct ddpc_err *e);
 
 /* Before training: mkdir -p dir, prove it writable (create and unlink a
  * probe file), and require free space >= 2 * ckpt_bytes (the new file is

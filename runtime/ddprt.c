@@ -1505,10 +1505,17 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
         fprintf(stderr, "ddpc: error: out of memory\n");
         return status;
     }
+    const int has_dir = r->job.checkpoint_dir && *r->job.checkpoint_dir;
     int attempt;
     for (attempt = 0;; attempt++) {
         ddpc_err_clear(e);
         r->attempt = attempt;
+        /* the newest checkpoint before this attempt: did it write one? */
+        int64_t before_s = 0, before_ns = 0, after_s = 0, after_ns = 0;
+        struct ddpc_err me = { 0 };
+        if (has_dir)
+            (void)ckpt_newest_mtime(r->job.checkpoint_dir, r->job.name, &before_s, &before_ns,
+                                    &me);
         status = launch_run(o, ddprt_worker, r, e);
         ddprt_remove_stale_temps(r);
         if (status == 0)
@@ -1540,10 +1547,29 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
                     "diverge again\n");
             break;
         }
-        int ckpt = r->job.checkpoint_dir && *r->job.checkpoint_dir;
-        fprintf(stderr, "ddpc: restarting (%d of %d) %s\n", attempt + 1, max_restarts,
-                ckpt ? "from the last checkpoint" : "from scratch: no checkpoint_dir is set");
-        if (ckpt) {
+        /* A run that started from a named checkpoint (--resume,
+         * checkpoint.resume: PATH) starts from it again until an attempt
+         * has written one of its own: checkpoint_dir may hold nothing of
+         * this run yet, and resume: auto would then start from scratch. */
+        int named = r->job.checkpoint.resume == DDPC_RESUME_PATH &&
+                    r->job.checkpoint.resume_path && *r->job.checkpoint.resume_path;
+        int wrote = 1;
+        ddpc_err_clear(&me);
+        if (has_dir && named &&
+            ckpt_newest_mtime(r->job.checkpoint_dir, r->job.name, &after_s, &after_ns,
+                              &me) == 0 && after_s == before_s && after_ns == before_ns)
+            wrote = 0;
+        if (has_dir && wrote)
+            fprintf(stderr, "ddpc: restarting (%d of %d) from the last checkpoint\n",
+                    attempt + 1, max_restarts);
+        else if (named)
+            fprintf(stderr, "ddpc: restarting (%d of %d) from %s, the checkpoint it started "
+                    "from (%s)\n", attempt + 1, max_restarts, r->job.checkpoint.resume_path,
+                    has_dir ? "no checkpoint written since" : "no checkpoint_dir is set");
+        else
+            fprintf(stderr, "ddpc: restarting (%d of %d) from scratch: no checkpoint_dir is "
+                    "set\n", attempt + 1, max_restarts);
+        if (has_dir && wrote) {
             r->job.checkpoint.resume = DDPC_RESUME_AUTO;
             r->job.checkpoint.resume_path = NULL;
         }

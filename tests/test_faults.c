@@ -1638,6 +1638,60 @@ START_TEST(max_restarts_relaunches_then_gives_up_with_history)
 }
 END_TEST
 
+/* A run started from a named checkpoint (checkpoint.resume: PATH, here of
+ * another configuration, outside checkpoint_dir) that fails before writing
+ * a checkpoint of its own restarts from the named one, not from scratch:
+ * resume: auto found nothing in checkpoint_dir and trained from random
+ * weights, under "restarting ... from the last checkpoint". */
+START_TEST(max_restarts_after_a_named_resume_restarts_from_it)
+{
+    char *dir = make_temp_dir("faults-restart-named");
+    struct fopts o1 = { .lr = "0.02", .ckdir = "pre", .epochs = 2 };
+    char *job1 = build_job(dir, "job1", &o1);
+    struct run_result r;
+    run_ok(job1, dir, &r);
+    run_result_free(&r);
+    char *pre = path_in(dir, "pre"), *named = ckpt_in(pre, JOB_NAME "-e0002-s000000512.ckpt");
+    /* checkpoints only at the end: the failure comes before any */
+    struct fopts o = { .resume = named, .every = EPOCHS, .extra = "launch: {max_restarts: 1}\n" };
+    char *job = build_job(dir, "job", &o);
+    char *ref = subdir(dir, "ref");   /* uninterrupted, from the named checkpoint too */
+    run_ok(job, ref, &r);
+    ck_assert_msg(strstr(r.out, "resumed from "), "%s", r.out);
+    run_result_free(&r);
+
+    char *cwd = subdir(dir, "once");
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, cwd, NULL);
+    wait_line(&p, "epoch 3/");
+    kill(-p.pid, SIGSTOP);
+    workers_of(&p, w);
+    ck_assert_int_eq(kill(w[1], SIGKILL), 0);
+    kill(-p.pid, SIGCONT);
+    finish(&p, &r);
+    ck_assert_msg(r.exited && r.code == 0, "exit %d after one failure, max_restarts 1:\n%s%s",
+                  r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, "restarting (1 of 1) from ") &&
+                  strstr(r.err, "the checkpoint it started from"), "%s", r.err);
+    const char *again = strstr(r.out, "resumed from ");
+    ck_assert_msg(again && strstr(again + 1, "resumed from "),
+                  "the restart did not resume from the named checkpoint:\n%s", r.out);
+    assert_same_model(ref, cwd);
+    printf("faults: max_restarts 1 after a named resume:\n%s", r.err);
+    run_result_free(&r);
+    assert_nothing_left(w, 2);
+    free(cwd);
+    free(ref);
+    free(job);
+    free(named);
+    free(pre);
+    free(job1);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ===== the export, used the way a PyTorch user would ===== */
 
 /* IDX images [n, 4, 4] and labels [n] of a 3-class problem with some noise,
@@ -1914,6 +1968,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, summary_on_a_full_stdout_exits_nonzero);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
     tcase_add_test(t, max_restarts_relaunches_then_gives_up_with_history);
+    tcase_add_test(t, max_restarts_after_a_named_resume_restarts_from_it);
     tcase_add_test(t, export_gives_the_reported_test_accuracy_in_torch);
     tcase_add_test(t, metrics_files_and_plain_output);
     tcase_add_test(t, progress_line_on_a_terminal);
