@@ -732,6 +732,24 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
                        "corrupt", path, np, no, ident_len);
         goto out;
     }
+    /* The counters place the run (epochs, steps, a batch into the epoch)
+     * and travel to the other ranks as doubles: a negative or absurd one,
+     * which ckpt_write never writes, would resume at a nonsensical
+     * position (a negative epoch trains ~forever, a negative batch feeds
+     * empty batches). Epochs fit an int, as the spec's do. */
+    const int64_t cmax = (int64_t)1 << 53;
+    if (out->world < 1 || out->epoch < 0 || out->epoch > INT32_MAX || out->sampler_epoch < 0 ||
+        out->sampler_epoch > INT32_MAX || out->step < 0 || out->step > cmax ||
+        out->sampler_batches < 0 || out->sampler_batches > cmax || out->optim_step < 0 ||
+        out->optim_step > cmax || out->skipped_steps < 0 || out->skipped_steps > cmax ||
+        out->good_steps < 0 || out->train_samples < 0 || out->train_samples > cmax) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: impossible header (world %" PRId32
+                       ", epoch %" PRId64 ", step %" PRId64 ", position %" PRId64 " batches "
+                       "into epoch %" PRId64 ", optimizer step %" PRId64 "): the file is "
+                       "corrupt", path, out->world, out->epoch, out->step, out->sampler_batches,
+                       out->sampler_epoch, out->optim_step);
+        goto out;
+    }
     uint64_t expect = ckpt_file_size((size_t)np, (size_t)no) + ident_len;
     if (fsize < expect) {
         rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: truncated: expected %" PRIu64

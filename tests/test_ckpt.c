@@ -336,6 +336,68 @@ START_TEST(truncation_and_trailing_data_are_detected)
 }
 END_TEST
 
+/* A crafted file (valid checksums, hand-made counters) whose position
+ * ckpt_write never writes is refused as impossible: a negative epoch
+ * resumed into a loop of ~2^37 epochs, a negative batch into empty
+ * batches. Offsets are ckpt.h's. */
+START_TEST(crafted_counters_are_refused)
+{
+    char *dir = make_temp_dir("ckpt");
+    char path[4096];
+    write_one(dir, "j", 10, 20, 3, 40, HASH_A, path, sizeof path);
+    size_t n = (size_t)file_size(path);
+    unsigned char *b = malloc(n), *orig = malloc(n);
+    ck_assert(b && orig);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fread(orig, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    static const struct { int off, width; int64_t v; } bad[] = {
+        { 80, 4, 0 },                       /* world 0 */
+        { 88, 8, -1 },                      /* epoch */
+        { 96, 8, -5 },                      /* step */
+        { 112, 8, -100000000000LL },        /* sampler_epoch */
+        { 112, 8, 1LL << 40 },
+        { 120, 8, -5 },                     /* sampler_batches */
+        { 160, 8, -3 },                     /* optim_step */
+        { 188, 4, -1 },                     /* good_steps */
+        { 192, 8, -1 },                     /* skipped_steps */
+        { 236, 8, -7 },                     /* train_samples */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memcpy(b, orig, n);
+        for (int k = 0; k < bad[i].width; k++)
+            b[bad[i].off + k] = (unsigned char)((uint64_t)bad[i].v >> (8 * k));
+        uint32_t hc = crc32c(0, b, 252);
+        for (int k = 0; k < 4; k++)
+            b[252 + k] = (unsigned char)(hc >> (8 * k));
+        uint32_t pc = crc32c(0, b, n - 4);
+        for (int k = 0; k < 4; k++)
+            b[n - 4 + k] = (unsigned char)(pc >> (8 * k));
+        ck_assert_int_eq(write_file(path, b, n), 0);
+        struct ddpc_ckpt r;
+        struct ddpc_err e;
+        ddpc_err_clear(&e);
+        int rc = ckpt_read(path, &r, &e);
+        ck_assert_msg(rc == DDPC_E_DATA && strstr(e.msg, "impossible header") &&
+                      strstr(e.msg, path), "offset %d = %lld: rc %d: %s", bad[i].off,
+                      (long long)bad[i].v, rc, e.msg);
+        ck_assert_ptr_null(r.params);
+    }
+    /* the untouched file still reads */
+    ck_assert_int_eq(write_file(path, orig, n), 0);
+    struct ddpc_ckpt r;
+    struct ddpc_err e;
+    ddpc_err_clear(&e);
+    ck_assert_msg(ckpt_read(path, &r, &e) == 0, "%s", e.msg);
+    ckpt_free(&r);
+    free(b);
+    free(orig);
+    ck_assert_int_eq(rm_tree(dir), 0);
+    free(dir);
+}
+END_TEST
+
 START_TEST(write_rejects_bad_input)
 {
     char *dir = make_temp_dir("ckpt");
@@ -1120,6 +1182,7 @@ Suite *ckpt_suite(void)
     tcase_add_test(t, header_is_little_endian_at_documented_offsets);
     tcase_add_test(t, every_flipped_byte_is_detected);
     tcase_add_test(t, truncation_and_trailing_data_are_detected);
+    tcase_add_test(t, crafted_counters_are_refused);
     tcase_add_test(t, write_rejects_bad_input);
     suite_add_tcase(s, t);
 
