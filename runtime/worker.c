@@ -146,7 +146,6 @@ struct ddpc_run {
         double   check_t;       /* rank 0: time of the last every_n_minutes look */
         int64_t  check_step;    /* all ranks: step of that look */
         int64_t  check_at;      /* all ranks: step of the next look */
-        int      written;       /* all ranks: rank 0 wrote one since the last rank-sync barrier */
     } ckpt;
 };
 
@@ -1366,22 +1365,10 @@ static int step_sync(struct ddpc_run *r, struct train_state *t, struct ddpc_err 
     if (!t->sync)
         return 0;
     double ts = ddpc_now();
-    /* rank 0 may still be writing a checkpoint: that write is not
-     * data-loading skew, so it does not count against rank_sync_timeout
-     * (nccl_timeout, or 30 min when unset, bounds it instead). Only a
-     * timeout blames the write; an abort (a stopped or dead rank, the
-     * launcher) has its own cause in the message already. */
-    double tmo = j->rank_sync_timeout_s;
-    if (r->ckpt.written)
-        tmo += j->nccl_timeout_s > 0 ? j->nccl_timeout_s : 1800.0;
-    int rc = r->a->sync_comm->barrier(r->a->sync_comm, ddpc_deadline_after(tmo), e);
-    if (rc == DDPC_E_TIMEOUT && r->ckpt.written && r->rank != 0) {
-        size_t l = strlen(e->msg);
-        (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing "
-                       "a checkpoint to %s before this step: a slow or hung "
-                       "file system?)", j->checkpoint_dir);
-    }
-    r->ckpt.written = 0;
+    /* a checkpoint rank 0 wrote is not data-loading skew: the ranks waited
+     * for it before this step (ckpt_written_barrier, under nccl_timeout) */
+    int rc = r->a->sync_comm->barrier(r->a->sync_comm,
+                                      ddpc_deadline_after(j->rank_sync_timeout_s), e);
     if (rc < 0)
         return step_fail(r, e, rc);
     r->prof.sync += ddpc_now() - ts;
@@ -1577,6 +1564,26 @@ static int step_log(struct ddpc_run *r, struct train_state *t, struct ddpc_err *
     return 0;
 }
 
+/* All ranks, right after rank 0 wrote a checkpoint or the export (`what`
+ * into `where`): they meet here, under nccl_timeout as every collective,
+ * so that a write slower than that is named as the cause on the other
+ * ranks ("rank 0 was writing a checkpoint to ckpt"), not reported as a
+ * rank 0 that is stuck in the next step's all-reduce or at the exit. */
+static int ckpt_written_barrier(struct ddpc_run *r, const char *what, const char *where,
+                                struct ddpc_err *e)
+{
+    if (!r->comm_on)
+        return 0;
+    struct ddpc_comm *c = r->a->grad_comm;
+    int rc = c->barrier(c, ddpc_deadline_after(r->job->nccl_timeout_s), e);
+    if (rc == DDPC_E_TIMEOUT && r->rank != 0) {
+        size_t l = strlen(e->msg);
+        (void)snprintf(e->msg + l, sizeof e->msg - l, " (rank 0 was writing %s to %s: a slow "
+                       "or hung file system? nccl_timeout bounds the write too)", what, where);
+    }
+    return rc;
+}
+
 /* Checkpoint due by steps or minutes: saved mid-epoch, or at the epoch's end. */
 static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
 {
@@ -1590,7 +1597,9 @@ static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddp
         DDPC_TRY(params_ready(r, e));
         if (r->rank == 0)
             DDPC_TRY(ckpt_save(r, t->epoch, t->epoch, t->b + 1, e));
-        r->ckpt.written = 1;
+        int rc = ckpt_written_barrier(r, "a checkpoint", r->job->checkpoint_dir, e);
+        if (rc < 0)
+            return step_fail(r, e, rc);
     } else if (due) {
         t->due_at_end = 1;     /* the epoch's end saves it, after evaluation */
     }
@@ -1672,7 +1681,7 @@ static int epoch_checkpoint(struct ddpc_run *r, struct train_state *t, struct dd
                        done_epochs == j->epochs || t->due_at_end)) {
         if (r->rank == 0)
             DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, e));
-        r->ckpt.written = 1;
+        DDPC_TRY(ckpt_written_barrier(r, "a checkpoint", j->checkpoint_dir, e));
     }
     return 0;
 }
@@ -1690,14 +1699,19 @@ static void train_totals(struct ddpc_run *r, struct train_state *t)
 static int train_export(struct ddpc_run *r, struct ddpc_err *e)
 {
     const struct ddpc_job *j = r->job;
-    if (r->rank != 0 || !j->checkpoint.export_path || !*j->checkpoint.export_path)
+    if (!j->checkpoint.export_path || !*j->checkpoint.export_path)
         return 0;
-    DDPC_TRY(state_to_host(r, 0, e));
-    if (j->model.type == DDPC_MODEL_SEQUENTIAL || j->model.type == DDPC_MODEL_GPT)
-        return ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
-                               r->ckpt.host_state, r->ckpt.host_state + r->model.n_params, e);
-    return ckpt_export_safetensors(j->checkpoint.export_path, j, r->ckpt.host_state,
-                                   r->model.n_params, e);
+    if (r->rank == 0) {
+        DDPC_TRY(state_to_host(r, 0, e));
+        if (j->model.type == DDPC_MODEL_SEQUENTIAL || j->model.type == DDPC_MODEL_GPT)
+            DDPC_TRY(ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
+                                     r->ckpt.host_state, r->ckpt.host_state + r->model.n_params,
+                                     e));
+        else
+            DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->ckpt.host_state,
+                                             r->model.n_params, e));
+    }
+    return ckpt_written_barrier(r, "the export", j->checkpoint.export_path, e);
 }
 
 /* Final report: metrics closed, rank 0's "done" line, checked as written. */

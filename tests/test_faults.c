@@ -1391,6 +1391,40 @@ START_TEST(slow_checkpoint_write_does_not_trip_rank_sync_timeout)
 }
 END_TEST
 
+/* A checkpoint or export write slower than nccl_timeout, without
+ * rank_sync_timeout: the other rank's error names the write ("rank 0 was
+ * writing a checkpoint to ckpt"), not a rank 0 stuck in the next step's
+ * all-reduce or at the exit. */
+START_TEST(checkpoint_write_past_nccl_timeout_is_named)
+{
+    char *dir = make_temp_dir("faults-slowck-nccl");
+    for (int last = 0; last < 2; last++) {
+        /* last 0: the first epoch's checkpoint, with epochs to go; 1: the
+         * last epoch's, before the export and the exit */
+        struct fopts o = { .epochs = last ? 1 : 3, .every = 1, .extra = "nccl_timeout: 1s\n" };
+        char *job = build_job(dir, last ? "job1" : "job3", &o);
+        char *cwd = subdir(dir, last ? "last" : "first");
+        struct run_proc p;
+        char *env[] = { "DDPC_TEST_CKPT_SLOW_S=3", NULL };
+        start(&p, job, cwd, env);
+        struct run_result r;
+        finish(&p, &r);
+        ck_assert_msg(r.exited && r.code != 0, "exit %d:\n%s%s", r.code, r.out, r.err);
+        ck_assert_msg(strstr(r.err, "[rank 1] error: ") &&
+                      strstr(r.err, "rank 0 was writing a checkpoint to ckpt"),
+                      "the timeout does not name the write:\n%s", r.err);
+        printf("faults: checkpoint write past nccl_timeout (%s epoch): %s",
+               last ? "last" : "first", r.err);
+        run_result_free(&r);
+        ck_assert_int_eq(leftover_children(1.0), 0);
+        free(cwd);
+        free(job);
+    }
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* `./job > /dev/full`: the summary cannot be written, so the job must not
  * exit 0; stderr says what failed. */
 START_TEST(summary_on_a_full_stdout_exits_nonzero)
@@ -1964,6 +1998,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, step_checkpoint_resumes_mid_epoch_byte_identical);
     tcase_add_test(t, cnn_with_batchnorm_dropout_resumes_byte_identical);
     tcase_add_test(t, slow_checkpoint_write_does_not_trip_rank_sync_timeout);
+    tcase_add_test(t, checkpoint_write_past_nccl_timeout_is_named);
     tcase_add_test(t, time_checkpoints_are_written_and_change_nothing);
     tcase_add_test(t, summary_on_a_full_stdout_exits_nonzero);
     tcase_add_test(t, checkpoint_dir_full_or_unwritable);
