@@ -1167,7 +1167,16 @@ static int dir_ready(const char *dir, const char *what, const char *key, struct 
      * file is the only honest test. */
     char probe[PATH_MAX];
     DDPC_TRY(path_join(probe, sizeof probe, e, "%s/.ddpc-probe.%ld", dir, (long)getpid()));
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Exclusive and not through a link: the name is predictable, and a
+     * link planted under it in a shared directory would have this job
+     * truncate (or create) whatever it points to. EEXIST: a probe or a
+     * link left there; remove the name (never its target) and try again. */
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && (errno != EEXIST || unlink(probe) != 0))
+            break;
+    }
     if (fd < 0)
         return DDPC_FAIL(e, DDPC_E_SYS, "%s: directory %s is not writable: cannot create a "
                          "file in it: %s; fix its permissions or point %s elsewhere",

@@ -992,6 +992,26 @@ START_TEST(preflight_creates_and_checks)
     list_dir(nested, ls, sizeof ls);
     ck_assert_str_eq(ls, "");       /* the probe is gone */
 
+    /* The probe's name is predictable (pid): a link planted under it in
+     * a shared checkpoint_dir must not make the preflight truncate (or
+     * create) the file it points to. */
+    char victim[4200], probe[4300];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    ck_assert_int_eq(write_file(victim, "precious", 8), 0);
+    snprintf(probe, sizeof probe, "%s/.ddpc-probe.%ld", nested, (long)getpid());
+    ck_assert_int_eq(symlink(victim, probe), 0);
+    ddpc_err_clear(&e);
+    ck_assert_msg(ckpt_preflight(nested, 1024, &e) == 0, "with a planted link: %s", e.msg);
+    ck_assert_int_eq(file_size(victim), 8);
+    list_dir(nested, ls, sizeof ls);
+    ck_assert_str_eq(ls, "");
+    snprintf(victim, sizeof victim, "%s/created", dir);
+    ck_assert_int_eq(symlink(victim, probe), 0);
+    ck_assert_msg(ckpt_preflight(nested, 1024, &e) == 0, "with a dangling link: %s", e.msg);
+    ck_assert_int_eq(access(victim, F_OK), -1);
+    list_dir(nested, ls, sizeof ls);
+    ck_assert_str_eq(ls, "");
+
     /* Under a regular file: fails even for root, where chmod would not. */
     char file[4200], under[4300];
     snprintf(file, sizeof file, "%s/plainfile", dir);
