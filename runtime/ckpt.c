@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -565,6 +566,9 @@ int ckpt_write(const char *dir, const char *job_name, const struct ddpc_ckpt *c,
     put_u64(h + 192, (uint64_t)c->skipped_steps);
     put_u32(h + 200, (uint32_t)ident_len);
     put_u64(h + 236, (uint64_t)c->train_samples);
+    uint64_t el;
+    memcpy(&el, &c->epoch_loss, 8);
+    put_u64(h + 244, el);
     if (is_hex_hash(c->spec_hash))
         for (int i = 0; i < 32; i++)
             h[204 + i] = (unsigned char)(hexval(c->spec_hash[2 * i]) << 4 |
@@ -721,6 +725,8 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
     out->good_steps = (int32_t)get_u32(h + 188);
     out->skipped_steps = (int64_t)get_u64(h + 192);
     out->train_samples = (int64_t)get_u64(h + 236);
+    uint64_t el = get_u64(h + 244);
+    memcpy(&out->epoch_loss, &el, 8);
     uint64_t np = get_u64(h + 168), no = get_u64(h + 176);
     /* Checked before multiplying so a hostile size cannot wrap or ask for
      * an absurd allocation (the header checksum is not a defence). */
@@ -742,7 +748,8 @@ int ckpt_read(const char *path, struct ddpc_ckpt *out, struct ddpc_err *e)
         out->sampler_epoch > INT32_MAX || out->step < 0 || out->step > cmax ||
         out->sampler_batches < 0 || out->sampler_batches > cmax || out->optim_step < 0 ||
         out->optim_step > cmax || out->skipped_steps < 0 || out->skipped_steps > cmax ||
-        out->good_steps < 0 || out->train_samples < 0 || out->train_samples > cmax) {
+        out->good_steps < 0 || out->train_samples < 0 || out->train_samples > cmax ||
+        !isfinite(out->epoch_loss) || out->epoch_loss < 0) {
         rc = DDPC_FAIL(e, DDPC_E_DATA, "checkpoint %s: impossible header (world %" PRId32
                        ", epoch %" PRId64 ", step %" PRId64 ", position %" PRId64 " batches "
                        "into epoch %" PRId64 ", optimizer step %" PRId64 "): the file is "

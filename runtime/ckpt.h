@@ -40,7 +40,10 @@
  *   236     8  i64 train_samples    samples of the training set the sampler
  *                                   shuffled (0: not recorded, a file from
  *                                   before the field)
- *   244     8  reserved (0)
+ *   244     8  f64 epoch_loss     a mid-epoch position's training loss so far
+ *                                   in its epoch: summed over every rank's samples
+ *                                   (a gpt's tokens); 0: none (at an epoch's end,
+ *                                   or a file from before the field)
  *              (184..199 were reserved and written as 0 before they had a
  *              meaning, so older files read as "not recorded": version 1)
  *   252     4  u32 CRC32C of bytes [0, 252): the header checks itself, so a
@@ -97,6 +100,8 @@ struct ddpc_ckpt {
     int64_t  skipped_steps;
     int64_t  train_samples;     /* the training set's size (a mid-epoch position is
                                    into its permutation); 0: not recorded */
+    double   epoch_loss;        /* the loss summed over the epoch's batches before a
+                                   mid-epoch position, every rank's; 0: none */
     float   *params;            /* [n_params] */
     float   *opt;               /* [n_opt]; NULL when n_opt is 0 */
 };

@@ -136,6 +136,9 @@ struct ddpc_run {
         float   *host_state;    /* [n_params + n_opt] rank 0's host copy; NULL elsewhere */
         int64_t  start_epoch;   /* where a resumed run continues */
         int64_t  start_batch;
+        double   start_loss;    /* rank 0: the training loss of start_epoch before
+                                   start_batch, every rank's (the checkpoint's
+                                   epoch_loss; 0: none) */
         int64_t  file_step;     /* rank 0: the resumed checkpoint's own step count (its
                                    run's metrics rows end there; optim.step may be
                                    this job's count: resume_step) */
@@ -826,7 +829,7 @@ static int state_to_host(struct ddpc_run *r, int with_opt, struct ddpc_err *e)
 /* Rank 0, after `done_epochs` completed epochs and `batches` batches of
  * epoch `in_epoch` (0 at an epoch's end, when in_epoch == done_epochs). */
 static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
-                     int64_t batches, struct ddpc_err *e)
+                     int64_t batches, double epoch_loss, struct ddpc_err *e)
 {
     const struct ddpc_job *j = r->job;
     DDPC_TRY(state_to_host(r, 1, e));
@@ -847,6 +850,7 @@ static int ckpt_save(struct ddpc_run *r, int64_t done_epochs, int64_t in_epoch,
     c.n_params = r->n_ck;
     c.n_opt = r->ckpt.n_opt;
     c.train_samples = r->a->train->n;
+    c.epoch_loss = epoch_loss;
     if (r->scaler.on) {   /* fp32/bf16 files keep these 0, as before they existed */
         c.loss_scale = r->scaler.scale;
         c.good_steps = r->scaler.good_steps;
@@ -1108,6 +1112,7 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             pos[3] = (double)step;
             /* the moments keep the updates they had (torch's state['step']) */
             pos[4] = (double)(c.optim_step - step);
+            r->ckpt.start_loss = c.sampler_batches ? c.epoch_loss : 0;
             amp[0] = (double)c.loss_scale;
             amp[1] = (double)c.good_steps;
             amp[2] = (double)c.skipped_steps;
@@ -1564,6 +1569,19 @@ static int step_log(struct ddpc_run *r, struct train_state *t, struct ddpc_err *
     return 0;
 }
 
+/* Rank 0, in an epoch resumed mid-way from a checkpoint that recorded its
+ * loss so far: that loss (count 0), or the samples (a gpt's tokens) of
+ * every rank it sums (count 1): start_batch full batches each. 0 on other
+ * ranks and in other epochs (the epoch's figures are summed over ranks). */
+static double epoch_carry(const struct ddpc_run *r, const struct train_state *t, int count)
+{
+    if (r->rank != 0 || !r->ckpt.resumed || t->epoch != r->ckpt.start_epoch ||
+        !(r->ckpt.start_loss > 0))
+        return 0;
+    return count ? (double)r->ckpt.start_batch * r->sampler.batch_size * r->world * r->seq_len
+                 : r->ckpt.start_loss;
+}
+
 /* All ranks, right after rank 0 wrote a checkpoint or the export (`what`
  * into `where`): they meet here, under nccl_timeout as every collective,
  * so that a write slower than that is named as the cause on the other
@@ -1593,10 +1611,16 @@ static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddp
     if (due < 0)
         return step_fail(r, e, due);
     if (due && t->b + 1 < r->sampler.n_batches) {
-        /* mid-epoch: the position (epoch, b + 1) is saved */
+        /* mid-epoch: the position (epoch, b + 1) is saved, with the
+         * epoch's loss so far (every rank's), so that a run resumed there
+         * reports the whole epoch's train_loss */
         DDPC_TRY(params_ready(r, e));
+        double cur[DDPC_LOSS_ACC];
+        DDPC_TRY(train_loss_read(r, cur, e));
+        double lsum = cur[0];
+        DDPC_TRY(metrics_reduce(r, &lsum, 1, e));
         if (r->rank == 0)
-            DDPC_TRY(ckpt_save(r, t->epoch, t->epoch, t->b + 1, e));
+            DDPC_TRY(ckpt_save(r, t->epoch, t->epoch, t->b + 1, lsum + epoch_carry(r, t, 0), e));
         int rc = ckpt_written_barrier(r, "a checkpoint", r->job->checkpoint_dir, e);
         if (rc < 0)
             return step_fail(r, e, rc);
@@ -1628,8 +1652,10 @@ static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc
                          "epoch %d: the training loss is %g on rank %d: the run diverged. "
                          "Lower learning_rate, set grad_clip_norm, or check the data for "
                          "nan/inf", (int)t->epoch + 1, t->cur[0], r->rank);
-    /* loss sums over samples, a gpt's over tokens: the means per token */
-    double m[5] = { t->cur[0], (double)t->seen * r->seq_len, 0, 0, 0 };
+    /* loss sums over samples, a gpt's over tokens: the means per token;
+     * an epoch resumed mid-way counts its batches before the resume too */
+    double m[5] = { t->cur[0] + epoch_carry(r, t, 0),
+                    (double)t->seen * r->seq_len + epoch_carry(r, t, 1), 0, 0, 0 };
     if (t->eval)
         DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
     DDPC_TRY(metrics_reduce(r, m, 5, e));
@@ -1680,7 +1706,7 @@ static int epoch_checkpoint(struct ddpc_run *r, struct train_state *t, struct dd
     if (r->ckpt.on && ((every_ep > 0 && done_epochs % every_ep == 0) ||
                        done_epochs == j->epochs || t->due_at_end)) {
         if (r->rank == 0)
-            DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, e));
+            DDPC_TRY(ckpt_save(r, done_epochs, done_epochs, 0, 0, e));
         DDPC_TRY(ckpt_written_barrier(r, "a checkpoint", j->checkpoint_dir, e));
     }
     return 0;

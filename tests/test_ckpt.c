@@ -67,6 +67,7 @@ static void make_ckpt(struct ddpc_ckpt *c, size_t np, size_t no, int64_t epoch,
     for (int i = 0; i < 4; i++)
         c->rng[i] = mix((uint64_t)step * 4 + (uint64_t)i);
     c->optim_step = step;
+    c->epoch_loss = 0.125 * (double)step;
     c->n_params = np;
     c->n_opt = no;
     c->params = np ? malloc(np * 4) : NULL;
@@ -90,6 +91,7 @@ static void assert_same(const struct ddpc_ckpt *a, const struct ddpc_ckpt *b)
     for (int i = 0; i < 4; i++)
         ck_assert_uint_eq(a->rng[i], b->rng[i]);
     ck_assert_int_eq(a->optim_step, b->optim_step);
+    ck_assert(a->epoch_loss == b->epoch_loss);
     ck_assert_uint_eq(a->n_params, b->n_params);
     ck_assert_uint_eq(a->n_opt, b->n_opt);
     ck_assert(a->n_params == 0 || memcmp(a->params, b->params, 4 * a->n_params) == 0);
@@ -363,6 +365,8 @@ START_TEST(crafted_counters_are_refused)
         { 188, 4, -1 },                     /* good_steps */
         { 192, 8, -1 },                     /* skipped_steps */
         { 236, 8, -7 },                     /* train_samples */
+        { 244, 8, (int64_t)0xbff0000000000000ull },   /* epoch_loss -1.0 */
+        { 244, 8, 0x7ff8000000000000LL },   /* epoch_loss NaN */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memcpy(b, orig, n);

@@ -398,14 +398,39 @@ static void csv_steps(const char *cwd, char *buf, size_t cap)
 }
 
 /* The uninterrupted run everything else is compared with: in dir/ref. */
-static char *reference_run(const char *dir, const char *job)
+static char *reference_run_out(const char *dir, const char *job, char **out)
 {
     char *ref = subdir(dir, "ref");
     struct run_result r;
     run_ok(job, ref, &r);
     ck_assert_ptr_null(strstr(r.out, "resumed from"));
+    if (out)
+        ck_assert_ptr_nonnull(*out = strdup(r.out));
     run_result_free(&r);
     return ref;
+}
+
+static char *reference_run(const char *dir, const char *job)
+{
+    return reference_run_out(dir, job, NULL);
+}
+
+/* The train_loss text of out's end-of-epoch line "epoch N/..." ("" if none). */
+static void epoch_train_loss(const char *out, int epoch, char *buf, size_t cap)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "epoch %d/", epoch);
+    buf[0] = '\0';
+    for (const char *p = out; p; p = strchr(p, '\n')) {
+        if (*p == '\n')
+            p++;
+        const char *tl = strstr(p, "train_loss=");
+        const char *nl = strchr(p, '\n');
+        if (strncmp(p, needle, strlen(needle)) == 0 && tl && (!nl || tl < nl)) {
+            snprintf(buf, cap, "%.*s", (int)strcspn(tl, " \n"), tl);
+            return;
+        }
+    }
 }
 
 static void assert_same_model(const char *ref, const char *cwd)
@@ -1193,7 +1218,8 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
     char *dir = make_temp_dir("faults-steps");
     struct fopts o = { .keep_last = 3, .every = 100, .ckextra = ", every_n_steps: 100" };
     char *job = build_job(dir, "job", &o);
-    char *ref = reference_run(dir, job);
+    char *ref_out = NULL;
+    char *ref = reference_run_out(dir, job, &ref_out);
     char *refck = path_in(ref, "ckpt"), names[16384];
     names_with(refck, ".ckpt", names, sizeof names);
     ck_assert_str_eq(names, JOB_NAME "-e0007-s000001900.ckpt " JOB_NAME "-e0007-s000002000.ckpt "
@@ -1224,6 +1250,15 @@ START_TEST(step_checkpoint_resumes_mid_epoch_byte_identical)
     ck_assert_msg(strstr(r.out, "resumed from ckpt/" JOB_NAME "-e0001-s0000") &&
                   strstr(r.out, "mid-epoch)") && strstr(r.out, "epoch 2/") &&
                   !strstr(r.out, "epoch 1/"), "no mid-epoch resume:\n%s%s", r.out, r.err);
+    /* the resumed epoch's train_loss is the whole epoch's, as uninterrupted,
+     * not the mean of the batches after the resume */
+    char want_loss[64], got_loss[64];
+    epoch_train_loss(ref_out, 2, want_loss, sizeof want_loss);
+    epoch_train_loss(r.out, 2, got_loss, sizeof got_loss);
+    ck_assert_msg(want_loss[0] && strcmp(want_loss, got_loss) == 0,
+                  "epoch 2 after the mid-epoch resume: %s, uninterrupted: %s", got_loss,
+                  want_loss);
+    free(ref_out);
     run_result_free(&r);
     assert_same_model(ref, cwd);
     char *a = ckpt_in(refck, JOB_NAME "-e0008-s000002048.ckpt");
