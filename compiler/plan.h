@@ -45,7 +45,7 @@ struct ddpc_plan_rank {
 };
 
 struct ddpc_plan_param {
-    char    name[80];        /* "W0", "b0", ... (mlp, linear); "layers.0.weight" (sequential) */
+    char    name[DDPC_TENSOR_NAME];   /* "W0", "b0", ... (mlp, linear); "layers.0.weight" (sequential) */
     int32_t rows, cols;      /* W: [out, in]; b: [out] (cols 0) */
     char    shape[48];       /* "[32, 1, 3, 3]" */
     int64_t numel;

@@ -1498,7 +1498,7 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                 break;
             }
         }
-        char key[96];
+        char key[DDPC_TENSOR_NAME + 2];
         snprintf(key, sizeof key, "\"%s\"", T->name);
         const char *k = strstr(hdr, key), *open = NULL, *close = NULL;
         if (k) {

@@ -96,7 +96,7 @@ static void add_tensor(struct ddpc_net *net, int node, const char *suffix, int k
     struct ddpc_tensor *t = &net->tensor[net->n_tensors++];
     char base[sizeof net->node[node].name];
     memcpy(base, net->node[node].name, sizeof base);
-    snprintf(t->name, sizeof t->name, "%.47s.%s", base, suffix);
+    snprintf(t->name, sizeof t->name, "%.*s.%s", (int)sizeof base - 1, base, suffix);
     t->node = node;
     t->kind = kind;
     t->is_count = is_count;
@@ -381,14 +381,20 @@ static int build_list(struct bctx *b, int first, int count, int *src, const char
     int pos = 0;
     for (int i = first; i < first + count; pos++) {
         const struct ddpc_layer_item *it = &job->model.items[i];
-        char name[48];
-        snprintf(name, sizeof name, "%.36s.%d", prefix, pos);
+        char name[DDPC_NODE_NAME];
+        int len = snprintf(name, sizeof name, "%s.%d", prefix, pos);
+        if (len < 0 || (size_t)len >= sizeof name)   /* never within DDPC_MAX_ITEMS and 16 levels */
+            return fail(b, i, "module path %s.%d is longer than %d characters", prefix, pos,
+                        DDPC_NODE_NAME - 1);
         if (it->type == DDPC_LAYER_RESIDUAL) {
             if (it->n_body < 1 || i + 1 + it->n_body > first + count)
                 return fail(b, i, "residual needs a non-empty list of layers");
             int in = *src, body = *src;
-            char bp[48];
-            snprintf(bp, sizeof bp, "%.42s.body", name);
+            char bp[DDPC_NODE_NAME];
+            len = snprintf(bp, sizeof bp, "%s.body", name);
+            if (len < 0 || (size_t)len >= sizeof bp)
+                return fail(b, i, "module path %s.body is longer than %d characters", name,
+                            DDPC_NODE_NAME - 1);
             if (build_list(b, i + 1, it->n_body, &body, bp, depth + 1) < 0)
                 return -1;
             int k = new_node(b, i, it, body, name);

@@ -48,6 +48,13 @@ extern "C" {
 #define DDPC_MAX_NODES   600
 /* At most 2 tensors per node, batch norm's 5 (only in sequential lists). */
 #define DDPC_MAX_TENSORS (2 * DDPC_MAX_NODES + 3 * DDPC_MAX_ITEMS)
+/* Module paths and tensor names, whole for every list the spec accepts:
+ * residuals nest 16 deep and positions are below DDPC_MAX_ITEMS, so a
+ * path is at most "layers" + 16 x ".63.body" + ".63" (137 characters),
+ * a tensor name that + ".num_batches_tracked". layers_build refuses a
+ * name that would not fit rather than cut it (cut names collide). */
+#define DDPC_NODE_NAME   144
+#define DDPC_TENSOR_NAME (DDPC_NODE_NAME + 32)
 #define DDPC_MAX_BUCKETS_L 64
 
 struct ddpc_shape {
@@ -75,13 +82,13 @@ struct ddpc_lnode {
     double  fwd_flops, bwd_flops;   /* per sample */
     int64_t act_floats;             /* per sample, kept for backward (output, its gradient, extras) */
     int64_t scratch_floats;         /* per sample, reusable across layers (conv im2col) */
-    char    name[48];               /* module path: "layers.3", "layers.2.body.0" */
+    char    name[DDPC_NODE_NAME];   /* module path: "layers.3", "layers.2.body.0" */
 };
 
 enum ddpc_tensor_kind { DDPC_TENSOR_PARAM, DDPC_TENSOR_STATE };
 
 struct ddpc_tensor {
-    char    name[80];               /* PyTorch state_dict name */
+    char    name[DDPC_TENSOR_NAME]; /* PyTorch state_dict name */
     int     node;
     int     kind;                   /* enum ddpc_tensor_kind */
     int     is_count;               /* num_batches_tracked: int64 in PyTorch */

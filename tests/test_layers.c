@@ -269,6 +269,47 @@ START_TEST(parity_example_cnn)
 }
 END_TEST
 
+/* Residuals nested deep (16 levels are accepted) keep PyTorch's whole
+ * module paths: names were cut at 47 characters, so from the fifth level
+ * on the export's names were not the nn.Sequential's (strict loading
+ * failed) and two tensors could share a name (model.init_from then read
+ * one tensor's values into both). */
+START_TEST(deep_residual_names_are_pytorchs)
+{
+    const char *yaml = HEAD "model:\n  type: sequential\n  input: [4]\n  layers:\n"
+        "    - residual:\n      - residual:\n        - residual:\n          - residual:\n"
+        "            - residual:\n              - linear: {out_features: 4}\n"
+        "              - residual:\n                - linear: {out_features: 4}\n"
+        "                - batchnorm1d\n"
+        "    - linear: {out_features: 3}\n"
+        "data:\n  train: {format: synthetic, samples: 64, features: 4, classes: 3}\n";
+    struct built b;
+    build_spec(&b, yaml);
+    static struct ddpc_net net;
+    char why[512];
+    int bad;
+    ck_assert_msg(layers_build(&b.job, NULL, &net, &bad, why, sizeof why) == 0, "%s", why);
+    const char *want[] = {
+        "layers.0.body.0.body.0.body.0.body.0.body.0.weight",
+        "layers.0.body.0.body.0.body.0.body.0.body.1.body.0.weight",
+        "layers.0.body.0.body.0.body.0.body.0.body.1.body.1.num_batches_tracked",
+    };
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        int found = 0;
+        for (int t = 0; t < net.n_tensors; t++)
+            found += strcmp(net.tensor[t].name, want[w]) == 0;
+        ck_assert_msg(found == 1, "tensor %s found %d times", want[w], found);
+    }
+    for (int t = 0; t < net.n_tensors; t++)
+        for (int u = t + 1; u < net.n_tensors; u++)
+            ck_assert_msg(strcmp(net.tensor[t].name, net.tensor[u].name) != 0,
+                          "two tensors named %s", net.tensor[t].name);
+    built_free(&b);
+    /* and PyTorch's nn.Sequential of the spec loads them (strict=True) */
+    parity(yaml, 4, 23);
+}
+END_TEST
+
 /* The plan's buckets are the runtime's: both come from layers_buckets over
  * the same layers_build, and the plan lists them in fill order. */
 START_TEST(plan_buckets_are_runtime_buckets)
@@ -655,6 +696,7 @@ Suite *layers_suite(void)
     tcase_add_test(t, parity_norms);
     tcase_add_test(t, parity_residual_dropout);
     tcase_add_test(t, parity_example_cnn);
+    tcase_add_test(t, deep_residual_names_are_pytorchs);
     suite_add_tcase(s, t);
     TCase *u = tcase_create("runtime");
     tcase_add_test(u, plan_buckets_are_runtime_buckets);
