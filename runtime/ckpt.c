@@ -1406,6 +1406,71 @@ static const char *st_field(const char *p, const char *end, const char *key)
     return NULL;
 }
 
+/* p at a string's opening quote: just past its closing one, or NULL. */
+static const char *st_string_end(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* p at a JSON value: just past it (strings and nesting skipped), or NULL. */
+static const char *st_value_end(const char *p, const char *end)
+{
+    if (p < end && *p == '"')
+        return st_string_end(p, end);
+    int depth = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            if (!(p = st_string_end(p, end)))
+                return NULL;
+            p--;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if (*p == '}' || *p == ']') {
+            if (depth == 0)
+                return p;            /* a scalar ended by its object's close */
+            if (--depth == 0)
+                return p + 1;
+        } else if (*p == ',' && depth == 0) {
+            return p;
+        }
+    }
+    return depth == 0 ? p : NULL;
+}
+
+/* The next entry of the header's top-level object, *pp just inside its
+ * '{' or after the previous entry: its key [*k, *k + *kl) (quotes off,
+ * escapes kept) and its value [*v, *ve). 1: an entry, 0: the object's
+ * end, -1: not JSON as safetensors writes it. Only top-level keys are
+ * tensor names: a name in __metadata__ or inside a value is not one. */
+static int st_next(const char **pp, const char *end, const char **k, size_t *kl, const char **v,
+                   const char **ve)
+{
+    const char *p = st_skip_ws(*pp, end);
+    if (p < end && *p == ',')
+        p = st_skip_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return 0;
+    const char *ke = p < end && *p == '"' ? st_string_end(p, end) : NULL;
+    if (!ke)
+        return -1;
+    *k = p + 1;
+    *kl = (size_t)(ke - 1 - *k);
+    p = st_skip_ws(ke, end);
+    if (p >= end || *p != ':')
+        return -1;
+    *v = st_skip_ws(p + 1, end);
+    if (!(*ve = st_value_end(*v, end)) || *ve == *v)
+        return -1;
+    *pp = *ve;
+    return 1;
+}
+
 /* "[a, b, ...]" of non-negative integers; returns the count or -1. */
 static int st_ints(const char *p, const char *end, uint64_t *v, int max)
 {
@@ -1470,9 +1535,23 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
     hdr[hl] = '\0';
     const char *end = hdr + hl;
     uint64_t data_len = (uint64_t)st.st_size - 8 - hl;
-    int entries = 0;
-    for (const char *q = hdr; (q = strstr(q, "\"data_offsets\"")); q++)
-        entries++;
+    /* the top-level entries other than __metadata__ are the tensors */
+    const char *body = st_skip_ws(hdr, end), *k, *val, *ve;
+    size_t kl;
+    int entries = 0, more;
+    if (body >= end || *body != '{') {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: its header is not a JSON object: "
+                       "not a safetensors file", path);
+        goto out;
+    }
+    body++;
+    for (const char *p = body; (more = st_next(&p, end, &k, &kl, &val, &ve)) > 0;)
+        entries += !(kl == 12 && memcmp(k, "__metadata__", 12) == 0);
+    if (more < 0) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: its header is not valid JSON: not a "
+                       "safetensors file", path);
+        goto out;
+    }
     /* a tied weight is in the file twice (nanoGPT's state_dict: wte and
      * lm_head.weight); read it once under each name and require equality */
     int tied = net->tie_tensor >= 0 && net->tie_tensor < net->n_tensors && net->tie_name[0];
@@ -1498,13 +1577,18 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                 break;
             }
         }
-        char key[DDPC_TENSOR_NAME + 2];
-        snprintf(key, sizeof key, "\"%s\"", T->name);
-        const char *k = strstr(hdr, key), *open = NULL, *close = NULL;
-        if (k) {
-            open = st_skip_ws(k + strlen(key), end);
-            open = open < end && *open == ':' ? st_skip_ws(open + 1, end) : NULL;
-            close = open && *open == '{' ? memchr(open, '}', (size_t)(end - open)) : NULL;
+        size_t nl = strlen(T->name);
+        const char *open = NULL, *close = NULL;
+        int times = 0;
+        for (const char *p = body; st_next(&p, end, &k, &kl, &val, &ve) > 0;)
+            if (kl == nl && memcmp(k, T->name, nl) == 0 && times++ == 0 && *val == '{') {
+                open = val;
+                close = ve - 1;   /* its '}' */
+            }
+        if (times > 1) {
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s holds tensor %s %d times", path,
+                           T->name, times);
+            break;
         }
         if (!close) {
             rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s has no tensor %s", path, T->name);

@@ -26,6 +26,7 @@
 #include "ckpt.h"
 #include "crc32c.h"
 #include "ident.h"
+#include "layers.h"
 
 /* ===== helpers ===== */
 
@@ -1170,6 +1171,74 @@ START_TEST(safetensors_layout_and_data)
 }
 END_TEST
 
+/* A safetensors file of header hdr and data bytes at path. */
+static void st_raw(const char *path, const char *hdr, const void *data, size_t n)
+{
+    size_t hl = strlen(hdr);
+    unsigned char *b = malloc(8 + hl + n);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, hdr, hl);
+    memcpy(b + 8 + hl, data, n);
+    ck_assert_int_eq(write_file(path, b, 8 + hl + n), 0);
+    free(b);
+}
+
+/* model.init_from reads the header's top-level entries: a tensor's name
+ * in __metadata__ (or in any value) is not that tensor, a "data_offsets"
+ * there does not count as one, and a name given twice is refused. It
+ * searched the whole header for the quoted name, so a valid file whose
+ * metadata mentioned "layers.0.weight" first was refused with 'has no
+ * tensor layers.0.weight', and of a duplicated name the first was read. */
+START_TEST(init_from_reads_top_level_names_only)
+{
+    char *dir = make_temp_dir("ckpt");
+    int sizes[] = { 3, 2 };
+    struct ddpc_job job;
+    mlp_job(&job, sizes, 2);
+    static struct ddpc_net net;
+    char why[256];
+    int bad;
+    ck_assert_int_eq(layers_build(&job, NULL, &net, &bad, why, sizeof why), 0);
+    ck_assert_int_eq(net.n_tensors, 2);
+    float data[16] = { 1, 2, 3, 4, 5, 6, -1, -2, 9, 9, 9, 9, 9, 9, 9, 9 }, params[8];
+    char path[4200];
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    struct ddpc_err e = { 0 };
+    /* the metadata first, naming a tensor and holding "data_offsets" */
+    st_raw(path, "{\"__metadata__\": {\"source\": \"layers.0.weight\", \"data_offsets\": \"x\", "
+           "\"n\": \"{[\\\"}\"},\n \"layers.0.bias\": {\"dtype\": \"F32\", \"shape\": [2], "
+           "\"data_offsets\": [24, 32]}, \"layers.0.weight\": {\"dtype\": \"F32\", "
+           "\"shape\": [2, 3], \"data_offsets\": [0, 24]}}", data, 32);
+    memset(params, 0, sizeof params);
+    ck_assert_msg(ckpt_read_net(path, &net, params, NULL, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(memcmp(params, data, 8 * sizeof(float)), 0);
+    /* a name twice (the second with other values) */
+    st_raw(path, "{\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+           "\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+           "\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[32,56]}}",
+           data, 64);
+    memset(&e, 0, sizeof e);
+    ck_assert_int_lt(ckpt_read_net(path, &net, params, NULL, &e), 0);
+    ck_assert_msg(strstr(e.msg, "holds 3 tensors") || strstr(e.msg, "2 times"), "%s", e.msg);
+    /* a tensor's name only as a value: not there */
+    st_raw(path, "{\"layers.0.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+           "\"x\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24],\"a\":\"layers.0.weight\"}}",
+           data, 32);
+    memset(&e, 0, sizeof e);
+    ck_assert_int_lt(ckpt_read_net(path, &net, params, NULL, &e), 0);
+    ck_assert_msg(strstr(e.msg, "has no tensor layers.0.weight"), "%s", e.msg);
+    /* not JSON */
+    st_raw(path, "{\"layers.0.bias\" {}}", data, 32);
+    memset(&e, 0, sizeof e);
+    ck_assert_int_lt(ckpt_read_net(path, &net, params, NULL, &e), 0);
+    ck_assert_msg(strstr(e.msg, "not valid JSON"), "%s", e.msg);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(safetensors_linear_model)
 {
     char *dir = make_temp_dir("ckpt");
@@ -1231,6 +1300,7 @@ Suite *ckpt_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, safetensors_layout_and_data);
     tcase_add_test(t, safetensors_linear_model);
+    tcase_add_test(t, init_from_reads_top_level_names_only);
     suite_add_tcase(s, t);
     return s;
 }
