@@ -16,6 +16,7 @@
  *   reply    u32 len | u8 status | body
  *            status 0 ok (GET: value; ADD: i64 new value; CHECK: u8 found)
  *            status 1 timed out (GET only)
+ *            status 2 refused (ADD: the sum would overflow an i64)
  * A GET for a key that is absent is parked on the server until a SET makes
  * the key appear or its timeout passes, so waiting costs no polling.
  */
@@ -44,7 +45,7 @@ enum { OP_SET = 1, OP_GET = 2, OP_CHECK = 3, OP_ADD = 4 };
 /* store_client_connect's notices while it cannot connect */
 #define STORE_NOTE_FIRST_S 5.0
 #define STORE_NOTE_EVERY_S 60.0
-enum { ST_OK = 0, ST_TIMEOUT = 1 };
+enum { ST_OK = 0, ST_TIMEOUT = 1, ST_REFUSED = 2 };
 
 #define STORE_FRAME_MAX  (1 + 2 + STORE_KEY_MAX + STORE_VALUE_MAX)
 #define STORE_IO_S       60.0   /* a reply to set/check/add: the server answers at once */
@@ -557,7 +558,10 @@ static int srv_handle(struct srv *s, struct srv_conn *c, const uint8_t *p, size_
         int64_t v = 0;
         if (kv && kv->len == 8)
             v = get_i64(kv->val);
-        v += get_i64(body);
+        /* the delta is the peer's: a sum past an i64 is refused (signed
+         * overflow is undefined), the counter kept */
+        if (__builtin_add_overflow(v, get_i64(body), &v))
+            return srv_reply(c->fd, ST_REFUSED, NULL, 0);
         uint8_t enc[8];
         put_i64(enc, v);
         if (srv_store(s, key, enc, 8) < 0)
@@ -1099,6 +1103,11 @@ int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *o
     uint8_t *b;
     size_t n;
     DDPC_TRY(client_reply(c, ddpc_now() + STORE_IO_S, &st, &b, &n, e));
+    if (st == ST_REFUSED) {
+        free(b);
+        return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: add %lld to %s would overflow "
+                         "the counter", c->addr, (long long)delta, key);
+    }
     if (st != ST_OK || n != 8) {
         free(b);
         return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: add %s: bad reply", c->addr, key);

@@ -720,6 +720,34 @@ START_TEST(garbage_drops_only_that_connection)
 }
 END_TEST
 
+/* ADD is signed 64-bit arithmetic on the server: a sum that does not fit
+ * (a hostile or buggy peer's delta) is refused, the counter kept, never
+ * wrapped (signed overflow is undefined behaviour in the serving child). */
+START_TEST(add_overflow_is_refused)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    int64_t v = 0;
+    ck_assert_int_eq(store_add(&c, "n", INT64_MAX, &v, &e), 0);
+    ck_assert(v == INT64_MAX);
+    ddpc_err_clear(&e);
+    ck_assert_int_lt(store_add(&c, "n", 1, &v, &e), 0);
+    ck_assert_msg(strstr(e.msg, "overflow"), "%s", e.msg);
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(store_add(&c, "n", 0, &v, &e), 0);   /* still served, value kept */
+    ck_assert(v == INT64_MAX);
+    ck_assert_int_eq(store_add(&c, "m", INT64_MIN, &v, &e), 0);
+    ck_assert_int_lt(store_add(&c, "m", -1, &v, &e), 0);
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(store_add(&c, "m", INT64_MAX, &v, &e), 0);
+    ck_assert(v == -1);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
 Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -739,6 +767,7 @@ Suite *store_suite(void)
     tcase_add_test(t, worker_forked_after_the_bind_resolves_the_name);
     tcase_add_test(t, silent_first_address_leaves_time_for_the_next);
     tcase_add_test(t, garbage_drops_only_that_connection);
+    tcase_add_test(t, add_overflow_is_refused);
     suite_add_tcase(s, t);
     return s;
 }
