@@ -17,6 +17,8 @@
  *            status 0 ok (GET: value; ADD: i64 new value; CHECK: u8 found)
  *            status 1 timed out (GET only)
  *            status 2 refused (ADD: the sum would overflow an i64)
+ *            status 3 full (sent unasked, then the connection is closed:
+ *                     the server has no descriptor left; body: the limit)
  * A GET for a key that is absent is parked on the server until a SET makes
  * the key appear or its timeout passes, so waiting costs no polling.
  */
@@ -35,6 +37,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include "comm.h"
@@ -45,7 +48,7 @@ enum { OP_SET = 1, OP_GET = 2, OP_CHECK = 3, OP_ADD = 4 };
 /* store_client_connect's notices while it cannot connect */
 #define STORE_NOTE_FIRST_S 5.0
 #define STORE_NOTE_EVERY_S 60.0
-enum { ST_OK = 0, ST_TIMEOUT = 1, ST_REFUSED = 2 };
+enum { ST_OK = 0, ST_TIMEOUT = 1, ST_REFUSED = 2, ST_FULL = 3 };
 
 #define STORE_FRAME_MAX  (1 + 2 + STORE_KEY_MAX + STORE_VALUE_MAX)
 #define STORE_IO_S       60.0   /* a reply to set/check/add: the server answers at once */
@@ -632,10 +635,46 @@ static void srv_free(struct srv *s)
     free(s->conn);
 }
 
+/* accept4 failed for want of a descriptor (every rank of a large job holds
+ * a connection while it waits): the pending connection would stay in the
+ * backlog, the listener readable, and the loop would spin on it while its
+ * client waited for a reply until its deadline. The spare descriptor kept
+ * for this is given up to take the connection, which is told why (ST_FULL,
+ * with the limit) and closed. */
+static void srv_refuse_full(int listen_fd, int *spare_fd, int err)
+{
+    if (*spare_fd >= 0) {
+        (void)close(*spare_fd);
+        *spare_fd = -1;
+    }
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+        struct rlimit rl;
+        uint8_t msg[5 + 160];
+        int n = snprintf((char *)msg + 5, sizeof msg - 5, "%s (ulimit -n: %lld)", strerror(err),
+                         getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                         ? (long long)rl.rlim_cur : -1LL);
+        if (n < 0 || n >= (int)sizeof msg - 5)
+            n = 0;
+        put_u32(msg, (uint32_t)(1 + n));
+        msg[4] = ST_FULL;
+        /* a fresh connection's empty buffer takes it whole; never waits */
+        (void)send(fd, msg, 5 + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)close(fd);
+    }
+    *spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (*spare_fd < 0) {
+        /* not even that: let the backlog wait instead of spinning */
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        (void)nanosleep(&ts, NULL);
+    }
+}
+
 int store_serve(int listen_fd, int stop_fd)
 {
     struct srv s;
     memset(&s, 0, sizeof s);
+    int spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);   /* see srv_refuse_full */
     struct pollfd *pfd = NULL;
     size_t pcap = 0;
     int rc = 0;
@@ -692,6 +731,8 @@ int store_serve(int listen_fd, int stop_fd)
         }
         if (pfd[1].revents & POLLIN) {
             int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+                srv_refuse_full(listen_fd, &spare_fd, errno);
             if (fd >= 0) {
                 int one = 1;
                 (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -711,6 +752,8 @@ int store_serve(int listen_fd, int stop_fd)
     }
     free(pfd);
     srv_free(&s);
+    if (spare_fd >= 0)
+        (void)close(spare_fd);
     return rc;
 }
 
@@ -743,6 +786,13 @@ int store_host_start(struct store_host *h, const char *host, int port, double de
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != parent)
             _exit(1);
         (void)signal(SIGINT, SIG_IGN);   /* the launcher stops it (stop pipe) */
+        /* a connection per rank: a large world outgrows the usual soft
+         * limit of 1024 descriptors; the hard limit is the store's to take */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
         (void)signal(SIGPIPE, SIG_IGN);
         (void)close(p[1]);
         _exit(store_serve(lfd, p[0]) < 0 ? 1 : 0);
@@ -934,6 +984,9 @@ void store_client_close(struct store_client *c)
     }
 }
 
+static int client_reply(struct store_client *c, double until, int *status, uint8_t **body,
+                        size_t *blen, struct ddpc_err *e);
+
 static int client_send(struct store_client *c, int op, const char *key, const void *body,
                        size_t blen, struct ddpc_err *e)
 {
@@ -959,9 +1012,22 @@ static int client_send(struct store_client *c, int op, const char *key, const vo
             ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
             if (w < 0 && errno == EINTR)
                 continue;
-            if (w <= 0)
+            if (w <= 0) {
+                int err = errno;
+                /* a store that has no descriptor left said so, and closed:
+                 * the reset it sent for the rest of this frame must not
+                 * hide why */
+                uint8_t peek[5];
+                int st;
+                uint8_t *junk;
+                size_t jn;
+                if (recv(c->fd, peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof peek &&
+                    peek[4] == ST_FULL &&
+                    client_reply(c, ddpc_now() + 1.0, &st, &junk, &jn, e) < 0)
+                    return e->code;
                 return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: send: %s (did node 0 "
-                                 "end?)", c->addr, strerror(errno));
+                                 "end?)", c->addr, strerror(err));
+            }
             p += w;
             n -= (size_t)w;
         }
@@ -1021,6 +1087,24 @@ static int client_reply(struct store_client *c, double until, int *status, uint8
     }
     *status = hdr[4];
     *blen = n - 1;
+    if (*status == ST_FULL) {
+        char why[200] = "";
+        size_t take = *blen < sizeof why - 1 ? *blen : sizeof why - 1;
+        if (client_read(c, why, take, until, e) < 0)
+            why[0] = '\0';
+        else
+            why[take] = '\0';
+        for (char *q = why; *q; q++)
+            if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
+                *q = '?';   /* the peer's bytes, printed */
+        store_client_close(c);
+        ddpc_err_clear(e);
+        return DDPC_FAIL(e, DDPC_E_SYS, "the rendezvous store %s (node 0) has no file "
+                         "descriptor left for this connection: %s.\n---> HINT: raise the "
+                         "open-file limit of node 0's ./job (ulimit -n; the store takes the "
+                         "hard limit, and needs one descriptor per rank of the job)", c->addr,
+                         why);
+    }
     *body = malloc(*blen + 1);
     if (!*body)
         return DDPC_FAIL(e, DDPC_E_NOMEM, "rendezvous store: out of memory");

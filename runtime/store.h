@@ -10,7 +10,10 @@
  * family (0.0.0.0 or ::) so other hosts reach it, without SO_REUSEPORT: a
  * second job on the same port is refused with EADDRINUSE, never shares the
  * listener. It serves from a forked child process, so the workers forked
- * later by the launcher hold none of its sockets.
+ * later by the launcher hold none of its sockets. That child raises its
+ * open-file limit to the hard limit (it holds a connection per waiting
+ * rank); a connection past it is told so (the client's error names
+ * ulimit -n) and closed, never left unanswered in the backlog.
  *
  * The client side (store_client_*) is one blocking TCP connection. Every
  * call that waits takes an absolute CLOCK_MONOTONIC deadline (comm.h);

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <check.h>
@@ -748,6 +749,100 @@ START_TEST(add_overflow_is_refused)
 }
 END_TEST
 
+/* A world of ranks holds a connection each to node 0's store (gloo's whole
+ * exchange, NCCL's wait for the unique id), more than a soft descriptor
+ * limit of 1024 (the usual default) on a large job: the store serves up to
+ * the hard limit, and past it refuses a connection without spinning. */
+START_TEST(more_clients_than_the_soft_fd_limit)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        enum { N = 96 };
+        struct rlimit rl = { 64, 4096 };
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(10);
+        struct store_host h;
+        struct ddpc_err e = { 0 };
+        if (store_host_start(&h, "127.0.0.1", 0, 0, &e) < 0)
+            _exit(11);
+        rl.rlim_cur = 4096;   /* the clients' side: this test's own limit */
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(12);
+        static struct store_client c[N];
+        for (int i = 0; i < N; i++)
+            if (store_client_connect(&c[i], "127.0.0.1", h.port, ddpc_deadline_after(5), &e) < 0)
+                _exit(13);
+        /* every connection answered, the last first, each within 5 s */
+        for (int i = N; i-- > 0;) {
+            uint8_t req[4 + 3 + 1] = { 0, 0, 0, 4, 3, 0, 1, 'k' };   /* CHECK "k" */
+            if (send(c[i].fd, req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req)
+                _exit(14);
+            struct pollfd pf = { c[i].fd, POLLIN, 0 };
+            if (poll(&pf, 1, 5000) != 1)
+                _exit(15);
+            uint8_t rep[6];
+            if (recv(c[i].fd, rep, sizeof rep, MSG_WAITALL) != (ssize_t)sizeof rep)
+                _exit(16);
+        }
+        for (int i = 0; i < N; i++)
+            store_client_close(&c[i]);
+        store_host_stop(&h);
+        /* a hard limit of 64: the clients past it are told so at once */
+        int port_p[2], stop_p[2];
+        if (pipe(port_p) != 0 || pipe(stop_p) != 0)
+            _exit(17);
+        pid_t sp = fork();
+        if (sp < 0)
+            _exit(18);
+        if (sp == 0) {
+            struct rlimit low = { 64, 64 };
+            int lfd, port;
+            (void)close(stop_p[1]);
+            if (setrlimit(RLIMIT_NOFILE, &low) != 0 ||
+                store_listen("127.0.0.1", 0, 0, &lfd, &port, &e) < 0 ||
+                write(port_p[1], &port, sizeof port) != (ssize_t)sizeof port)
+                _exit(1);
+            _exit(store_serve(lfd, stop_p[0]) < 0 ? 2 : 0);
+        }
+        (void)close(stop_p[0]);
+        int port = 0;
+        if (read(port_p[0], &port, sizeof port) != (ssize_t)sizeof port)
+            _exit(19);
+        int served = 0, told = 0;
+        double t0 = ddpc_now();
+        for (int i = 0; i < N; i++)
+            if (store_client_connect(&c[i], "127.0.0.1", port, ddpc_deadline_after(5), &e) < 0)
+                _exit(20);
+        for (int i = N; i-- > 0;) {
+            ddpc_err_clear(&e);
+            int r = store_check(&c[i], "k", &e);
+            if (r == 0)
+                served++;
+            else if (r < 0 && strstr(e.msg, "no file descriptor left") &&
+                     strstr(e.msg, "ulimit -n: 64"))
+                told++;
+            else {
+                fprintf(stderr, "client %d: %d %s\n", i, r, e.msg);
+                _exit(21);
+            }
+            store_client_close(&c[i]);
+        }
+        (void)close(stop_p[1]);
+        int sst;
+        if (waitpid(sp, &sst, 0) != sp || !WIFEXITED(sst) || WEXITSTATUS(sst) != 0)
+            _exit(22);
+        if (served < 32 || told < 1 || served + told != N || ddpc_now() - t0 > 10)
+            _exit(23);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x (exit %d)", st,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -768,6 +863,7 @@ Suite *store_suite(void)
     tcase_add_test(t, silent_first_address_leaves_time_for_the_next);
     tcase_add_test(t, garbage_drops_only_that_connection);
     tcase_add_test(t, add_overflow_is_refused);
+    tcase_add_test(t, more_clients_than_the_soft_fd_limit);
     suite_add_tcase(s, t);
     return s;
 }
