@@ -754,6 +754,26 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
          * messages) and world size; a rank that never arrives is named
          * here, before gloo's own exchange */
         std::string base = std::string(in->prefix) + "/" + in->purpose;
+        /* one process per rank: a second ./job given the same node rank
+         * (--node-rank K twice, srun with two tasks on a node) would
+         * overwrite the first's address and leave one of the two waiting
+         * for connections that went to the other, to fail at its timeout
+         * blaming node 0's network */
+        int64_t claims = 0;
+        std::string claim = base + "/claim/" + std::to_string(in->rank);
+        if ((rc = store_add(&sc, claim.c_str(), 1, &claims, e)) < 0)
+            throw 0;
+        if (claims != 1) {
+            int node = in->rank / g->rpn;
+            rc = DDPC_FAIL(e, DDPC_E_INVALID,
+                           "rank %d (node %d) is already taken: another ./job runs as node %d "
+                           "of this job.\n---> HINT: give each node its own --node-rank "
+                           "(0..N-1, node %d is taken); under Slurm run one task per node "
+                           "(srun --ntasks-per-node=1, as the generated sbatch script does), "
+                           "since the node rank is SLURM_NODEID",
+                           in->rank, node, node, node);
+            throw 0;
+        }
         std::string mine = base + "/rank/" + std::to_string(in->rank);
         std::string val = host + "\n" + std::to_string(in->world);
         if ((rc = store_set(&sc, mine.c_str(), val.data(), val.size(), e)) < 0)

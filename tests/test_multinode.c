@@ -344,6 +344,38 @@ START_TEST(node_0_alone_names_what_it_waited_for)
 }
 END_TEST
 
+/* Two ./job given the same node rank (--node-rank 1 twice; srun with two
+ * tasks on a node, which share SLURM_NODEID): the second to register is
+ * told that its rank is taken, at once, while the job trains with the
+ * first; it used to overwrite the first's address and one of the two
+ * failed at the timeout with gloo's 'Connect timeout' to node 0. */
+START_TEST(two_jobs_as_one_node_rank_are_named)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build(&b, 1, 2, 0);
+    struct run_proc p[3];
+    struct run_result r[3];
+    start_node(&p[1], &b, 1);
+    start_node(&p[2], &b, 1);
+    start_node(&p[0], &b, 0);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(run_finish(&p[k], 60, &r[k]), 0);
+    ck_assert_msg(r[0].exited && r[0].code == 0, "node 0 status %d:\n%s", r[0].code, r[0].err);
+    int lost = r[1].code != 0 ? 1 : 2, won = 3 - lost;
+    ck_assert_msg(r[won].exited && r[won].code == 0, "node 1 (first) status %d:\n%s",
+                  r[won].code, r[won].err);
+    ck_assert_msg(r[lost].exited && r[lost].code == 1, "node 1 (second) status %d:\n%s",
+                  r[lost].code, r[lost].err);
+    ck_assert_msg(strstr(r[lost].err, "rank 1 (node 1) is already taken") &&
+                  strstr(r[lost].err, "--node-rank"), "%s", r[lost].err);
+    for (int k = 0; k < 3; k++)
+        run_result_free(&r[k]);
+    built_free(&b);
+}
+END_TEST
+
 /* Builds b->dir/NAME from b's spec (two.yaml) with `from` replaced by `to`. */
 static char *build_variant(const struct built *b, const char *name, const char *from,
                            const char *to)
@@ -633,6 +665,7 @@ Suite *multinode_suite(void)
     tcase_add_test(t, node_0_alone_names_what_it_waited_for);
     tcase_add_test(t, restart_after_a_dead_worker_on_node_1);
     tcase_add_test(t, a_node_with_another_job_or_data_is_named);
+    tcase_add_test(t, two_jobs_as_one_node_rank_are_named);
     tcase_add_test(t, cut_link_ends_both_nodes);   /* last: it leaves the link down */
     suite_add_tcase(s, t);
     TCase *sl = tcase_create("slurm");
