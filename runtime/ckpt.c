@@ -113,21 +113,32 @@ struct ckpt_afile {
     char     final[PATH_MAX];
 };
 
-/* This machine's name, reduced to [A-Za-z0-9-] (at most 63 chars), for
- * temp file names: checkpoint_dir may be on a file system shared by several
- * nodes, and a pid is only meaningful on the host that issued it. */
+/* This machine's name for temp file names: checkpoint_dir may be on a file
+ * system shared by several nodes, and a pid is only meaningful on the host
+ * that issued it, so the tag must name one host. A name of [A-Za-z0-9-]
+ * (at most 63 chars) is its own tag; any other is reduced to those
+ * characters (at most 54) and followed by '_' and the CRC-32C of the whole
+ * name in hex, so that "node_1", "node.1" and "node-1", or two long names
+ * alike in their first 63 characters, never share a tag (a tag with '_'
+ * can only come from a reduced name). */
 static void host_tag(char *out, size_t cap)
 {
     char h[256];
     if (gethostname(h, sizeof h) != 0)
         h[0] = '\0';                 /* unnamed host: still a valid tag */
     h[sizeof h - 1] = '\0';
-    size_t n = 0;
-    for (const char *p = h; *p && n + 1 < cap && n < 63; p++)
+    size_t hl = strlen(h), n = 0;
+    int changed = hl > 63;
+    for (const char *p = h; *p; p++)
+        changed |= !(isalnum((unsigned char)*p) || *p == '-');
+    size_t keep = changed ? 54 : 63;
+    for (const char *p = h; *p && n + 1 < cap && n < keep; p++)
         out[n++] = isalnum((unsigned char)*p) || *p == '-' ? *p : '-';
     if (n == 0 && cap > 1)
         out[n++] = 'h';
     out[n] = '\0';
+    if (changed && cap > n)
+        (void)snprintf(out + n, cap - n, "_%08x", (unsigned)crc32c(0, h, hl));
 }
 
 /* snprintf that reports truncation as an error instead of a wrong path. */

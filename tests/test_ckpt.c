@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -934,6 +935,63 @@ START_TEST(kill9_mid_write_leaves_no_final_file)
 }
 END_TEST
 
+/* Temp-file cleanup removes only this host's dead writers' files, and the
+ * host is known by its name made file-safe: hosts whose names differ only
+ * where that replaces a character ("node_1" and "node.1" next to
+ * "node-1", on a checkpoint_dir shared by the nodes) must not share a tag,
+ * or one removes a live temp file of another (its pid means nothing here).
+ * A UTS namespace gives the forked case the host names. */
+START_TEST(temp_cleanup_tells_similar_host_names_apart)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWUTS) != 0)
+            _exit(77);
+        pid_t dead = fork();   /* a pid that no process has now */
+        if (dead == 0)
+            _exit(0);
+        if (dead < 0 || waitpid(dead, NULL, 0) != dead)
+            _exit(2);
+        char *dir = make_temp_dir("ckpt-host");
+        char tmp[4096], ls[4096];
+        snprintf(tmp, sizeof tmp, "%s/.job-e0002-s000000030-01234567.ckpt.tmp.node-1.%ld", dir,
+                 (long)dead);
+        struct ddpc_err e;
+        ddpc_err_clear(&e);
+        static const char *const others[] = { "node_1", "node.1", "NODE-1" };
+        for (int k = 0; k < 3; k++) {
+            if (write_file(tmp, "x", 1) != 0 || sethostname(others[k], strlen(others[k])) != 0)
+                _exit(3);
+            if (ckpt_prune(dir, "job", HASH_A, 3, &e) != 0)
+                _exit(4);
+            list_dir(dir, ls, sizeof ls);
+            if (!strstr(ls, ".tmp.node-1.")) {
+                fprintf(stderr, "host %s removed node-1's temp file\n", others[k]);
+                _exit(10 + k);
+            }
+        }
+        /* the host that wrote it still removes it */
+        if (sethostname("node-1", 6) != 0 || ckpt_prune(dir, "job", HASH_A, 3, &e) != 0)
+            _exit(5);
+        list_dir(dir, ls, sizeof ls);
+        if (strstr(ls, ".tmp.node-1."))
+            _exit(6);
+        rm_tree(dir);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        test_skip("ckpt temp_cleanup_tells_similar_host_names_apart",
+                  "no UTS namespace here (needs root)");
+        return;
+    }
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x (exit %d)", st,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 START_TEST(enospc_on_real_tmpfs)
 {
     char *dir = make_temp_dir("ckpt-tmpfs");
@@ -1293,6 +1351,7 @@ Suite *ckpt_suite(void)
     tcase_add_test(t, enospc_via_fault_hook_leaves_earlier_intact);
     tcase_add_test(t, kill9_mid_write_leaves_no_final_file);
     tcase_add_test(t, enospc_on_real_tmpfs);
+    tcase_add_test(t, temp_cleanup_tells_similar_host_names_apart);
     tcase_add_test(t, preflight_creates_and_checks);
     suite_add_tcase(s, t);
 
