@@ -216,6 +216,13 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
             else { fprintf(stderr, "%s: %.*s needs a value (see --help)\n",      \
                            argv0, (int)klen, a); return DDPRT_EXIT_USAGE; }      \
         } while (0)
+        /* --dry-run=no must not dry-run: a flag without a value takes none */
+        if (eq && (FLAG_IS("--help") || FLAG_IS("-h") || FLAG_IS("--version") ||
+                   FLAG_IS("--dry-run"))) {
+            fprintf(stderr, "%s: %.*s takes no value (got '%s'; see --help)\n", argv0,
+                    (int)klen, a, eq + 1);
+            return DDPRT_EXIT_USAGE;
+        }
         if (FLAG_IS("--help") || FLAG_IS("-h")) {
             f->help = 1;
         } else if (FLAG_IS("--version")) {

@@ -1068,6 +1068,16 @@ START_TEST(ddprt_flags)
     ck_assert_msg(strstr(main_out, "--dry-run"), "%s", main_out);
     ck_assert_int_eq(run_main(&j, NULL, "--version", NULL), 0);
     ck_assert_msg(strstr(main_out, "abc123"), "%s", main_out);
+    /* a flag that takes no value refuses one: --dry-run=no dry-ran (the
+     * value was dropped), --help=1 and --version=2 answered as if plain */
+    static const char *const no_value[] = { "--dry-run=no", "--dry-run=", "--help=1",
+                                            "-h=x", "--version=2" };
+    for (size_t i = 0; i < sizeof no_value / sizeof no_value[0]; i++) {
+        ck_assert_msg(run_main(&j, NULL, no_value[i], NULL) == 2, "%s: %s%s", no_value[i],
+                      main_out, main_err);
+        ck_assert_msg(strstr(main_err, "takes no value") && !strstr(main_out, "dry-run"),
+                      "%s: %s%s", no_value[i], main_out, main_err);
+    }
     ck_assert_int_eq(run_main(&j, NULL, "--node-rank", "x"), 2);
     ck_assert_int_eq(run_main(&j, NULL, "--node-rank", " 1"), 2);
     ck_assert_msg(strstr(main_err, "--node-rank ' 1'"), "%s", main_err);
