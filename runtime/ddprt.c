@@ -545,11 +545,21 @@ static int ddprt_check_slurm_nodes(const struct ddprt_run *r, struct ddpc_err *e
                     "(launch.num_nodes 1)\n", vars[k], n);
             return 0;
         }
+        /* launcher local writes no sbatch script: ask for the nodes */
+        if (r->job.launch.launcher == DDPC_LAUNCHER_SLURM)
+            return DDPC_FAIL(e, DDPC_E_INVALID,
+                             "SLURM gave this job %d node%s (%s=%d) but it was built for "
+                             "launch.num_nodes %d: submit the generated sbatch script "
+                             "unchanged (it asks for --nodes=%d), or change num_nodes and "
+                             "rebuild", n, n == 1 ? "" : "s", vars[k], n, r->num_nodes,
+                             r->num_nodes);
         return DDPC_FAIL(e, DDPC_E_INVALID,
                          "SLURM gave this job %d node%s (%s=%d) but it was built for "
-                         "launch.num_nodes %d: submit the generated sbatch script unchanged "
-                         "(it asks for --nodes=%d), or change num_nodes and rebuild",
-                         n, n == 1 ? "" : "s", vars[k], n, r->num_nodes, r->num_nodes);
+                         "launch.num_nodes %d: run it in an allocation of %d nodes, one task "
+                         "each (salloc or srun --nodes=%d --ntasks-per-node=1), or change "
+                         "num_nodes and rebuild (launch.launcher: slurm writes an sbatch "
+                         "script that asks for them)", n, n == 1 ? "" : "s", vars[k], n,
+                         r->num_nodes, r->num_nodes, r->num_nodes);
     }
     return 0;
 }

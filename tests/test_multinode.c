@@ -643,7 +643,18 @@ START_TEST(slurm_node_count_is_checked)
     ck_assert_msg(r.exited && r.code == 1, "status %d:\n%s", r.code, r.err);
     ck_assert_msg(strstr(r.err, "SLURM gave this job 3 nodes (SLURM_NNODES=3) but it was built "
                          "for launch.num_nodes 2"), "%s", r.err);
+    /* launcher local: no sbatch script was generated, so none is named */
+    ck_assert_msg(!strstr(r.err, "sbatch script unchanged") &&
+                  strstr(r.err, "srun --nodes=2 --ntasks-per-node=1"), "%s", r.err);
     run_result_free(&r);
+    struct built s;
+    build_x(&s, 1, 1, 0, "  launcher: slurm\n");
+    char *sargv[] = { s.job, "--dry-run", NULL };
+    ck_assert_int_eq(run_capture(sargv, s.dir, three, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1 && strstr(r.err, "submit the generated sbatch script "
+                  "unchanged (it asks for --nodes=2)"), "status %d:\n%s", r.code, r.err);
+    run_result_free(&r);
+    built_free(&s);
     char *two[] = { "SLURM_JOB_NUM_NODES=2", "SLURM_NODEID=1", NULL };
     ck_assert_int_eq(run_capture(argv, b.dir, two, 30, &r), 0);
     ck_assert_msg(r.exited && r.code == 0, "status %d:\n%s", r.code, r.err);
