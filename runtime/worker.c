@@ -1117,9 +1117,17 @@ static int run_resume(struct ddpc_run *r, struct ddpc_err *e)
             amp[1] = (double)c.good_steps;
             amp[2] = (double)c.skipped_steps;
             if (rc == 0 && r->a->out) {
-                fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld%s)\n", path,
-                        (long long)pos[1], (long long)c.step,
-                        c.sampler_batches ? ", mid-epoch" : "");
+                /* epochs counted from 1, as the epoch lines count them: a
+                 * mid-epoch checkpoint's epoch is the one it is inside of
+                 * (it said "epoch 0" for one inside epoch 1) */
+                if (c.sampler_batches)
+                    fprintf(r->a->out, "resumed from %s (step %lld, %lld batch%s into epoch "
+                            "%lld, mid-epoch)\n", path, (long long)c.step,
+                            (long long)c.sampler_batches, c.sampler_batches == 1 ? "" : "es",
+                            (long long)c.sampler_epoch + 1);
+                else
+                    fprintf(r->a->out, "resumed from %s (epoch %lld, step %lld)\n", path,
+                            (long long)c.sampler_epoch, (long long)c.step);
                 char data[160] = "";   /* the same settings over other data */
                 if (c.train_samples > 0 && c.train_samples != r->a->train->n)
                     (void)snprintf(data, sizeof data, " (the training data holds %lld "

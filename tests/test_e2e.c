@@ -1171,7 +1171,7 @@ START_TEST(mid_epoch_resume_across_grad_accumulation)
                                           "from a checkpoint taken at an epoch's end", NULL },
                    "epoch 2/2");
     resume_runs(dir, job, "me-e0001-s000000020-",      /* 4 batches into epoch 2 */
-                (const char *const[]){ "(epoch 1, step 20, mid-epoch)",
+                (const char *const[]){ "(step 20, 4 batches into epoch 2, mid-epoch)",
                                        "done epochs=2 steps=16 ", NULL });
     free(job);
     rm_tree(dir);
