@@ -740,7 +740,9 @@ static int train_loss_read(struct ddpc_run *r, double *cur, struct ddpc_err *e)
 
 /* Doubles through the small metric buffer as float pairs hi + lo, which
  * keep ~48 bits (counts exact below 2^48): summed over ranks (bcast 0) or
- * rank 0's sent to all (bcast 1). */
+ * rank 0's sent to all (bcast 1). A value past float's range goes as an
+ * infinity of its sign (hi = inf, lo = -inf would sum to nan), so that a
+ * diverging loss sum arrives infinite on every rank (reduced_loss_ok). */
 static int doubles_collective(struct ddpc_run *r, double *v, int n, int bcast,
                               struct ddpc_err *e)
 {
@@ -755,7 +757,7 @@ static int doubles_collective(struct ddpc_run *r, double *v, int n, int bcast,
                          n, DDPC_N_METRICS / 2);
     for (int i = 0; i < n; i++) {
         h[2 * i] = (float)v[i];
-        h[2 * i + 1] = (float)(v[i] - (double)h[2 * i]);
+        h[2 * i + 1] = isfinite(h[2 * i]) ? (float)(v[i] - (double)h[2 * i]) : 0.0f;
     }
     DDPC_TRY(o->to_device(o, r->metric, h, (size_t)2 * n * sizeof(float), e));
     if (bcast)
@@ -773,6 +775,20 @@ static int doubles_collective(struct ddpc_run *r, double *v, int n, int bcast,
 static int metrics_reduce(struct ddpc_run *r, double *v, int n, struct ddpc_err *e)
 {
     return doubles_collective(r, v, n, 0, e);
+}
+
+/* A training loss summed over the ranks (`what`: "the loss of the steps
+ * since step N"): each rank's sum was finite, but past float's range the
+ * sum cannot be reported (the progress line and the metrics said nan for
+ * steps on end before a rank's own loss overflowed). Every rank sees the
+ * same sum, so all stop here together. */
+static int reduced_loss_ok(double sum, const char *what, struct ddpc_err *e)
+{
+    if (isfinite(sum))
+        return 0;
+    return DDPC_FAIL(e, DDPC_E_DIVERGED, "%s, summed over the ranks, is %g (past float32's "
+                     "range): the run diverged. Lower learning_rate, set grad_clip_norm, or "
+                     "check the data for nan/inf", what, sum);
 }
 
 /* This rank's strided shard of the test set: r, r+W, ... (no padding). */
@@ -1198,6 +1214,8 @@ static int window_loss(struct ddpc_run *r, double *sum, double *cnt, int64_t ste
         return 0;
     double v[2] = { *sum, *cnt };
     DDPC_TRY(metrics_reduce(r, v, 2, e));
+    /* the caller's step_fail names the step */
+    DDPC_TRY(reduced_loss_ok(v[0], "the training loss of the logged window", e));
     *sum = v[0];
     *cnt = v[1];
     return 0;
@@ -1627,6 +1645,9 @@ static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddp
         DDPC_TRY(train_loss_read(r, cur, e));
         double lsum = cur[0];
         DDPC_TRY(metrics_reduce(r, &lsum, 1, e));
+        int rl = reduced_loss_ok(lsum, "the epoch's training loss so far", e);
+        if (rl < 0)
+            return step_fail(r, e, rl);
         if (r->rank == 0)
             DDPC_TRY(ckpt_save(r, t->epoch, t->epoch, t->b + 1, lsum + epoch_carry(r, t, 0), e));
         int rc = ckpt_written_barrier(r, "a checkpoint", r->job->checkpoint_dir, e);
@@ -1667,6 +1688,11 @@ static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc
     if (t->eval)
         DDPC_TRY(evaluate(r, &m[2], &m[3], &m[4], e));
     DDPC_TRY(metrics_reduce(r, m, 5, e));
+    if (!isfinite(m[0])) {
+        char what[64];
+        snprintf(what, sizeof what, "epoch %d: the training loss", (int)t->epoch + 1);
+        return reduced_loss_ok(m[0], what, e);
+    }
     res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
     if (t->eval) {
         res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;

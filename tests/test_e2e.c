@@ -852,6 +852,45 @@ START_TEST(diverged_run_is_named_and_not_restarted)
 }
 END_TEST
 
+/* A loss that grows past float's range across the ranks' sums (each
+ * rank's own sum still finite): the run stops at that step, named as
+ * diverged. The progress lines and metrics_csv said "-nan" for 12 steps
+ * (the sums travel between ranks as float pairs, inf + -inf), until a
+ * rank's own loss overflowed. */
+START_TEST(loss_past_float_range_stops_the_run)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-overflow");
+    ck_assert_ptr_nonnull(dir);
+    write_text(dir, "ov.yaml",
+               "name: ov\naccelerator: cpu\ndevices: 2\nseed: 7\nepochs: 5\nbatch_size: 32\n"
+               "learning_rate: 10\nlr_scaling: linear\nloss: mse\n"
+               "optimizer: {type: sgd, momentum: 0.9}\nmodel: {type: linear, layers: [16, 1]}\n"
+               "logging: {metrics_csv: l.csv, every_n_steps: 1}\n"
+               "data: {train: {format: synthetic, samples: 4096, features: 16, classes: 0, "
+               "seed: 1}}\n");
+    struct run_result r;
+    run_in(dir, "ov", 0, &r);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.err, ": the training loss of the logged window, summed over the "
+                                "ranks, is inf (past float32's range): the run diverged") &&
+                  strstr(r.err, "exited with status 19 (the run diverged)"), "%s", r.err);
+    ck_assert_msg(!strstr(r.out, "loss -nan") && !strstr(r.out, "loss nan") &&
+                  !strstr(r.err, "loss -nan") && !strstr(r.err, "loss nan"), "%s%s", r.out,
+                  r.err);
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/l.csv", dir), 0);
+    char *rows = read_whole(p, NULL);
+    ck_assert_ptr_nonnull(rows);
+    ck_assert_msg(!strstr(rows, "nan") && strstr(rows, "\n10,"), "%s", rows);
+    free(rows);
+    free(p);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* The path, relative to dir, of the one checkpoint in dir/ck whose name
  * starts with prefix ("me-e0001-s000000020-": step 20, whatever its
  * identity tag), in name; fails the test when there is none. */
@@ -1692,6 +1731,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, sequential_input_width_at_runtime);
     tcase_add_test(run, log_interval_longer_than_the_run_is_named);
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
+    tcase_add_test(run, loss_past_float_range_stops_the_run);
     tcase_add_test(run, mid_epoch_resume_past_a_shorter_epoch_is_refused);
     tcase_add_test(run, mid_epoch_resume_across_grad_accumulation);
     tcase_add_test(run, resume_across_grad_accumulation_keeps_the_schedule);
