@@ -335,6 +335,49 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
     return buf_take(&df.out);
 }
 
+
+/* Creates out_path.tmp.PID for writing, tracked so that a signal removes
+ * it (interrupt.h): *tmp is its name (NULL when nothing was created) and
+ * *slot its tracking slot. Returns the descriptor, or -1 with an error in d. */
+static int tmp_create(const char *out_path, char **tmp, int *slot, struct ddpc_diag *d)
+{
+    if (asprintf(tmp, "%s.tmp.%ld", out_path, (long)getpid()) < 0) {
+        *tmp = NULL;
+        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+        return -1;
+    }
+    *slot = intr_track(*tmp);     /* before it exists: a signal removes it */
+    int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        diag_add(d, DDPC_SEV_ERROR, *tmp, 0, 0, "", "cannot create: %s", strerror(errno));
+        free(*tmp);
+        *tmp = NULL;    /* nothing to remove */
+    }
+    return fd;
+}
+
+/* Puts the temporary file in place: fsync and close fd (always closed),
+ * then rename *tmp onto out_path, after which *tmp is freed and NULL.
+ * Returns 0, or -1 with an error in d (*tmp left for the caller to
+ * unlink). */
+static int tmp_commit(int fd, char **tmp, const char *out_path, struct ddpc_diag *d)
+{
+    int synced = fsync(fd) == 0;
+    int err = errno;
+    if (close(fd) != 0 || !synced) {
+        diag_add(d, DDPC_SEV_ERROR, *tmp, 0, 0, "", "write failed: %s",
+                 strerror(synced ? errno : err));
+        return -1;
+    }
+    if (rename(*tmp, out_path) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, out_path, 0, 0, "", "cannot rename %s into place: %s", *tmp,
+                 strerror(errno));
+        return -1;
+    }
+    free(*tmp);
+    *tmp = NULL;
+    return 0;
+}
 /* ======================= running m4 ======================= */
 
 int emit_m4(const char *m4, const char *prologue, const char *template_path,
@@ -375,19 +418,8 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "lseek: %s", strerror(errno));
         goto done;
     }
-    if (asprintf(&tmp, "%s.tmp.%ld", out_path, (long)getpid()) < 0) {
-        tmp = NULL;
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+    if ((out_fd = tmp_create(out_path, &tmp, &tmp_slot, d)) < 0)
         goto done;
-    }
-    tmp_slot = intr_track(tmp);     /* before it exists: a signal removes it */
-    out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out_fd < 0) {
-        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "cannot create: %s", strerror(errno));
-        free(tmp);
-        tmp = NULL;    /* nothing to remove */
-        goto done;
-    }
     if (posix_spawn_file_actions_init(&fa) != 0) {
         diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "posix_spawn_file_actions_init failed");
         goto done;
@@ -411,19 +443,10 @@ int emit_m4(const char *m4, const char *prologue, const char *template_path,
                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
         goto done;
     }
-    if (fsync(out_fd) != 0 || close(out_fd) != 0) {
-        out_fd = -1;
-        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "write failed: %s", strerror(errno));
-        goto done;
-    }
+    int committed = tmp_commit(out_fd, &tmp, out_path, d);
     out_fd = -1;
-    if (rename(tmp, out_path) != 0) {
-        diag_add(d, DDPC_SEV_ERROR, out_path, 0, 0, "", "cannot rename %s into place: %s", tmp,
-                 strerror(errno));
+    if (committed != 0)
         goto done;
-    }
-    free(tmp);
-    tmp = NULL;
     rc = 0;
 done:
     if (have_fa)
@@ -449,19 +472,8 @@ int emit_install(const char *from, const char *to, unsigned mode, struct ddpc_di
         diag_add(d, DDPC_SEV_ERROR, from, 0, 0, "", "cannot read: %s", strerror(errno));
         goto done;
     }
-    if (asprintf(&tmp, "%s.tmp.%ld", to, (long)getpid()) < 0) {
-        tmp = NULL;
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+    if ((out_fd = tmp_create(to, &tmp, &slot, d)) < 0)
         goto done;
-    }
-    slot = intr_track(tmp);     /* before it exists: a signal removes it */
-    out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out_fd < 0) {
-        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "cannot create: %s", strerror(errno));
-        free(tmp);
-        tmp = NULL;    /* nothing to remove */
-        goto done;
-    }
     char buf[8192];
     for (;;) {
         ssize_t n = read(in_fd, buf, sizeof buf);
@@ -484,19 +496,14 @@ int emit_install(const char *from, const char *to, unsigned mode, struct ddpc_di
             off += w;
         }
     }
-    if (fchmod(out_fd, (mode_t)mode) != 0 || fsync(out_fd) != 0 || close(out_fd) != 0) {
-        out_fd = -1;
-        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "write failed: %s", strerror(errno));
+    if (fchmod(out_fd, (mode_t)mode) != 0) {
+        diag_add(d, DDPC_SEV_ERROR, tmp, 0, 0, "", "chmod failed: %s", strerror(errno));
         goto done;
     }
+    int committed = tmp_commit(out_fd, &tmp, to, d);
     out_fd = -1;
-    if (rename(tmp, to) != 0) {
-        diag_add(d, DDPC_SEV_ERROR, to, 0, 0, "", "cannot rename %s into place: %s", tmp,
-                 strerror(errno));
+    if (committed != 0)
         goto done;
-    }
-    free(tmp);
-    tmp = NULL;
     rc = 0;
 done:
     if (out_fd >= 0)
