@@ -270,6 +270,12 @@ static int cuda_to_device(struct ddpc_ops *o, void *dst, const void *host_src, s
     uintptr_t d = (uintptr_t)dst, base = (uintptr_t)c->w_base;
     if (d < base + c->w_n * sizeof(float) && d + bytes > base)
         c->w_lo_prec = 0;         /* the parameters changed: their copy is stale */
+    /* The stream first, bounded: host_src is pageable (the callers' stack,
+     * malloc), and a copy from pageable memory may itself wait for the
+     * stream to drain before it stages the bytes (CUDA's "API
+     * synchronization behavior"), inside the driver, without any bound,
+     * behind a collective a hung peer never joins. */
+    DDPC_TRY(stream_wait(o, "to_device", e));
     CUDA_CHECK(e, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
     /* Wait: the caller may reuse host_src as soon as we return, and a
      * pinned source would otherwise still be read by the DMA engine
@@ -324,6 +330,12 @@ static int cuda_to_host(struct ddpc_ops *o, void *host_dst, const void *src, siz
     struct ops_cuda_ctx *c = ctx_of(o);
     if (bytes == 0)
         return 0;
+    /* The stream first, bounded (see cuda_to_device): a copy into pageable
+     * memory (host_dst is the caller's stack or malloc) may wait for the
+     * stream inside the driver without bound; and a copy issued before a
+     * timed-out wait would still land in host_dst after the caller has
+     * given it up. */
+    DDPC_TRY(stream_wait(o, "to_host", e));
     /* On the compute stream, so the copy sees every op issued before it. */
     CUDA_CHECK(e, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     return stream_wait(o, "to_host", e);
