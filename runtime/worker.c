@@ -1938,6 +1938,22 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
      * have left (no collective waits on this) */
     if (rc == 0 && a->sample && a->rank == 0 && a->out)
         rc = sample_run(&r.model, a->sample, a->out, e);
+    /* A device frees its buffers with cudaFree, which waits for every
+     * stream of the GPU, the communicators' too: after a failure one of
+     * them may hold a collective that never completes (a timed-out device
+     * wait, a rank-sync barrier past its deadline, a hung peer), and the
+     * free would wait for it forever, before ddprt.c's abort. So abort
+     * first, in ddprt.c's order: the gradient comm, whose abort flags the
+     * rank-sync comm split from it too; it ends those kernels (the CPU
+     * keeps ddprt.c's place for it). */
+    if (rc < 0 && a->ops && !a->ops->host_memory) {
+        char why[64];
+        (void)snprintf(why, sizeof why, "rank %d failed", a->rank);
+        if (a->grad_comm && a->grad_comm->abort)
+            a->grad_comm->abort(a->grad_comm, why);
+        if (a->sync_comm && a->sync_comm->abort)
+            a->sync_comm->abort(a->sync_comm, why);
+    }
     run_free(&r);
     return rc;
 }

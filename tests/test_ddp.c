@@ -735,6 +735,75 @@ START_TEST(comm_errors_name_the_step)
 }
 END_TEST
 
+/* A device backend (host_memory 0) frees with cudaFree, which waits for
+ * every stream of the GPU, a collective that will never finish included:
+ * so after a failure the worker aborts both communicators before it frees
+ * anything (the rank-sync barrier here times out with the gradient comm
+ * not aborted, as comm_nccl.cu's barrier leaves it). */
+static int fake_aborts, failed_yet, freed_unaborted, freed_after;
+static void (*real_release)(struct ddpc_ops *, void *);
+
+static void counting_abort(struct ddpc_comm *c, const char *why)
+{
+    (void)c, (void)why;
+    fake_aborts++;
+}
+
+static void abort_checking_release(struct ddpc_ops *o, void *p)
+{
+    if (failed_yet) {
+        freed_after++;
+        freed_unaborted += fake_aborts < 2;
+    }
+    real_release(o, p);
+}
+
+static int marking_barrier(struct ddpc_comm *c, double deadline, struct ddpc_err *e)
+{
+    int rc = f_barrier(c, deadline, e);
+    failed_yet |= rc < 0;
+    return rc;
+}
+
+START_TEST(device_failure_aborts_comms_before_freeing)
+{
+    struct ddpc_job j;
+    job_small(&j, 8, DDPC_OPTIM_SGD);
+    struct ddpc_dataset tr, te;
+    load_synthetic(&tr, &te);
+    struct ddpc_ops ops;
+    struct ddpc_err e = {0};
+    ops_cpu_init(&ops, &e);
+    ops.host_memory = 0;   /* as a device backend */
+    real_release = ops.release;
+    ops.release = abort_checking_release;
+    struct failing fg = { 0, 0, 0 }, fs = { 0, 3, DDPC_E_TIMEOUT };
+    struct ddpc_comm g, s;
+    fake_comm(&g, &fg, "gradient");
+    fake_comm(&s, &fs, "rank-sync");
+    g.abort = s.abort = counting_abort;
+    s.barrier = marking_barrier;
+    fake_aborts = failed_yet = freed_unaborted = freed_after = 0;
+    struct ddpc_worker_args a = { .job = &j, .rank = 0, .world = 2, .ops = &ops,
+                                  .grad_comm = &g, .sync_comm = &s, .train = &tr, .test = &te };
+    struct ddpc_worker_result res = {0};
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_TIMEOUT);
+    ck_assert_int_eq(fake_aborts, 2);
+    ck_assert_int_gt(freed_after, 0);
+    ck_assert_int_eq(freed_unaborted, 0);
+    /* the CPU keeps ddprt.c's order: nothing aborted inside the worker */
+    ops.host_memory = 1;
+    fs.calls = 0;
+    fake_aborts = failed_yet = 0;
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(worker_run(&a, &res, &e), DDPC_E_TIMEOUT);
+    ck_assert_int_eq(fake_aborts, 0);
+    ops.destroy(&ops);
+    data_free(&tr);
+    data_free(&te);
+}
+END_TEST
+
 /* precision fp16 turns on dynamic loss scaling where the backend computes in
  * reduced precision (not host memory). Forced onto the fp32 CPU math, the
  * power-of-two scaling must be exact: the same parameters, bit for bit. */
@@ -1270,6 +1339,7 @@ Suite *ddp_suite(void)
     tcase_add_test(tc, device_loss_is_read_at_epoch_ends_only);
     tcase_add_test(tc, same_seed_byte_identical);
     tcase_add_test(tc, comm_errors_name_the_step);
+    tcase_add_test(tc, device_failure_aborts_comms_before_freeing);
     tcase_add_test(tc, nonfinite_gradient_names_the_step);
     tcase_add_test(tc, checkpoint_resume_continues_exactly);
     tcase_add_test(tc, fp16_loss_scaling_is_exact_on_fp32_math);
