@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "job.h"
+#include "tokens.h"
 
 /* 1 when a and b are one file: the same device and inode when both exist,
  * else (neither exists) the same last component in the same directory
@@ -39,27 +40,41 @@ static inline int same_file(const char *a, const char *b)
     return realpath(da, ra) && realpath(db, rb) && strcmp(ra, rb) == 0;
 }
 
-/* The path of the job's input that is the file *so (a data file,
- * model.init_from, the checkpoint it resumes from), or NULL; *key names
- * it, resume_key the checkpoint (the job may have it from --resume). */
+/* The path of the job's input that is the file *so (a data file, one of
+ * the files a text or tokens source's pattern matches, model.init_from,
+ * the checkpoint it resumes from), or NULL; *key names it, resume_key the
+ * checkpoint (the job may have it from --resume). */
 static inline const char *job_input_at(const struct ddpc_job *j, const struct stat *so,
                                        const char *resume_key, const char **key)
 {
-    const struct { const char *path, *what; } in[] = {
-        { j->data.train.inputs, "data.train.inputs" }, { j->data.train.labels, "data.train.labels" },
-        { j->data.train.path, "data.train.path" }, { j->data.test.inputs, "data.test.inputs" },
-        { j->data.test.labels, "data.test.labels" }, { j->data.test.path, "data.test.path" },
-        { j->model.init_from, "model.init_from" },
+    const struct ddpc_data_source *tr = &j->data.train, *te = &j->data.test;
+    int trs = tr->format == DDPC_DATA_TEXT || tr->format == DDPC_DATA_TOKENS;
+    int tes = te->format == DDPC_DATA_TEXT || te->format == DDPC_DATA_TOKENS;
+    const struct { const char *path, *what; const struct ddpc_data_source *stream; } in[] = {
+        { tr->inputs, "data.train.inputs", NULL }, { tr->labels, "data.train.labels", NULL },
+        { tr->path, "data.train.path", trs ? tr : NULL },
+        { te->inputs, "data.test.inputs", NULL }, { te->labels, "data.test.labels", NULL },
+        { te->path, "data.test.path", tes ? te : NULL },
+        { j->model.init_from, "model.init_from", NULL },
         { j->checkpoint.resume == DDPC_RESUME_PATH ? j->checkpoint.resume_path : NULL,
-          resume_key },
+          resume_key, NULL },
     };
     struct stat si;
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        if (in[i].path && in[i].path[0] && stat(in[i].path, &si) == 0 &&
-            si.st_dev == so->st_dev && si.st_ino == so->st_ino) {
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i].path || !in[i].path[0])
+            continue;
+        if (stat(in[i].path, &si) == 0 && si.st_dev == so->st_dev && si.st_ino == so->st_ino) {
             *key = in[i].what;
             return in[i].path;
         }
+        /* a token source's path may be a pattern: each of its files */
+        if (in[i].stream &&
+            tokens_names_file(in[i].path, (size_t)in[i].stream->path_literal, so)) {
+            *key = in[i].stream == tr ? "one of the files data.train.path matches"
+                                      : "one of the files data.test.path matches";
+            return in[i].path;
+        }
+    }
     return NULL;
 }
 

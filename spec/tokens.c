@@ -240,6 +240,25 @@ int tokens_list(const char *path, size_t literal, enum ddpc_data_format fmt,
     return 0;
 }
 
+int tokens_names_file(const char *path, size_t literal, const struct stat *st)
+{
+    char **names, why[64];
+    int n, found = 0;
+    if (!path || !*path)
+        return 0;
+    size_t len = strlen(path);
+    if (expand(path, literal < len ? literal : len, &names, &n, why, sizeof why) < 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        struct stat si;
+        found |= stat(names[i], &si) == 0 && si.st_dev == st->st_dev &&
+                 si.st_ino == st->st_ino;
+        free(names[i]);
+    }
+    free(names);
+    return found;
+}
+
 void tokens_list_free(struct ddpc_token_files *tf)
 {
     for (int i = 0; tf->f && i < tf->n; i++)

@@ -3,7 +3,7 @@
  * (validate.c), `ddpc plan` (plan.c) and the job's loader (runtime/data.c).
  *
  * defines: tokens_list, tokens_list_free, tokens_shard_header, tokens_range,
- *          tokens_windows, tokens_file_part, tokens_locate
+ *          tokens_windows, tokens_file_part, tokens_locate, tokens_names_file
  *
  * A shard (llm.c's dev/data/data_common.py write_datafile): 256 little-endian
  * int32 (magic 20240520, version 1, token count n, the rest unused), then n
@@ -79,5 +79,12 @@ int  tokens_file_part(const struct ddpc_token_file *f, int64_t a, int64_t b, int
  * is outside the list. */
 const struct ddpc_token_file *tokens_locate(const struct ddpc_token_files *tf, int64_t g,
                                             int64_t *in_file);
+
+/* 1 when one of the files path names (the file itself, or one of the
+ * pattern's matches; literal as in tokens_list) has st_dev and st_ino of
+ * *st; 0 when none does, or the pattern matches nothing or cannot be read.
+ * For same_file.h: no output of the job may be one of its data files. */
+struct stat;
+int  tokens_names_file(const char *path, size_t literal, const struct stat *st);
 
 #endif /* DDPC_TOKENS_H */

@@ -17,6 +17,7 @@
 #include "suites.h"
 #include "data.h"
 #include "sampler.h"
+#include "same_file.h"
 #include "testutil.h"
 
 static char dir[256];
@@ -948,6 +949,58 @@ START_TEST(tokens_pattern_below_a_literal_dir)
 }
 END_TEST
 
+/* An output (metrics_csv, export) that is one of the files a text or
+ * tokens source's pattern matches is an input the run would overwrite:
+ * job_input_at (check's warning, the job's refusal) named a literal data
+ * path only, so `path: "d/?.txt"` with `metrics_csv: d/b.txt` let the job
+ * replace d/b.txt with its metrics. A file the pattern does not match, and
+ * a CSV path (never a pattern), are not its files. */
+START_TEST(output_in_a_token_pattern_is_an_input)
+{
+    char d[288];
+    snprintf(d, sizeof d, "%s/d[1]", dir);   /* the joined directory: a name */
+    ck_assert_int_eq(mkdir(d, 0700), 0);
+    snprintf(path_buf[0], sizeof path_buf[0], "%s/a.txt", d);
+    write_bytes(path_buf[0], "abcdefgh", strlen("abcdefgh"), 0);
+    snprintf(path_buf[1], sizeof path_buf[1], "%s/b.txt", d);
+    write_bytes(path_buf[1], "ijklmnop", strlen("ijklmnop"), 0);
+    snprintf(path_buf[2], sizeof path_buf[2], "%s/c.csv", d);
+    write_bytes(path_buf[2], "1,0\n", strlen("1,0\n"), 0);
+    snprintf(path_buf[3], sizeof path_buf[3], "%s/*.txt", d);
+    struct ddpc_job j;
+    memset(&j, 0, sizeof j);
+    j.data.train = (struct ddpc_data_source){ .format = DDPC_DATA_TEXT, .path = path_buf[3],
+                                              .path_literal = (int32_t)strlen(d) + 1,
+                                              .range_lo = 0, .range_hi = 1 };
+    struct stat so;
+    const char *key = NULL;
+    ck_assert_int_eq(stat(path_buf[1], &so), 0);
+    ck_assert_ptr_eq(job_input_at(&j, &so, "resume", &key), path_buf[3]);
+    ck_assert_str_eq(key, "one of the files data.train.path matches");
+    j.data.test = j.data.train;
+    j.data.has_test = 1;
+    j.data.train.format = DDPC_DATA_TOKENS;
+    j.data.train.path = path_buf[2];
+    key = NULL;
+    ck_assert_ptr_eq(job_input_at(&j, &so, "resume", &key), path_buf[3]);
+    ck_assert_str_eq(key, "one of the files data.test.path matches");
+    /* a file the pattern does not match; a CSV's path is no pattern */
+    ck_assert_int_eq(stat(path_buf[2], &so), 0);
+    j.data.train.path = path_buf[0];
+    ck_assert_ptr_null(job_input_at(&j, &so, "resume", &key));
+    j.data.train.path = path_buf[3];
+    j.data.train.format = DDPC_DATA_CSV;
+    j.data.test.path = NULL;
+    ck_assert_int_eq(stat(path_buf[1], &so), 0);
+    ck_assert_ptr_null(job_input_at(&j, &so, "resume", &key));
+    /* the literal path itself keeps its name */
+    j.data.train.format = DDPC_DATA_TEXT;
+    j.data.train.path = path_buf[1];
+    ck_assert_ptr_eq(job_input_at(&j, &so, "resume", &key), path_buf[1]);
+    ck_assert_str_eq(key, "data.train.path");
+}
+END_TEST
+
 /* A token at or above vocab_size: the file, its position in that file and
  * its value, and what to do; text names the byte. */
 START_TEST(tokens_over_vocab_are_named)
@@ -1108,6 +1161,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, tokens_shards_in_order);
     tcase_add_test(tc, tokens_pattern_below_a_literal_dir);
     tcase_add_test(tc, tokens_over_vocab_are_named);
+    tcase_add_test(tc, output_in_a_token_pattern_is_an_input);
     tcase_add_test(tc, tokens_bad_shards_are_named);
     tcase_add_test(tc, windows_through_the_sampler);
     suite_add_tcase(s, tc);
