@@ -2603,6 +2603,60 @@ static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
               (long long)(j->schedule.warmup_steps + j->schedule.step_size + 1), (long long)total);
 }
 
+/* Two token sources with other paths (a pattern and one of its files,
+ * two patterns that match a file in common): a file whose tokens both
+ * ranges take, in what (e.g. "tokens data.train reads too (d/b.txt is one
+ * of the files data.train.path matches, and both ranges take tokens of
+ * it)"); what is left alone when none is, or a source cannot be listed
+ * (its own check says why). */
+static void tokens_shared_file(const struct ddpc_vctx *c, const struct ddpc_data_source *tr,
+                               const struct ddpc_data_source *te, char *what, size_t cap)
+{
+    struct ddpc_token_files ft, fe;
+    char why[64];
+    if (tokens_list(tr->path, (size_t)tr->path_literal, tr->format, &ft, why, sizeof why) < 0)
+        return;
+    if (tokens_list(te->path, (size_t)te->path_literal, te->format, &fe, why, sizeof why) < 0) {
+        tokens_list_free(&ft);
+        return;
+    }
+    int64_t a1, b1, a2, b2;
+    tokens_range(ft.total, tr->range_lo, tr->range_hi, &a1, &b1);
+    tokens_range(fe.total, te->range_lo, te->range_hi, &a2, &b2);
+    for (int i = 0; i < fe.n && !what[0]; i++) {
+        int64_t lo2, hi2;
+        struct stat se, st;
+        if (!tokens_file_part(&fe.f[i], a2, b2, &lo2, &hi2) || stat(fe.f[i].path, &se) != 0)
+            continue;
+        for (int k = 0; k < ft.n && !what[0]; k++) {
+            int64_t lo1, hi1;
+            if (!tokens_file_part(&ft.f[k], a1, b1, &lo1, &hi1) ||
+                stat(ft.f[k].path, &st) != 0 || st.st_dev != se.st_dev ||
+                st.st_ino != se.st_ino)
+                continue;
+            /* the same file: the tokens of it each range takes, in the file */
+            lo1 -= ft.f[k].first;
+            hi1 -= ft.f[k].first;
+            lo2 -= fe.f[i].first;
+            hi2 -= fe.f[i].first;
+            /* named as the path is written (from the current directory) */
+            const char *fp = fe.f[i].path;
+            size_t lit = (size_t)te->path_literal;
+            int rel = lit > 0 && c->dir[0] && strncmp(fp, te->path, lit) == 0;
+            if (lo1 < hi2 && lo2 < hi1)
+                snprintf(what, cap, "tokens data.train reads too ('%s%s%s' is a file of both "
+                         "data.train.path and data.test.path, and both ranges take tokens %lld "
+                         "to %lld of it)", rel ? c->dir : "", rel ? "/" : "",
+                         rel ? fp + lit : fp, (long long)(lo1 > lo2 ? lo1 : lo2),
+                         (long long)(hi1 < hi2 ? hi1 : hi2) - 1);
+            lo2 += fe.f[i].first;
+            hi2 += fe.f[i].first;
+        }
+    }
+    tokens_list_free(&ft);
+    tokens_list_free(&fe);
+}
+
 /* data.test that reads the training data (the same file, the same
  * synthetic samples, or token ranges of one stream that overlap): its loss
  * and accuracy then measure the training set, and nothing says so. A
@@ -2612,7 +2666,7 @@ static void test_reads_train(struct ddpc_vctx *c)
     const struct ddpc_data_source *tr = &c->job->data.train, *te = &c->job->data.test;
     if (!c->job->data.has_test || tr->format != te->format)
         return;
-    char what[160] = "";
+    char what[PATH_MAX + 256] = "";
     switch (tr->format) {
     case DDPC_DATA_CSV:
         if (tr->path && te->path && same_file(tr->path, te->path))
@@ -2633,12 +2687,17 @@ static void test_reads_train(struct ddpc_vctx *c)
     case DDPC_DATA_TOKENS: {
         double lo = tr->range_lo > te->range_lo ? tr->range_lo : te->range_lo;
         double hi = tr->range_hi < te->range_hi ? tr->range_hi : te->range_hi;
-        if (tr->path && te->path && (strcmp(tr->path, te->path) == 0 ||
-                                     same_file(tr->path, te->path)) && lo < hi)
-            snprintf(what, sizeof what, "tokens data.train reads too (its range [%g, %g] "
-                     "overlaps data.train's [%g, %g] of the same %s)", te->range_lo,
-                     te->range_hi, tr->range_lo, tr->range_hi,
-                     tr->format == DDPC_DATA_TEXT ? "file" : "shards");
+        if (!tr->path || !te->path)
+            break;
+        if (strcmp(tr->path, te->path) == 0 || same_file(tr->path, te->path)) {
+            if (lo < hi)
+                snprintf(what, sizeof what, "tokens data.train reads too (its range [%g, %g] "
+                         "overlaps data.train's [%g, %g] of the same %s)", te->range_lo,
+                         te->range_hi, tr->range_lo, tr->range_hi,
+                         tr->format == DDPC_DATA_TEXT ? "file" : "shards");
+        } else if (c->opt && c->opt->read_data_headers) {
+            tokens_shared_file(c, tr, te, what, sizeof what);
+        }
         break;
     }
     default:
