@@ -193,13 +193,47 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
 
 /* ===== the launcher side ===== */
 
-static void launch_describe(const struct launch_child *c, int rank, char *buf, size_t len)
+/* The kernel's count of OOM kills since boot (/proc/vmstat oom_kill, Linux
+ * 4.13 on; the host's, also in a container), or -1 when it cannot be read. */
+static long long launch_oom_kills(void)
+{
+    FILE *f = fopen("/proc/vmstat", "re");
+    char key[64];
+    long long v, n = -1;
+    if (!f)
+        return -1;
+    while (fscanf(f, "%63s %lld", key, &v) == 2)
+        if (strcmp(key, "oom_kill") == 0) {
+            n = v;
+            break;
+        }
+    (void)fclose(f);
+    return n;
+}
+
+/* oom_before: launch_oom_kills() when the workers started. A worker the
+ * launcher did not kill that died of SIGKILL was killed from outside, most
+ * often by the kernel's OOM killer (a cgroup's memory.max, a container's
+ * --memory, the machine's memory), which leaves no message of its own: the
+ * user saw only "killed by signal 9". When the kernel's count of OOM kills
+ * rose meanwhile it says so; else it names both usual senders. */
+static void launch_describe(const struct launch_child *c, int rank, long long oom_before,
+                            char *buf, size_t len)
 {
     if (WIFSIGNALED(c->status)) {
         int s = WTERMSIG(c->status);
         const char *name = strsignal(s);
-        (void)snprintf(buf, len, "rank %d (%s) killed by signal %d (%s)", rank, c->label, s,
-                       name ? name : "unknown");
+        long long oom_now = s == SIGKILL && oom_before >= 0 ? launch_oom_kills() : -1;
+        const char *hint = s != SIGKILL ? ""
+            : oom_now > oom_before ? ": out of memory: the kernel's OOM killer killed it "
+                                     "(its count of OOM kills rose during the run; dmesg "
+                                     "names the limit: a cgroup's memory.max, a container's "
+                                     "--memory, or the machine's); lower batch_size or the "
+                                     "devices, or raise the limit"
+            : ": SIGKILL from outside the job: the kernel's OOM killer (out of memory? see "
+              "dmesg) or a kill -9";
+        (void)snprintf(buf, len, "rank %d (%s) killed by signal %d (%s)%s", rank, c->label, s,
+                       name ? name : "unknown", hint);
     } else if (WIFEXITED(c->status)) {
         int s = WEXITSTATUS(c->status);
         const char *name = launch_exit_name(s);
@@ -265,6 +299,7 @@ struct launch_state {
     int    killed;           /* SIGKILL sent */
     double term_at, kill_at;
     char   cause[320];       /* the launcher's own reason for a teardown, or "" */
+    long long oom_kills;     /* launch_oom_kills() before the fork; -1: unknown */
     int    out_fifo;         /* standard output is a pipe: watched for its reader leaving */
     int    out_gone;         /* ... and it left (or a worker died of SIGPIPE) */
 };
@@ -352,8 +387,8 @@ static int launch_reap(struct launch_state *s, struct ddpc_err *e)
                        (s->tearing_down && sig != 0 &&
                         (sig == SIGTERM || sig == SIGKILL || sig == launch_sig.stop_sig));
         if (!s->tearing_down) {
-            char why[160];
-            launch_describe(c, s->o->rank_offset + i, why, sizeof why);
+            char why[384];
+            launch_describe(c, s->o->rank_offset + i, s->oom_kills, why, sizeof why);
             /* Peers blocked on this rank see DDPC_E_PEER with the cause
              * (unless the worker already recorded its own reason). */
             comm_shm_mark_dead(s->grad, i, why);
@@ -562,6 +597,7 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
     (void)fflush(stderr);
 
     pid_t self = getpid();
+    s->oom_kills = launch_oom_kills();
     for (int i = 0; i < o->world; i++) {
         struct launch_child *c = &s->ch[i];
         (void)snprintf(c->label, sizeof c->label, "%s%s%d",
@@ -622,8 +658,8 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
         (void)DDPC_FAIL(e, DDPC_E_TIMEOUT, "%s", s->cause);
         status = LAUNCH_STATUS_FAILED;
     } else if (p >= 0) {
-        char why[200];
-        launch_describe(&s->ch[p], o->rank_offset + p, why, sizeof why);
+        char why[384];
+        launch_describe(&s->ch[p], o->rank_offset + p, s->oom_kills, why, sizeof why);
         /* on several nodes the cause may be another node: say what this
          * rank saw (its own line names it too, among the others') */
         const char *seen = o->global_world > o->world && s->notes && s->notes[p].t > 0

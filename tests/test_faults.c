@@ -474,9 +474,135 @@ START_TEST(worker_kill9_stops_all_and_names_it)
     ck_assert_msg(r.exited && r.code != 0, "exit %d after a worker was killed", r.code);
     ck_assert_msg(strstr(r.err, "rank 1 (cpu worker 1) killed by signal 9"),
                   "stderr does not name rank, device and cause:\n%s", r.err);
+    /* a SIGKILL the launcher did not send: the OOM killer's, or a kill -9 */
+    ck_assert_msg(strstr(r.err, "SIGKILL from outside the job: the kernel's OOM killer") ||
+                  strstr(r.err, "out of memory: the kernel's OOM killer killed it"),
+                  "a SIGKILL from outside is not explained:\n%s", r.err);
     ck_assert_msg(took < 1.5, "the job took %.2f s to stop after a worker died", took);
     ck_assert_msg(!strstr(r.out, "\ndone "), "the job went on training:\n%s", r.out);
     printf("faults: kill -9 of rank 1: exit %d after %.2f s: %s", r.code, took, r.err);
+    assert_nothing_left(w, 2);
+    run_result_free(&r);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* This process's memory cgroup directory (v2, or v1's memory hierarchy), in
+ * buf; 0, or -1 when there is none this process can see. */
+static int own_memory_cgroup(char *buf, size_t len, int *v2)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096];
+    int rc = -1;
+    if (!f)
+        return -1;
+    while (rc < 0 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        struct stat st;
+        if (c2 - c1 - 1 == 6 && strncmp(c1 + 1, "memory", 6) == 0) {
+            (void)snprintf(buf, len, "/sys/fs/cgroup/memory%s", c2 + 1);
+            *v2 = 0;
+        } else if (c2 == c1 + 1) {
+            (void)snprintf(buf, len, "/sys/fs/cgroup%s", c2 + 1);
+            char ctl[4200];
+            (void)snprintf(ctl, sizeof ctl, "%s/memory.max", buf);
+            *v2 = 1;
+            if (stat(ctl, &st) != 0 && strcmp(c2 + 1, "/") != 0)
+                continue;
+        } else {
+            continue;
+        }
+        if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = 0;
+    }
+    (void)fclose(f);
+    return rc;
+}
+
+static int put_text(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int saved = errno;
+    (void)close(fd);
+    errno = saved;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A worker the kernel's OOM killer kills is named as such: the launcher said
+ * only "rank 1 (cpu worker 1) killed by signal 9 (Killed)", and the OOM
+ * killer itself prints nothing where the user looks. Rank 1 goes into a
+ * cgroup of 32 MiB with oom_score_adj 1000, and a child of this test fills
+ * that cgroup: the memcg OOM killer then picks rank 1, as it picks the
+ * largest worker of a job over its container's limit. */
+START_TEST(oom_killed_worker_is_named_out_of_memory)
+{
+    char own[4096], cg[4200], file[4300], pid[32];
+    int v2 = 0;
+    if (geteuid() != 0 || own_memory_cgroup(own, sizeof own, &v2) != 0) {
+        test_skip("faults", "OOM-killed worker: %s", geteuid() != 0 ? "not root"
+                  : "no memory cgroup visible");
+        return;
+    }
+    (void)snprintf(cg, sizeof cg, "%s/ddpc-test-oom.%d", own, (int)getpid());
+    if (mkdir(cg, 0755) != 0) {
+        test_skip("faults", "OOM-killed worker: cannot create a memory cgroup %s: %s", cg,
+                  strerror(errno));
+        return;
+    }
+    (void)snprintf(file, sizeof file, "%s/%s", cg, v2 ? "memory.max" : "memory.limit_in_bytes");
+    if (put_text(file, "33554432") != 0) {
+        test_skip("faults", "OOM-killed worker: cannot set %s: %s", file, strerror(errno));
+        (void)rmdir(cg);
+        return;
+    }
+    char *dir = make_temp_dir("faults-oom");
+    struct fopts o = { .epochs = 50 };
+    char *job = build_job(dir, "job", &o);
+    struct run_proc p;
+    pid_t w[2];
+    start(&p, job, dir, NULL);
+    wait_line(&p, "epoch 1/");
+    workers_of(&p, w);
+    (void)snprintf(pid, sizeof pid, "%d", (int)w[1]);
+    char adj[64];
+    (void)snprintf(adj, sizeof adj, "/proc/%d/oom_score_adj", (int)w[1]);
+    (void)snprintf(file, sizeof file, "%s/cgroup.procs", cg);
+    ck_assert_int_eq(put_text(adj, "1000"), 0);
+    ck_assert_msg(put_text(file, pid) == 0, "moving rank 1 into %s: %s", cg, strerror(errno));
+    pid_t hog = fork();
+    ck_assert_int_ge(hog, 0);
+    if (hog == 0) {
+        char me[32];
+        (void)snprintf(me, sizeof me, "%d", (int)getpid());
+        if (put_text(file, me) != 0)
+            _exit(2);
+        for (int i = 0; i < 256; i++) {   /* up to 256 MiB: the OOM killer stops it first */
+            char *m = malloc(1 << 20);
+            if (!m)
+                _exit(3);
+            memset(m, 1, 1 << 20);
+        }
+        _exit(0);
+    }
+    int hs = 0;
+    ck_assert_int_eq(waitpid(hog, &hs, 0), hog);
+    struct run_result r;
+    finish(&p, &r);
+    for (int i = 0; i < 50 && rmdir(cg) != 0; i++)   /* empty once both are gone */
+        usleep(20000);
+    ck_assert_msg(r.exited && r.code != 0, "exit %d after rank 1 was OOM-killed", r.code);
+    ck_assert_msg(strstr(r.err, "rank 1 (cpu worker 1) killed by signal 9") &&
+                  strstr(r.err, "out of memory: the kernel's OOM killer killed it"),
+                  "an OOM-killed rank is not named as one (hog status 0x%x):\n%s", hs, r.err);
+    printf("faults: OOM-killed rank 1: %s", r.err);
     assert_nothing_left(w, 2);
     run_result_free(&r);
     free(job);
@@ -2018,6 +2144,7 @@ Suite *faults_suite(void)
     tcase_add_checked_fixture(t, setup, NULL);
     tcase_set_timeout(t, 300);
     tcase_add_test(t, worker_kill9_stops_all_and_names_it);
+    tcase_add_test(t, oom_killed_worker_is_named_out_of_memory);
     tcase_add_test(t, worker_sigstop_times_out_with_the_key_step_and_ranks);
     tcase_add_test(t, stopped_rank0_with_only_rank_sync_timeout_ends_the_job);
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
