@@ -1134,6 +1134,18 @@ static size_t ddprt_worker_bytes(const struct ddpc_job *j)
            rows * (size_t)(net.act_floats + net.scratch_floats) * sizeof(float);
 }
 
+/* The host copy model_init_params fills (parameters and batch-norm state):
+ * freed after the broadcast, but its pages stay in the worker's heap. */
+static size_t ddprt_init_bytes(const struct ddpc_job *j)
+{
+    static struct ddpc_net net;   /* large; the launcher is one thread */
+    char why[512];
+    int bad;
+    if (layers_build(j, NULL, &net, &bad, why, sizeof why) < 0)
+        return 0;
+    return (net.n_params + net.n_state) * sizeof(float);
+}
+
 /* Bytes of this process's address space (statm: size) or resident set
  * (statm: resident); 0 when /proc cannot tell. */
 static size_t ddprt_self_bytes(int resident)
@@ -1222,6 +1234,13 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     size_t model = ddprt_worker_bytes(j);
     size_t comm = r->local_world > 1
         ? ((size_t)r->local_world + 4) * (DDPRT_GRAD_SLOT + DDPRT_SYNC_SLOT) * sizeof(float) : 0;
+    /* resident of those: each rank's slot and the result (whole once the
+     * parameters outgrow a slot), not the shared state the small models'
+     * parameters move into, which model already counts per worker */
+    size_t n_grad = ddprt_init_bytes(j) / sizeof(float);
+    size_t comm_touched = r->local_world > 1
+        ? ((size_t)r->local_world + 1) * (n_grad < DDPRT_GRAD_SLOT ? n_grad : DDPRT_GRAD_SLOT) *
+          sizeof(float) : 0;
     char a[32], b[32], c[32], d[32], f[32];
     struct rlimit rl;
     size_t vm = ddprt_self_bytes(0);
@@ -1258,20 +1277,37 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     unsigned long long cg = ddprt_cgroup_max();
     size_t rss = ddprt_self_bytes(1);
     if (cg > 0 && rss > 0) {
-        /* resident: the data once (shared), each worker's own state */
-        double need = (double)rss + (double)r->local_world * (double)model;
+        /* resident: the data once (shared), each worker's own state, and
+         * what model_init_params' host copy of the parameters leaves
+         * resident in each worker's heap (measured: a worker of an MLP of
+         * 5.8M parameters holds 22 MiB more than its model); on node 0,
+         * rank 0's host copy of the checkpoint (parameters, batch-norm and
+         * optimizer state: worker.c run_ckpt_init) when it writes
+         * checkpoints or an export; the collective slots the ranks touch.
+         * Without these a job of 300 MiB by the old count, allowed 400 MiB,
+         * trained its first epoch and was OOM-killed writing its
+         * checkpoint. */
+        size_t init = ddprt_init_bytes(j), ckpt = 0;
+        if (r->node_rank == 0 &&
+            ((j->checkpoint_dir && *j->checkpoint_dir) ||
+             (j->checkpoint.export_path && *j->checkpoint.export_path)))
+            ckpt = ddprt_ckpt_bytes(j);
+        double need = (double)rss + (double)r->local_world * ((double)model + (double)init) +
+                      (double)ckpt + (double)comm_touched;
         if ((double)cg < need) {
             ddprt_mib(a, sizeof a, (double)cg);
             ddprt_mib(b, sizeof b, need);
             ddprt_mib(c, sizeof c, (double)rss);
-            ddprt_mib(d, sizeof d, (double)model);
+            ddprt_mib(d, sizeof d, (double)model + (double)init);
+            ddprt_mib(f, sizeof f, (double)ckpt + (double)comm_touched);
             return DDPC_FAIL(e, DDPC_E_NOMEM,
                              "this job's cgroup allows %s (memory.max, or v1's "
                              "memory.limit_in_bytes), but the job needs at least %s: %s "
-                             "resident already (the data), and %d worker%s x %s of model, "
-                             "optimizer state and activations. Raise the limit, "
+                             "resident already (the data), %d worker%s x %s of model, "
+                             "optimizer state and activations, %s of rank 0's checkpoint "
+                             "copy and the collectives' buffers. Raise the limit, "
                              "or lower batch_size or the devices", a, b, c, r->local_world,
-                             r->local_world == 1 ? "" : "s", d);
+                             r->local_world == 1 ? "" : "s", d, f);
         }
     }
     return 0;

@@ -1649,6 +1649,64 @@ START_TEST(cgroup_memory_limit_refused_before_fork)
 }
 END_TEST
 
+/* The cgroup preflight counts rank 0's host copy of the checkpoint
+ * (parameters and Adam's m and v) and each worker's initialization copy: a
+ * job of 17M parameters with a checkpoint_dir needs ~900 MiB, and was let
+ * through a limit of 700 MiB (the old count ~560 MiB), to be OOM-killed at
+ * its first checkpoint. The limit is faked as above, so the old code trained. */
+START_TEST(cgroup_preflight_counts_the_checkpoint_copy)
+{
+    adopt_orphans();
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[512];
+    int v2 = 0;
+    while (f && fgets(line, sizeof line, f))
+        v2 |= strncmp(line, "0::", 3) == 0;
+    if (f)
+        fclose(f);
+    struct run_result r;
+    char *probe[] = { "unshare", "--mount", "true", NULL };
+    if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
+        if (v2 && geteuid() == 0)
+            run_result_free(&r);
+        test_skip("cgroup checkpoint copy", "needs cgroup v2 and root for a private mount "
+                  "namespace (unshare --mount)");
+        return;
+    }
+    run_result_free(&r);
+    struct small_job s;
+    small_job_make(&s);
+    char *text = NULL, *job = NULL, *spec = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/big.yaml", s.dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/big", s.dir), 0);
+    ck_assert_int_ge(asprintf(&text,
+        "version: 1\nname: big\ndevices: 2\naccelerator: cpu\nepochs: 1\nbatch_size: 8\n"
+        "learning_rate: 0.01\nlr_scaling: none\ncheckpoint_dir: ckpt\n"
+        "model: {type: mlp, layers: [16, 4096, 4096, 3], activation: relu}\n"
+        "optimizer: {type: adam}\n"
+        "data:\n  train: {format: idx, inputs: %s, labels: %s}\n", s.images, s.labels), 0);
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    ddpc_build_ok(spec, job);
+    char *argv[] = { "unshare", "--mount", "/bin/sh", "-c",
+                     "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
+                     "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
+                     "echo 734003200 > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"",
+                     job, NULL };
+    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 120, &r), 0);
+    ck_assert_msg(!r.timed_out, "the job hung");
+    ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "this job's cgroup allows 700 MiB") &&
+                  strstr(r.err, "rank 0's checkpoint copy") && !strstr(r.out, "epoch 1/"),
+                  "exit %d:\n%s%s", r.code, r.out, r.err);
+    printf("e2e: memory.max 700 MiB, 17M parameters:\n%s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    free(text);
+    free(spec);
+    free(job);
+    small_job_free(&s);
+}
+END_TEST
+
 /* devices: -1 on CPU is one worker per CPU this process may run on
  * (sched_getaffinity: taskset, cpusets, SLURM binding), resolved at run
  * time, and ddpc check's batch rule holds for what it resolves to. */
@@ -1726,6 +1784,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, outputs_never_overwrite_inputs);
     tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
+    tcase_add_test(run, cgroup_preflight_counts_the_checkpoint_copy);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, sequential_input_width_at_runtime);
