@@ -108,14 +108,15 @@ constexpr size_t kDirectLatencyBytes = 256u << 10;
  * are thrown as gloo::IoException (gloo catches nothing; comm_init does). */
 class StoreAdapter : public gloo::rendezvous::Store {
   public:
-    StoreAdapter(struct store_client *c, double deadline, int ranks_per_node)
-        : c_(c), deadline_(deadline), rpn_(ranks_per_node) {}
+    StoreAdapter(struct store_client *c, double deadline, int ranks_per_node,
+                 const std::string &stop_key, int *code)
+        : c_(c), deadline_(deadline), rpn_(ranks_per_node), stop_(stop_key), code_(code) {}
 
     void set(const std::string &key, const std::vector<char> &data) override
     {
         struct ddpc_err e = {};
         if (store_set(c_, key.c_str(), data.data(), data.size(), &e) < 0)
-            throw gloo::IoException(e.msg);
+            fail(e);
     }
 
     std::vector<char> get(const std::string &key) override
@@ -124,8 +125,9 @@ class StoreAdapter : public gloo::rendezvous::Store {
         void *v = nullptr;
         size_t n = 0;
         std::string who = describe(key);
-        if (store_get(c_, key.c_str(), &v, &n, deadline_, who.c_str(), &e) < 0)
-            throw gloo::IoException(e.msg);
+        if (store_get_watch(c_, key.c_str(), stop_.c_str(), &v, &n, deadline_, who.c_str(),
+                            &e) < 0)
+            fail(e);
         std::vector<char> out((char *)v, (char *)v + n);
         free(v);
         return out;
@@ -144,13 +146,21 @@ class StoreAdapter : public gloo::rendezvous::Store {
             void *v = nullptr;
             size_t n = 0;
             std::string who = describe(k);
-            if (store_get(c_, k.c_str(), &v, &n, deadline_, who.c_str(), &e) < 0)
-                throw gloo::IoException(e.msg);
+            if (store_get_watch(c_, k.c_str(), stop_.c_str(), &v, &n, deadline_, who.c_str(),
+                                &e) < 0)
+                fail(e);
             free(v);
         }
     }
 
   private:
+    /* the code goes past gloo (which passes the exception on) to g_init */
+    [[noreturn]] void fail(const struct ddpc_err &e)
+    {
+        *code_ = e.code;
+        throw gloo::IoException(e.msg);
+    }
+
     /* "<prefix>/<digits>" is a rank's address list in connectFullMesh */
     std::string describe(const std::string &key) const
     {
@@ -168,6 +178,8 @@ class StoreAdapter : public gloo::rendezvous::Store {
     struct store_client *c_;
     double deadline_;
     int rpn_;
+    std::string stop_;
+    int *code_;
 };
 
 /* ===== the communicator ===== */
@@ -739,8 +751,12 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
     (void)signal(SIGPIPE, SIG_IGN);
 
     struct store_client sc;
-    DDPC_TRY(store_client_connect(&sc, in->store_host, in->store_port, in->deadline, e));
+    DDPC_TRY(store_client_connect_ex(&sc, in->store_host, in->store_port, in->deadline,
+                                     in->store_met ? STORE_CONNECT_REFUSED_STOPS : 0, e));
     int rc = 0;
+    int store_code = 0;   /* the adapter's error code, when it threw */
+    /* a node that gives up sets this (ddprt.c): the waits below watch it */
+    std::string stop_key = std::string(in->prefix) + "/stop";
     try {
         std::string host;
         int family = AF_UNSPEC;
@@ -785,7 +801,8 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
                               std::to_string(r / g->rpn) + ")";
             void *v = nullptr;
             size_t n = 0;
-            if ((rc = store_get(&sc, k.c_str(), &v, &n, in->deadline, who.c_str(), e)) < 0) {
+            if ((rc = store_get_watch(&sc, k.c_str(), stop_key.c_str(), &v, &n, in->deadline,
+                                      who.c_str(), e)) < 0) {
                 /* name every rank still missing, not only the first */
                 std::string missing;
                 int count = 0;
@@ -843,12 +860,13 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
                            ? std::chrono::milliseconds(ddpc_wait_ms(g->default_timeout_s,
                                                                     kMaxWaitMs))
                            : gloo::kNoTimeout);
-        StoreAdapter adapter(&sc, in->deadline, g->rpn);
+        StoreAdapter adapter(&sc, in->deadline, g->rpn, stop_key, &store_code);
         gloo::rendezvous::PrefixStore ps(base + "/mesh", adapter);
         g->ctx->connectFullMesh(ps, g->dev);
     } catch (const std::exception &ex) {
         std::string peers = peers_at(*g, ex.what());
-        rc = DDPC_FAIL(e, strstr(ex.what(), "never arrived") || strstr(ex.what(), "Timed out")
+        rc = DDPC_FAIL(e, store_code == DDPC_E_STOPPED ? DDPC_E_STOPPED
+                          : strstr(ex.what(), "never arrived") || strstr(ex.what(), "Timed out")
                               ? DDPC_E_TIMEOUT : DDPC_E_PEER,
                        "gloo %s communicator (rank %d of %d) could not connect%s%s: %s",
                        in->purpose, in->rank, in->world, peers.empty() ? "" : " to ",

@@ -9,7 +9,10 @@
  * Rendezvous goes through the job's store (store.h): every rank registers
  * its address under <prefix>/rank/<r>, waits for all the others (a rank
  * that never arrives is named, with its node, when the deadline passes),
- * then gloo connects its full mesh through the same store.
+ * then gloo connects its full mesh through the same store. While it waits
+ * it watches <prefix>/stop, which a node that gave up sets (ddprt.c): then
+ * it fails at once with DDPC_E_STOPPED and that node's reason, as it does
+ * when node 0's store is gone (store.h).
  *
  * Semantics (comm.h): start queues the operation for the communicator's
  * thread, where gloo blocks; wait waits for it with the caller's deadline.
@@ -40,6 +43,8 @@ struct ddpc_gloo_init {
     const char *prefix;           /* keys of this job attempt: "a0", "a1", ... */
     double      deadline;         /* absolute; bounds connecting and the rendezvous */
     double      default_timeout_s;/* for operations called with deadline 0 */
+    int         store_met;        /* this node met the store at an earlier attempt: a
+                                   * refused connection means node 0 has stopped */
 };
 
 struct ddpc_gloo_backend {

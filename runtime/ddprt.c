@@ -57,6 +57,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -94,6 +95,8 @@ struct ddprt_run {
     int   use_cuda;
     const struct ddpc_gloo_backend *gloo;  /* CPU workers on several nodes; else NULL */
     int   attempt;                     /* 0, 1, ...: keys of this attempt in the store */
+    int  *store_met;                   /* shared with the workers: 1 once a rank of this
+                                        * node finished a rendezvous at node 0's store */
     int   world;                       /* global */
     int   local_world;
     int   node_rank, num_nodes;
@@ -862,6 +865,8 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
             have_grad = 1;   /* destroy is safe after a failed init */
             if (rc < 0)
                 goto out;
+            if (r->store_met)
+                __atomic_store_n(r->store_met, 1, __ATOMIC_RELAXED);
         }
         if (want_sync) {
             rc = r->cuda->comm_split(&grad, &sync, "rank-sync", dl, e);
@@ -881,11 +886,16 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
             .ranks_per_node = r->local_world, .store_host = r->master_addr,
             .store_port = r->master_port, .prefix = prefix,
             .deadline = ddpc_deadline_after(t), .default_timeout_s = t,
+            /* node 0's store lives as long as its launcher: once met, a
+             * refused connection means node 0 has stopped */
+            .store_met = r->node_rank > 0 && r->store_met && *r->store_met,
         };
         rc = r->gloo->comm_init(&grad, &in, e);
         have_grad = 1;   /* destroy is safe after a failed init */
         if (rc < 0)
             goto out;
+        if (r->store_met)
+            __atomic_store_n(r->store_met, 1, __ATOMIC_RELAXED);
         if (want_sync) {
             in.purpose = "rank-sync";
             in.default_timeout_s = j->rank_sync_timeout_s;
@@ -1539,6 +1549,33 @@ static void ddprt_launch_opts(const struct ddprt_run *r, struct launch_opts *o)
     }
 }
 
+/* A node K > 0 that gives up says so in node 0's store, under the key the
+ * next attempt's ranks watch while they wait at the rendezvous
+ * (a<A+1>/stop, store.h store_get_watch): the other nodes, which saw only
+ * a dead peer and restart, then stop at once and name this node's reason
+ * instead of waiting nccl_timeout for it at every attempt left. One try,
+ * bounded by a couple of seconds; a failure is ignored (node 0 may be
+ * gone, and then the others know: its store is gone with it). Node 0 says
+ * nothing: its store ends with it, which the others notice at once. */
+static void ddprt_announce_stop(const struct ddprt_run *r, int attempt, const char *why)
+{
+    if (r->node_rank == 0 || !(r->gloo || (r->use_cuda && r->world > 1)))
+        return;
+    char key[32], val[400];
+    (void)snprintf(key, sizeof key, "a%d/stop", attempt + 1);
+    int n = snprintf(val, sizeof val, "node %d gave up: %s", r->node_rank, why);
+    if (n < 0)
+        return;
+    val[strcspn(val, "\n")] = '\0';   /* the first line: no hint */
+    struct store_client c;
+    struct ddpc_err me = { 0 };
+    if (store_client_connect_ex(&c, r->master_addr, r->master_port, ddpc_deadline_after(2.0),
+                                STORE_CONNECT_ONCE, &me) < 0)
+        return;
+    (void)store_set(&c, key, val, strlen(val), &me);
+    store_client_close(&c);
+}
+
 /* Supervise and restart: launch the workers, and again after a failure, up
  * to launch.max_restarts times (resuming from the last checkpoint when there
  * is a checkpoint_dir); an interrupt, a data or configuration error, or the
@@ -1559,6 +1596,10 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
         return status;
     }
     const int has_dir = r->job.checkpoint_dir && *r->job.checkpoint_dir;
+    /* the workers say here that they met node 0's store (a later refusal
+     * then means it has gone) */
+    int *met = mmap(NULL, sizeof *met, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    r->store_met = met == MAP_FAILED ? NULL : met;
     int attempt;
     for (attempt = 0;; attempt++) {
         ddpc_err_clear(e);
@@ -1600,6 +1641,17 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
                     "diverge again\n");
             break;
         }
+        if (e->code == DDPC_E_STOPPED) {
+            /* another node gave up, or node 0 has gone: nobody to meet */
+            fprintf(stderr, "ddpc: not restarting: another node has stopped for good, and "
+                    "the next attempt would only wait for it\n");
+            if (attempt > 0) {
+                fprintf(stderr, "ddpc: giving up after %d attempts:\n", attempt + 1);
+                for (int k = 0; k <= attempt; k++)
+                    fprintf(stderr, "ddpc:   attempt %d: %s\n", k + 1, hist[k]);
+            }
+            break;
+        }
         /* A run that started from a named checkpoint (--resume,
          * checkpoint.resume: PATH) starts from it again until an attempt
          * has written one of its own: checkpoint_dir may hold nothing of
@@ -1627,6 +1679,14 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
             r->job.checkpoint.resume_path = NULL;
         }
         r->t_launch = ddpc_now();
+    }
+    /* given up (a failure not retried, restarts used up, an interrupt):
+     * tell the other nodes, unless it was they who stopped this one */
+    if (status != 0 && e->code != DDPC_E_STOPPED)
+        ddprt_announce_stop(r, r->attempt, e->msg);
+    if (r->store_met) {
+        (void)munmap(r->store_met, sizeof *r->store_met);
+        r->store_met = NULL;
     }
     free(hist);
     return status;

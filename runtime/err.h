@@ -30,6 +30,8 @@ enum ddpc_err_code {
     DDPC_E_INVALID = -7,   /* an invariant the compiler should have guaranteed */
     DDPC_E_NOMEM = -8,
     DDPC_E_DIVERGED = -9,  /* the loss or the gradients became nan/inf */
+    DDPC_E_STOPPED = -10,  /* another node gave up, or node 0 (the store) has stopped:
+                            * it will not be back, so this node does not restart */
 };
 
 struct ddpc_err {

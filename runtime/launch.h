@@ -54,7 +54,7 @@ struct launch_opts {
     const char *stopped_key;                 /* the spec key the limit comes from */
 };
 
-/* Worker exit status for an error code: 10 + |code| (11 sys ... 18 nomem),
+/* Worker exit status for an error code: 10 + |code| (11 sys ... 20 stopped),
  * so the launcher (and a person reading `echo $?`) can tell them apart. */
 int launch_exit_code(int err_code);
 /* "timeout" for 13 etc.; NULL for a status that is not one of ours. */

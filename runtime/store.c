@@ -54,6 +54,7 @@ enum { ST_OK = 0, ST_TIMEOUT = 1, ST_REFUSED = 2, ST_FULL = 3 };
 #define STORE_IO_S       60.0   /* a reply to set/check/add: the server answers at once */
 #define STORE_SLACK_S    5.0    /* a parked get: the server's own timeout fires first */
 #define STORE_NO_TIMEOUT 0xffffffffu
+#define STORE_SLICE_S    1.0    /* store_get_watch looks at its stop key this often */
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -847,8 +848,9 @@ static int set_nonblock(int fd, int on)
  * EAI_INPROGRESS), so a slow name server is given the whole deadline while
  * the caller still prints its notices and stops at its deadline. */
 static int client_try(const char *host, int port, double until, struct store_lookup **lookup,
-                      int *fd_out, int *err_out, int *gai_out)
+                      int *fd_out, int *err_out, int *gai_out, int *all_refused)
 {
+    *all_refused = 0;
     struct addrinfo *res;
     int got = resolve_by(host, port, until, lookup, &res, gai_out);
     if (got == 0) {
@@ -865,7 +867,7 @@ static int client_try(const char *host, int port, double until, struct store_loo
         return -1;
     }
     int ok = -1;
-    int n_addr = 0, i_addr = 0;
+    int n_addr = 0, i_addr = 0, n_refused = 0;
     for (struct addrinfo *a = res; a; a = a->ai_next)
         n_addr++;
     for (struct addrinfo *a = res; a && ok < 0; a = a->ai_next, i_addr++) {
@@ -906,10 +908,12 @@ static int client_try(const char *host, int port, double until, struct store_loo
             ok = 0;
         } else {
             *err_out = errno;
+            n_refused += errno == ECONNREFUSED;
             (void)close(fd);
         }
     }
     freeaddrinfo(res);
+    *all_refused = ok < 0 && n_addr > 0 && n_refused == n_addr;
     return ok;
 }
 
@@ -928,6 +932,12 @@ static const char *client_why(int err, int gai)
 int store_client_connect(struct store_client *c, const char *host, int port, double deadline,
                          struct ddpc_err *e)
 {
+    return store_client_connect_ex(c, host, port, deadline, 0, e);
+}
+
+int store_client_connect_ex(struct store_client *c, const char *host, int port,
+                            double deadline, int flags, struct ddpc_err *e)
+{
     c->fd = -1;
     store_format_addr(c->addr, sizeof c->addr, host, port);
     double t0 = ddpc_now(), next_note = t0 + STORE_NOTE_FIRST_S;
@@ -935,7 +945,7 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
     struct store_lookup *lookup = NULL;
     for (int attempt = 0;; attempt++) {
         double now = ddpc_now();
-        if (now >= next_note && (err || gai)) {
+        if (now >= next_note && (err || gai) && !(flags & STORE_CONNECT_ONCE)) {
             /* a typo in master_addr, or node 0 not started, would otherwise
              * be silent until the deadline (nccl_timeout: 30 min by default) */
             char left[48] = "no deadline";
@@ -951,13 +961,21 @@ int store_client_connect(struct store_client *c, const char *host, int port, dou
             until = deadline;
         if (until > next_note && now < next_note)
             until = next_note;      /* a lookup that hangs must not hold back the notice */
-        int fd;
-        if (client_try(host, port, until, &lookup, &fd, &err, &gai) == 0) {
+        int fd, refused;
+        if (client_try(host, port, until, &lookup, &fd, &err, &gai, &refused) == 0) {
+            lookup_end(lookup);
             c->fd = fd;
             return 0;
         }
+        if (refused && (flags & STORE_CONNECT_REFUSED_STOPS)) {
+            lookup_end(lookup);
+            return DDPC_FAIL(e, DDPC_E_STOPPED, "node 0's rendezvous store at %s is gone "
+                             "(connection refused): node 0 has stopped (its ./job hosts the "
+                             "store for the job's whole life, and this node met it there "
+                             "before)", c->addr);
+        }
         now = ddpc_now();
-        if (deadline > 0 && now >= deadline)
+        if ((deadline > 0 && now >= deadline) || (flags & STORE_CONNECT_ONCE))
             break;
         if (lookup)
             continue;               /* the lookup goes on: wait for it again */
@@ -986,6 +1004,15 @@ void store_client_close(struct store_client *c)
 
 static int client_reply(struct store_client *c, double until, int *status, uint8_t **body,
                         size_t *blen, struct ddpc_err *e);
+
+/* A connection to the store that its end closed or reset: node 0's
+ * launcher, which hosts the store for the job's whole life, has ended
+ * (the serving child dies with it), and will not be back. */
+#define STORE_GONE ": node 0 has stopped (its ./job hosts the store for the job's whole life)"
+static int gone_errno(int err)
+{
+    return err == ECONNRESET || err == EPIPE;
+}
 
 static int client_send(struct store_client *c, int op, const char *key, const void *body,
                        size_t blen, struct ddpc_err *e)
@@ -1025,8 +1052,9 @@ static int client_send(struct store_client *c, int op, const char *key, const vo
                     peek[4] == ST_FULL &&
                     client_reply(c, ddpc_now() + 1.0, &st, &junk, &jn, e) < 0)
                     return e->code;
-                return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: send: %s (did node 0 "
-                                 "end?)", c->addr, strerror(err));
+                return DDPC_FAIL(e, gone_errno(err) ? DDPC_E_STOPPED : DDPC_E_PEER,
+                                 "rendezvous store %s: send: %s%s", c->addr, strerror(err),
+                                 gone_errno(err) ? STORE_GONE : " (did node 0 end?)");
             }
             p += w;
             n -= (size_t)w;
@@ -1062,11 +1090,14 @@ static int client_read(struct store_client *c, void *buf, size_t n, double until
         if (r < 0 && errno == EINTR)
             continue;
         if (r == 0)
-            return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s closed the connection (node "
-                             "0's launcher ended?)", c->addr);
-        if (r < 0)
-            return DDPC_FAIL(e, DDPC_E_PEER, "rendezvous store %s: %s (node 0's launcher "
-                             "ended?)", c->addr, strerror(errno));
+            return DDPC_FAIL(e, DDPC_E_STOPPED, "rendezvous store %s closed the connection"
+                             STORE_GONE, c->addr);
+        if (r < 0) {
+            int err = errno;
+            return DDPC_FAIL(e, gone_errno(err) ? DDPC_E_STOPPED : DDPC_E_PEER,
+                             "rendezvous store %s: %s%s", c->addr, strerror(err),
+                             gone_errno(err) ? STORE_GONE : " (node 0's launcher ended?)");
+        }
         p += r;
         n -= (size_t)r;
     }
@@ -1131,15 +1162,15 @@ int store_set(struct store_client *c, const char *key, const void *val, size_t l
     return 0;
 }
 
-int store_get(struct store_client *c, const char *key, void **val, size_t *len,
-              double deadline, const char *who, struct ddpc_err *e)
+/* store_get, its message counting the wait from t0 */
+static int client_get(struct store_client *c, const char *key, void **val, size_t *len,
+                      double deadline, const char *who, double t0, struct ddpc_err *e)
 {
     *val = NULL;
     *len = 0;
-    double t0 = ddpc_now();
     uint32_t ms = STORE_NO_TIMEOUT;
     if (deadline > 0) {
-        double left = deadline - t0;
+        double left = deadline - ddpc_now();
         ms = (uint32_t)ddpc_wait_ms(left, STORE_NO_TIMEOUT - 1);
     }
     uint8_t body[4];
@@ -1163,6 +1194,43 @@ int store_get(struct store_client *c, const char *key, void **val, size_t *len,
     *val = b;
     *len = n;
     return 0;
+}
+
+int store_get(struct store_client *c, const char *key, void **val, size_t *len,
+              double deadline, const char *who, struct ddpc_err *e)
+{
+    return client_get(c, key, val, len, deadline, who, ddpc_now(), e);
+}
+
+int store_get_watch(struct store_client *c, const char *key, const char *stop_key, void **val,
+                    size_t *len, double deadline, const char *who, struct ddpc_err *e)
+{
+    double t0 = ddpc_now();
+    for (;;) {
+        /* the key first: a rendezvous whose keys are there costs no more */
+        double slice = ddpc_now() + STORE_SLICE_S;
+        int last = deadline > 0 && slice >= deadline;
+        int rc = client_get(c, key, val, len, last ? deadline : slice, who, t0, e);
+        if (rc == 0 || last || e->code != DDPC_E_TIMEOUT)
+            return rc;
+        ddpc_err_clear(e);
+        int found = store_check(c, stop_key, e);
+        if (found < 0)
+            return found;
+        if (!found)
+            continue;
+        void *v = NULL;
+        size_t n = 0;
+        DDPC_TRY(client_get(c, stop_key, &v, &n, ddpc_now() + STORE_SLICE_S, NULL, ddpc_now(),
+                            e));
+        for (char *q = v; *q; q++)
+            if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
+                *q = ' ';   /* another node's words, printed on one line */
+        rc = DDPC_FAIL(e, DDPC_E_STOPPED, "%.400s (at the rendezvous; this node stops too)",
+                       (char *)v);
+        free(v);
+        return rc;
+    }
 }
 
 int store_check(struct store_client *c, const char *key, struct ddpc_err *e)

@@ -18,6 +18,8 @@
  * The client side (store_client_*) is one blocking TCP connection. Every
  * call that waits takes an absolute CLOCK_MONOTONIC deadline (comm.h);
  * get waits on the server for a key to appear, so it costs no polling.
+ * A connection the store closes or resets fails with DDPC_E_STOPPED: the
+ * store lives as long as node 0's launcher, so node 0 has stopped.
  *
  * The store trusts its network: like torch's TCPStore it has no
  * authentication, only bounds (keys <= 1 KiB, values <= 1 MiB). Bind it on
@@ -80,6 +82,18 @@ struct store_client {
  * address and the last error. */
 int  store_client_connect(struct store_client *c, const char *host, int port, double deadline,
                           struct ddpc_err *e);
+/* The same with flags:
+ * STORE_CONNECT_REFUSED_STOPS: a connection refused at every address of
+ *   host fails at once with DDPC_E_STOPPED ("node 0 has stopped"), for a
+ *   client that met the store before (a later attempt of a job: node 0's
+ *   launcher hosts the store for the job's whole life, so nothing
+ *   listening there means it has ended); other errors are retried.
+ * STORE_CONNECT_ONCE: one attempt, bounded by deadline, no notice: for a
+ *   best-effort message to a store that may be gone. */
+#define STORE_CONNECT_REFUSED_STOPS 1
+#define STORE_CONNECT_ONCE          2
+int  store_client_connect_ex(struct store_client *c, const char *host, int port,
+                             double deadline, int flags, struct ddpc_err *e);
 void store_client_close(struct store_client *c);
 
 int  store_set(struct store_client *c, const char *key, const void *val, size_t len,
@@ -90,6 +104,13 @@ int  store_set(struct store_client *c, const char *key, const void *val, size_t 
  * the key to a person ("rank 3 (node 1)"); who NULL names the key. */
 int  store_get(struct store_client *c, const char *key, void **val, size_t *len,
                double deadline, const char *who, struct ddpc_err *e);
+/* store_get that also watches stop_key: it waits in slices of a second and
+ * looks for stop_key between them; once stop_key is there it fails with
+ * DDPC_E_STOPPED and stop_key's value (one line: "node 1 gave up: ...").
+ * Another node's launcher sets that key when it gives up (ddprt.c), so the
+ * ranks waiting for it stop within a second instead of at the deadline. */
+int  store_get_watch(struct store_client *c, const char *key, const char *stop_key, void **val,
+                     size_t *len, double deadline, const char *who, struct ddpc_err *e);
 /* 1 if key exists, 0 if not (no waiting); negative on error. */
 int  store_check(struct store_client *c, const char *key, struct ddpc_err *e);
 /* Atomically adds delta to the integer counter key (0 if absent); *out: the

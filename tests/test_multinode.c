@@ -13,6 +13,9 @@
  * (1 and 2 workers per node); killing node 1 ends node 0 non-zero within
  * 5 s naming node 1; node 0 alone ends at its timeout naming the ranks it
  * waited for; a link cut mid-run ends both nodes within their timeout.
+ * Case group "stops" (max_restarts 2, nccl_timeout 60 s): a node that
+ * gives up stops the other at its next rendezvous, naming its reason, and
+ * node 0 gone stops node 1 at its next rendezvous, both within seconds.
  * Without root, `ip` or `nsenter`, or where namespaces cannot be made, each
  * case prints SKIP with the reason.
  */
@@ -513,6 +516,85 @@ START_TEST(restart_after_a_dead_worker_on_node_1)
 }
 END_TEST
 
+/* Both nodes restart (max_restarts 2) and wait up to nccl_timeout (60 s
+ * here) at each attempt's rendezvous. A node that gives up (node 1 runs
+ * another configuration: a data error, which would recur) tells the others
+ * through node 0's store, so node 0 stops at its next rendezvous and names
+ * node 1's reason; it used to restart twice and wait out nccl_timeout each
+ * time for a node 1 that had already stopped. */
+START_TEST(a_node_that_gives_up_stops_the_others)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build_x(&b, 1, 1000, 0, "  max_restarts: 2\n");
+    struct built n0 = b, n1 = b;
+    n0.job = build_variant(&b, "slow", "nccl_timeout: 2s", "nccl_timeout: 60s");
+    n1.job = build_variant(&b, "slowlr", "learning_rate: 0.01\nlr_scaling: none\nseed: 11\n"
+                           "nccl_timeout: 2s", "learning_rate: 0.02\nlr_scaling: none\n"
+                           "seed: 11\nnccl_timeout: 60s");
+    struct run_proc p[2];
+    struct run_result r[2];
+    double t0 = ddpc_now();
+    start_node(&p[1], &n1, 1);
+    start_node(&p[0], &n0, 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 30, &r[k]), 0);
+    double dt = ddpc_now() - t0;
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(!r[k].timed_out && r[k].exited && r[k].code != 0,
+                      "node %d: status %d%s after %.1f s:\n%s", k, r[k].code,
+                      r[k].timed_out ? " (timed out)" : "", dt, r[k].err);
+    ck_assert_msg(dt < 20, "the nodes took %.1f s to end (nccl_timeout 60 s)", dt);
+    ck_assert_msg(strstr(r[1].err, "not restarting"), "node 1:\n%s", r[1].err);
+    ck_assert_msg(strstr(r[0].err, "node 1 gave up") &&
+                  strstr(r[0].err, "rank 1 runs another configuration than rank 0"),
+                  "node 0 does not name node 1's reason:\n%s", r[0].err);
+    ck_assert_msg(!strstr(r[0].err, "restarting (2 of 2)"), "node 0:\n%s", r[0].err);
+    printf("multinode: stopped after %.1f s; node 0:\n%s", dt, r[0].err);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    free(n0.job);
+    free(n1.job);
+    built_free(&b);
+}
+END_TEST
+
+/* Node 0's launcher hosts the store for the job's whole life: once node 1
+ * has met it there, a refused connection means node 0 has stopped. With
+ * node 0 killed, node 1 restarts (max_restarts 2) and stops at its next
+ * rendezvous, naming node 0; it used to retry connecting until nccl_timeout
+ * (60 s here), twice. */
+START_TEST(node_1_stops_when_node_0_is_gone)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build_x(&b, 1, 1000, 0, "  max_restarts: 2\n");
+    struct built s = b;
+    s.job = build_variant(&b, "slow", "nccl_timeout: 2s", "nccl_timeout: 60s");
+    struct run_proc p[2];
+    struct run_result r[2];
+    start_both_until(p, &s, "epoch 2/");
+    ck_assert_int_eq(kill(-p[0].pid, SIGKILL), 0);   /* node 0's launcher, store and workers */
+    double t0 = ddpc_now();
+    ck_assert_int_eq(run_finish(&p[1], 30, &r[1]), 0);
+    double dt = ddpc_now() - t0;
+    ck_assert_int_eq(run_finish(&p[0], 5, &r[0]), 0);
+    ck_assert_msg(!r[1].timed_out && r[1].exited && r[1].code != 0,
+                  "node 1: status %d%s after %.1f s:\n%s", r[1].code,
+                  r[1].timed_out ? " (timed out)" : "", dt, r[1].err);
+    ck_assert_msg(dt < 10, "node 1 took %.1f s to end (nccl_timeout 60 s)", dt);
+    ck_assert_msg(strstr(r[1].err, "node 0 has stopped"), "node 1:\n%s", r[1].err);
+    ck_assert_msg(!strstr(r[1].err, "restarting (2 of 2)"), "node 1:\n%s", r[1].err);
+    printf("multinode: node 1 stopped %.1f s after node 0 was killed:\n%s", dt, r[1].err);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    free(s.job);
+    built_free(&b);
+}
+END_TEST
+
 START_TEST(cut_link_ends_both_nodes)
 {
     if (skipped())
@@ -679,6 +761,14 @@ Suite *multinode_suite(void)
     tcase_add_test(t, two_jobs_as_one_node_rank_are_named);
     tcase_add_test(t, cut_link_ends_both_nodes);   /* last: it leaves the link down */
     suite_add_tcase(s, t);
+    /* restarts across nodes: a node that stops, stops the others */
+    TCase *st = tcase_create("stops");
+    tcase_add_unchecked_fixture(st, net_up, net_down);
+    tcase_add_checked_fixture(st, net_clean, NULL);
+    tcase_set_timeout(st, 90);
+    tcase_add_test(st, a_node_that_gives_up_stops_the_others);
+    tcase_add_test(st, node_1_stops_when_node_0_is_gone);
+    suite_add_tcase(s, st);
     TCase *sl = tcase_create("slurm");
     tcase_set_timeout(sl, 300);
     tcase_add_test(sl, slurm_runs_the_generated_sbatch);

@@ -162,6 +162,55 @@ START_TEST(get_timeout_names_who)
 }
 END_TEST
 
+/* A wait that watches a stop key (a node that gave up sets it): it ends
+ * within a slice of the key's arrival with its value, DDPC_E_STOPPED; with
+ * none, it times out at its deadline and counts the whole wait. */
+START_TEST(get_watch_stops_on_the_stop_key)
+{
+    struct store_host h = start_host("127.0.0.1");
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", h.port);
+    struct ddpc_err e = { 0 };
+    void *v;
+    size_t n;
+    double t0 = ddpc_now();
+    ck_assert_int_eq(store_get_watch(&c, "a1/rank/1", "a1/stop", &v, &n, t0 + 2.5,
+                                     "rank 1 (node 1)", &e), DDPC_E_TIMEOUT);
+    double dt = ddpc_now() - t0;
+    ck_assert_msg(dt >= 2.45 && dt < 3.5, "timed out after %.3f s", dt);
+    ck_assert_msg(strstr(e.msg, "waited 2.") && strstr(e.msg, "rank 1 (node 1)"), "%s", e.msg);
+    /* the key, when it comes first */
+    ddpc_err_clear(&e);
+    ck_assert_int_eq(store_set(&c, "a1/rank/1", "x", 1, &e), 0);
+    ck_assert_int_eq(store_get_watch(&c, "a1/rank/1", "a1/stop", &v, &n, 0, NULL, &e), 0);
+    ck_assert_int_eq((int)n, 1);
+    free(v);
+    /* the stop key, set by another client while this one waits */
+    pid_t k = fork();
+    ck_assert_int_ge(k, 0);
+    if (k == 0) {
+        struct store_client o;
+        struct ddpc_err oe = { 0 };
+        usleep(300 * 1000);
+        if (store_client_connect(&o, "127.0.0.1", h.port, ddpc_deadline_after(5), &oe) < 0 ||
+            store_set(&o, "a1/stop", "node 1 gave up: bad\ndata", 24, &oe) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    t0 = ddpc_now();
+    ck_assert_int_eq(store_get_watch(&c, "a1/rank/2", "a1/stop", &v, &n, t0 + 30, NULL, &e),
+                     DDPC_E_STOPPED);
+    dt = ddpc_now() - t0;
+    int st;
+    ck_assert_int_eq(waitpid(k, &st, 0), k);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_msg(dt < 2.0, "stopped after %.3f s", dt);
+    ck_assert_msg(strstr(e.msg, "node 1 gave up: bad data"), "%s", e.msg);
+    store_client_close(&c);
+    store_host_stop(&h);
+}
+END_TEST
+
 /* Many clients at once (as a world of ranks does), each setting its key
  * and waiting for everyone else's. */
 START_TEST(many_clients_all_gather)
@@ -297,6 +346,20 @@ START_TEST(unreachable_and_vanishing_store)
     double dt = ddpc_now() - t0;
     ck_assert_msg(dt >= 0.35 && dt < 2.0, "gave up after %.3f s", dt);
     ck_assert_msg(strstr(e.msg, "127.0.0.1:") && strstr(e.msg, "node 0"), "%s", e.msg);
+    /* a client that met the store before: refused means node 0 has stopped */
+    ddpc_err_clear(&e);
+    t0 = ddpc_now();
+    ck_assert_int_eq(store_client_connect_ex(&c, "127.0.0.1", port, t0 + 5,
+                                             STORE_CONNECT_REFUSED_STOPS, &e), DDPC_E_STOPPED);
+    ck_assert_msg(ddpc_now() - t0 < 0.5, "gave up after %.3f s", ddpc_now() - t0);
+    ck_assert_msg(strstr(e.msg, "connection refused") && strstr(e.msg, "node 0 has stopped"),
+                  "%s", e.msg);
+    /* one try: no retrying until the deadline */
+    ddpc_err_clear(&e);
+    t0 = ddpc_now();
+    ck_assert_int_eq(store_client_connect_ex(&c, "127.0.0.1", port, t0 + 5, STORE_CONNECT_ONCE,
+                                             &e), DDPC_E_TIMEOUT);
+    ck_assert_msg(ddpc_now() - t0 < 0.5, "gave up after %.3f s", ddpc_now() - t0);
 
     h = start_host("127.0.0.1");
     connect_to(&c, "127.0.0.1", h.port);
@@ -312,10 +375,12 @@ START_TEST(unreachable_and_vanishing_store)
     void *v;
     size_t n;
     t0 = ddpc_now();
+    /* the store lives as long as node 0's launcher: not a fault to retry */
     ck_assert_int_eq(store_get(&c, "never", &v, &n, ddpc_deadline_after(20), NULL, &e),
-                     DDPC_E_PEER);
+                     DDPC_E_STOPPED);
     ck_assert_msg(ddpc_now() - t0 < 2.0, "noticed after %.3f s", ddpc_now() - t0);
-    ck_assert_msg(strstr(e.msg, "closed the connection") || strstr(e.msg, "ended"), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, "closed the connection") && strstr(e.msg, "node 0 has stopped"),
+                  "%s", e.msg);
     waitpid(k, NULL, 0);
     store_client_close(&c);
     store_host_stop(&h);
@@ -851,6 +916,7 @@ Suite *store_suite(void)
     tcase_add_test(t, set_get_check_add);
     tcase_add_test(t, get_waits_for_a_later_set);
     tcase_add_test(t, get_timeout_names_who);
+    tcase_add_test(t, get_watch_stops_on_the_stop_key);
     tcase_add_test(t, wait_ms_is_bounded);
     tcase_add_test(t, many_clients_all_gather);
     tcase_add_test(t, second_job_on_the_port_is_refused);
