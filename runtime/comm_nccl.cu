@@ -571,8 +571,10 @@ static int bootstrap_id(const char *purpose, int rank, const char *host, int por
                         struct ddpc_err *e)
 {
     struct store_client sc;
-    char key[160];
+    char key[160], stop[64];
     snprintf(key, sizeof key, "%s/nccl/%s/id", prefix && *prefix ? prefix : "a0", purpose);
+    /* set by a node that gave up (ddprt.c): stop waiting for rank 0 then */
+    snprintf(stop, sizeof stop, "%s/stop", prefix && *prefix ? prefix : "a0");
     int rc = store_client_connect(&sc, host, port, deadline, e);
     if (rc == 0 && rank == 0) {
         ncclResult_t st = ncclGetUniqueId(id);
@@ -584,7 +586,8 @@ static int bootstrap_id(const char *purpose, int rank, const char *host, int por
     } else if (rc == 0) {
         void *v = NULL;
         size_t n = 0;
-        rc = store_get(&sc, key, &v, &n, deadline, "rank 0 (node 0)'s NCCL unique id", e);
+        rc = store_get_watch(&sc, key, stop, &v, &n, deadline, "rank 0 (node 0)'s NCCL unique id",
+                             e);
         if (rc == 0 && n != sizeof *id)
             rc = DDPC_FAIL(e, DDPC_E_PEER, "nccl %s: the unique id in the store has %zu bytes, "
                            "not %zu: is another program using this store?", purpose, n,
