@@ -91,8 +91,10 @@
 /* path: a checkpoint file was named (checkpoint.resume is a custom key) */
 #define DDPC_ENUM_LIST_resume(V, A, H) \
     V(DDPC_RESUME_AUTO, "auto") V(DDPC_RESUME_NEVER, "never") H(DDPC_RESUME_PATH, "path")
+/* true / false: Lightning's enable_progress_bar (docs/coming-from.md) */
 #define DDPC_ENUM_LIST_progress(V, A, H) \
-    V(DDPC_PROGRESS_AUTO, "auto") V(DDPC_PROGRESS_ON, "on") V(DDPC_PROGRESS_OFF, "off")
+    V(DDPC_PROGRESS_AUTO, "auto") V(DDPC_PROGRESS_ON, "on") V(DDPC_PROGRESS_OFF, "off") \
+    A(DDPC_PROGRESS_ON, "true") A(DDPC_PROGRESS_OFF, "false")
 #define DDPC_ENUM_LIST_launcher(V, A, H) \
     V(DDPC_LAUNCHER_LOCAL, "local") V(DDPC_LAUNCHER_SLURM, "slurm")
 

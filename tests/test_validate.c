@@ -202,6 +202,16 @@ START_TEST(test_value_forms)
     ck_assert_uint_eq(c.job.seed, 16);
     checked_free(&c);
 
+    /* Lightning's enable_progress_bar: False / True (coming-from.md) */
+    check(&c, MINIMAL "logging: {progress: false}\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.logging.progress, DDPC_PROGRESS_OFF);
+    checked_free(&c);
+    check(&c, MINIMAL "logging: {progress: true}\n");
+    ck_assert_str_eq(c.text, "");
+    ck_assert_int_eq(c.job.logging.progress, DDPC_PROGRESS_ON);
+    checked_free(&c);
+
     check(&c, MINIMAL "precision: bf16-mixed\nlimit_train_batches: 0.25\n");
     ck_assert_str_eq(c.text, "");
     ck_assert_int_eq(c.job.precision, DDPC_PRECISION_BF16);
