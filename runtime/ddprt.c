@@ -156,8 +156,9 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "\n"
             "Exit status: 0 trained; 1 a worker failed (the message names its rank, device\n"
             "and cause) or a check before training failed; 2 bad arguments; 130 / 143 / 129\n"
-            "stopped by SIGINT / SIGTERM / SIGHUP (every worker is stopped, no partial file\n"
-            "is left); 141, without a message, when standard output is a pipe whose reader\n"
+            "/ 138 / 140 stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2 (every\n"
+            "worker is stopped, no partial file is left; no checkpoint is written for the\n"
+            "signal); 141, without a message, when standard output is a pipe whose reader\n"
             "ended (./job | head), likewise.\n",
             argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
 }

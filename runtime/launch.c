@@ -42,13 +42,13 @@ extern void openblas_set_num_threads(int n) __attribute__((weak));
 
 static struct {
     int pipe_rd, pipe_wr;
-    volatile sig_atomic_t stop_sig;     /* SIGINT, SIGTERM or SIGHUP received, else 0 */
+    volatile sig_atomic_t stop_sig;     /* the first stop signal received, else 0 */
 } launch_sig = { -1, -1, 0 };
 
 static void launch_on_signal(int sig)
 {
     int saved = errno;
-    if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && launch_sig.stop_sig == 0)
+    if (sig != SIGCHLD && launch_sig.stop_sig == 0)
         launch_sig.stop_sig = sig;
     char b = 0;
     /* Non-blocking: a full pipe already guarantees a wake-up. */
@@ -58,13 +58,18 @@ static void launch_on_signal(int sig)
 }
 
 /* SIGHUP: the terminal went away (an ssh session closed without nohup):
- * stop like SIGTERM, so the workers go too and no partial file is left. */
-static const int launch_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+ * stop like SIGTERM, so the workers go too and no partial file is left.
+ * SIGUSR1 / SIGUSR2: Slurm users send them (sbatch --signal=USR1@90, as
+ * Lightning's auto-requeue asks, or scancel -s USR1), and Slurm delivers
+ * them to every process of the step; by default they kill, so the
+ * launcher died without a word and its workers by PR_SET_PDEATHSIG,
+ * mid-checkpoint maybe: they stop the job like SIGTERM instead. */
+static const int launch_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD };
 
 static const char *launch_sig_name(int sig)
 {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
-                                                                                 : "a signal";
+         : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "a signal";
 }
 #define N_LAUNCH_SIGNALS ((int)(sizeof launch_signals / sizeof launch_signals[0]))
 
@@ -585,6 +590,7 @@ int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
      * handler before it resets them. */
     if (sigemptyset(&block) == -1 || sigaddset(&block, SIGINT) == -1 ||
         sigaddset(&block, SIGTERM) == -1 || sigaddset(&block, SIGHUP) == -1 ||
+        sigaddset(&block, SIGUSR1) == -1 || sigaddset(&block, SIGUSR2) == -1 ||
         sigaddset(&block, SIGCHLD) == -1 ||
         sigprocmask(SIG_BLOCK, &block, &orig) == -1) {
         (void)DDPC_FAIL(e, DDPC_E_SYS, "launch: sigprocmask: %s", strerror(errno));

@@ -62,13 +62,13 @@ const char *launch_exit_name(int status);
 
 /* Forks and supervises. Returns the launcher's exit status: 0 when every
  * worker exited 0; 1 when one failed (e says which rank, device and why);
- * 130 / 143 / 129 after SIGINT / SIGTERM / SIGHUP; 141 (128 + SIGPIPE) when
- * standard output is a pipe whose reader left (`./job | head`: the workers
+ * 128 + the signal after SIGINT / SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2;
+ * 141 (128 + SIGPIPE) when standard output is a pipe whose reader left (`./job | head`: the workers
  * are stopped, and the caller should say nothing); 1 with e filled when
  * setup (mmap, fork) failed. On a worker failure e->code is that worker's own error code when
  * it exited with one (DDPC_E_DATA for status 12, ...), DDPC_E_PEER when it
  * died by a signal or with a status of its own. Blocks until no worker is
- * left. Installs SIGINT/SIGTERM/SIGHUP/SIGCHLD
+ * left. Installs SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2/SIGCHLD
  * handlers for its duration and restores the previous ones on return. */
 int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                struct ddpc_err *e);

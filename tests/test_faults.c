@@ -801,6 +801,63 @@ START_TEST(interrupt_and_term_exit_130_143_leaving_nothing)
 }
 END_TEST
 
+/* SIGUSR1 / SIGUSR2 as Slurm sends them (sbatch --signal=USR1@90, the
+ * Lightning habit, or scancel -s USR1): to every process of the step, the
+ * workers too. Their default action killed the launcher without a word
+ * (killed by signal 10; Slurm: FAILED) and its workers by
+ * PR_SET_PDEATHSIG, a checkpoint being written left as a temp file; the job
+ * now stops as it does on SIGTERM: 128 + the signal, the signal named, no
+ * worker or partial file left. */
+START_TEST(sigusr1_and_sigusr2_stop_like_sigterm)
+{
+    char *dir = make_temp_dir("faults-usr");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    struct { int sig, mid_write, want; const char *name; } cases[] = {
+        { SIGUSR1, 1, 138, "SIGUSR1" },
+        { SIGUSR2, 0, 140, "SIGUSR2" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "run%zu", i);
+        char *cwd = subdir(dir, name);
+        char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=1000", NULL };
+        struct run_proc p;
+        pid_t w[2];
+        start(&p, job, cwd, cases[i].mid_write ? env : NULL);
+        workers_of(&p, w);
+        if (cases[i].mid_write) {
+            double t0 = tnow();
+            while (proc_state(w[0]) != 'T') {
+                ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
+                usleep(2000);
+            }
+        } else {
+            wait_line(&p, "epoch 2/");
+        }
+        ck_assert_int_eq(kill(-p.pid, cases[i].sig), 0);
+        struct run_result r;
+        finish(&p, &r);
+        ck_assert_msg(r.exited && r.code == cases[i].want, "%s: exit %d/%d, want %d:\n%s",
+                      cases[i].name, r.exited, r.code, cases[i].want, r.err);
+        char want[64];
+        snprintf(want, sizeof want, "interrupted by %s", cases[i].name);
+        ck_assert_msg(strstr(r.err, want), "%s: stderr does not say why:\n%s", cases[i].name,
+                      r.err);
+        assert_nothing_left(w, 2);
+        assert_no_partial_files(cwd);
+        char tmps[4096];
+        names_with(cwd, ".tmp.", tmps, sizeof tmps);
+        ck_assert_msg(!tmps[0], "%s: temp files left: %s", cases[i].name, tmps);
+        run_result_free(&r);
+        free(cwd);
+    }
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A job whose standard output is a pipe, and the reader goes away (`./job
  * | head -3`): it stops as a Unix tool does, without a word on stderr, with
  * 141 (128 + SIGPIPE), no worker left, no partial file, whether rank 0 was
@@ -2147,6 +2204,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, stopped_rank0_with_only_rank_sync_timeout_ends_the_job);
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
+    tcase_add_test(t, sigusr1_and_sigusr2_stop_like_sigterm);
     tcase_add_test(t, closed_stdout_pipe_stops_quietly);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
     tcase_add_test(t, checkpoint_schedule_and_header);
