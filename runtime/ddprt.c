@@ -1769,5 +1769,8 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     data_free(&r->train);
     data_free(&r->test);
     free(r);
+    /* after an interrupt the stop signals stay ignored (launch.h): main
+     * returns this status, and exit's library destructors (OpenBLAS's)
+     * take long enough for Slurm's next SIGTERM to land in them */
     return status;
 }

@@ -34,7 +34,10 @@ struct ddprt_program {
 };
 
 /* Parses the run-time flags (--dry-run, --help, --version, --resume, ...),
- * launches and supervises the workers. Returns the process exit status. */
+ * launches and supervises the workers. Returns the process exit status;
+ * after SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 stopped the job (128 + the
+ * signal), those signals are left ignored for the rest of the process
+ * (launch_release_signals restores them). */
 int ddprt_main(const struct ddprt_program *p, int argc, char **argv);
 
 /* A job's first call: execs the job again with OPENBLAS_NUM_THREADS=1 when

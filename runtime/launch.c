@@ -271,6 +271,7 @@ static int launch_install(struct sigaction *old, struct ddpc_err *e)
     SYS_CHECK(e, pipe2(fds, O_CLOEXEC | O_NONBLOCK));
     launch_sig.pipe_rd = fds[0];
     launch_sig.pipe_wr = fds[1];
+    launch_release_signals();   /* a caller that launches again after an interrupt */
     launch_sig.stop_sig = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -282,10 +283,45 @@ static int launch_install(struct sigaction *old, struct ddpc_err *e)
     return 0;
 }
 
+/* After a stop signal the job is ending, but its caller still has work to
+ * do: remove a checkpoint temp file a killed worker left, stop the store,
+ * say why it stopped and return 128 + the signal. Slurm sends SIGTERM more
+ * than once (slurmstepd to every process of the step at the time limit,
+ * then srun as it ends the step), and a second one under the restored
+ * default disposition killed the launcher in the middle of that: no
+ * message, death by signal instead of 143. So the stop signals stay
+ * ignored until launch_release_signals. */
+static struct {
+    int held;
+    struct sigaction old[N_LAUNCH_SIGNALS];
+} launch_held;
+
+void launch_release_signals(void)
+{
+    if (!launch_held.held)
+        return;
+    for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
+        if (launch_signals[i] != SIGCHLD)
+            (void)sigaction(launch_signals[i], &launch_held.old[i], NULL);
+    launch_held.held = 0;
+}
+
 static void launch_uninstall(const struct sigaction *old)
 {
-    for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
-        (void)sigaction(launch_signals[i], &old[i], NULL);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    (void)sigemptyset(&ign.sa_mask);
+    for (int i = 0; i < N_LAUNCH_SIGNALS; i++) {
+        if (launch_sig.stop_sig && launch_signals[i] != SIGCHLD) {
+            launch_held.old[i] = old[i];
+            (void)sigaction(launch_signals[i], &ign, NULL);
+        } else {
+            (void)sigaction(launch_signals[i], &old[i], NULL);
+        }
+    }
+    if (launch_sig.stop_sig)
+        launch_held.held = 1;
     if (launch_sig.pipe_rd >= 0)
         (void)close(launch_sig.pipe_rd);
     if (launch_sig.pipe_wr >= 0)

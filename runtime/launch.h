@@ -69,8 +69,14 @@ const char *launch_exit_name(int status);
  * it exited with one (DDPC_E_DATA for status 12, ...), DDPC_E_PEER when it
  * died by a signal or with a status of its own. Blocks until no worker is
  * left. Installs SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2/SIGCHLD
- * handlers for its duration and restores the previous ones on return. */
+ * handlers for its duration and restores the previous ones on return, but
+ * after a stop signal it leaves the stop signals ignored (a second SIGTERM
+ * must not kill the caller's cleanup) until launch_release_signals. */
 int launch_run(const struct launch_opts *o, launch_worker_fn fn, void *user,
                struct ddpc_err *e);
+
+/* Restores the stop signals' dispositions that launch_run left ignored
+ * after an interrupt; nothing when it did not. */
+void launch_release_signals(void);
 
 #endif /* DDPC_LAUNCH_H */

@@ -858,6 +858,57 @@ START_TEST(sigusr1_and_sigusr2_stop_like_sigterm)
 }
 END_TEST
 
+/* SIGTERM again and again to the whole process group while the job stops,
+ * as Slurm sends it at a time limit (slurmstepd to every process of the
+ * step, then srun ending the step), with rank 0 in the middle of a
+ * checkpoint write. The launcher restored the default disposition when its
+ * workers were gone, so a later SIGTERM killed it in its cleanup: death by
+ * signal 15 without "interrupted by SIGTERM" (5 runs in 6 by hand), the
+ * temp file's removal at stake. It now exits 143 with its message. */
+START_TEST(repeated_sigterm_still_exits_143_with_its_message)
+{
+    char *dir = make_temp_dir("faults-terms");
+    struct fopts o = { 0 };
+    char *job = build_job(dir, "job", &o);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "run%d", i);
+        char *cwd = subdir(dir, name);
+        char *env[] = { "DDPC_TEST_CKPT_STOP_AFTER_BYTES=1000", NULL };
+        struct run_proc p;
+        pid_t w[2];
+        start(&p, job, cwd, env);
+        workers_of(&p, w);
+        double t0 = tnow();
+        while (proc_state(w[0]) != 'T') {
+            ck_assert_msg(tnow() - t0 < RUN_LIMIT, "rank 0 never stopped mid-write");
+            usleep(2000);
+        }
+        t0 = tnow();
+        for (char st = proc_state(p.pid); st && st != 'Z' && tnow() - t0 < 10;
+             st = proc_state(p.pid)) {
+            (void)kill(-p.pid, SIGTERM);
+            usleep(200);
+        }
+        struct run_result r;
+        finish(&p, &r);
+        ck_assert_msg(r.exited && r.code == 143, "run %d: exit %d/%d, want 143:\n%s", i,
+                      r.exited, r.code, r.err);
+        ck_assert_msg(strstr(r.err, "interrupted by SIGTERM"), "run %d: stderr does not say "
+                      "why:\n%s", i, r.err);
+        assert_nothing_left(w, 2);
+        char tmps[4096];
+        names_with(cwd, ".tmp.", tmps, sizeof tmps);
+        ck_assert_msg(!tmps[0], "run %d: temp files left: %s", i, tmps);
+        run_result_free(&r);
+        free(cwd);
+    }
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A job whose standard output is a pipe, and the reader goes away (`./job
  * | head -3`): it stops as a Unix tool does, without a word on stderr, with
  * 141 (128 + SIGPIPE), no worker left, no partial file, whether rank 0 was
@@ -2205,6 +2256,7 @@ Suite *faults_suite(void)
     tcase_add_test(t, launcher_kill9_takes_the_workers_down);
     tcase_add_test(t, interrupt_and_term_exit_130_143_leaving_nothing);
     tcase_add_test(t, sigusr1_and_sigusr2_stop_like_sigterm);
+    tcase_add_test(t, repeated_sigterm_still_exits_143_with_its_message);
     tcase_add_test(t, closed_stdout_pipe_stops_quietly);
     tcase_add_test(t, kill9_then_resume_is_byte_identical);
     tcase_add_test(t, checkpoint_schedule_and_header);
