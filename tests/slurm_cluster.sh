@@ -20,6 +20,8 @@
 #   completed  the sbatch script `ddpc build` generated, unchanged: COMPLETED,
 #              and the run trained to its end on both nodes
 #   scancel    scancel mid-run: CANCELLED, no process of the job left
+#   usr1       scancel -s USR1 mid-run (what sbatch --signal=USR1@90 sends):
+#              both nodes stop as on SIGTERM, saying so, and exit 138
 #   requeue    node n1 killed mid-run (its slurmd and the job's processes on
 #              it), the node set down: Slurm requeues the job, n1 comes back,
 #              and the second run resumes from the last checkpoint
@@ -238,6 +240,28 @@ if build slx 400; then
     fi
 else
     result scancel "ddpc build failed"
+fi
+
+# usr1: the signal Lightning users ask for before the time limit
+if build slu 400; then
+    id=$(submit slu)
+    running() { [ "$(state "$id")" = RUNNING ] && grep -q "epoch 2/" "slu-$id.out" 2>/dev/null; }
+    if ! wait_for 40 "job $id to train" running; then
+        result usr1 "job $id never trained: $(state "$id")"
+    else
+        ctl scancel -s USR1 "$id"
+        ended() { [ "$(state "$id")" = FAILED ] && [ "$(job_procs slu)" = 0 ]; }
+        if ! wait_for 20 "job $id ended, its processes gone" ended; then
+            result usr1 "after USR1: state $(state "$id"), $(job_procs slu) processes left"
+        elif [ "$(grep -c '^[01]: ddpc: interrupted by SIGUSR1' "slu-$id.out")" != 2 ] ||
+             [ "$(grep -c 'Exited with exit code 138' "slu-$id.out")" != 2 ]; then
+            result usr1 "not a clean stop on both nodes: $(grep -E 'ddpc|srun' "slu-$id.out" | tr '\n' ';')"
+        else
+            result usr1 ok
+        fi
+    fi
+else
+    result usr1 "ddpc build failed"
 fi
 
 # requeue: n1 dies mid-run; Slurm requeues; the second run resumes

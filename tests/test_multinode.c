@@ -626,7 +626,7 @@ END_TEST
 /* ===== a real Slurm cluster (tests/slurm_cluster.sh) ===== */
 
 /* The script builds the cluster, runs the sbatch script `ddpc build`
- * generated (completed, scancel, requeue after a lost node) and tears it
+ * generated (completed, scancel, SIGUSR1, requeue after a lost node) and tears it
  * all down. Whatever it left if it was killed is removed here: its two
  * namespaces (TAGa, TAGb) with everything in them, and its munged. */
 START_TEST(slurm_runs_the_generated_sbatch)
@@ -662,8 +662,8 @@ START_TEST(slurm_runs_the_generated_sbatch)
         printf("%s", r.out);
         ck_assert_msg(r.exited && r.code == 0, "Slurm cases failed (status %d):\n%s%s", r.code,
                       r.out, r.err);
-        static const char *const cases[] = { "completed", "scancel", "requeue" };
-        for (int i = 0; i < 3; i++) {
+        static const char *const cases[] = { "completed", "scancel", "usr1", "requeue" };
+        for (int i = 0; i < 4; i++) {
             char want[64];
             snprintf(want, sizeof want, "case %s: ok", cases[i]);
             ck_assert_msg(strstr(r.out, want), "no '%s':\n%s", want, r.out);
