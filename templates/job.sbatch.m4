@@ -33,7 +33,9 @@ m4_ifelse(M_SH_ACCOUNT, «», «», «#SBATCH --account=M_SH_ACCOUNT
 #SBATCH --output=M_SH_NAME-%j.out
 set -euo pipefail
 
-m4_ifelse(M_SH_MASTER_FROM_ALLOC, «1», «MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)»,
+m4_dnl sed -n 1p, not head -n 1: head leaving early would SIGPIPE scontrol on a long
+m4_dnl node list, and pipefail would end the script before srun.
+m4_ifelse(M_SH_MASTER_FROM_ALLOC, «1», «MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)»,
 «MASTER=M_SH_MASTER»)
 PORT=M_SH_PORT
 

@@ -481,6 +481,60 @@ START_TEST(sbatch_is_shell_and_quotes_hold)
 }
 END_TEST
 
+/* The script's first lines run under set -euo pipefail, and the master
+ * was `scontrol show hostnames ... | head -n 1`: on an allocation whose
+ * host list outgrows a pipe's buffer (about 2000 nodes of 10-character
+ * names; launch.num_nodes goes to 4096), head left, scontrol died of
+ * SIGPIPE, pipefail made the assignment fail, and the batch script exited
+ * 141 before srun, with no word of why. A fake scontrol prints 20000. */
+START_TEST(sbatch_master_from_a_long_node_list)
+{
+    struct fixture fx;
+    fixture_init(&fx, 0);
+    fx.job.launch.master_addr = NULL;   /* the allocation's first node */
+    plan_free(&fx.plan);
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(plan_build(&fx.job, fx.strings[9], &fx.plan, &d), 0);
+    diag_free(&d);
+    emit_into(&fx, fx.dir, "spec.yaml");
+    char *path, *bin, *fake, *script;
+    ck_assert_int_ge(asprintf(&path, "%s/job.sbatch", fx.dir), 0);
+    ck_assert_int_ge(asprintf(&bin, "%s/bin", fx.dir), 0);
+    ck_assert_int_eq(mkdir(bin, 0755), 0);
+    ck_assert_int_ge(asprintf(&fake, "%s/scontrol", bin), 0);
+    FILE *f = fopen(fake, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nexec seq -f 'node%05g' 1 20000\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(chmod(fake, 0755), 0);
+    char *s = slurp(path, NULL);
+    char *line = strstr(s, "\nMASTER=$(");
+    ck_assert_msg(line != NULL, "no MASTER from the allocation:\n%s", s);
+    line++;
+    char *eol = strchr(line, '\n');
+    ck_assert_ptr_nonnull(eol);
+    ck_assert_int_ge(asprintf(&script, "set -euo pipefail\nPATH=%s:$PATH\n"
+                              "SLURM_JOB_NODELIST='node[00001-20000]'\n%.*s\n"
+                              "printf %%s \"$MASTER\"", bin, (int)(eol - line), line), 0);
+    char *sh[] = { "bash", "-c", script, NULL };
+    struct run_result r;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(run_capture(sh, NULL, NULL, 30, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0, "the MASTER line failed (status %d): %s",
+                      r.code, r.err);
+        ck_assert_str_eq(r.out, "node00001");
+        run_result_free(&r);
+    }
+    free(script);
+    free(s);
+    free(fake);
+    free(bin);
+    free(path);
+    fixture_free(&fx);
+}
+END_TEST
+
 START_TEST(escapers)
 {
     struct ddpc_buf b;
@@ -1420,6 +1474,7 @@ Suite *emit_suite(void)
     tcase_add_test(tc, same_job_same_bytes);
     tcase_add_test(tc, plan_json_file_is_plan_json);
     tcase_add_test(tc, sbatch_is_shell_and_quotes_hold);
+    tcase_add_test(tc, sbatch_master_from_a_long_node_list);
     tcase_add_test(tc, bad_values_refused);
     tcase_add_test(tc, cc_missing_runtime);
     tcase_add_test(tc, cc_compile_failure_reported);
