@@ -1162,12 +1162,18 @@ int store_set(struct store_client *c, const char *key, const void *val, size_t l
     return 0;
 }
 
-/* store_get, its message counting the wait from t0 */
+/* store_get, its message counting the wait from t0; *answered (may be
+ * NULL): 1 when the store replied, so the connection is in step (its own
+ * timeout included), 0 when it failed before the reply (no answer in
+ * time, a closed connection) */
 static int client_get(struct store_client *c, const char *key, void **val, size_t *len,
-                      double deadline, const char *who, double t0, struct ddpc_err *e)
+                      double deadline, const char *who, double t0, int *answered,
+                      struct ddpc_err *e)
 {
     *val = NULL;
     *len = 0;
+    if (answered)
+        *answered = 0;
     uint32_t ms = STORE_NO_TIMEOUT;
     if (deadline > 0) {
         double left = deadline - ddpc_now();
@@ -1180,6 +1186,8 @@ static int client_get(struct store_client *c, const char *key, void **val, size_
     uint8_t *b;
     size_t n;
     DDPC_TRY(client_reply(c, deadline > 0 ? deadline + STORE_SLACK_S : 0, &st, &b, &n, e));
+    if (answered)
+        *answered = 1;
     if (st == ST_TIMEOUT) {
         free(b);
         return DDPC_FAIL(e, DDPC_E_TIMEOUT, "rendezvous store %s: waited %.1f s for %s%s%s, "
@@ -1199,7 +1207,7 @@ static int client_get(struct store_client *c, const char *key, void **val, size_
 int store_get(struct store_client *c, const char *key, void **val, size_t *len,
               double deadline, const char *who, struct ddpc_err *e)
 {
-    return client_get(c, key, val, len, deadline, who, ddpc_now(), e);
+    return client_get(c, key, val, len, deadline, who, ddpc_now(), NULL, e);
 }
 
 int store_get_watch(struct store_client *c, const char *key, const char *stop_key, void **val,
@@ -1210,8 +1218,12 @@ int store_get_watch(struct store_client *c, const char *key, const char *stop_ke
         /* the key first: a rendezvous whose keys are there costs no more */
         double slice = ddpc_now() + STORE_SLICE_S;
         int last = deadline > 0 && slice >= deadline;
-        int rc = client_get(c, key, val, len, last ? deadline : slice, who, t0, e);
-        if (rc == 0 || last || e->code != DDPC_E_TIMEOUT)
+        int answered;
+        int rc = client_get(c, key, val, len, last ? deadline : slice, who, t0, &answered, e);
+        /* only the store's own timeout goes on: a store that did not answer
+         * in time (its reply may still come, out of step with the next
+         * request) or a read error ends the wait, as it ends store_get */
+        if (rc == 0 || last || e->code != DDPC_E_TIMEOUT || !answered)
             return rc;
         ddpc_err_clear(e);
         int found = store_check(c, stop_key, e);
@@ -1222,7 +1234,7 @@ int store_get_watch(struct store_client *c, const char *key, const char *stop_ke
         void *v = NULL;
         size_t n = 0;
         DDPC_TRY(client_get(c, stop_key, &v, &n, ddpc_now() + STORE_SLICE_S, NULL, ddpc_now(),
-                            e));
+                            NULL, e));
         for (char *q = v; *q; q++)
             if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
                 *q = ' ';   /* another node's words, printed on one line */

@@ -211,6 +211,36 @@ START_TEST(get_watch_stops_on_the_stop_key)
 }
 END_TEST
 
+/* A store that takes the connection but never answers (node 0 frozen, a
+ * link that drops its packets): store_get_watch fails as store_get does,
+ * a few seconds past its deadline, not after another full request's wait
+ * on a connection whose get is still unanswered. */
+START_TEST(get_watch_on_a_silent_store_keeps_its_deadline)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(lfd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 4), 0);
+    ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    struct store_client c;
+    connect_to(&c, "127.0.0.1", ntohs(a.sin_port));   /* in the backlog: never served */
+    struct ddpc_err e = { 0 };
+    void *v;
+    size_t n;
+    double t0 = ddpc_now();
+    int rc = store_get_watch(&c, "a1/rank/1", "a1/stop", &v, &n, t0 + 1.5, "rank 1 (node 1)",
+                             &e);
+    double dt = ddpc_now() - t0;
+    ck_assert_int_eq(rc, DDPC_E_TIMEOUT);
+    ck_assert_msg(dt < 1.5 + 5 + 1, "gave up after %.1f s (deadline 1.5 s): %s", dt, e.msg);
+    ck_assert_msg(strstr(e.msg, "did not answer"), "%s", e.msg);
+    store_client_close(&c);
+    (void)close(lfd);
+}
+END_TEST
+
 /* Many clients at once (as a world of ranks does), each setting its key
  * and waiting for everyone else's. */
 START_TEST(many_clients_all_gather)
@@ -917,6 +947,7 @@ Suite *store_suite(void)
     tcase_add_test(t, get_waits_for_a_later_set);
     tcase_add_test(t, get_timeout_names_who);
     tcase_add_test(t, get_watch_stops_on_the_stop_key);
+    tcase_add_test(t, get_watch_on_a_silent_store_keeps_its_deadline);
     tcase_add_test(t, wait_ms_is_bounded);
     tcase_add_test(t, many_clients_all_gather);
     tcase_add_test(t, second_job_on_the_port_is_refused);
