@@ -1552,18 +1552,19 @@ static void ddprt_launch_opts(const struct ddprt_run *r, struct launch_opts *o)
 
 /* A node K > 0 that gives up says so in node 0's store, under the key the
  * next attempt's ranks watch while they wait at the rendezvous
- * (a<A+1>/stop, store.h store_get_watch): the other nodes, which saw only
+ * (a<A+1>/stop, store.h store_get_watch; a0/stop when it stopped before
+ * its first attempt, in its preflight): the other nodes, which saw only
  * a dead peer and restart, then stop at once and name this node's reason
  * instead of waiting nccl_timeout for it at every attempt left. One try,
  * bounded by a couple of seconds; a failure is ignored (node 0 may be
  * gone, and then the others know: its store is gone with it). Node 0 says
  * nothing: its store ends with it, which the others notice at once. */
-static void ddprt_announce_stop(const struct ddprt_run *r, int attempt, const char *why)
+static void ddprt_announce_stop(const struct ddprt_run *r, int next_attempt, const char *why)
 {
     if (r->node_rank == 0 || !(r->gloo || (r->use_cuda && r->world > 1)))
         return;
     char key[32], val[400];
-    (void)snprintf(key, sizeof key, "a%d/stop", attempt + 1);
+    (void)snprintf(key, sizeof key, "a%d/stop", next_attempt);
     int n = snprintf(val, sizeof val, "node %d gave up: %s", r->node_rank, why);
     if (n < 0)
         return;
@@ -1684,7 +1685,7 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
     /* given up (a failure not retried, restarts used up, an interrupt):
      * tell the other nodes, unless it was they who stopped this one */
     if (status != 0 && e->code != DDPC_E_STOPPED)
-        ddprt_announce_stop(r, r->attempt, e->msg);
+        ddprt_announce_stop(r, r->attempt + 1, e->msg);
     if (r->store_met) {
         (void)munmap(r->store_met, sizeof *r->store_met);
         r->store_met = NULL;
@@ -1760,10 +1761,18 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     struct store_host store = { 0, -1, 0 };   /* node 0 of a multi-node CPU job */
     if (fl.dry_run) {
         status = ddprt_dry_run(r, &fl, argv0, &e);
-    } else if (ddprt_prepare(r, &fl, &e) == 0 && ddprt_rendezvous(r, &fl, &store, &e) == 0) {
-        struct launch_opts o;
-        ddprt_launch_opts(r, &o);
-        status = ddprt_supervise(r, &o, &e);
+    } else if (ddprt_prepare(r, &fl, &e) == 0) {
+        if (ddprt_rendezvous(r, &fl, &store, &e) == 0) {
+            struct launch_opts o;
+            ddprt_launch_opts(r, &o);
+            status = ddprt_supervise(r, &o, &e);
+        }
+    } else {
+        /* a node K > 0 that stops before its first attempt (its data, a
+         * preflight, its --resume) gives up as surely as one whose attempts
+         * failed: the others, at attempt 0's rendezvous, are told */
+        ddprt_announce_stop(r, 0, e.msg[0] ? e.msg : "its ./job stopped before its workers "
+                            "started (see its log)");
     }
     store_host_stop(&store);
     data_free(&r->train);

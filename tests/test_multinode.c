@@ -560,6 +560,49 @@ START_TEST(a_node_that_gives_up_stops_the_others)
 }
 END_TEST
 
+/* A node that stops in its preflight, before any attempt (here node 1's
+ * --resume names no file; a data file it cannot read, or its memory
+ * preflight, end it there too), gives up as surely as one whose attempts
+ * failed: node 0, waiting at attempt 0's rendezvous, stops within seconds
+ * naming it. It used to hear nothing, wait nccl_timeout (60 s here) for
+ * node 1, restart and wait again at every attempt left. */
+START_TEST(a_node_that_stops_in_its_preflight_stops_the_others)
+{
+    if (skipped())
+        return;
+    struct built b;
+    build_x(&b, 1, 1000, 0, "  max_restarts: 2\n");
+    struct built n0 = b;
+    n0.job = build_variant(&b, "slow", "nccl_timeout: 2s", "nccl_timeout: 60s");
+    struct run_proc p[2];
+    struct run_result r[2];
+    double t0 = ddpc_now();
+    start_node(&p[0], &n0, 0);
+    usleep(1500 * 1000);   /* node 0's store is up, its ranks at the rendezvous */
+    char nsarg[64];
+    snprintf(nsarg, sizeof nsarg, "--net=/run/netns/%s", net.ns[1]);
+    char *argv[] = { "nsenter", nsarg, "--", n0.job, "--node-rank", "1", "--resume",
+                     "/nonexistent/h13.ckpt", NULL };
+    ck_assert_int_eq(run_start(argv, b.dir, NULL, &p[1]), 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(run_finish(&p[k], 40, &r[k]), 0);
+    double dt = ddpc_now() - t0;
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(!r[k].timed_out && r[k].exited && r[k].code != 0,
+                      "node %d: status %d%s after %.1f s:\n%s", k, r[k].code,
+                      r[k].timed_out ? " (timed out)" : "", dt, r[k].err);
+    ck_assert_msg(dt < 20, "the nodes took %.1f s to end (nccl_timeout 60 s):\n%s", dt,
+                  r[0].err);
+    ck_assert_msg(strstr(r[0].err, "node 1 gave up"), "node 0 does not name node 1:\n%s",
+                  r[0].err);
+    printf("multinode: stopped after %.1f s; node 0:\n%s", dt, r[0].err);
+    for (int k = 0; k < 2; k++)
+        run_result_free(&r[k]);
+    free(n0.job);
+    built_free(&b);
+}
+END_TEST
+
 /* Node 0's launcher hosts the store for the job's whole life: once node 1
  * has met it there, a refused connection means node 0 has stopped. With
  * node 0 killed, node 1 restarts (max_restarts 2) and stops at its next
@@ -767,6 +810,7 @@ Suite *multinode_suite(void)
     tcase_add_checked_fixture(st, net_clean, NULL);
     tcase_set_timeout(st, 90);
     tcase_add_test(st, a_node_that_gives_up_stops_the_others);
+    tcase_add_test(st, a_node_that_stops_in_its_preflight_stops_the_others);
     tcase_add_test(st, node_1_stops_when_node_0_is_gone);
     suite_add_tcase(s, st);
     TCase *sl = tcase_create("slurm");
