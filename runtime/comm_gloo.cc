@@ -781,7 +781,7 @@ int g_init(struct ddpc_comm *c, const struct ddpc_gloo_init *in, struct ddpc_err
             throw 0;
         if (claims != 1) {
             int node = in->rank / g->rpn;
-            rc = DDPC_FAIL(e, DDPC_E_INVALID,
+            rc = DDPC_FAIL(e, DDPC_E_TAKEN,
                            "rank %d (node %d) is already taken: another ./job runs as node %d "
                            "of this job.\n---> HINT: give each node its own --node-rank "
                            "(0..N-1, node %d is taken); under Slurm run one task per node "

@@ -1643,6 +1643,11 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
                     "diverge again\n");
             break;
         }
+        if (e->code == DDPC_E_TAKEN) {
+            /* a second copy of a node: the job runs without it */
+            fprintf(stderr, "ddpc: not restarting: another ./job runs as this node\n");
+            break;
+        }
         if (e->code == DDPC_E_STOPPED) {
             /* another node gave up, or node 0 has gone: nobody to meet */
             fprintf(stderr, "ddpc: not restarting: another node has stopped for good, and "
@@ -1683,8 +1688,10 @@ static int ddprt_supervise(struct ddprt_run *r, const struct launch_opts *o, str
         r->t_launch = ddpc_now();
     }
     /* given up (a failure not retried, restarts used up, an interrupt):
-     * tell the other nodes, unless it was they who stopped this one */
-    if (status != 0 && e->code != DDPC_E_STOPPED)
+     * tell the other nodes, unless it was they who stopped this one, or
+     * this is a second copy of a node, refused while the job runs on
+     * (its stop would end the job's next attempt) */
+    if (status != 0 && e->code != DDPC_E_STOPPED && e->code != DDPC_E_TAKEN)
         ddprt_announce_stop(r, r->attempt + 1, e->msg);
     if (r->store_met) {
         (void)munmap(r->store_met, sizeof *r->store_met);

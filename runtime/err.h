@@ -32,6 +32,8 @@ enum ddpc_err_code {
     DDPC_E_DIVERGED = -9,  /* the loss or the gradients became nan/inf */
     DDPC_E_STOPPED = -10,  /* another node gave up, or node 0 (the store) has stopped:
                             * it will not be back, so this node does not restart */
+    DDPC_E_TAKEN = -11,    /* another ./job already runs as this node (its ranks are
+                            * claimed): this copy neither restarts nor speaks for the job */
 };
 
 struct ddpc_err {

@@ -77,7 +77,7 @@ int launch_exit_code(int err_code)
 {
     if (err_code >= 0)
         return 0;
-    int s = 10 - err_code;   /* -1 -> 11, ..., -10 -> 20 */
+    int s = 10 - err_code;   /* -1 -> 11, ..., -11 -> 21 */
     return s < 10 || s > 99 ? 10 : s;
 }
 
@@ -94,6 +94,7 @@ const char *launch_exit_name(int status)
     case 10 - DDPC_E_NOMEM:   return "out of memory";
     case 10 - DDPC_E_DIVERGED: return "the run diverged";
     case 10 - DDPC_E_STOPPED: return "another node stopped";
+    case 10 - DDPC_E_TAKEN:   return "another ./job runs as this node";
     default:                  return NULL;
     }
 }

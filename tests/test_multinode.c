@@ -347,34 +347,70 @@ START_TEST(node_0_alone_names_what_it_waited_for)
 }
 END_TEST
 
+static char *build_variant(const struct built *b, const char *name, const char *from,
+                           const char *to);
+
 /* Two ./job given the same node rank (--node-rank 1 twice; srun with two
  * tasks on a node, which share SLURM_NODEID): the second to register is
  * told that its rank is taken, at once, while the job trains with the
  * first; it used to overwrite the first's address and one of the two
- * failed at the timeout with gloo's 'Connect timeout' to node 0. */
+ * failed at the timeout with gloo's 'Connect timeout' to node 0. The
+ * refused copy neither restarts nor tells the job's nodes to stop. */
 START_TEST(two_jobs_as_one_node_rank_are_named)
 {
     if (skipped())
         return;
     struct built b;
-    build(&b, 1, 2, 0);
+    build_x(&b, 1, 300, 0, "  max_restarts: 1\n");
+    struct built v = b;   /* a deadline longer than the hold below */
+    v.job = build_variant(&b, "long", "nccl_timeout: 2s", "nccl_timeout: 20s");
     struct run_proc p[3];
     struct run_result r[3];
-    start_node(&p[1], &b, 1);
-    start_node(&p[2], &b, 1);
-    start_node(&p[0], &b, 0);
-    for (int k = 0; k < 3; k++)
-        ck_assert_int_eq(run_finish(&p[k], 60, &r[k]), 0);
-    ck_assert_msg(r[0].exited && r[0].code == 0, "node 0 status %d:\n%s", r[0].code, r[0].err);
-    int lost = r[1].code != 0 ? 1 : 2, won = 3 - lost;
-    ck_assert_msg(r[won].exited && r[won].code == 0, "node 1 (first) status %d:\n%s",
-                  r[won].code, r[won].err);
+    start_node(&p[1], &v, 1);
+    start_node(&p[2], &v, 1);
+    start_node(&p[0], &v, 0);
+    int lost = 0;
+    for (int i = 0; i < 600 && !lost; i++)
+        for (int k = 1; k <= 2 && !lost; k++)
+            if (run_wait_output(&p[k], "is already taken", 0.05))
+                lost = k;
+    ck_assert_msg(lost, "neither node 1 was refused:\n%s\n%s", p[1].err, p[2].err);
+    int won = 3 - lost;
+    ck_assert_int_eq(run_finish(&p[lost], 30, &r[lost]), 0);
     ck_assert_msg(r[lost].exited && r[lost].code == 1, "node 1 (second) status %d:\n%s",
                   r[lost].code, r[lost].err);
     ck_assert_msg(strstr(r[lost].err, "rank 1 (node 1) is already taken") &&
-                  strstr(r[lost].err, "--node-rank"), "%s", r[lost].err);
+                  strstr(r[lost].err, "--node-rank") &&
+                  strstr(r[lost].err, "not restarting: another ./job runs as this node"),
+                  "%s", r[lost].err);
+    /* The refused copy speaks for nobody: the job's own node 1 loses its
+     * worker, both nodes restart (max_restarts 1) and finish. It used to
+     * announce "node 1 gave up" to the next attempt, whose rendezvous then
+     * stopped on it whenever a node waited there for the other. */
+    ck_assert_msg(run_wait_output(&p[0], "epoch 2/", 30), "node 0 never trained:\n%s",
+                  p[0].err);
+    pid_t w[4];
+    int n = child_pids(p[won].pid, w, 4);
+    ck_assert_int_ge(n, 1);
+    /* node 0's launcher held back 2.5 s: node 1's next attempt waits for it
+     * at the rendezvous, long enough to look for a stop (store.h
+     * store_get_watch looks each second) */
+    ck_assert_int_eq(kill(p[0].pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(w[0], SIGKILL), 0);
+    usleep(2500000);
+    ck_assert_int_eq(kill(p[0].pid, SIGCONT), 0);
+    ck_assert_int_eq(run_finish(&p[0], 90, &r[0]), 0);
+    ck_assert_int_eq(run_finish(&p[won], 90, &r[won]), 0);
+    const int job_nodes[2] = { 0, won };
+    for (int i = 0; i < 2; i++) {
+        const struct run_result *q = &r[job_nodes[i]];
+        ck_assert_msg(q->exited && q->code == 0 && strstr(q->err, "restarting (1 of 1)"),
+                      "node %d status %d:\n%s", i, q->code, q->err);
+    }
+    ck_assert_msg(!strstr(r[0].err, "gave up"), "node 0:\n%s", r[0].err);
     for (int k = 0; k < 3; k++)
         run_result_free(&r[k]);
+    free(v.job);
     built_free(&b);
 }
 END_TEST
