@@ -28,6 +28,7 @@
 #include "csv_header.h"
 #include "npy_dtype.h"
 #include "rng.h"
+#include "tokens.h"
 
 /* ===== reading: libdeflate for whole gzip files, zlib otherwise ===== */
 
@@ -1160,6 +1161,225 @@ int data_set_windows(struct ddpc_dataset *ds, int32_t T, int64_t stride, int32_t
     ds->stride = stride;
     ds->classes = ds->max_token + 1;
     return 0;
+}
+
+/* ===== memory estimate (before loading) ===== */
+
+#ifdef DDPC_HAVE_LIBDEFLATE
+#define DATA_WHOLE 1
+#else
+#define DATA_WHOLE 0
+#endif
+
+void data_file_mem(uint64_t bytes, int gzip, uint32_t isize, uint64_t known, int whole,
+                   struct data_mem *m)
+{
+    if (!gzip) {
+        /* read whole and freed, then streamed into the array: never both */
+        m->peak = m->held = bytes;
+        return;
+    }
+    /* ISIZE is mod 2^32, and a multi-member file's is its last member's;
+     * deflate never more than doubles its input (a code is at most 15
+     * bits), so an ISIZE below half the compressed bytes is one of those,
+     * and the size is at least that half (ISIZE + 2^32 would be far too
+     * much for a bgzip file's last 64 KiB block). A header's size (IDX,
+     * NPY) is the size. */
+    uint64_t floor = bytes > 18 ? (bytes - 18) / 2 : 0;
+    uint64_t size = known ? known : isize > floor ? isize : floor;
+    int fits = size == (uint64_t)isize;   /* what file_slurp_gzip decompresses whole */
+    if (whole && fits)
+        m->peak = bytes + size;   /* the compressed file and its output at once */
+    else if (whole)
+        m->peak = bytes > size ? bytes : size;   /* libdeflate gives up, zlib streams */
+    else
+        m->peak = size;
+    m->held = size;
+    m->gz += bytes;
+    m->raw += size;
+}
+
+uint64_t data_mem_together(const struct data_mem *a, const struct data_mem *b)
+{
+    uint64_t x = a->peak + b->held, y = b->peak + a->held;
+    return x > y ? x : y;
+}
+
+/* path's first bytes (decompressed when gzip) into buf, and what
+ * data_file_mem needs to know of it; -1 when it is no regular file or
+ * cannot be read. */
+static int mem_peek(const char *path, unsigned char *buf, int cap, uint64_t *bytes, int *gzip,
+                    uint32_t *isize)
+{
+    if (!path || !*path)
+        return -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    unsigned char h[4];
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        (void)close(fd);
+        return -1;
+    }
+    *bytes = (uint64_t)st.st_size;
+    *gzip = pread(fd, h, 2, 0) == 2 && h[0] == 0x1f && h[1] == 0x8b;
+    *isize = 0;
+    if (*gzip && st.st_size >= 18 && pread(fd, h, 4, st.st_size - 4) == 4)
+        *isize = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                 (uint32_t)h[3] << 24;
+    gzFile g = gzdopen(fd, "rb");
+    if (!g) {
+        (void)close(fd);
+        return -1;
+    }
+    int got = gzread(g, buf, (unsigned)cap);
+    (void)gzclose(g);
+    return got;
+}
+
+/* An IDX or NPY file: m from data_file_mem, *count its elements, *conv
+ * whether inputs_from_array converts them to float. */
+static int mem_array(const char *path, int npy, struct data_mem *m, uint64_t *count, int *conv)
+{
+    unsigned char b[1024];
+    uint64_t bytes;
+    int gzip;
+    uint32_t isize;
+    int got = mem_peek(path, b, (int)sizeof b - 1, &bytes, &gzip, &isize);
+    if (got < 8)
+        return -1;
+    uint64_t hdr, size;
+    if (!npy) {
+        static const int esize[] = { [0x08] = 1, [0x09] = 1, [0x0B] = 2, [0x0C] = 4,
+                                     [0x0D] = 4, [0x0E] = 8 };
+        int nd = b[3];
+        if (b[2] > 0x0E || !esize[b[2]] || nd < 1 || nd > 4 || got < 4 + 4 * nd)
+            return -1;
+        *count = 1;
+        for (int i = 0; i < nd; i++) {
+            const unsigned char *d = b + 4 + 4 * i;
+            uint64_t v = (uint64_t)d[0] << 24 | (uint64_t)d[1] << 16 | (uint64_t)d[2] << 8 | d[3];
+            if (__builtin_mul_overflow(*count, v, count))
+                return -1;
+        }
+        if (*count > ((uint64_t)1 << 40))
+            return -1;   /* data_load refuses it */
+        hdr = 4 + 4 * (uint64_t)nd;
+        *conv = b[2] != 0x08;   /* IDX is big endian: only bytes are taken as they are */
+        size = *count * (uint64_t)esize[b[2]];
+        /* read_owned takes the decompressed file over as the array */
+        data_file_mem(bytes, gzip, isize, hdr + size, DATA_WHOLE, m);
+        return 0;
+    }
+    if (memcmp(b, "\x93NUMPY", 6) != 0 || b[6] < 1 || b[6] > 3)
+        return -1;
+    hdr = b[6] == 1 ? 10 + ((uint64_t)b[8] | (uint64_t)b[9] << 8)
+                    : 12 + ((uint64_t)b[8] | (uint64_t)b[9] << 8 | (uint64_t)b[10] << 16 |
+                            (uint64_t)b[11] << 24);
+    b[got] = 0;
+    const char *d = npy_key((const char *)b, "descr");
+    const char *dend = d && (*d == '\'' || *d == '"') ? strchr(d + 1, *d) : NULL;
+    struct npy_dtype dt;
+    if (!dend || npy_dtype_parse(d + 1, (size_t)(dend - d - 1), &dt) < 0)
+        return -1;
+    const char *sh = npy_key((const char *)b, "shape");
+    if (!sh || *sh != '(')
+        return -1;
+    *count = 1;
+    for (const char *p = sh + 1; *p && *p != ')';) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (__builtin_mul_overflow(*count, (uint64_t)v, count))
+            return -1;
+        p = end;
+    }
+    if (*count > ((uint64_t)1 << 60))
+        return -1;   /* data_load refuses it */
+    size = *count * (uint64_t)dt.size;
+    data_file_mem(bytes, gzip, isize, hdr + size, DATA_WHOLE, m);
+    *conv = !((dt.kind == 'u' && dt.size == 1 && !dt.boolean) ||
+              (dt.kind == 'f' && dt.size == 4 && dt.big_endian == host_big_endian()));
+    if (gzip && DATA_WHOLE && m->peak == bytes + m->held) {
+        /* npy_read copies the array out of the decompressed file */
+        if (m->held + size > m->peak)
+            m->peak = m->held + size;
+    } else if (size > m->peak) {
+        m->peak = size;
+    }
+    m->held = size;
+    if (dt.kind == 'f')
+        *conv |= 2;   /* as labels: float targets */
+    return 0;
+}
+
+int data_mem_estimate(const struct ddpc_data_source *src, struct data_mem *m)
+{
+    memset(m, 0, sizeof *m);
+    switch (src->format) {
+    case DDPC_DATA_IDX:
+    case DDPC_DATA_NPY: {
+        int npy = src->format == DDPC_DATA_NPY, cx, cy;
+        struct data_mem x = { 0 }, y = { 0 };
+        uint64_t nx, ny;
+        if (mem_array(src->inputs, npy, &x, &nx, &cx) < 0 ||
+            mem_array(src->labels, npy, &y, &ny, &cy) < 0)
+            return -1;
+        /* the inputs, then the labels while they are held, then the float
+         * copy of the inputs and the int32 labels (or float targets) while
+         * both raw arrays are */
+        uint64_t conv = (cx & 1) ? 4 * nx : 0, lab = 4 * ny;
+        uint64_t p2 = x.held + y.peak, p3 = x.held + y.held + conv + lab;
+        m->peak = x.peak > p2 ? x.peak : p2;
+        m->peak = m->peak > p3 ? m->peak : p3;
+        m->held = (conv ? conv : x.held) + lab;
+        m->gz = x.gz + y.gz;
+        m->raw = x.raw + y.raw;
+        return 0;
+    }
+    case DDPC_DATA_CSV: {
+        unsigned char b[4];
+        int gzip;
+        uint32_t isize;
+        uint64_t bytes;
+        if (mem_peek(src->path, b, (int)sizeof b, &bytes, &gzip, &isize) < 0)
+            return -1;
+        data_file_mem(bytes, gzip, isize, 0, DATA_WHOLE, m);
+        /* slurp copies a decompressed file into its text; the floats
+         * parsed from the text are not known before it is parsed */
+        if (gzip && DATA_WHOLE && 2 * m->held > m->peak)
+            m->peak = 2 * m->held;
+        m->held = 0;
+        return 0;
+    }
+    case DDPC_DATA_TEXT:
+    case DDPC_DATA_TOKENS: {
+        struct ddpc_token_files tf;
+        char why[PATH_MAX + 256];
+        memset(&tf, 0, sizeof tf);
+        if (tokens_list(src->path, (size_t)src->path_literal, src->format, &tf, why,
+                        sizeof why) < 0) {
+            tokens_list_free(&tf);
+            return -1;
+        }
+        int64_t a, b;
+        tokens_range(tf.total, src->range_lo, src->range_hi, &a, &b);
+        m->peak = m->held = (uint64_t)(b - a) * (uint64_t)tf.elem;
+        tokens_list_free(&tf);
+        return 0;
+    }
+    case DDPC_DATA_SYNTHETIC:
+        if (src->samples <= 0 || src->features <= 0)
+            return -1;
+        m->peak = m->held = (uint64_t)src->samples * ((uint64_t)src->features + 1) * 4;
+        return 0;
+    default:
+        return -1;
+    }
 }
 
 /* ===== public ===== */

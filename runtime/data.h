@@ -66,6 +66,34 @@ int  data_load(const struct ddpc_data_source *src, struct ddpc_dataset *ds,
                struct ddpc_err *e);
 void data_free(struct ddpc_dataset *ds);
 
+/* The memory data_load takes, estimated before it runs from the files'
+ * sizes and headers (the launcher's memory preflight compares it with a
+ * cgroup limit before loading: ddprt.c). Bytes of anonymous memory, which
+ * a cgroup cannot reclaim: peak, while loading (for a gzip file read whole
+ * by libdeflate, its compressed bytes and all it decompresses to at once);
+ * held, the dataset after it; gz and raw, the gzip files' compressed bytes
+ * and what they decompress to (for the message). A lower bound where the
+ * files cannot tell (a CSV's parsed floats, a multi-member gzip's size). */
+struct data_mem {
+    uint64_t peak, held;
+    uint64_t gz, raw;
+};
+
+/* One file of `bytes` on disk, arithmetic only: gzip says it is one, isize
+ * is its trailer's ISIZE (the uncompressed size mod 2^32, of the last
+ * member only), known the uncompressed size when its header told it (0
+ * when not), whole whether the build decompresses a gzip file whole
+ * (libdeflate). Sets m's peak and held (the uncompressed size), adds to
+ * gz and raw. */
+void data_file_mem(uint64_t bytes, int gzip, uint32_t isize, uint64_t known, int whole,
+                   struct data_mem *m);
+/* Two sources loaded at once (the test set on a second thread): the
+ * larger of one's peak while the other is held. */
+uint64_t data_mem_together(const struct data_mem *a, const struct data_mem *b);
+/* src's estimate; -1 when its files cannot be read (data_load says why),
+ * never blocking (a FIFO is not opened for reading). */
+int  data_mem_estimate(const struct ddpc_data_source *src, struct data_mem *m);
+
 /* Makes a loaded token stream a dataset of windows: T inputs and T labels
  * per sample (features = seq_len = T), window i starting at token
  * i * stride: stride T + 1 for training (non-overlapping windows of T + 1),

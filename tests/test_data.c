@@ -1137,6 +1137,76 @@ START_TEST(windows_through_the_sampler)
 }
 END_TEST
 
+/* The loading estimate the launcher checks against a cgroup limit before
+ * it loads (ddprt.c): a gzip file read whole holds its compressed bytes
+ * and all they decompress to at once (libdeflate), a streamed one only
+ * the latter; ISIZE is taken mod 2^32 and a multi-member file's is its
+ * last member's, so a size a header tells wins, and an ISIZE below half
+ * the compressed bytes is raised to that half, never to ISIZE + 2^32. */
+START_TEST(memory_estimate_before_loading)
+{
+    const uint64_t G = (uint64_t)1 << 30;
+    struct data_mem m = { 0 };
+    data_file_mem(1000, 0, 0, 0, 1, &m);   /* plain */
+    ck_assert(m.peak == 1000 && m.held == 1000 && m.gz == 0 && m.raw == 0);
+    memset(&m, 0, sizeof m);   /* Fashion-MNIST's training images */
+    data_file_mem(26421856, 1, 47040016, 0, 1, &m);
+    ck_assert(m.peak == 26421856 + 47040016 && m.held == 47040016);
+    ck_assert(m.gz == 26421856 && m.raw == 47040016);
+    data_file_mem(26421856, 1, 47040016, 0, 0, &m);   /* zlib streams it */
+    ck_assert(m.peak == 47040016 && m.held == 47040016);
+    memset(&m, 0, sizeof m);   /* 6 GiB in 5 GiB: ISIZE says 2 GiB */
+    data_file_mem(5 * G, 1, (uint32_t)(2 * G), 0, 1, &m);
+    ck_assert(m.held == (5 * G - 18) / 2 && m.peak == 5 * G);
+    data_file_mem(3 * G, 1, (uint32_t)(2 * G), 6 * G, 1, &m);   /* the header knows */
+    ck_assert(m.held == 6 * G && m.peak == 6 * G);   /* libdeflate gives up, zlib streams */
+    memset(&m, 0, sizeof m);   /* bgzip: 1 MiB of 64 KiB members, the last 1000 bytes */
+    data_file_mem(1 << 20, 1, 1000, 0, 1, &m);
+    ck_assert(m.held == ((1 << 20) - 18) / 2 && m.peak == 1 << 20);
+    /* the test set on its own thread: one's peak while the other is held */
+    struct data_mem tr = { 73461872, 47340016, 0, 0 }, te = { 12262095, 7880016, 0, 0 };
+    ck_assert(data_mem_together(&tr, &te) == 73461872 + 7880016);
+    ck_assert(data_mem_together(&te, &tr) == 73461872 + 7880016);
+
+    /* a gzipped IDX of 200 x 28 x 28 bytes: the file, then its output
+     * held with the labels', their int32 copy; int16 inputs add a float copy */
+    enum { N = 200 };
+    static unsigned char img[16 + N * 784], lab[8 + N];
+    const unsigned char hi[16] = { 0, 0, 8, 3, 0, 0, 0, N, 0, 0, 0, 28, 0, 0, 0, 28 };
+    const unsigned char hl[8] = { 0, 0, 8, 1, 0, 0, 0, N };
+    memcpy(img, hi, 16);
+    memcpy(lab, hl, 8);
+    for (int i = 0; i < N * 784; i++)
+        img[16 + i] = (unsigned char)(i * 7919 % 251);
+    for (int i = 0; i < N; i++)
+        lab[8 + i] = (unsigned char)(i % 10);
+    struct ddpc_data_source src = { .format = DDPC_DATA_IDX, .inputs = tmp_path(0, "mx.gz"),
+                                    .labels = tmp_path(1, "my") };
+    write_bytes(src.inputs, img, sizeof img, 1);
+    write_bytes(src.labels, lab, sizeof lab, 0);
+    struct stat st;
+    ck_assert_int_eq(stat(src.inputs, &st), 0);
+    ck_assert_int_eq(data_mem_estimate(&src, &m), 0);
+    int whole = m.peak == (uint64_t)st.st_size + sizeof img;   /* libdeflate's build */
+    ck_assert_msg(whole || m.peak == sizeof img + sizeof lab + 4 * N, "peak %llu",
+                  (unsigned long long)m.peak);
+    ck_assert(m.held == sizeof img + 4 * N && m.gz == (uint64_t)st.st_size &&
+              m.raw == sizeof img);
+    img[2] = 0x0B;   /* int16, N / 2 samples, plain: converted to float */
+    img[7] = N / 2;
+    write_bytes(src.inputs, img, sizeof img, 0);
+    ck_assert_int_eq(data_mem_estimate(&src, &m), 0);
+    uint64_t conv = 4 * (uint64_t)(N / 2) * 784;
+    ck_assert_msg(m.peak == sizeof img + sizeof lab + conv + 4 * N &&
+                  m.held == conv + 4 * N && m.gz == 0, "peak %llu held %llu",
+                  (unsigned long long)m.peak, (unsigned long long)m.held);
+    /* a FIFO is not opened (it would block): data_load says what it is */
+    src.inputs = tmp_path(2, "fifo");
+    ck_assert_int_eq(mkfifo(src.inputs, 0600), 0);
+    ck_assert_int_eq(data_mem_estimate(&src, &m), -1);
+}
+END_TEST
+
 Suite *data_suite(void)
 {
     Suite *s = suite_create("data");
@@ -1164,6 +1234,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, output_in_a_token_pattern_is_an_input);
     tcase_add_test(tc, tokens_bad_shards_are_named);
     tcase_add_test(tc, windows_through_the_sampler);
+    tcase_add_test(tc, memory_estimate_before_loading);
     suite_add_tcase(s, tc);
     return s;
 }
