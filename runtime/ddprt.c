@@ -1324,6 +1324,62 @@ static int ddprt_memory_preflight(const struct ddprt_run *r, struct ddpc_err *e)
     return 0;
 }
 
+/* This process's anonymous resident memory (RssAnon): what a cgroup cannot
+ * reclaim, unlike the pages of its libraries; 0 when /proc cannot tell. */
+static size_t ddprt_anon_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        (void)fclose(f);
+    return (size_t)kb * 1024;
+}
+
+/* Before loading: a cgroup limit below what loading the data takes at its
+ * peak is an error naming both, instead of the OOM killer's SIGKILL in the
+ * middle of decompressing (exit 137, "Killed" and nothing else: the
+ * example's 25 MiB of gzipped training images and the 45 MiB they
+ * decompress to are held at once, measured 78.0-78.5 MiB the least that
+ * loads it). data_mem_estimate counts from the files' sizes and headers
+ * what data.c allocates; a source it cannot read is data_load's to report. */
+static int ddprt_data_preflight(const struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    unsigned long long cg = ddprt_cgroup_max();
+    struct data_mem tr, te = { 0 };
+    if (!cg || data_mem_estimate(&j->data.train, &tr) < 0 ||
+        (j->data.has_test && data_mem_estimate(&j->data.test, &te) < 0))
+        return 0;
+    size_t anon = ddprt_anon_bytes();
+    double need = (double)anon + (double)data_mem_together(&tr, &te);
+    if ((double)cg >= need)
+        return 0;
+    char a[32], b[32], c[32], d[32], f[32], g[32], h[32], gz[200] = "";
+    ddprt_mib(a, sizeof a, (double)cg);
+    ddprt_mib(b, sizeof b, need);
+    ddprt_mib(c, sizeof c, (double)anon);
+    ddprt_mib(d, sizeof d, (double)tr.peak);
+    ddprt_mib(f, sizeof f, j->data.has_test ? (double)te.held : 0.0);
+    if (tr.gz) {
+        ddprt_mib(g, sizeof g, (double)tr.gz);
+        ddprt_mib(h, sizeof h, (double)tr.raw);
+        (void)snprintf(gz, sizeof gz, " (%s of gzip files and the %s they decompress to, "
+                       "held at once)", g, h);
+    }
+    return DDPC_FAIL(e, DDPC_E_NOMEM,
+                     "this job's cgroup allows %s (memory.max, or v1's memory.limit_in_bytes), "
+                     "but the job needs at least %s to load its data, before any worker "
+                     "starts: %s resident already, %s at the peak of reading data.train%s, "
+                     "%s of data.test. Raise the limit to %.0f MiB or more: the data's size is "
+                     "what it is%s", a, b, c, d, gz, f, ceil(need / 1048576.0),
+                     tr.gz || te.gz ? " (uncompressed files, gunzip'd, need only what they "
+                     "hold: not the compressed copy too)" : "");
+}
+
 struct ddprt_test_load {
     const struct ddpc_data_source *src;
     struct ddpc_dataset *ds;
@@ -1489,7 +1545,7 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
         return -1;
     }
     ddprt_remove_stale_temps(r);
-    if (ddprt_load_data(r, e) < 0) {
+    if (ddprt_data_preflight(r, e) < 0 || ddprt_load_data(r, e) < 0) {
         ddprt_report(e);
         return -1;
     }

@@ -1707,6 +1707,74 @@ START_TEST(cgroup_preflight_counts_the_checkpoint_copy)
 }
 END_TEST
 
+/* A cgroup limit below what loading the data takes is refused before the
+ * launcher loads it: Fashion-MNIST's training images, 25 MiB gzipped, are
+ * held with the 45 MiB they decompress to, and under a real memory.max
+ * of 40-78 MiB the OOM killer killed the launcher mid-decompression (exit
+ * 137, "Killed", nothing else; it loads under 78.5 MiB). The limit is
+ * faked as above: 60 MiB is refused naming the estimate, 79 MiB, just
+ * above the real need, is not refused by this check (the old code loaded
+ * the data under both and trained under 79). */
+START_TEST(cgroup_limit_below_the_data_is_refused_before_loading)
+{
+    if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0)
+        ck_abort_msg("Fashion-MNIST missing: apt-get install dataset-fashion-mnist "
+                     "(scripts/install-deps does)");
+    adopt_orphans();
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[512];
+    int v2 = 0;
+    while (f && fgets(line, sizeof line, f))
+        v2 |= strncmp(line, "0::", 3) == 0;
+    if (f)
+        fclose(f);
+    struct run_result r;
+    char *probe[] = { "unshare", "--mount", "true", NULL };
+    if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
+        if (v2 && geteuid() == 0)
+            run_result_free(&r);
+        test_skip("cgroup data preflight", "needs cgroup v2 and root for a private mount "
+                  "namespace (unshare --mount)");
+        return;
+    }
+    run_result_free(&r);
+    char *dir = make_temp_dir("e2e-cgdata"), *spec = NULL, *job = NULL;
+    ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist.yaml", test_top()), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/fashion-mnist", dir), 0);
+    ddpc_build_ok(spec, job);
+    const long mib[2] = { 60, 79 };
+    for (int i = 0; i < 2; i++) {
+        char *sh = NULL;
+        ck_assert_int_ge(asprintf(&sh,
+            "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
+            "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
+            "echo %ld > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"", mib[i] << 20), 0);
+        char *argv[] = { "unshare", "--mount", "/bin/sh", "-c", sh, job, NULL };
+        ck_assert_int_eq(run_capture(argv, dir, NULL, 300, &r), 0);
+        ck_assert_msg(!r.timed_out, "the job hung");
+        if (i == 0) {
+            ck_assert_msg(r.exited && r.code == 1 &&
+                          strstr(r.err, "this job's cgroup allows 60 MiB") &&
+                          strstr(r.err, "but the job needs at least 78 MiB to load its data") &&
+                          strstr(r.err, "25 MiB of gzip files and the 45 MiB they decompress") &&
+                          strstr(r.err, "Raise the limit to 79 MiB or more") &&
+                          !strstr(r.out, "epoch 1/"), "exit %d:\n%s%s", r.code, r.out, r.err);
+            printf("e2e: memory.max 60 MiB, Fashion-MNIST:\n%s", r.err);
+        } else {
+            ck_assert_msg(r.exited && r.code == 0 && !strstr(r.err, "to load its data") &&
+                          strstr(r.out, "epoch 3/3"), "exit %d:\n%s%s", r.code, r.out, r.err);
+        }
+        run_result_free(&r);
+        free(sh);
+    }
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    rm_tree(dir);
+    free(dir);
+    free(spec);
+    free(job);
+}
+END_TEST
+
 /* devices: -1 on CPU is one worker per CPU this process may run on
  * (sched_getaffinity: taskset, cpusets, SLURM binding), resolved at run
  * time, and ddpc check's batch rule holds for what it resolves to. */
@@ -1785,6 +1853,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, devices_all_follows_cpu_affinity);
     tcase_add_test(run, cgroup_memory_limit_refused_before_fork);
     tcase_add_test(run, cgroup_preflight_counts_the_checkpoint_copy);
+    tcase_add_test(run, cgroup_limit_below_the_data_is_refused_before_loading);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
     tcase_add_test(run, sequential_input_width_at_runtime);
