@@ -1375,7 +1375,10 @@ static int ddprt_data_preflight(const struct ddprt_run *r, struct ddpc_err *e)
                      "but the job needs at least %s to load its data, before any worker "
                      "starts: %s resident already, %s at the peak of reading data.train%s, "
                      "%s of data.test. Raise the limit to %.0f MiB or more: the data's size is "
-                     "what it is%s", a, b, c, d, gz, f, ceil(need / 1048576.0),
+                     "what it is%s", a, b, c, d, gz, f,
+                     /* a MiB of headroom: the launcher's own resident
+                      * memory moves by a fraction of one between runs */
+                     ceil(need / 1048576.0) + 1,
                      tr.gz || te.gz ? " (uncompressed files, gunzip'd, need only what they "
                      "hold: not the compressed copy too)" : "");
 }
