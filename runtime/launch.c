@@ -154,6 +154,12 @@ static void launch_child_main(const struct launch_opts *o, launch_worker_fn fn,
         _exit(launch_exit_code(DDPC_E_SYS));
     for (int i = 0; i < N_LAUNCH_SIGNALS; i++)
         (void)signal(launch_signals[i], SIG_DFL);
+    /* SIGUSR1 / SIGUSR2 are the launcher's to act on. Slurm sends them to
+     * every process of the step, and a worker they killed before the
+     * launcher saw its own was reported as the cause ("rank 0 killed by
+     * signal 10") instead of "interrupted by SIGUSR1". */
+    (void)signal(SIGUSR1, SIG_IGN);
+    (void)signal(SIGUSR2, SIG_IGN);
     (void)close(launch_sig.pipe_rd);
     (void)close(launch_sig.pipe_wr);
     if (sigprocmask(SIG_SETMASK, orig_mask, NULL) == -1)
