@@ -1606,13 +1606,11 @@ START_TEST(outputs_never_overwrite_inputs)
 }
 END_TEST
 
-/* A cgroup memory limit below what the job needs is an error before fork
- * naming both numbers. The limit is faked where only this test sees it: a
- * private mount namespace (unshare --mount, root) with a tmpfs over
- * /sys/fs/cgroup holding memory.max = 2 MiB for the job's own cgroup. */
-START_TEST(cgroup_memory_limit_refused_before_fork)
+/* Whether this process can fake its cgroup's memory.max where only a job
+ * it starts sees it (cgroup v2, root, unshare --mount); prints SKIP and why
+ * (naming `what`) when not. */
+static int can_fake_memory_max(const char *what)
 {
-    adopt_orphans();
     FILE *f = fopen("/proc/self/cgroup", "re");
     char line[512];
     int v2 = 0;
@@ -1625,20 +1623,45 @@ START_TEST(cgroup_memory_limit_refused_before_fork)
     if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
         if (v2 && geteuid() == 0)
             run_result_free(&r);
-        test_skip("cgroup memory limit", "needs cgroup v2 and root for a private mount "
-                  "namespace (unshare --mount)");
-        return;
+        test_skip(what, "needs cgroup v2 and root for a private mount namespace (unshare "
+                  "--mount)");
+        return 0;
     }
     run_result_free(&r);
+    return 1;
+}
+
+/* Runs job in cwd under a memory.max of `bytes`, faked: a private mount
+ * namespace with a tmpfs over /sys/fs/cgroup holding that file for the
+ * job's own cgroup (the limit the preflights read, not one the kernel
+ * enforces). */
+static void run_under_memory_max(const char *job, const char *cwd, long long bytes,
+                                 double timeout_s, struct run_result *r)
+{
+    char *sh = NULL;
+    ck_assert_int_ge(asprintf(&sh,
+        "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
+        "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
+        "echo %lld > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"", bytes), 0);
+    char *argv[] = { "unshare", "--mount", "/bin/sh", "-c", sh, (char *)job, NULL };
+    ck_assert_int_eq(run_capture(argv, cwd, NULL, timeout_s, r), 0);
+    free(sh);
+    ck_assert_msg(!r->timed_out, "the job hung");
+}
+
+/* A cgroup memory limit below what the job needs is an error before fork
+ * naming both numbers. The limit is faked where only this test sees it: a
+ * private mount namespace (unshare --mount, root) with a tmpfs over
+ * /sys/fs/cgroup holding memory.max = 2 MiB for the job's own cgroup. */
+START_TEST(cgroup_memory_limit_refused_before_fork)
+{
+    adopt_orphans();
+    if (!can_fake_memory_max("cgroup memory limit"))
+        return;
+    struct run_result r;
     struct small_job s;
     small_job_make(&s);
-    char *argv[] = { "unshare", "--mount", "/bin/sh", "-c",
-                     "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
-                     "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
-                     "echo 2097152 > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"",
-                     s.job, NULL };
-    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 30, &r), 0);
-    ck_assert_msg(!r.timed_out, "the job hung");
+    run_under_memory_max(s.job, s.dir, 2097152, 30, &r);
     ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "this job's cgroup allows 2.0 MiB") &&
                   strstr(r.err, "but the job needs at least") && !strstr(r.out, "epoch 1/"),
                   "exit %d:\n%s%s", r.code, r.out, r.err);
@@ -1657,23 +1680,9 @@ END_TEST
 START_TEST(cgroup_preflight_counts_the_checkpoint_copy)
 {
     adopt_orphans();
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[512];
-    int v2 = 0;
-    while (f && fgets(line, sizeof line, f))
-        v2 |= strncmp(line, "0::", 3) == 0;
-    if (f)
-        fclose(f);
-    struct run_result r;
-    char *probe[] = { "unshare", "--mount", "true", NULL };
-    if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
-        if (v2 && geteuid() == 0)
-            run_result_free(&r);
-        test_skip("cgroup checkpoint copy", "needs cgroup v2 and root for a private mount "
-                  "namespace (unshare --mount)");
+    if (!can_fake_memory_max("cgroup checkpoint copy"))
         return;
-    }
-    run_result_free(&r);
+    struct run_result r;
     struct small_job s;
     small_job_make(&s);
     char *text = NULL, *job = NULL, *spec = NULL;
@@ -1687,13 +1696,7 @@ START_TEST(cgroup_preflight_counts_the_checkpoint_copy)
         "data:\n  train: {format: idx, inputs: %s, labels: %s}\n", s.images, s.labels), 0);
     ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
     ddpc_build_ok(spec, job);
-    char *argv[] = { "unshare", "--mount", "/bin/sh", "-c",
-                     "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
-                     "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
-                     "echo 734003200 > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"",
-                     job, NULL };
-    ck_assert_int_eq(run_capture(argv, s.dir, NULL, 120, &r), 0);
-    ck_assert_msg(!r.timed_out, "the job hung");
+    run_under_memory_max(job, s.dir, 734003200, 120, &r);
     ck_assert_msg(r.exited && r.code != 0 && strstr(r.err, "this job's cgroup allows 700 MiB") &&
                   strstr(r.err, "rank 0's checkpoint copy") && !strstr(r.out, "epoch 1/"),
                   "exit %d:\n%s%s", r.code, r.out, r.err);
@@ -1721,23 +1724,9 @@ START_TEST(cgroup_limit_below_the_data_is_refused_before_loading)
         ck_abort_msg("Fashion-MNIST missing: apt-get install dataset-fashion-mnist "
                      "(scripts/install-deps does)");
     adopt_orphans();
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[512];
-    int v2 = 0;
-    while (f && fgets(line, sizeof line, f))
-        v2 |= strncmp(line, "0::", 3) == 0;
-    if (f)
-        fclose(f);
-    struct run_result r;
-    char *probe[] = { "unshare", "--mount", "true", NULL };
-    if (!v2 || geteuid() != 0 || run_capture(probe, NULL, NULL, 10, &r) != 0 || r.code != 0) {
-        if (v2 && geteuid() == 0)
-            run_result_free(&r);
-        test_skip("cgroup data preflight", "needs cgroup v2 and root for a private mount "
-                  "namespace (unshare --mount)");
+    if (!can_fake_memory_max("cgroup data preflight"))
         return;
-    }
-    run_result_free(&r);
+    struct run_result r;
     char *dir = make_temp_dir("e2e-cgdata"), *spec = NULL, *job = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/examples/fashion-mnist.yaml", test_top()), 0);
     ck_assert_int_ge(asprintf(&job, "%s/fashion-mnist", dir), 0);
@@ -1747,14 +1736,7 @@ START_TEST(cgroup_limit_below_the_data_is_refused_before_loading)
      * 0.5 MiB here, ~5 MiB under ASan */
     long mib[2] = { 60, 0 }, need = 0;
     for (int i = 0; i < 2; i++) {
-        char *sh = NULL;
-        ck_assert_int_ge(asprintf(&sh,
-            "rel=$(sed -n 's/^0:://p' /proc/self/cgroup) && "
-            "mount -t tmpfs none /sys/fs/cgroup && mkdir -p \"/sys/fs/cgroup$rel\" && "
-            "echo %ld > \"/sys/fs/cgroup$rel/memory.max\" && exec \"$0\"", mib[i] << 20), 0);
-        char *argv[] = { "unshare", "--mount", "/bin/sh", "-c", sh, job, NULL };
-        ck_assert_int_eq(run_capture(argv, dir, NULL, 300, &r), 0);
-        ck_assert_msg(!r.timed_out, "the job hung");
+        run_under_memory_max(job, dir, (long long)mib[i] << 20, 300, &r);
         if (i == 0) {
             const char *n = strstr(r.err, "but the job needs at least ");
             const char *x = strstr(r.err, "Raise the limit to ");
@@ -1778,7 +1760,6 @@ START_TEST(cgroup_limit_below_the_data_is_refused_before_loading)
 #endif
         }
         run_result_free(&r);
-        free(sh);
     }
     ck_assert_int_eq(leftover_children(1.0), 0);
     rm_tree(dir);
