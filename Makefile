@@ -223,8 +223,9 @@ $(B)/share/man/man1/ddpc.1: docs/ddpc.1
 # ---- tests ----
 # the plan and emit suites test compiler/ code: everything but its main()
 TEST_COMPILER_OBJ := $(filter-out $(B)/obj/compiler/main.o,$(COMPILER_OBJ))
-# the allocation functions wrapped: tests/testutil.c counts them (alloc_count_start)
-TEST_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc
+# the allocation functions wrapped: tests/testutil.c counts them (alloc_count_start);
+# _tcase_add_test wrapped: tests/main.c adds only DDPC_TEST_ONLY's tests when set
+TEST_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=_tcase_add_test
 $(TESTS): $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(YAML_LIBS) $(CHECK_LIBS) $(RT_LIBS)

@@ -2,6 +2,8 @@
  *
  *   build/tests/run_tests            all suites
  *   build/tests/run_tests load data  only the named suites
+ *   DDPC_TEST_ONLY=a_test,another build/tests/run_tests faults
+ *                                    only the named tests of those suites
  *
  * Last line: "N passed, M failed, K skipped" (a test that printed SKIP for
  * what this machine lacks counts as skipped). Exit status is non-zero when
@@ -17,6 +19,38 @@ struct named_suite { const char *name; Suite *(*make)(void); };
 
 #define DDPC_SUITE_ENTRY(n) { #n, n##_suite },
 static const struct named_suite all_suites[] = { DDPC_SUITES(DDPC_SUITE_ENTRY) };
+
+/* Whether `name` is in the comma-separated list `list`. */
+static int in_list(const char *name, const char *list)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* Every tcase_add_test* of every suite comes here (the Makefile links the
+ * runner with --wrap=_tcase_add_test): with DDPC_TEST_ONLY set, a test not
+ * named in it is never added, so it neither runs nor counts. */
+void __real__tcase_add_test(TCase *tc, const TTest *ttest, int sig, int exit_value,
+                            int start, int end);
+void __wrap__tcase_add_test(TCase *tc, const TTest *ttest, int sig, int exit_value,
+                            int start, int end);
+void __wrap__tcase_add_test(TCase *tc, const TTest *ttest, int sig, int exit_value,
+                            int start, int end)
+{
+    const char *only = getenv("DDPC_TEST_ONLY");
+    if (only && *only && !in_list(ttest->name, only))
+        return;
+    __real__tcase_add_test(tc, ttest, sig, exit_value, start, end);
+}
 
 static int wanted(const char *name, int argc, char **argv)
 {

@@ -1680,6 +1680,9 @@ START_TEST(checkpoint_write_past_nccl_timeout_is_named)
         ck_assert_msg(strstr(r.err, "[rank 1] error: ") &&
                       strstr(r.err, "rank 0 was writing a checkpoint to ckpt"),
                       "the timeout does not name the write:\n%s", r.err);
+        /* the epoch's checkpoint runs after its last step: named so */
+        ck_assert_msg(strstr(r.err, "[rank 1] error: epoch 1's end, after step "),
+                      "the timeout does not say where the run was:\n%s", r.err);
         printf("faults: checkpoint write past nccl_timeout (%s epoch): %s",
                last ? "last" : "first", r.err);
         run_result_free(&r);
