@@ -114,6 +114,9 @@ struct ddpc_run {
     struct ddpc_bucket bucket[DDPC_MAX_BUCKETS];
     int      n_buckets;
     long     step_no;       /* 1-based number of the step in progress, for messages */
+    int      end_of_epoch;  /* 1-based epoch whose end (evaluation, report,
+                               checkpoint) runs; 0 inside a step */
+    int      fail_located;  /* the recorded error already says where it happened */
     /* Step-time breakdown, seconds summed over this run's steps: two clock
      * reads per phase (~40 ns) are cheap enough to keep always on; rank 0
      * prints it with DDPC_PROFILE=1. sync: the rank-sync barrier and, with
@@ -154,11 +157,19 @@ struct ddpc_run {
 
 /* ===== errors ===== */
 
-/* Prefixes the recorded message with the step: "step 37: ...". */
+/* Prefixes the recorded message, once, with where the run was: "step 37:
+ * ..." inside a step, "epoch 2's end, after step 37: ..." in the
+ * evaluation, report and checkpoint that close an epoch. */
 static int step_fail(struct ddpc_run *r, struct ddpc_err *e, int rc)
 {
+    if (r->fail_located)
+        return rc;
+    r->fail_located = 1;
     char tmp[sizeof e->msg];
-    int n = snprintf(tmp, sizeof tmp, "step %ld: %s", r->step_no, e->msg);
+    int n = r->end_of_epoch
+                ? snprintf(tmp, sizeof tmp, "epoch %d's end, after step %ld: %s",
+                           r->end_of_epoch, (long)r->optim.step, e->msg)
+                : snprintf(tmp, sizeof tmp, "step %ld: %s", r->step_no, e->msg);
     if (n > 0)   /* truncated at worst, always terminated */
         memcpy(e->msg, tmp, sizeof tmp);
     return rc;
@@ -1902,9 +1913,15 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
             DDPC_TRY(step_checkpoint(r, &t, e));
             r->prof.other += ddpc_now() - t.tick;
         }
-        DDPC_TRY(epoch_evaluate(r, &t, e));
-        DDPC_TRY(epoch_report(r, &t, e));
-        DDPC_TRY(epoch_checkpoint(r, &t, e));
+        r->end_of_epoch = (int)epoch + 1;
+        int rc = epoch_evaluate(r, &t, e);
+        if (rc >= 0)
+            rc = epoch_report(r, &t, e);
+        if (rc >= 0)
+            rc = epoch_checkpoint(r, &t, e);
+        if (rc < 0)
+            return step_fail(r, e, rc);
+        r->end_of_epoch = 0;
     }
     train_totals(r, &t);
     DDPC_TRY(train_export(r, e));
