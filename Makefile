@@ -226,9 +226,26 @@ TEST_COMPILER_OBJ := $(filter-out $(B)/obj/compiler/main.o,$(COMPILER_OBJ))
 # the allocation functions wrapped: tests/testutil.c counts them (alloc_count_start);
 # _tcase_add_test wrapped: tests/main.c adds only DDPC_TEST_ONLY's tests when set
 TEST_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=_tcase_add_test
-$(TESTS): $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB)
+
+# The CPU stand-in for the CUDA runtime and NCCL (tests/standin): the
+# comm_nccl suite runs runtime/comm_nccl.cu's real host code on it, so the
+# file is compiled a second time, by the host C++ compiler, against the
+# stand-in's headers (never the toolkit's: -Itests/standin and no CUDA
+# include path), with or without nvcc on the machine.
+STANDIN_OBJ      := $(B)/obj/standin/standin.o $(B)/obj/standin/comm_nccl.o
+STANDIN_CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -Wno-unused-parameter \
+                    $(if $(filter 1,$(WERROR)),-Werror) $(SANFLAGS) -pthread -MMD -MP
+$(B)/obj/standin/standin.o: tests/standin/standin.cc
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(YAML_LIBS) $(CHECK_LIBS) $(RT_LIBS)
+	$(CXX) $(STANDIN_CXXFLAGS) -Itests/standin -c $< -o $@
+$(B)/obj/standin/comm_nccl.o: runtime/comm_nccl.cu
+	@mkdir -p $(@D)
+	$(CXX) -x c++ $(STANDIN_CXXFLAGS) -D_GNU_SOURCE -Itests/standin -Ispec -Iruntime -c $< -o $@
+$(B)/obj/tests/test_comm_nccl.o: CPPFLAGS += -Itests/standin
+
+$(TESTS): $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(STANDIN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $(TEST_WRAP) -o $@ $(TEST_OBJ) $(STANDIN_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(YAML_LIBS) $(CHECK_LIBS) $(RT_LIBS) -lstdc++
 
 # never installs anything: scripts/install-deps (or make deps) does, first
 test check: all $(TESTS)

@@ -24,10 +24,10 @@
  * bootstrap.
  *
  * TEST HOOK (tests/gpu/test_gpu.c; never set it in production):
- *   DDPC_TEST_STREAM_DELAY_US=N   before each all-reduce start, a kernel
- *   that spins N us on the compute stream (so every later compute kernel,
- *   the next bucket's gradients among them, runs late), and one on the comm
- *   stream after the collective (so its result lands late). A missing
+ *   DDPC_TEST_STREAM_DELAY_US=N   before each all-reduce start, a host
+ *   function that sleeps N us on the compute stream (so every later compute
+ *   kernel, the next bucket's gradients among them, runs late), and one on
+ *   the comm stream after the collective (so its result lands late). A missing
  *   event wait in either direction then reads stale data reliably instead
  *   of rarely. Read once, at init (env.c parses it).
  *
@@ -40,9 +40,13 @@
  *   - every CUDA and NCCL call is checked (cuda_check.h); errors are returned,
  *     never printed, never exit();
  *   - it never allocates model memory and never issues compute work (but
- *     the test hook's spin kernel).
+ *     the test hook's delay);
+ *   - it is host code only (no kernel, no <<<>>>): the comm_nccl suite
+ *     compiles it with the host C++ compiler against tests/standin, a CPU
+ *     stand-in for the CUDA runtime and NCCL, and runs it at world 2 and 4.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,20 +92,22 @@ static struct comm_nccl *impl_of(const struct ddpc_comm *c)
     return (struct comm_nccl *)c->impl;
 }
 
-/* The test hook's delay: one thread spins on the GPU's global timer. */
-__global__ static void k_spin(long long ns)
+/* The test hook's delay: a host function that sleeps, queued on a stream,
+ * holds back everything queued after it there. A host function, not a
+ * kernel, so this file is host code only and runs unchanged on the CPU
+ * stand-in (tests/standin, the comm_nccl suite). The delay travels in the
+ * pointer: nothing to free when the stream outlives the communicator. */
+static void delay_fn(void *ns)
 {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    while ((long long)(t - t0) < ns);
+    long long left = (long long)(uintptr_t)ns;
+    struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
-static int spin(cudaStream_t st, long long ns, struct ddpc_err *e)
+static int stream_delay(cudaStream_t st, long long ns, struct ddpc_err *e)
 {
-    k_spin<<<1, 1, 0, st>>>(ns);
-    KERNEL_CHECK(e, "k_spin");
+    CUDA_CHECK(e, cudaLaunchHostFunc(st, delay_fn, (void *)(uintptr_t)ns));
     return 0;
 }
 
@@ -290,7 +296,7 @@ static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum co
          * event instead of a host sync: the host returns at once and keeps
          * issuing backward kernels, which overlap this reduction. */
         if (k->delay_ns > 0 && kind == COLL_ALL_REDUCE)
-            DDPC_TRY(spin(k->compute, k->delay_ns, e));
+            DDPC_TRY(stream_delay(k->compute, k->delay_ns, e));
         CUDA_CHECK(e, cudaEventRecord(s->ready, k->compute));
         CUDA_CHECK(e, cudaStreamWaitEvent(k->stream, s->ready, 0));
     }
@@ -312,7 +318,7 @@ static int coll_start(struct ddpc_comm *c, struct nccl_slot *s, int tag, enum co
     }
     DDPC_TRY(settle(c, s, tag, st, deadline, e));
     if (k->delay_ns > 0 && kind == COLL_ALL_REDUCE)
-        DDPC_TRY(spin(k->stream, k->delay_ns, e));
+        DDPC_TRY(stream_delay(k->stream, k->delay_ns, e));
     CUDA_CHECK(e, cudaEventRecord(s->done, k->stream));
     s->pending = 1;
     return 0;

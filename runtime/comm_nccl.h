@@ -1,15 +1,21 @@
-/* comm_nccl.h - the NCCL communicator's entry point, for .cu files only.
+/* comm_nccl.h - the NCCL communicator's entry point.
  *
  * backend_cuda.cu calls comm_nccl_init (the gradient communicator) and
  * comm_nccl_split (rank-sync) in the worker, after ops_cuda_init selected
  * the device (NCCL binds a communicator to the current device).
- * Never included by C files: it needs cuda_runtime.h.
+ * It needs cuda_runtime.h: the CUDA toolkit's, or, in the comm_nccl suite
+ * (tests/test_comm_nccl.c, a C file), the CPU stand-in's (tests/standin);
+ * hence C linkage.
  */
 #ifndef DDPC_COMM_NCCL_H
 #define DDPC_COMM_NCCL_H
 
 #include <cuda_runtime.h>
 #include "comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Fills c with a non-blocking NCCL communicator over `world` ranks. The
  * unique id goes through the job's store (store.h) at master_addr:
@@ -35,5 +41,9 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
  * like init; c->destroy is safe after a failure. Destroy c before parent. */
 int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
                     double deadline, struct ddpc_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DDPC_COMM_NCCL_H */
