@@ -638,6 +638,64 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
     return 0;
 }
 
+/* A split on a non-blocking parent is a job of the PARENT: ncclCommSplit
+ * returns ncclSuccess at once with the child NULL, the parent answers
+ * ncclInProgress until the child's init has ended, and NCCL's thread then
+ * stores the child pointer (NCCL 2.28.9 init.cc:2571-2610, 1610-1615,
+ * group.cc:707-738; its user guide polls the parent after a split). Until
+ * then nothing may be issued on the parent (ncclInvalidArgument,
+ * ncclCommEnsureReady). So: poll the parent, bounded by the deadline; past
+ * it, or on a failed split, abort the parent (which, while the split runs,
+ * aborts the child's init too, and joins NCCL's thread) and then the child
+ * if one was stored; otherwise read the child with an acquire load (it was
+ * written by another thread) and settle it like any new communicator. */
+static int split_settle(struct ddpc_comm *parent, struct ddpc_comm *c, ncclResult_t st,
+                        double t0, double deadline, struct ddpc_err *e)
+{
+    struct comm_nccl *pk = impl_of(parent), *k = impl_of(c);
+    char how[96];
+    snprintf(how, sizeof how, "split from the %s communicator", parent->purpose);
+    if (st != ncclSuccess && st != ncclInProgress)
+        return init_settle(c, st, t0, deadline, how, e);   /* refused: no child, no job */
+    for (unsigned spins = 0;; spins++) {
+        ncclResult_t ps = ncclInProgress;
+        ncclResult_t q = ncclCommGetAsyncError(pk->comm, &ps);
+        if (q != ncclSuccess)
+            ps = q;
+        if (ps == ncclSuccess)
+            break;
+        int late = ps == ncclInProgress && deadline > 0 && ddpc_now() > deadline;
+        if (ps != ncclInProgress || late) {
+            const char *detail = ncclGetLastError(pk->comm);
+            char why[sizeof e->msg];
+            if (late)
+                snprintf(why, sizeof why, "did not complete within %.1f s", deadline - t0);
+            else
+                snprintf(why, sizeof why, "failed: %s (%s)", ncclGetErrorString(ps), detail);
+            kill_comm(pk, late ? "its split passed its deadline" : "its split failed");
+            /* the abort joined NCCL's thread: whatever it stored in k->comm
+             * is final, and a child is aborted too (the docs' "if childComm
+             * is not NCCL_COMM_NULL, abort it as well") */
+            kill_comm(k, late ? "the split passed its deadline" : "the split failed");
+            return DDPC_FAIL(e, late ? DDPC_E_TIMEOUT : DDPC_E_DEVICE,
+                             "nccl %s communicator %s (rank %d of %d, store %s) %s; both "
+                             "communicators were aborted.\n---> HINT: every rank splits right "
+                             "after its init: a rank that died or hangs before it is the cause "
+                             "(if the launcher names a rank, that is the one); otherwise rerun "
+                             "with NCCL_DEBUG=WARN for NCCL's reason",
+                             c->purpose, how, c->rank, c->world, k->addr, why);
+        }
+        poll_pause(spins);
+    }
+    if (!__atomic_load_n(&k->comm, __ATOMIC_ACQUIRE)) {
+        kill_comm(k, "the split made no communicator");
+        return DDPC_FAIL(e, DDPC_E_DEVICE, "nccl %s communicator %s (rank %d of %d): NCCL "
+                         "reported success but made no communicator\n" DDPC_NCCL_HINT,
+                         c->purpose, how, c->rank, c->world);
+    }
+    return init_settle(c, ncclInProgress, t0, deadline, how, e);
+}
+
 int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
                     double deadline, struct ddpc_err *e)
 {
@@ -655,7 +713,7 @@ int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *p
      * order, on the parent's bootstrap (no second rendezvous) */
     double t0 = ddpc_now();
     ncclResult_t st = ncclCommSplit(pk->comm, 0, parent->rank, &k->comm, &cfg);
-    DDPC_TRY(init_settle(c, st, t0, deadline, "split from the gradient communicator", e));
+    DDPC_TRY(split_settle(parent, c, st, t0, deadline, e));
     comm_ready(c);
     return 0;
 }

@@ -37,8 +37,11 @@ int comm_nccl_init(struct ddpc_comm *c, const char *purpose, int rank, int world
 /* Fills c with a communicator over the same ranks as parent, made by
  * ncclCommSplit on the parent's connections (no second bootstrap), with its
  * own stream and the parent's compute stream. Collective over parent: every
- * rank calls it, with nothing outstanding on parent. Bounded by deadline
- * like init; c->destroy is safe after a failure. Destroy c before parent. */
+ * rank calls it, with nothing outstanding on parent. Returns once parent
+ * and child are both ready (a non-blocking split keeps the parent busy
+ * until the child exists). Bounded by deadline like init: past it, or on a
+ * failed split, parent and child are both aborted. c->destroy is safe after
+ * a failure. Destroy c before parent. */
 int comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, const char *purpose,
                     double deadline, struct ddpc_err *e);
 

@@ -1960,9 +1960,10 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
      * them may hold a collective that never completes (a timed-out device
      * wait, a rank-sync barrier past its deadline, a hung peer), and the
      * free would wait for it forever, before ddprt.c's abort. So abort
-     * first, in ddprt.c's order: the gradient comm, whose abort flags the
-     * rank-sync comm split from it too; it ends those kernels (the CPU
-     * keeps ddprt.c's place for it). */
+     * first, in ddprt.c's order: the gradient comm, then the rank-sync
+     * comm (NCCL links the child's abort flag to the parent's only while
+     * the split runs); that ends those kernels (the CPU keeps ddprt.c's
+     * place for it). */
     if (rc < 0 && a->ops && !a->ops->host_memory) {
         char why[64];
         (void)snprintf(why, sizeof why, "rank %d failed", a->rank);

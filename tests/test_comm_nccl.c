@@ -13,9 +13,17 @@
  * an event fails here every time.
  *
  * What is checked:
- *   - deadlines: a bucket a peer never joins (named by the next
- *     collective), an init whose peer never comes; each aborts and names
- *     what to raise;
+ *   - the rank-sync split on a non-blocking parent (issue 34, D1): the
+ *     gradient communicator's collectives and the rank-sync barrier work
+ *     right after it, and a split past its deadline aborts parent and child
+ *     at the deadline instead of reporting success;
+ *   - bucketed all-reduce overlapping a compute stream that writes each
+ *     bucket late (DDPC_TEST_STREAM_DELAY_US on, and proven on): every
+ *     bucket reduces what "backward" wrote, and the "optimizer" queued
+ *     after all_reduce_wait reads the reduced values;
+ *   - deadlines: a late peer at the rank-sync barrier, a bucket a peer
+ *     never joins (named by the next collective), an init whose peer never
+ *     comes; each aborts and names what to raise;
  *   - a peer that exits: DDPC_E_PEER;
  *   - the stand-in itself: a collective with no event wait reads stale
  *     data, a communicator used before it settled is refused, an abort from
@@ -241,6 +249,11 @@ static void rank_close(struct rank_ctx *x, struct rank_report *rep)
     rep->host_funcs = s.host_funcs;
 }
 
+static float rank_value(int rank, size_t i)   /* small integers: every sum exact */
+{
+    return (float)((long)((i * 7 + (size_t)rank * 13) % 17) - 8);
+}
+
 static float *dev_floats(size_t n, struct rank_report *rep)
 {
     void *p = NULL;
@@ -249,7 +262,349 @@ static float *dev_floats(size_t n, struct rank_report *rep)
     return p;
 }
 
+/* The host's view of n floats at dev, read through the compute stream as
+ * ops->to_host does. */
+static int download(struct rank_ctx *x, float *host, const float *dev, size_t n,
+                    struct rank_report *rep)
+{
+    if (cudaMemcpyAsync(host, dev, n * sizeof *host, cudaMemcpyDeviceToHost, x->compute) !=
+        cudaSuccess) {
+        rfail(rep, "download: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    return cudaStreamSynchronize(x->compute) == cudaSuccess ? 0 : -1;
+}
+
+static int upload(struct rank_ctx *x, float *dev, const float *host, size_t n,
+                  struct rank_report *rep)
+{
+    if (cudaMemcpyAsync(dev, host, n * sizeof *host, cudaMemcpyHostToDevice, x->compute) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(x->compute) != cudaSuccess) {
+        rfail(rep, "upload: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    return 0;
+}
+
+/* ===== D1: the rank-sync split, then both communicators at once ===== */
+
+static void rank_split_then_collectives(struct world *w, int rank, struct rank_report *rep)
+{
+    struct rank_ctx x;
+    struct ddpc_err e = {0};
+    double dl = now() + 20;
+    const size_t n = 300007;      /* two of the stand-in's phases, and a bit */
+    float *h = malloc(n * sizeof *h), *out = malloc(n * sizeof *out);
+    float *a = NULL, *r = NULL, *c = NULL;
+    if (rank_open(&x, w, rank, 1, dl, rep) < 0)
+        goto done;
+    a = dev_floats(n, rep);
+    r = dev_floats(n, rep);
+    c = dev_floats(n, rep);
+    for (size_t i = 0; i < n; i++)
+        h[i] = rank_value(rank, i);
+    if (rep->rc || upload(&x, a, h, n, rep) < 0 || upload(&x, c, h, n, rep) < 0)
+        goto done;
+    /* two tags in flight, as two gradient buckets; right after the split,
+     * as ddprt.c's first broadcast comes right after it */
+    if (x.grad.all_reduce_start(&x.grad, 0, a, r, n, DDPC_REDUCE_SUM, dl, &e) < 0 ||
+        x.grad.all_reduce_start(&x.grad, 1, c, c, n, DDPC_REDUCE_AVG, dl, &e) < 0 ||
+        x.grad.all_reduce_wait(&x.grad, 1, dl, &e) < 0 ||
+        x.grad.all_reduce_wait(&x.grad, 0, dl, &e) < 0) {
+        rfail(rep, "gradient all-reduce after the split: %s", e.msg);
+        goto done;
+    }
+    size_t wrong_sum = 0, wrong_avg = 0;
+    if (download(&x, out, r, n, rep) < 0)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < w->world; q++)
+            want += rank_value(q, i);
+        wrong_sum += out[i] != want;
+    }
+    if (download(&x, out, c, n, rep) < 0)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < w->world; q++)
+            want += rank_value(q, i);
+        want /= w->world;
+        wrong_avg += fabs(out[i] - want) > 1e-6 * (fabs(want) + 1);
+    }
+    if (wrong_sum || wrong_avg) {
+        rfail(rep, "all-reduce: %zu of %zu sums and %zu averages wrong", wrong_sum, n, wrong_avg);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)rank * 1000.0f + (float)(i % 1000);
+    if (upload(&x, a, h, n, rep) < 0)
+        goto done;
+    if (x.grad.broadcast(&x.grad, a, n, w->world - 1, dl, &e) < 0) {
+        rfail(rep, "broadcast: %s", e.msg);
+        goto done;
+    }
+    if (download(&x, out, a, n, rep) < 0)
+        goto done;
+    size_t wrong_bc = 0;
+    for (size_t i = 0; i < n; i++)
+        wrong_bc += out[i] != (float)(w->world - 1) * 1000.0f + (float)(i % 1000);
+    if (wrong_bc) {
+        rfail(rep, "broadcast: %zu of %zu wrong", wrong_bc, n);
+        goto done;
+    }
+    for (int k = 0; k < 3; k++)
+        if (x.sync.barrier(&x.sync, dl, &e) < 0) {
+            rfail(rep, "rank-sync barrier %d: %s", k, e.msg);
+            goto done;
+        }
+done:
+    if (a)
+        (void)cudaFree(a);
+    if (r)
+        (void)cudaFree(r);
+    if (c)
+        (void)cudaFree(c);
+    rank_close(&x, rep);
+    if (!rep->rc && rep->live_comms != 0)
+        rfail(rep, "%ld communicator(s) neither destroyed nor aborted", rep->live_comms);
+    free(h);
+    free(out);
+}
+
+START_TEST(split_then_gradient_collectives_and_barrier)
+{
+    int world = 2 << _i;
+    standin_defaults(0.3);    /* the parent stays ncclInProgress 300 ms after ncclCommSplit */
+    struct world *w = world_new(world);
+    run_world(w, rank_split_then_collectives, 30);
+    munmap(w, sizeof *w);
+}
+END_TEST
+
+static void rank_split_timeout(struct world *w, int rank, struct rank_report *rep)
+{
+    struct rank_ctx x;
+    struct ddpc_err e = {0};
+    if (rank_open(&x, w, rank, 0, now() + 20, rep) < 0) {
+        rank_close(&x, rep);
+        return;
+    }
+    x.have_sync = 1;
+    double t0 = now();
+    int rc = comm_nccl_split(&x.grad, &x.sync, "rank-sync", t0 + 0.3, &e);
+    rep->seconds = now() - t0;
+    if (rc != DDPC_E_TIMEOUT || !strstr(e.msg, "rank-sync") || !strstr(e.msg, "split"))
+        rfail(rep, "a split past its deadline: want DDPC_E_TIMEOUT naming the rank-sync split, "
+              "got %d after %.2f s: %s", rc, rep->seconds, e.msg);
+    else if (rep->seconds > 2.0)
+        rfail(rep, "the split's deadline was 0.3 s; it gave up after %.2f s", rep->seconds);
+    /* the parent was aborted with it (its abort also ends the child's init) */
+    struct ddpc_err e2 = {0};
+    float *d = dev_floats(4, rep);
+    if (!rep->rc && x.grad.all_reduce_start(&x.grad, 0, d, d, 4, DDPC_REDUCE_SUM, now() + 5,
+                                            &e2) != DDPC_E_ABORTED)
+        rfail(rep, "the gradient communicator after its split timed out: want DDPC_E_ABORTED, "
+              "got: %s", e2.msg);
+    (void)cudaFree(d);
+    int failed = rep->rc;
+    rep->rc = 0;              /* aborted already: rank_close must not abort again */
+    rank_close(&x, rep);
+    rep->rc = failed;
+    if (!rep->rc && rep->live_comms != 0)
+        rfail(rep, "%ld communicator(s) left after the failed split (the child was not aborted)",
+              rep->live_comms);
+}
+
+START_TEST(split_past_its_deadline_aborts_parent_and_child)
+{
+    standin_defaults(5.0);    /* the split takes 5 s; its deadline is 0.3 s */
+    struct world *w = world_new(2);
+    run_world(w, rank_split_timeout, 30);
+    munmap(w, sizeof *w);
+}
+END_TEST
+
+/* ===== overlap: buckets reduced while "backward" still writes ===== */
+
+#define OVL_BUCKETS 6
+#define OVL_STEPS   3
+static const size_t ovl_size[OVL_BUCKETS] = {1, 100, 5000, 70001, 300007, 17};
+
+struct fill_arg {             /* one bucket's "backward kernel" */
+    float *dev;
+    size_t n;
+    int    step, rank, bucket;
+};
+
+static float grad_value(int step, int rank, int bucket, size_t i)
+{
+    return (float)((long)((i * 3 + (size_t)step * 5 + (size_t)rank * 7 + (size_t)bucket) % 11) -
+                   5);
+}
+
+/* Runs on the compute stream: late, like backward's kernels behind the
+ * delay hook, then writes the bucket. */
+static void fill_fn(void *p)
+{
+    const struct fill_arg *a = p;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    for (size_t i = 0; i < a->n; i++)
+        a->dev[i] = grad_value(a->step, a->rank, a->bucket, i);
+}
+
+struct check_arg {            /* the "optimizer": reads every reduced bucket */
+    float **dev;
+    int     step, world;
+    long    wrong;
+};
+
+static void check_fn(void *p)
+{
+    struct check_arg *a = p;
+    for (int b = 0; b < OVL_BUCKETS; b++)
+        for (size_t i = 0; i < ovl_size[b]; i++) {
+            float want = 0;
+            for (int q = 0; q < a->world; q++)
+                want += grad_value(a->step, q, b, i) * (1.0f / (float)a->world);
+            a->wrong += a->dev[b][i] != want;
+        }
+}
+
+static void rank_overlap(struct world *w, int rank, struct rank_report *rep)
+{
+    struct rank_ctx x;
+    struct ddpc_err e = {0};
+    double dl = now() + 20;
+    float *g[OVL_BUCKETS] = {0};
+    struct fill_arg fills[OVL_STEPS][OVL_BUCKETS];
+    struct check_arg checks[OVL_STEPS];
+    rep->delay_us = env_get()->test_stream_delay_us;
+    if (rank_open(&x, w, rank, 1, dl, rep) < 0)
+        goto done;
+    for (int b = 0; b < OVL_BUCKETS; b++)
+        if (!(g[b] = dev_floats(ovl_size[b], rep)))
+            goto done;
+    for (int s = 0; s < OVL_STEPS; s++) {
+        /* backward: the last layer's bucket first; each all-reduce is started
+         * as soon as the host has queued its bucket's kernels, long before
+         * they run */
+        for (int b = OVL_BUCKETS - 1; b >= 0; b--) {
+            fills[s][b] = (struct fill_arg){g[b], ovl_size[b], s, rank, b};
+            if (cudaLaunchHostFunc(x.compute, fill_fn, &fills[s][b]) != cudaSuccess) {
+                rfail(rep, "cudaLaunchHostFunc");
+                goto done;
+            }
+            rep->own_funcs++;
+            if (x.grad.all_reduce_start(&x.grad, b, g[b], g[b], ovl_size[b], DDPC_REDUCE_AVG,
+                                        dl, &e) < 0) {
+                rfail(rep, "step %d bucket %d all_reduce_start: %s", s, b, e.msg);
+                goto done;
+            }
+            rep->all_reduces++;
+        }
+        for (int b = OVL_BUCKETS - 1; b >= 0; b--)
+            if (x.grad.all_reduce_wait(&x.grad, b, dl, &e) < 0) {
+                rfail(rep, "step %d bucket %d all_reduce_wait: %s", s, b, e.msg);
+                goto done;
+            }
+        checks[s] = (struct check_arg){g, s, w->world, 0};
+        if (cudaLaunchHostFunc(x.compute, check_fn, &checks[s]) != cudaSuccess) {
+            rfail(rep, "cudaLaunchHostFunc");
+            goto done;
+        }
+        rep->own_funcs++;
+        if (x.sync.barrier(&x.sync, dl, &e) < 0) {
+            rfail(rep, "step %d rank-sync barrier: %s", s, e.msg);
+            goto done;
+        }
+    }
+    if (cudaStreamSynchronize(x.compute) != cudaSuccess) {
+        rfail(rep, "cudaStreamSynchronize");
+        goto done;
+    }
+    for (int s = 0; s < OVL_STEPS; s++)
+        if (checks[s].wrong)
+            rfail(rep, "step %d: the optimizer read %ld wrong gradient values (a missing event "
+                  "wait between the streams)", s, checks[s].wrong);
+done:
+    /* destroy drains the comm stream: every delay hook has run after it */
+    rank_close(&x, rep);
+    for (int b = 0; b < OVL_BUCKETS; b++)
+        if (g[b])
+            (void)cudaFree(g[b]);
+    struct standin_stats st;
+    standin_stats(&st);
+    rep->host_funcs = st.host_funcs;
+}
+
+START_TEST(bucketed_overlap_reads_what_backward_wrote)
+{
+    int world = 2 << _i;
+    standin_defaults(0.05);
+    /* before any env_get() in the ranks: they read it once (env.c) */
+    ck_assert_int_eq(setenv("DDPC_TEST_STREAM_DELAY_US", "300", 1), 0);
+    struct world *w = world_new(world);
+    run_world(w, rank_overlap, 30);
+    for (int r = 0; r < world; r++) {
+        const struct rank_report *p = &w->r[r];
+        ck_assert_msg(p->delay_us == 300, "rank %d ran with a stream delay of %g us, not 300", r,
+                      p->delay_us);
+        /* the hook's two delays per all-reduce ran, and nothing else */
+        ck_assert_msg(p->host_funcs == p->own_funcs + 2 * p->all_reduces,
+                      "rank %d: %ld host functions ran; the test queued %ld and the delay hook "
+                      "should have queued %ld", r, p->host_funcs, p->own_funcs,
+                      2 * p->all_reduces);
+    }
+    unsetenv("DDPC_TEST_STREAM_DELAY_US");
+    munmap(w, sizeof *w);
+}
+END_TEST
+
 /* ===== deadlines and a peer that leaves ===== */
+
+static void rank_late_barrier(struct world *w, int rank, struct rank_report *rep)
+{
+    struct rank_ctx x;
+    struct ddpc_err e = {0};
+    if (rank_open(&x, w, rank, 1, now() + 20, rep) < 0)
+        goto done;
+    if (rank == 0) {
+        usleep(1500000);      /* the others gave up 1 s ago */
+        (void)x.sync.barrier(&x.sync, now() + 0.5, &e);
+        goto done;
+    }
+    double t0 = now();
+    int rc = x.sync.barrier(&x.sync, t0 + 0.4, &e);
+    rep->seconds = now() - t0;
+    if (rc != DDPC_E_TIMEOUT || !strstr(e.msg, "rank-sync") || !strstr(e.msg, "barrier") ||
+        !strstr(e.msg, "rank_sync_timeout")) {
+        rfail(rep, "a late peer: want DDPC_E_TIMEOUT naming the rank-sync barrier and "
+              "rank_sync_timeout, got %d: %s", rc, e.msg);
+        goto done;
+    }
+    if (rep->seconds > 1.5) {
+        rfail(rep, "the barrier's deadline was 0.4 s; it gave up after %.2f s", rep->seconds);
+        goto done;
+    }
+    struct ddpc_err e2 = {0};
+    rc = x.sync.barrier(&x.sync, now() + 5, &e2);
+    if (rc != DDPC_E_ABORTED || !strstr(e2.msg, "aborted earlier"))
+        rfail(rep, "after the timeout: want DDPC_E_ABORTED, got %d: %s", rc, e2.msg);
+done:
+    rank_close(&x, rep);
+}
+
+START_TEST(late_peer_at_the_rank_sync_barrier_times_out)
+{
+    standin_defaults(0.05);
+    struct world *w = world_new(2 << _i);
+    run_world(w, rank_late_barrier, 30);
+    munmap(w, sizeof *w);
+}
+END_TEST
 
 /* Rank 1 never joins bucket 0. Rank 0's all_reduce_wait only makes the
  * compute stream wait (comm_nccl.cu), so the bucket's deadline is kept by
@@ -263,7 +618,7 @@ static void rank_bucket_deadline(struct world *w, int rank, struct rank_report *
         goto done;
     d = dev_floats(1000, rep);
     if (rank == 1) {
-        usleep(2000000);
+        usleep(1200000);      /* alive, but never joins: rank 0's deadline is 0.5 s */
         goto done;
     }
     double t0 = now();
@@ -579,8 +934,18 @@ END_TEST
 Suite *comm_nccl_suite(void)
 {
     Suite *s = suite_create("comm_nccl");
+    TCase *d1 = tcase_create("split");
+    tcase_set_timeout(d1, 60);
+    tcase_add_loop_test(d1, split_then_gradient_collectives_and_barrier, 0, 2);   /* W 2, 4 */
+    tcase_add_test(d1, split_past_its_deadline_aborts_parent_and_child);
+    suite_add_tcase(s, d1);
+    TCase *o = tcase_create("overlap");
+    tcase_set_timeout(o, 60);
+    tcase_add_loop_test(o, bucketed_overlap_reads_what_backward_wrote, 0, 2);
+    suite_add_tcase(s, o);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 60);
+    tcase_add_loop_test(f, late_peer_at_the_rank_sync_barrier_times_out, 0, 2);
     tcase_add_test(f, bucket_deadline_is_kept_by_the_next_collective);
     tcase_add_test(f, peer_that_exits_is_ddpc_e_peer);
     tcase_add_test(f, init_whose_peer_never_comes_times_out);
