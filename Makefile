@@ -296,7 +296,9 @@ cuda-link-check: $(CUDA_LINK_CHECK) $(GPU_TEST)
 # and training checks, the jobs it builds with build/bin/ddpc), so no parent
 # holds a CUDA context while a part runs. No GPU: SKIP with the probe's
 # reason, exit 0; a GPU it could not test (a /dev/nvidia node, or
-# DDPC_REQUIRE_GPU=1, and no device found; a failed probe): exit 1.
+# DDPC_REQUIRE_GPU=1, and no device found; a failed probe): exit 1; every
+# part that could run passed, but world 2/4 could not (fewer GPUs than
+# ranks and NCCL < 2.30): exit 2.
 gpu-test: all $(GPU_TEST)
 	DDPC_BUILD=$(CURDIR)/$(B) $(GPU_TEST)
 else

@@ -398,8 +398,9 @@ END_TEST
 
 /* test_gpu's own verdicts, on a machine without a GPU: SKIP (exit 0) with
  * the probe's exact reason; a failed probe (the hook's driver too old) and
- * DDPC_REQUIRE_GPU=1 (the device machine's command) fail instead. */
-static int run_test_gpu(const char *env_name, const char *env_value, char *out, size_t cap)
+ * DDPC_REQUIRE_GPU=1 (the device machine's command) fail instead. env: a
+ * NULL-terminated list of NAME=VALUE for test_gpu, or NULL. */
+static int run_test_gpu(char *const env[], char *out, size_t cap)
 {
     char path[] = "/tmp/ddpc_test_gpu_XXXXXX";
     int fd = mkstemp(path);
@@ -412,8 +413,12 @@ static int run_test_gpu(const char *env_name, const char *env_value, char *out, 
         dup2(fd, 2);
         unsetenv("DDPC_REQUIRE_GPU");
         unsetenv("DDPC_TEST_CUDA_PROBE_ERROR");
-        if (env_name && setenv(env_name, env_value, 1) != 0)
-            _exit(98);
+        unsetenv("DDPC_TEST_PARTS");
+        unsetenv("DDPC_TEST_OUT");
+        unsetenv("DDPC_TEST_FAKE_GPUS");
+        for (int i = 0; env && env[i]; i++)
+            if (putenv(env[i]) != 0)
+                _exit(98);
         char *argv[] = {test_gpu_path, NULL};
         execv(test_gpu_path, argv);
         _exit(127);
@@ -435,16 +440,66 @@ START_TEST(test_gpu_skips_only_without_a_gpu)
         return;
     }
     char out[4096];
-    int rc = run_test_gpu(NULL, NULL, out, sizeof out);
+    int rc = run_test_gpu(NULL, out, sizeof out);
     ck_assert_msg(rc == 0 && strncmp(out, "SKIP test_gpu: no GPU: no CUDA driver", 37) == 0,
                   "rc %d: %s", rc, out);
-    rc = run_test_gpu("DDPC_REQUIRE_GPU", "1", out, sizeof out);
+    char *req[] = {(char *)"DDPC_REQUIRE_GPU=1", NULL};
+    rc = run_test_gpu(req, out, sizeof out);
     ck_assert_msg(rc == 1 && strstr(out, "FAIL test_gpu: DDPC_REQUIRE_GPU=1") &&
                   strstr(out, "no CUDA driver") && !strstr(out, "SKIP"), "rc %d: %s", rc, out);
-    rc = run_test_gpu("DDPC_TEST_CUDA_PROBE_ERROR", "35", out, sizeof out);
+    char *old_driver[] = {(char *)"DDPC_TEST_CUDA_PROBE_ERROR=35", NULL};
+    rc = run_test_gpu(old_driver, out, sizeof out);
     ck_assert_msg(rc == 1 && strstr(out, "FAIL probe") &&
                   strstr(out, "cudaErrorInsufficientDriver") && strstr(out, "too old") &&
                   !strstr(out, "SKIP"), "rc %d: %s", rc, out);
+}
+END_TEST
+
+/* The harness a lent GPU machine runs (tests/gpu/stage.sh), without a GPU:
+ * DDPC_TEST_FAKE_GPUS makes every part run and fail at its first CUDA
+ * call. The parts a DDPC_TEST_PARTS filter names run, in test_gpu's order,
+ * and no other; world 2 and 4 on one GPU with this NCCL (2.28 < 2.30) are
+ * NOT RUN with the reason; the results file holds a line per part and the
+ * summary last; the exit status is a failure. */
+START_TEST(test_gpu_runs_the_parts_it_is_asked_for_in_order)
+{
+    if (access(test_gpu_path, X_OK) != 0) {
+        test_skip("cuda", "test_gpu harness: %s not built (make cuda-link-check)",
+                  test_gpu_path);
+        return;
+    }
+    char results[] = "/tmp/ddpc_test_gpu_results_XXXXXX";
+    int fd = mkstemp(results);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char out_env[64];
+    snprintf(out_env, sizeof out_env, "DDPC_TEST_OUT=%s", results);
+    char *env[] = {(char *)"DDPC_TEST_FAKE_GPUS=1",
+                   (char *)"DDPC_TEST_PARTS=overlap4,init-timeout,nccl2,ops", out_env, NULL};
+    static char out[65536];
+    int rc = run_test_gpu(env, out, sizeof out);
+    const char *ops = strstr(out, "---- part ops: FAIL");
+    const char *it = strstr(out, "---- part init-timeout: FAIL");
+    const char *n2 = strstr(out, "---- part nccl2: NOT RUN");
+    const char *o4 = strstr(out, "---- part overlap4: NOT RUN");
+    ck_assert_msg(rc == 1 && ops && it && n2 && o4 && ops < it && it < n2 && n2 < o4,
+                  "rc %d: %s", rc, out);
+    ck_assert_msg(!strstr(out, "part training") && !strstr(out, "part e2e") &&
+                  !strstr(out, "part nccl4") && !strstr(out, "part overlap2"),
+                  "parts outside DDPC_TEST_PARTS ran: %s", out);
+    size_t len = 0;
+    char *r = read_whole(results, &len);
+    unlink(results);
+    ck_assert_msg(strstr(r, "part\tops\tFAIL\t") && strstr(r, "part\tinit-timeout\tFAIL\t") &&
+                  strstr(r, "part\tnccl2\tNOTRUN\tworld 2 on 1 GPU(s) needs NCCL >= 2.30") &&
+                  strstr(r, "part\toverlap4\tNOTRUN\t") && strstr(r, "check\tops\tFAIL\t"),
+                  "results file:\n%s", r);
+    const char *last = len > 1 ? r + len - 2 : r;
+    while (last > r && last[-1] != '\n')
+        last--;
+    ck_assert_msg(strncmp(last, "summary\tmain\tFAIL\t0 passed, 2 failed, 2 not run", 45) == 0,
+                  "the results file's last line: %s", last);
+    free(r);
 }
 END_TEST
 
@@ -466,6 +521,7 @@ Suite *cuda_suite(void)
     if (gpus == 0) {
         TCase *tv = tcase_create("test_gpu verdicts");
         tcase_add_test(tv, test_gpu_skips_only_without_a_gpu);
+        tcase_add_test(tv, test_gpu_runs_the_parts_it_is_asked_for_in_order);
         tcase_set_timeout(tv, 30);
         suite_add_tcase(s, tv);
         test_skip("cuda", "no GPU found (no /dev/nvidia<N>); the CUDA backend is only "
