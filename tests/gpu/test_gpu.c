@@ -1917,6 +1917,19 @@ static const struct part {
 
 /* Parts that passed, failed, could not run here, or were filtered out. */
 static int parts_pass, parts_fail, parts_notrun;
+static volatile pid_t g_running_part;   /* the part's pid (and process group), or 0 */
+
+/* test_gpu itself stopped (stage.sh's backstop timeout, ^C): the running
+ * part is in a process group of its own, which a signal to ours does not
+ * reach; take it, and the ranks it forked, down too. */
+static void on_stop(int sig)
+{
+    pid_t p = g_running_part;
+    if (p > 0)
+        kill(-p, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 /* Runs part p in a forked child, in a process group of its own (its ranks
  * with it), killed whole past its deadline; its failures are counted here
@@ -1943,6 +1956,7 @@ static void run_part(const struct part *p, const struct ddpc_backend *b)
         _exit(failures > 100 ? 100 : failures);
     }
     setpgid(pid, pid);
+    g_running_part = pid;
     int st = 0, done = 0;
     while (!(done = waitpid(pid, &st, WNOHANG) == pid) && ddpc_now() - t0 < p->timeout_s)
         usleep(20000);
@@ -1950,6 +1964,7 @@ static void run_part(const struct part *p, const struct ddpc_backend *b)
         kill(-pid, SIGKILL);      /* the part and the ranks it forked */
         waitpid(pid, &st, 0);
     }
+    g_running_part = 0;
     double took = ddpc_now() - t0;
     const char *verdict = done && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "PASS" : "FAIL";
     char why[128] = "";
@@ -2043,6 +2058,9 @@ int main(void)
         printf("FAIL test_gpu: setenv: %s\n", strerror(errno));
         return 1;
     }
+    signal(SIGTERM, on_stop);
+    signal(SIGINT, on_stop);
+    signal(SIGHUP, on_stop);
     const char *rpath = getenv("DDPC_TEST_OUT");
     if (rpath && *rpath) {
         g_results = open(rpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
