@@ -227,21 +227,36 @@ TEST_COMPILER_OBJ := $(filter-out $(B)/obj/compiler/main.o,$(COMPILER_OBJ))
 # _tcase_add_test wrapped: tests/main.c adds only DDPC_TEST_ONLY's tests when set
 TEST_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=_tcase_add_test
 
-# The CPU stand-in for the CUDA runtime and NCCL (tests/standin): the
-# comm_nccl suite runs runtime/comm_nccl.cu's real host code on it, so the
-# file is compiled a second time, by the host C++ compiler, against the
-# stand-in's headers (never the toolkit's: -Itests/standin and no CUDA
-# include path), with or without nvcc on the machine.
-STANDIN_OBJ      := $(B)/obj/standin/standin.o $(B)/obj/standin/comm_nccl.o
+# The CPU stand-in for the CUDA runtime, cuBLAS and NCCL (tests/standin):
+# the comm_nccl and cuda_standin suites run runtime/comm_nccl.cu's and
+# runtime/ops_cuda.cu's real code on it, so they are compiled a second time,
+# by the host C++ compiler, against the stand-in's headers (never the
+# toolkit's: -Itests/standin and no CUDA include path), with or without
+# nvcc on the machine.
+# ops_cuda.cu runs there too, its kernels on tests/cuda_emu.h: a copy whose
+# launches `k<<<...>>>(args)` sed rewrites to DDPC_STANDIN_LAUNCH(k, ...)(args)
+# (tests/standin/standin_kernels.h, force-included), nothing else changed;
+# no FMA contraction, as nvcc's -fmad=false (the stand-in's streams flush
+# denormals, as -ftz=true).
+STANDIN_OBJ      := $(B)/obj/standin/standin.o $(B)/obj/standin/comm_nccl.o \
+                    $(B)/obj/standin/ops_cuda.o
 STANDIN_CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -Wno-unused-parameter \
                     $(if $(filter 1,$(WERROR)),-Werror) $(SANFLAGS) -pthread -MMD -MP
 $(B)/obj/standin/standin.o: tests/standin/standin.cc
 	@mkdir -p $(@D)
-	$(CXX) $(STANDIN_CXXFLAGS) -Itests/standin -c $< -o $@
+	$(CXX) $(STANDIN_CXXFLAGS) -Itests/standin -Itests -c $< -o $@
 $(B)/obj/standin/comm_nccl.o: runtime/comm_nccl.cu
 	@mkdir -p $(@D)
 	$(CXX) -x c++ $(STANDIN_CXXFLAGS) -D_GNU_SOURCE -Itests/standin -Ispec -Iruntime -c $< -o $@
-$(B)/obj/tests/test_comm_nccl.o: CPPFLAGS += -Itests/standin
+$(B)/obj/standin/ops_cuda.cc: runtime/ops_cuda.cu
+	@mkdir -p $(@D)
+	{ printf '#line 1 "runtime/ops_cuda.cu"\n'; \
+	  sed -E 's/([A-Za-z_][A-Za-z0-9_#]*)<<<(.*)>>>\(/DDPC_STANDIN_LAUNCH(\1, \2)(/' $<; } > $@.tmp
+	mv $@.tmp $@
+$(B)/obj/standin/ops_cuda.o: $(B)/obj/standin/ops_cuda.cc
+	$(CXX) $(STANDIN_CXXFLAGS) -ffp-contract=off -D_GNU_SOURCE -Itests/standin -Itests -Ispec \
+	  -Iruntime -include standin_kernels.h -c $< -o $@
+$(B)/obj/tests/test_comm_nccl.o $(B)/obj/tests/test_cuda_standin.o: CPPFLAGS += -Itests/standin
 
 $(TESTS): $(TEST_OBJ) $(TEST_COMPILER_OBJ) $(SPEC_LIB) $(RT_LIB) $(STANDIN_OBJ)
 	@mkdir -p $(@D)

@@ -13,7 +13,8 @@
  *
  * What this does not model: the GPU's memory model beyond what barriers
  * order, device pointers (everything is host memory), speed. tests/gpu runs
- * the same kernels on a GPU.
+ * the same kernels on a GPU. C or C++ (tests/standin runs ops_cuda.cu's
+ * kernels on it, launched from the stand-in's streams).
  */
 #ifndef DDPC_CUDA_EMU_H
 #define DDPC_CUDA_EMU_H
@@ -23,6 +24,10 @@
 #endif
 
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct emu_dim3 {
     unsigned x, y, z;
@@ -47,9 +52,11 @@ double emu_shfl_xor_d(unsigned mask, double v, int lane_mask, int width);
 float  emu_shfl_xor_f(unsigned mask, float v, int lane_mask, int width);
 int    emu_shfl_xor_i(unsigned mask, int v, int lane_mask, int width);
 
+#ifndef __cplusplus
 #define __shfl_xor_sync(mask, v, lane_mask, width)                          \
     _Generic((v), double: emu_shfl_xor_d, float: emu_shfl_xor_f,            \
                   int: emu_shfl_xor_i)((mask), (v), (lane_mask), (width))
+#endif
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with d as C and D:
  * the 32 lanes of the warp post their fragments (the layouts in PTX's
@@ -67,5 +74,23 @@ void emu_mma_bf16_16816(float *d, const unsigned *a, const unsigned *b);
  * never reach. */
 int emu_launch(struct emu_dim3 grid, struct emu_dim3 block, void (*body)(void *), void *arg,
                char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+/* C++ (tests/standin compiles ops_cuda.cu's kernels with it): overloads
+ * where C has _Generic */
+static inline double __shfl_xor_sync(unsigned m, double v, int lane_mask, int width)
+{
+    return emu_shfl_xor_d(m, v, lane_mask, width);
+}
+static inline float __shfl_xor_sync(unsigned m, float v, int lane_mask, int width)
+{
+    return emu_shfl_xor_f(m, v, lane_mask, width);
+}
+static inline int __shfl_xor_sync(unsigned m, int v, int lane_mask, int width)
+{
+    return emu_shfl_xor_i(m, v, lane_mask, width);
+}
+#endif
 
 #endif

@@ -28,9 +28,8 @@
  *   - the stand-in itself: a collective with no event wait reads stale
  *     data, a communicator used before it settled is refused, an abort from
  *     another thread ends a collective stuck on its stream.
- * Kernels are not here (tests/cuda_emu.h and the cuda_rows/cuda_attn
- * suites run them); ops_cuda.cu is not compiled against the stand-in: the
- * tests play the compute stream's part with cudaLaunchHostFunc.
+ * The tests play the compute stream's part with cudaLaunchHostFunc;
+ * suite cuda_standin runs ops_cuda.cu (and worker_run) on the stand-in.
  */
 #include <dirent.h>
 #include <errno.h>

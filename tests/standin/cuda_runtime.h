@@ -101,6 +101,11 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
 
 #ifdef __cplusplus
 }
+/* a launch's shape, as CUDA's vector_types.h has it */
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
 /* cudaMalloc<T>(T **, size_t), as cuda_runtime.h has it for C++ callers */
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
 {

@@ -1,6 +1,7 @@
-/* standin.cc - the CUDA runtime and NCCL host APIs ddpc calls, on the CPU,
- * for the `comm_nccl` suite: runtime/comm_nccl.cu's real code, compiled by
- * the host C++ compiler against the headers beside this file, runs on this.
+/* standin.cc - the CUDA runtime, cuBLAS and NCCL host APIs ddpc calls, on
+ * the CPU, for the suites comm_nccl and cuda_standin: runtime/comm_nccl.cu's
+ * and runtime/ops_cuda.cu's real code, compiled by the host C++ compiler
+ * against the headers beside this file, runs on this.
  *
  * What is modelled, and why each rule is what it is:
  *
@@ -25,9 +26,17 @@
  *     synchronise the device), without a bound, as on a GPU.
  *   - CUDA in a process forked after it was used answers
  *     cudaErrorInitializationError (a context does not survive fork).
- * Not modelled: kernels (no <<<>>> here; tests/cuda_emu.h runs them),
- * the legacy default stream's implicit synchronisation (ddpc never uses
- * stream 0; NULL is an ordinary stream here), timing events, graphs.
+   - A kernel (standin_kernels.h: ops_cuda.cu's launches, rewritten) runs
+ *     on its stream on tests/cuda_emu.h; a bad shape fails the launch
+ *     (cudaGetLastError), a kernel that fails while it runs makes every
+ *     later call answer cudaErrorLaunchFailure (a faulted context). Streams
+ *     flush denormals, as ops_cuda.cu's kernels are built (-ftz=true).
+ *   - cuBLAS (cublas_v2.h): the gemms and the gemv ops_cuda.cu calls, run on
+ *     the handle's stream, column-major, fp32 sums in k order, 16-bit
+ *     inputs widened first; operands must be device memory.
+ * Not modelled: the legacy default stream's implicit synchronisation (ddpc
+ * never uses stream 0; NULL is an ordinary stream here), timing events,
+ * graphs, TF32 rounding, cuBLAS's own summation order.
  *
  * NCCL (NCCL 2.28.9's source; file:line at tag v2.28.9-1):
  *   - A communicator's ranks are processes (or threads) that map one POSIX
@@ -96,6 +105,9 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -103,9 +115,12 @@
 #include <unistd.h>
 
 #include "cuda_runtime.h"
+#include "cuda_bf16.h"
+#include "cuda_emu.h"
 #include "cublas_v2.h"
 #include "nccl.h"
 #include "standin.h"
+#include "standin_kernels.h"
 
 namespace {
 
@@ -189,12 +204,20 @@ standin_stream *g_null_stream;           // stream 0, made on first use
 pid_t g_owner;                           // the process that first used CUDA
 thread_local int t_device;
 thread_local cudaError_t t_last_error = cudaSuccess;
+/* A kernel that failed while it ran (cuda_emu's verdict): every later call
+ * of the process answers this, as a faulted CUDA context does. */
+std::atomic<int> g_sticky{cudaSuccess};
 
 cudaError_t ret(cudaError_t e)
 {
     if (e != cudaSuccess)
         t_last_error = e;
     return e;
+}
+
+cudaError_t sticky()
+{
+    return (cudaError_t)g_sticky.load();
 }
 
 /* CUDA does not survive fork: the first process to use it owns it. */
@@ -209,6 +232,10 @@ bool forked_after_use()
 
 void stream_main(StreamP s)
 {
+#if defined(__SSE__)
+    /* denormals flushed, as ops_cuda.cu's kernels are built (-ftz=true) */
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+#endif
     std::unique_lock<std::mutex> lk(g_mu);
     for (;;) {
         g_cv.wait(lk, [&] { return !s->q.empty() || s->destroyed; });
@@ -440,7 +467,7 @@ cudaError_t cudaDeviceSynchronize(void)
     if (forked_after_use())
         return ret(cudaErrorInitializationError);
     sync_all_streams();
-    return cudaSuccess;
+    return ret(sticky());
 }
 
 cudaError_t cudaRuntimeGetVersion(int *v)
@@ -508,7 +535,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
     if (!s)
         return ret(cudaErrorInvalidResourceHandle);
     sync_stream(s);
-    return cudaSuccess;
+    return ret(sticky());
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -581,6 +608,8 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h)
 
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
+    if (sticky())
+        return ret(sticky());
     std::lock_guard<std::mutex> lk(g_mu);
     if (!ev || !g_events.count(ev))
         return ret(cudaErrorInvalidResourceHandle);
@@ -598,7 +627,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
     }
     if (m)
         wait_marker(m);
-    return cudaSuccess;
+    return ret(sticky());
 }
 
 /* The stream waits for the event's latest record at the time of this call
@@ -624,6 +653,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     if (forked_after_use())
         return ret(cudaErrorInitializationError);
+    if (sticky())
+        return ret(sticky());
     return ret(mem_alloc(p, bytes, MEM_DEVICE));
 }
 
@@ -647,6 +678,8 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                             cudaStream_t h)
 {
+    if (sticky())
+        return ret(sticky());
     StreamP s = stream_of(h);
     if (!s)
         return ret(cudaErrorInvalidResourceHandle);
@@ -704,14 +737,278 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t h)
     return cudaSuccess;
 }
 
+}  // extern "C"
+
+/* ===== kernels (standin_kernels.h) ===== */
+
+namespace {
+std::mutex &g_emu_mu = *new std::mutex;   /* cuda_emu runs one launch at a time */
+std::atomic<long> st_kernels{0};
+}  // namespace
+
+void standin_launch_kernel(dim3 grid, dim3 block, size_t shmem, cudaStream_t h,
+                           void (*body)(void *), std::shared_ptr<void> arg)
+{
+    StreamP s = stream_of(h);
+    if (!s) {
+        ret(cudaErrorInvalidResourceHandle);
+        return;
+    }
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (!threads || threads > 1024 || !grid.x || !grid.y || !grid.z || grid.y > 65535 ||
+        grid.z > 65535 || shmem > 48 * 1024) {
+        ret(cudaErrorInvalidConfiguration);
+        return;
+    }
+    emu_dim3 g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
+    enqueue(s, [g, b, body, arg] {
+        if (sticky())
+            return;                       /* the context is gone: nothing runs */
+        char why[512];
+        std::lock_guard<std::mutex> lk(g_emu_mu);
+        if (emu_launch(g, b, body, arg.get(), why, sizeof why) != 0) {
+            fprintf(stderr, "standin: a kernel failed: %s\n", why);
+            g_sticky = cudaErrorLaunchFailure;
+        }
+        st_kernels++;
+    });
+}
+
+/* ===== cuBLAS (cublas_v2.h) ===== */
+
+struct standin_cublas {
+    cudaStream_t stream;
+    cublasMath_t math;
+};
+
+namespace {
+
+std::set<standin_cublas *> &g_blas = *new std::set<standin_cublas *>;   /* under g_mu */
+
+size_t dtype_size(cudaDataType_t t)
+{
+    return t == CUDA_R_32F ? 4 : t == CUDA_R_16F || t == CUDA_R_16BF ? 2 : 0;
+}
+
+float load(const void *p, cudaDataType_t t, size_t i)
+{
+    if (t == CUDA_R_32F)
+        return ((const float *)p)[i];
+    uint16_t bits = ((const uint16_t *)p)[i];
+    if (t == CUDA_R_16BF) {
+        __nv_bfloat16 b;
+        b.x = bits;
+        return __bfloat162float(b);
+    }
+    _Float16 hv;
+    memcpy(&hv, &bits, sizeof hv);
+    return (float)hv;
+}
+
+struct Gemm {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    const void *A;
+    cudaDataType_t at;
+    int lda;
+    long long sa;
+    const void *B;
+    cudaDataType_t bt;
+    int ldb;
+    long long sb;
+    float *C;
+    int ldc;
+    long long sc;
+    int batch;
+};
+
+/* C = alpha op(A) op(B) + beta C, column-major; beta 0: C is not read */
+void run_gemm(const Gemm &g)
+{
+    for (int b = 0; b < g.batch; b++)
+        for (int j = 0; j < g.n; j++)
+            for (int i = 0; i < g.m; i++) {
+                float acc = 0;
+                for (int l = 0; l < g.k; l++) {
+                    size_t ai = g.ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * g.lda
+                                                    : (size_t)l + (size_t)i * g.lda;
+                    size_t bi = g.tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * g.ldb
+                                                    : (size_t)j + (size_t)l * g.ldb;
+                    acc += load(g.A, g.at, (size_t)b * g.sa + ai) *
+                           load(g.B, g.bt, (size_t)b * g.sb + bi);
+                }
+                float *c = g.C + (size_t)b * g.sc + (size_t)i + (size_t)j * g.ldc;
+                *c = g.beta == 0 ? g.alpha * acc : g.alpha * acc + g.beta * *c;
+            }
+}
+
+/* bytes a column-major rows x cols matrix with leading dimension ld spans,
+ * for `batch` of them `stride` elements apart */
+size_t span(int rows, int cols, int ld, long long stride, int batch, size_t es)
+{
+    if (rows <= 0 || cols <= 0 || batch <= 0)
+        return 0;
+    return ((size_t)(batch - 1) * (size_t)stride + (size_t)(cols - 1) * ld + rows) * es;
+}
+
+cublasStatus_t gemm_enqueue(cublasHandle_t h, const Gemm &g)
+{
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (!h || !g_blas.count(h))
+            return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    int ar = g.ta == CUBLAS_OP_N ? g.m : g.k, ac = g.ta == CUBLAS_OP_N ? g.k : g.m;
+    int br = g.tb == CUBLAS_OP_N ? g.k : g.n, bc = g.tb == CUBLAS_OP_N ? g.n : g.k;
+    if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0 || g.lda < (ar > 1 ? ar : 1) ||
+        g.ldb < (br > 1 ? br : 1) || g.ldc < (g.m > 1 ? g.m : 1) || !dtype_size(g.at) ||
+        !dtype_size(g.bt))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!g.m || !g.n || !g.batch)
+        return CUBLAS_STATUS_SUCCESS;
+    size_t sa = span(ar, ac, g.lda, g.sa, g.batch, dtype_size(g.at));
+    size_t sb = span(br, bc, g.ldb, g.sb, g.batch, dtype_size(g.bt));
+    size_t sc = span(g.m, g.n, g.ldc, g.sc, g.batch, 4);
+    if ((sa && mem_kind(g.A, sa) != MEM_DEVICE) || (sb && mem_kind(g.B, sb) != MEM_DEVICE) ||
+        mem_kind(g.C, sc) != MEM_DEVICE) {
+        fprintf(stderr, "standin: a gemm's operand is not device memory (or runs past its end)\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    StreamP s = stream_of(h->stream);
+    if (!s)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    enqueue(s, [g] { run_gemm(g); });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
 const char *cublasGetStatusName(cublasStatus_t s)
 {
-    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_NOT_INITIALIZED";
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    default: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
 }
 
 const char *cublasGetStatusString(cublasStatus_t s)
 {
-    return s == CUBLAS_STATUS_SUCCESS ? "success" : "the library was not initialized";
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    default: return "an error (CPU stand-in)";
+    }
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    if (!h)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (forked_after_use() || sticky())
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    auto *b = new standin_cublas{nullptr, CUBLAS_DEFAULT_MATH};
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_blas.insert(b);
+    *h = b;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!h || !g_blas.erase(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!h || !g_blas.count(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
+{
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!h || !g_blas.count(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc)
+{
+    if (!alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return gemm_enqueue(h, Gemm{ta, tb, m, n, k, *alpha, *beta, A, CUDA_R_32F, lda, 0, B,
+                                CUDA_R_32F, ldb, 0, C, ldc, 0, 1});
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long sa, const float *B, int ldb, long long sb,
+                                         const float *beta, float *C, int ldc, long long sc,
+                                         int batch)
+{
+    if (!alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return gemm_enqueue(h, Gemm{ta, tb, m, n, k, *alpha, *beta, A, CUDA_R_32F, lda, sa, B,
+                                CUDA_R_32F, ldb, sb, C, ldc, sc, batch});
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType_t at,
+                            int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta,
+                            void *C, cudaDataType_t ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo)
+{
+    if (!alpha || !beta || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_enqueue(h, Gemm{ta, tb, m, n, k, *(const float *)alpha, *(const float *)beta, A,
+                                at, lda, 0, B, bt, ldb, 0, (float *)C, ldc, 0, 1});
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType_t at,
+                                          int lda, long long sa, const void *B,
+                                          cudaDataType_t bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                          long long sc, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo)
+{
+    if (!alpha || !beta || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_enqueue(h, Gemm{ta, tb, m, n, k, *(const float *)alpha, *(const float *)beta, A,
+                                at, lda, sa, B, bt, ldb, sb, (float *)C, ldc, sc, batch});
+}
+
+/* y = alpha op(A) x + beta y: a gemm of op(A) and the column x (incx, incy 1) */
+cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n,
+                           const float *alpha, const float *A, int lda, const float *x,
+                           int incx, const float *beta, float *y, int incy)
+{
+    if (!alpha || !beta || incx != 1 || incy != 1)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    int rows = t == CUBLAS_OP_N ? m : n, inner = t == CUBLAS_OP_N ? n : m;
+    return gemm_enqueue(h, Gemm{t, CUBLAS_OP_N, rows, 1, inner, *alpha, *beta, A, CUDA_R_32F,
+                                lda, 0, x, CUDA_R_32F, inner > 1 ? inner : 1, 0, y,
+                                rows > 1 ? rows : 1, 0, 1});
 }
 
 void standin_config_get(struct standin_config *c)
@@ -731,6 +1028,7 @@ void standin_stats(struct standin_stats *s)
     s->deferred = st_deferred;
     s->used_unsettled = st_used_unsettled;
     s->live_comms = st_live_comms;
+    s->kernels = st_kernels;
 }
 
 }  // extern "C"

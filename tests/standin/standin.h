@@ -38,6 +38,7 @@ struct standin_stats {
     long used_unsettled;      /* calls refused with ncclInvalidArgument: their communicator was
                                  still ncclInProgress (NCCL's ncclCommEnsureReady) */
     long live_comms;          /* communicators neither destroyed nor aborted */
+    long kernels;             /* kernel launches run (tests/cuda_emu.h), ops_cuda.cu's */
 };
 void standin_stats(struct standin_stats *s);
 
