@@ -147,6 +147,8 @@ static void run_world(struct world *w, rank_fn fn, double timeout_s)
             if (pids[r] > 0 && waitpid(pids[r], &st, WNOHANG) == pids[r]) {
                 if (!WIFEXITED(st) && !w->r[r].rc)
                     rfail(&w->r[r], "died of signal %d", WTERMSIG(st));
+                else if (WIFEXITED(st) && WEXITSTATUS(st) != 0 && !w->r[r].rc)
+                    rfail(&w->r[r], "exited %d (a sanitizer's report?)", WEXITSTATUS(st));
                 pids[r] = -pids[r];
                 alive--;
             }

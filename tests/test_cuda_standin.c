@@ -404,14 +404,17 @@ static struct ovl_out *ovl_train(int gpu, int world, const struct ddpc_dataset *
             _exit(0);
         }
     }
-    int left = world;
+    int left = world, bad_exit = 0;
     double end = ddpc_now() + 120;
     while (left > 0 && ddpc_now() < end) {
-        for (int r = 0; r < world; r++)
-            if (pids[r] > 0 && waitpid(pids[r], NULL, WNOHANG) == pids[r]) {
+        for (int r = 0; r < world; r++) {
+            int st = 0;
+            if (pids[r] > 0 && waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+                bad_exit += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
                 pids[r] = 0;
                 left--;
             }
+        }
         usleep(5000);
     }
     for (int r = 0; r < world; r++)
@@ -424,6 +427,8 @@ static struct ovl_out *ovl_train(int gpu, int world, const struct ddpc_dataset *
     comm_shm_region_free(sr);
     ck_assert_msg(left == 0, "%s ranks still running after 120 s", gpu ? "cuda" : "cpu");
     ck_assert_msg(!out->failed, "%s", out->msg);
+    ck_assert_msg(!bad_exit, "%d %s rank(s) died or exited non-zero (a sanitizer's report?)",
+                  bad_exit, gpu ? "cuda" : "cpu");
     ck_assert_msg(out->n > 0, "no parameters back");
     return out;
 }
