@@ -917,7 +917,7 @@ static void rank_abort_thread(struct world *w, int rank, struct rank_report *rep
     cudaError_t q = cudaStreamSynchronize(s);   /* stuck until the abort ends it */
     rep->seconds = now() - t0;
     pthread_join(t, NULL);
-    if (q != cudaSuccess || rep->seconds > 0.8)
+    if (q != cudaSuccess || rep->seconds > 2.0)   /* the abort comes at 0.1 s */
         rfail(rep, "the stream of a collective aborted from another thread drained after "
               "%.2f s (%s)", rep->seconds, cudaGetErrorString(q));
 }
