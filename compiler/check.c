@@ -7,7 +7,6 @@
  */
 #include "check.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +14,15 @@
 #include <sys/stat.h>
 
 #include "spec.h"
+#include "specwalk.h"
 
 static void check_usage(FILE *out)
 {
     fputs("usage: ddpc check [--format text|json|github] [--strict] [--quiet] [--no-data]\n"
           "                  [--set KEY.PATH=VALUE]... FILE|DIR|-...\n"
-          "  DIR         every *.yaml and *.yml file below it, in sorted order\n"
+          "  DIR         every *.yaml and *.yml file below it, in sorted order; each\n"
+          "              directory once, at most 64 deep and 100000 in all, not /proc,\n"
+          "              /sys or /dev\n"
           "  -           the spec on standard input (\"<stdin>\" in messages; its\n"
           "              relative paths resolve against the current directory); a FILE\n"
           "              that is a pipe (/dev/stdin, <(...)) is read the same way\n"
@@ -86,124 +88,6 @@ int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets
     return 1;
 }
 
-/* ---- inputs: files, and directories expanded to their specs ---- */
-
-struct inputs {
-    char **v;
-    int n, cap;
-};
-
-static int inputs_add(struct inputs *in, const char *path)
-{
-    if (in->n == in->cap) {
-        int cap = in->cap ? 2 * in->cap : 64;
-        char **nv = realloc(in->v, (size_t)cap * sizeof *nv);
-        if (!nv)
-            return -1;
-        in->v = nv;
-        in->cap = cap;
-    }
-    if (!(in->v[in->n] = strdup(path)))
-        return -1;
-    in->n++;
-    return 0;
-}
-
-static void inputs_free(struct inputs *in)
-{
-    for (int i = 0; i < in->n; i++)
-        free(in->v[i]);
-    free(in->v);
-}
-
-static int is_spec_name(const char *name)
-{
-    size_t l = strlen(name);
-    return (l > 5 && strcmp(name + l - 5, ".yaml") == 0) ||
-           (l > 4 && strcmp(name + l - 4, ".yml") == 0);
-}
-
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The directories being walked, to stop at a symlink back up the tree. */
-struct walk_stack {
-    dev_t dev[64];
-    ino_t ino[64];
-    int n;
-};
-
-/* Adds every *.yaml / *.yml below dir (sorted by name at each level,
- * symlinks followed) to in. What cannot be read is a diagnostic in d, never
- * skipped in silence. Returns -1 only when out of memory. */
-static int walk_dir(const char *dir, struct walk_stack *ws, struct inputs *in, struct ddpc_diag *d)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read: %s", strerror(errno));
-        d->io_error = 1;
-        return 0;
-    }
-    for (int i = 0; i < ws->n; i++)
-        if (ws->dev[i] == st.st_dev && ws->ino[i] == st.st_ino)
-            return 0;   /* a symlink loop: this directory is being walked already */
-    if (ws->n == (int)(sizeof ws->dev / sizeof ws->dev[0])) {
-        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "directories nested more than 64 deep; "
-                 "name a deeper directory on the command line");
-        d->io_error = 1;
-        return 0;
-    }
-    DIR *dp = opendir(dir);
-    if (!dp) {
-        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read directory: %s", strerror(errno));
-        d->io_error = 1;
-        return 0;
-    }
-    ws->dev[ws->n] = st.st_dev;
-    ws->ino[ws->n] = st.st_ino;
-    ws->n++;
-    struct inputs names = { 0 };
-    int rc = 0;
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(dp))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        if (inputs_add(&names, e->d_name) < 0) {
-            rc = -1;
-            break;
-        }
-        errno = 0;
-    }
-    if (rc == 0 && errno) {
-        diag_add(d, DDPC_SEV_ERROR, dir, 0, 0, "", "cannot read directory: %s", strerror(errno));
-        d->io_error = 1;
-    }
-    closedir(dp);
-    if (names.n)
-        qsort(names.v, (size_t)names.n, sizeof *names.v, name_cmp);
-    size_t dl = strlen(dir);
-    int slash = dl && dir[dl - 1] == '/';
-    for (int i = 0; rc == 0 && i < names.n; i++) {
-        char *p;
-        if (asprintf(&p, "%s%s%s", dir, slash ? "" : "/", names.v[i]) < 0) {
-            rc = -1;
-            break;
-        }
-        struct stat cs;
-        if (stat(p, &cs) == 0 && S_ISDIR(cs.st_mode))
-            rc = walk_dir(p, ws, in, d);
-        else if (is_spec_name(names.v[i]))
-            rc = inputs_add(in, p);   /* unreadable or dangling: spec_load_job says so */
-        free(p);
-    }
-    inputs_free(&names);
-    ws->n--;
-    return rc;
-}
-
 /* Long on purpose (~150 lines): argument parsing, directory expansion and
  * the per-spec loop share the input list and the data-file cache, released
  * at the one out label. */
@@ -212,7 +96,7 @@ int cmd_check(int argc, char **argv)
     enum ddpc_diag_format fmt = DDPC_FMT_TEXT;
     struct spec_options opt = { .read_data_headers = 1 };
     struct cli_sets sets = { .n = 0 };
-    struct inputs in = { 0 };
+    struct specwalk_list in = { 0 };
     struct ddpc_diag d;
     int strict = 0, quiet = 0, opts_done = 0, nargs = 0;
     int rc = 2;
@@ -281,13 +165,12 @@ int cmd_check(int argc, char **argv)
                     fprintf(stderr, "ddpc check: - (standard input) given twice\n");
                     goto out;
                 }
-            if (inputs_add(&in, a) < 0)
+            if (specwalk_add(&in, a) < 0)
                 goto oom;
         } else if (stat(a, &st) == 0 && S_ISDIR(st.st_mode)) {
-            struct walk_stack ws = { .n = 0 };
             int before = in.n, io0 = d.io_error;
             d.io_error = 0;
-            if (walk_dir(a, &ws, &in, &d) < 0)
+            if (specwalk_dir(a, NULL, &in, &d) < 0)
                 goto oom;
             if (in.n == before && !d.io_error) {
                 diag_add(&d, DDPC_SEV_ERROR, a, 0, 0, "", "no *.yaml or *.yml file in this "
@@ -295,7 +178,7 @@ int cmd_check(int argc, char **argv)
                 d.io_error = 1;
             }
             d.io_error |= io0;
-        } else if (inputs_add(&in, a) < 0) {
+        } else if (specwalk_add(&in, a) < 0) {
             goto oom;
         }
     }
@@ -361,7 +244,7 @@ oom:
     rc = 2;
 out:
     diag_free(&d);
-    inputs_free(&in);
+    specwalk_list_free(&in);
     return rc;
 }
 

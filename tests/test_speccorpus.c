@@ -13,6 +13,7 @@
  * $DDPC_BUILD/bin/ddpc and are skipped, saying so, without DDPC_BUILD.
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <glob.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "spec.h"
+#include "specwalk.h"
 #include "suites.h"
 #include "testutil.h"
 
@@ -257,6 +259,11 @@ static char *read_all(int fd)
     return buf;
 }
 
+/* How long a ddpc run may take before it is killed and the test fails
+ * (status CLI_TIMED_OUT). */
+static int cli_deadline_s = 45;
+#define CLI_TIMED_OUT 1000
+
 /* Runs ddpc with argv (no shell), its standard input the file stdin_path
  * or, with stdin_text, a pipe that text is written into (NULL both: the
  * test's); stdout and stderr go to temp files so a large output cannot
@@ -302,9 +309,24 @@ static int run_ddpc_io(char *const argv[], const char *stdin_path, const char *s
     posix_spawn_file_actions_destroy(&fa);
     if (stdin_text)
         close(pfd[0]);
+    /* a deadline, so a ddpc that never ends fails the test and is not left
+     * running after it (Check's own timeout kills only the test) */
     int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    struct timespec t0, now, tick = { 0, 5 * 1000 * 1000 };
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t w;
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec >= cli_deadline_s) {
+            kill(pid, SIGKILL);
+            ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+            w = -2;
+            break;
+        }
+        nanosleep(&tick, NULL);
+    }
+    ck_assert_int_ne(w, -1);
+    r->status = w == -2 ? CLI_TIMED_OUT : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     lseek(ofd, 0, SEEK_SET);
     lseek(efd, 0, SEEK_SET);
     r->out = read_all(ofd);
@@ -684,6 +706,165 @@ START_TEST(test_cli_check_dir)
 }
 END_TEST
 
+/* A directory is walked in bounded time whatever its links: a "ladder" of
+ * 30 directories, each linking twice to the next, reaches the last one by
+ * 2^29 paths, and check walked them all (it never ended); each real
+ * directory is now read once, so the one spec is checked once. */
+START_TEST(test_cli_check_dir_symlink_ladder)
+{
+    int fd = enter_top();
+    char dir[] = "/tmp/ddpc-ladder-XXXXXX", p[512], t[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    enum { RUNGS = 30 };
+    for (int i = 0; i < RUNGS; i++) {
+        snprintf(p, sizeof p, "%s/l%02d", dir, i);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+    }
+    for (int i = 0; i + 1 < RUNGS; i++) {
+        snprintf(t, sizeof t, "../l%02d", i + 1);
+        snprintf(p, sizeof p, "%s/l%02d/a", dir, i);
+        ck_assert_int_eq(symlink(t, p), 0);
+        snprintf(p, sizeof p, "%s/l%02d/b", dir, i);
+        ck_assert_int_eq(symlink(t, p), 0);
+    }
+    snprintf(p, sizeof p, "%s/l%02d/top.yaml", dir, RUNGS - 1);
+    put(p, "epochs: 1\nbatch_size: 8\nmodel: {layers: [16, 2]}\ndata: {train: {format: synthetic}}\n");
+
+    struct cli_result r;
+    char *argv[] = { "check", dir, NULL };
+    cli_deadline_s = 20;
+    NEED_DDPC(run_ddpc(argv, &r));
+    ck_assert_msg(r.status == 0, "status %d (%d: timed out): %s%s", r.status, CLI_TIMED_OUT,
+                  r.out, r.err);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "1 file checked, 0 errors, 0 warnings\n");
+    run_free(&r);
+
+    ck_assert_int_eq(unlink(p), 0);
+    for (int i = 0; i < RUNGS; i++) {
+        if (i + 1 < RUNGS) {
+            snprintf(p, sizeof p, "%s/l%02d/a", dir, i);
+            ck_assert_int_eq(unlink(p), 0);
+            snprintf(p, sizeof p, "%s/l%02d/b", dir, i);
+            ck_assert_int_eq(unlink(p), 0);
+        }
+        snprintf(p, sizeof p, "%s/l%02d", dir, i);
+        ck_assert_int_eq(rmdir(p), 0);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
+    leave_top(fd);
+}
+END_TEST
+
+/* /proc, /sys and /dev are not walked (/proc/self/root leads back to /, and
+ * check never answered): a note names the file system, and a named
+ * directory with no spec is still an error (exit 2). */
+START_TEST(test_cli_check_dir_special_fs)
+{
+    int fd = enter_top();
+    static const struct { const char *dir, *fs; } cases[] = {
+        { "/proc", "proc" }, { "/sys", "sysfs" }, { "/dev", "devtmpfs" },
+    };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *fs = specwalk_special_fs(cases[i].dir);
+        if (!fs || strcmp(fs, cases[i].fs) != 0) {
+            fprintf(stderr, "SKIP check_dir_special_fs %s: not a %s mount here\n", cases[i].dir,
+                    cases[i].fs);
+            continue;
+        }
+        struct cli_result r;
+        char *argv[] = { "check", (char *)cases[i].dir, NULL };
+        cli_deadline_s = 20;
+        NEED_DDPC(run_ddpc(argv, &r));
+        char want[512];
+        snprintf(want, sizeof want, "%s: note: not walked: a %s file system holds kernel state, "
+                 "not specs\n%s: error: no *.yaml or *.yml file in this directory or below\n",
+                 cases[i].dir, cases[i].fs, cases[i].dir);
+        ck_assert_msg(r.status == 2, "status %d (%d: timed out): %s%s", r.status, CLI_TIMED_OUT,
+                      r.out, r.err);
+        ck_assert_str_eq(r.out, want);
+        run_free(&r);
+        ran++;
+    }
+    if (!ran)
+        test_skip("check_dir_special_fs", "none of /proc, /sys, /dev is its special file system");
+    leave_top(fd);
+}
+END_TEST
+
+/* The walk stops at its depth and directory-count limits, saying which and
+ * where (an error: the rest of the tree is not checked), and a FIFO named
+ * x.yaml is skipped with a note (opening it would block the check). */
+START_TEST(test_specwalk_limits)
+{
+    char dir[] = "/tmp/ddpc-walklim-XXXXXX", p[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    /* dir/d/d/d/d/d, a spec at each level */
+    size_t l = (size_t)snprintf(p, sizeof p, "%s", dir);
+    for (int i = 0; i < 5; i++) {
+        l += (size_t)snprintf(p + l, sizeof p - l, "/d");
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        char f[600];
+        snprintf(f, sizeof f, "%s/s.yaml", p);
+        put(f, "epochs: 1\n");
+    }
+    snprintf(p, sizeof p, "%s/fifo.yaml", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+
+    struct specwalk_list out = { 0 };
+    struct ddpc_diag d;
+    diag_init(&d);
+    ck_assert_int_eq(specwalk_dir(dir, NULL, &out, &d), 0);
+    ck_assert_int_eq(out.n, 5);
+    ck_assert_int_eq(d.n, 1);
+    ck_assert_int_eq(d.v[0].severity, DDPC_SEV_NOTE);
+    ck_assert_str_eq(d.v[0].file, p);
+    ck_assert_str_eq(d.v[0].message, "not checked: not a regular file (name it on the command "
+                                     "line to read it)");
+    ck_assert_int_eq(d.io_error, 0);
+    specwalk_list_free(&out);
+    diag_free(&d);
+
+    struct specwalk_limits deep = { .max_depth = 2, .max_dirs = 100 };
+    ck_assert_int_eq(specwalk_dir(dir, &deep, &out, &d), 0);
+    ck_assert_int_eq(out.n, 2);   /* dir/d/s.yaml, dir/d/d/s.yaml */
+    ck_assert_int_eq(d.n_errors, 1);
+    ck_assert(d.io_error);
+    char want[600];
+    snprintf(want, sizeof want, "%s/d/d/d", dir);
+    int k = d.v[0].severity == DDPC_SEV_ERROR ? 0 : 1;
+    ck_assert_str_eq(d.v[k].file, want);
+    ck_assert_str_eq(d.v[k].message, "not walked: more than 2 directories deep; name a deeper "
+                                     "directory on the command line");
+    specwalk_list_free(&out);
+    diag_free(&d);
+
+    struct specwalk_limits few = { .max_depth = 64, .max_dirs = 3 };
+    ck_assert_int_eq(specwalk_dir(dir, &few, &out, &d), 0);
+    ck_assert_int_eq(out.n, 2);
+    ck_assert_int_eq(d.n_errors, 1);
+    k = d.v[0].severity == DDPC_SEV_ERROR ? 0 : 1;
+    ck_assert_str_eq(d.v[k].file, want);
+    ck_assert_str_eq(d.v[k].message, "stopped after 3 directories; the rest of the tree is not "
+                                     "checked: name the directories that hold the specs");
+    specwalk_list_free(&out);
+    diag_free(&d);
+
+    ck_assert_int_eq(unlink(p), 0);
+    for (int i = 5; i > 0; i--) {
+        l = (size_t)snprintf(p, sizeof p, "%s", dir);
+        for (int j = 0; j < i; j++)
+            l += (size_t)snprintf(p + l, sizeof p - l, "/d");
+        char f[600];
+        snprintf(f, sizeof f, "%s/s.yaml", p);
+        ck_assert_int_eq(unlink(f), 0);
+        ck_assert_int_eq(rmdir(p), 0);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* --set KEY=VALUE overrides the spec on check and plan; a finding about the
  * overridden value names the --set, not a line of the file. */
 START_TEST(test_cli_set)
@@ -922,6 +1103,9 @@ Suite *speccorpus_suite(void)
     tcase_add_test(cli, test_cli_help);
     tcase_add_test(cli, test_readme_commands);
     tcase_add_test(cli, test_cli_check_dir);
+    tcase_add_test(cli, test_cli_check_dir_symlink_ladder);
+    tcase_add_test(cli, test_cli_check_dir_special_fs);
+    tcase_add_test(cli, test_specwalk_limits);
     tcase_add_test(cli, test_cli_set);
     tcase_add_test(tc, test_set_overrides_spec);
     suite_add_tcase(s, cli);
