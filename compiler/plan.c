@@ -200,11 +200,6 @@ static int layered(const struct ddpc_job *job)
     return job->model.type == DDPC_MODEL_SEQUENTIAL || job->model.type == DDPC_MODEL_GPT;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
-
 static void lr_point(struct ddpc_plan *p, int64_t step, double lr, const char *what)
 {
     if (p->n_lr_points < DDPC_PLAN_MAX_LR_POINTS)
@@ -376,8 +371,7 @@ static int plan_data(const struct ddpc_job *job, struct ddpc_plan *p)
         p->last_batch_size = p->samples_per_rank % bs;
     else
         p->last_batch_size = nb > 0 ? bs : 0;
-    int64_t acc = job->grad_accumulation > 0 ? job->grad_accumulation : 1;
-    p->optimizer_steps_per_epoch = ceil_div(nb, acc);
+    p->optimizer_steps_per_epoch = epoch_optimizer_steps(nb, job->grad_accumulation);
     p->total_optimizer_steps = p->optimizer_steps_per_epoch * job->epochs;
     return 0;
 }

@@ -29,6 +29,7 @@
 
 #include "ckpt.h"
 #include "env.h"
+#include "epoch_batches.h"
 #include "ident.h"
 #include "metrics.h"
 #include "model.h"
@@ -595,8 +596,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
                           j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,
                           j->limit_train_fraction, e));
-    int accum = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
-    int64_t steps_per_epoch = (r->sampler.n_batches + accum - 1) / accum;
+    int64_t steps_per_epoch = epoch_optimizer_steps(r->sampler.n_batches, j->grad_accumulation);
     DDPC_TRY(optim_init(&r->optim, r->ops, j, &r->model.net, r->world, r->model.n_params,
                         steps_per_epoch * j->epochs, e));
     buckets_plan(r);

@@ -3,7 +3,7 @@
  * (compiler/plan.c) and check's schedule warning (spec/validate.c), which
  * each wrote it out.
  *
- * defines: epoch_batches
+ * defines: epoch_batches, epoch_optimizer_steps
  */
 #ifndef DDPC_EPOCH_BATCHES_H
 #define DDPC_EPOCH_BATCHES_H
@@ -37,6 +37,18 @@ static inline int64_t epoch_batches(int64_t n, int64_t world, int64_t batch, int
     if (full)
         *full = all;
     return nb;
+}
+
+/* Optimizer steps of one epoch of nb batches under grad_accumulation acc
+ * (< 1 reads as 1): ceil(nb / acc), since the epoch's last, partial group
+ * of micro-batches steps too. The run has epochs times as many; the LR
+ * schedule spans them. The worker, `ddpc plan` and check's schedule
+ * warning (samples or a gpt's token windows alike) all count with it. */
+static inline int64_t epoch_optimizer_steps(int64_t nb, int64_t acc)
+{
+    if (acc < 1)
+        acc = 1;
+    return (nb + acc - 1) / acc;
 }
 
 #endif /* DDPC_EPOCH_BATCHES_H */

@@ -2574,16 +2574,16 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
 /* A schedule whose warmup or first step decay lies at or past the run's
  * last optimizer step: the rate never reaches its peak (or never decays),
  * which the job does without a word. The run's steps are the plan's and
- * the job's: epoch_batches, then ceil over grad_accumulation, times
- * epochs. */
+ * the job's: epoch_batches over the samples (a gpt's token windows), then
+ * epoch_optimizer_steps, times epochs. */
 static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
 {
     const struct ddpc_job *j = c->job;
     int64_t nb = epoch_batches(samples, world, j->batch_size > 0 ? j->batch_size : 1,
                                j->data.drop_last, j->limit_train_batches,
                                j->limit_train_fraction, NULL, NULL);
-    int64_t acc = j->grad_accumulation > 0 ? j->grad_accumulation : 1;
-    int64_t total = (nb + acc - 1) / acc * (j->epochs > 0 ? j->epochs : 1);
+    int64_t total = epoch_optimizer_steps(nb, j->grad_accumulation) *
+                    (j->epochs > 0 ? j->epochs : 1);
     const struct ddpc_node *n;
     if (total < 1)
         return;
@@ -2878,6 +2878,8 @@ static void cross_rules(struct ddpc_vctx *c)
                   "tokens)", j->batch_size, eff, eff == 1 ? "" : "s",
                   (long long)j->batch_size * eff, (long long)w, w == 1 ? "" : "s",
                   (long long)T + 1);
+        else if (!s && w > 0 && world > 0)
+            schedule_reach(c, w, world);   /* a gpt has no model.layers: the rule below skips it */
     }
 
     /* data vs model: only when the blocks themselves were valid */
