@@ -401,7 +401,7 @@ static int run_check_data(struct ddpc_run *r, const struct ddpc_dataset *ds, con
         if (ds->labels && ds->classes <= r->out_dim && r->out_dim > 1)
             return 0;   /* one-hot targets */
         return DDPC_FAIL(e, DDPC_E_DATA, "%s data (%s) has %d targets per sample but the model "
-                         "has %d outputs; mse needs them equal", what, ds->source,
+                         "has %d outputs; mse needs them equal", what, ds->labels_source,
                          ds->y ? (int)ds->targets : (int)ds->classes, r->out_dim);
     }
     return 0;

@@ -1514,6 +1514,9 @@ struct data_info {
     int64_t max_label;  /* label files: the largest label; -1 unknown */
     int     nd;         /* dims of one sample (0 unknown): IDX images [1, rows, cols] */
     int64_t dims[8];
+    int64_t targets;    /* NPY float labels (regression targets): values per sample; -1 none */
+    char    targets_file[PATH_MAX + 64];   /* that labels file, as the spec names it */
+    char    targets_shape[96];             /* its shape, "[6, 2]" */
 };
 
 /* What the first CSV_SEEN columns of a CSV's head look like, to tell which
@@ -1952,6 +1955,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
     char key[64], shown[PATH_MAX + 64];
     info->samples = info->features = info->classes = info->max_label = -1;
     info->nd = 0;
+    info->targets = -1;
     if (s->format == DDPC_DATA_SYNTHETIC) {
         info->samples = s->samples;
         info->features = s->features;
@@ -2030,6 +2034,20 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             return;
         }
         count[w] = f.dims[0];
+        if (targets) {
+            /* the run refuses targets that are not one per model output */
+            info->targets = 1;
+            size_t o = (size_t)snprintf(info->targets_shape, sizeof info->targets_shape, "[");
+            for (int i = 0; i < f.nd && o < sizeof info->targets_shape; i++) {
+                if (i > 0)
+                    info->targets *= f.dims[i];
+                o += (size_t)snprintf(info->targets_shape + o, sizeof info->targets_shape - o,
+                                      "%s%lld", i ? ", " : "", (long long)f.dims[i]);
+            }
+            if (o < sizeof info->targets_shape)
+                snprintf(info->targets_shape + o, sizeof info->targets_shape - o, "]");
+            shown_path(c, n, info->targets_file, sizeof info->targets_file);
+        }
         if (w == 0) {
             int64_t feat = 1;
             for (int i = 1; i < f.nd; i++)
@@ -2068,6 +2086,33 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
         return;
     }
     info->samples = count[0];
+}
+
+/* Regression targets (NPY float labels) against the model's outputs: mse
+ * compares them one to one, so the run refuses any other count (worker.c
+ * check_labels). At the last layer (n, lp), naming the labels file and
+ * both shapes. */
+static void targets_rule(struct ddpc_vctx *c, const struct data_info *tr,
+                         const struct data_info *te, int64_t out, const struct ddpc_node *n,
+                         const char *lp)
+{
+    for (int w = 0; w < 2 && n && c->job->loss == DDPC_LOSS_MSE; w++) {
+        const struct data_info *di = w ? te : tr;
+        if (di->targets < 0 || di->targets == out)
+            continue;
+        char want[64];
+        long long rows = (long long)(di->samples >= 0 ? di->samples : 0);
+        if (out == 1)
+            snprintf(want, sizeof want, "[%lld]", rows);
+        else
+            snprintf(want, sizeof want, "[%lld, %lld]", rows, (long long)out);
+        vdiag(c, DDPC_SEV_ERROR, n, lp, "the model gives %lld output%s per sample ([%lld]), but "
+              "%s.labels '%s' holds regression targets of shape %s, %lld per sample: mse needs "
+              "one output per target; give the model %lld output%s, or labels of shape %s",
+              (long long)out, out == 1 ? "" : "s", (long long)out,
+              w ? "data.test" : "data.train", di->targets_file, di->targets_shape,
+              (long long)di->targets, (long long)di->targets, di->targets == 1 ? "" : "s", want);
+    }
 }
 
 /* ---- token sources (format text, tokens) ---- */
@@ -2465,6 +2510,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         return;
     }
     int64_t out = last->out_numel;
+    targets_rule(c, tr, te, out, n, lp);
     if (tr->classes > 0 && out != tr->classes)
         vdiag(c, DDPC_SEV_ERROR, n, lp, "%s gives %lld outputs, but data.train has %lld classes",
               layers_type_name(last->it.type), (long long)out, (long long)tr->classes);
@@ -2556,6 +2602,11 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
         snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
         vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
               "%lld classes of data.train", out, (long long)tr.classes);
+    }
+    if ((n = at(c, "model.layers"))) {
+        char lp[48];
+        snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
+        targets_rule(c, &tr, &te, out, n->items[n->n - 1], lp);
     }
     /* every label needs an output: label 9 with 5 outputs would index past the logits */
     for (int w = 0; w < 2; w++) {
@@ -2889,7 +2940,7 @@ static void cross_rules(struct ddpc_vctx *c)
     struct data_info tr, te;
     int before = c->d->n_errors;
     data_source_info(c, &j->data.train, "data.train", &tr);
-    te.samples = te.features = te.classes = te.max_label = -1;
+    te.samples = te.features = te.classes = te.max_label = te.targets = -1;
     if (j->data.has_test)
         data_source_info(c, &j->data.test, "data.test", &te);
     if (c->d->n_errors != before)

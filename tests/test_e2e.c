@@ -692,6 +692,56 @@ START_TEST(csv_label_column_hint)
 }
 END_TEST
 
+/* NPY regression targets [6, 2] (loss mse) for a model of 1 output: check
+ * refuses them at the model's last size, naming the labels file and both
+ * shapes (it passed them), and a job built without reading the data names
+ * the labels file when it loads them (it named the inputs file). */
+START_TEST(npy_targets_vs_outputs)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("e2e-targets"), *spec = NULL, *job = NULL;
+    char *ddpc = ddpc_path();
+    ck_assert_ptr_nonnull(dir);
+    ck_assert_int_ge(asprintf(&spec, "%s/t.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&job, "%s/t", dir), 0);
+    char *text = NULL;
+    ck_assert_int_ge(asprintf(&text, "name: t\naccelerator: cpu\nepochs: 1\nbatch_size: 2\n"
+                              "loss: mse\nmodel: {layers: [5, 1]}\n"
+                              "data: {train: {format: npy, inputs: %s/tests/specs/data/x.npy, "
+                              "labels: %s/tests/specs/data/y-targets.npy}}\n",
+                              test_top(), test_top()), 0);
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+
+    struct run_result r;
+    char *check[] = { ddpc, "check", spec, NULL };
+    ck_assert_int_eq(run_capture(check, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1, "check passed (%d):\n%s%s", r.code, r.out, r.err);
+    ck_assert_msg(strstr(r.out, ":6:21: error: model.layers[1]: the model gives 1 output per "
+                                "sample ([1]), but data.train.labels '") &&
+                  strstr(r.out, "y-targets.npy' holds regression targets of shape [6, 2], 2 per "
+                                "sample"), "%s", r.out);
+    run_result_free(&r);
+
+    char *build[] = { ddpc, "build", spec, "-o", job, "--no-data", NULL };
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *run[] = { job, NULL };
+    ck_assert_int_eq(run_capture(run, dir, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code != 0, "the job ran:\n%s", r.out);
+    ck_assert_msg(strstr(r.err, "y-targets.npy) has 2 targets per sample but the model has 1 "
+                                "outputs") && !strstr(r.err, "x.npy"), "%s", r.err);
+    ck_assert_int_eq(leftover_children(1.0), 0);
+    run_result_free(&r);
+    rm_tree(dir);
+    free(text);
+    free(dir);
+    free(spec);
+    free(job);
+    free(ddpc);
+}
+END_TEST
+
 /* A CSV whose labels are class indices and one row, past the 64 KiB check
  * reads, holds a label the model has no output for: check passes, and the
  * job refuses it naming the file and line, as its other CSV errors do
@@ -1850,6 +1900,7 @@ Suite *e2e_suite(void)
     tcase_add_test(run, cgroup_limit_below_the_data_is_refused_before_loading);
     tcase_add_test(run, build_with_set_logs_plain_progress);
     tcase_add_test(run, csv_label_column_hint);
+    tcase_add_test(run, npy_targets_vs_outputs);
     tcase_add_test(run, sequential_input_width_at_runtime);
     tcase_add_test(run, log_interval_longer_than_the_run_is_named);
     tcase_add_test(run, diverged_run_is_named_and_not_restarted);
