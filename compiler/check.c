@@ -29,7 +29,8 @@ static void check_usage(FILE *out)
           "  --format F  text (file:line:col: error: key: message), json, or github annotations\n"
           "  --strict    warnings fail the check (exit 1)\n"
           "  --quiet     print only what fails the check; nothing on success\n"
-          "  --no-data   do not read data headers or check the resume path\n"
+          "  --no-data   do not read data headers or check the resume path (a sequential\n"
+          "              model's layers are checked against model.input only)\n"
           "  --set K=V   override key K (dotted: data.train.path) with V (YAML) in every\n"
           "              spec; repeatable; a finding about V names the --set\n"
           "exit: 0 valid (warnings allowed), 1 invalid, 2 usage or I/O error\n", out);

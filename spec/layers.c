@@ -64,6 +64,9 @@ struct bctx {
     int *bad;
     char *why;
     size_t cap;
+    layers_report_fn report;   /* NULL: the first error stops the build */
+    void *report_ctx;
+    int reported;              /* errors passed to report */
 };
 
 static int fail(struct bctx *b, int item, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -76,6 +79,29 @@ static int fail(struct bctx *b, int item, const char *fmt, ...)
     va_end(ap);
     *b->bad = item;
     return -1;
+}
+
+/* A layer whose declared input size (in_features, in_channels) is not
+ * what it gets: its output shape does not depend on the declaration, so
+ * with a report function the build goes on (each such layer is reported,
+ * in one pass); without one it stops, as fail does. */
+static int mismatch(struct bctx *b, int item, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int mismatch(struct bctx *b, int item, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->report ? msg : b->why, b->report ? sizeof msg : b->cap, fmt, ap);
+    va_end(ap);
+    if (!b->report) {
+        *b->bad = item;
+        return -1;
+    }
+    b->report(b->report_ctx, item, msg);
+    b->reported++;
+    return 0;
 }
 
 static const struct ddpc_shape *shape_of(const struct ddpc_net *net, int src)
@@ -128,9 +154,10 @@ static int node_resolve(struct bctx *b, int k)
     switch (it->type) {
     case DDPC_LAYER_LINEAR: {
         int feat = in->d[in->n - 1];
-        if (it->in && it->in != feat)
-            return fail(b, L->item, "%s gets %d features (input %s), but in_features is %d",
-                        who, feat, sh, (int)it->in);
+        if (it->in && it->in != feat &&
+            mismatch(b, L->item, "%s gets %d features (input %s), but in_features is %d",
+                     who, feat, sh, (int)it->in) < 0)
+            return -1;
         L->channels = feat;
         L->rows = (int)(n / feat);
         L->out.d[in->n - 1] = it->out;
@@ -214,9 +241,10 @@ static int node_resolve(struct bctx *b, int k)
         L->out.d[1] = OH;
         L->out.d[2] = OW;
         if (it->type == DDPC_LAYER_CONV2D) {
-            if (it->in && it->in != C)
-                return fail(b, L->item, "%s gets %d channels (input %s), but in_channels is %d",
-                            who, C, sh, (int)it->in);
+            if (it->in && it->in != C &&
+                mismatch(b, L->item, "%s gets %d channels (input %s), but in_channels is %d",
+                         who, C, sh, (int)it->in) < 0)
+                return -1;
             L->out.d[0] = it->out;
             L->w_numel = (size_t)it->out * C * ks * ks;
             L->b_numel = it->bias ? (size_t)it->out : 0;
@@ -609,7 +637,14 @@ static int build_gpt(struct bctx *b)
 int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                  struct ddpc_net *net, int *bad_item, char *why, size_t cap)
 {
-    struct bctx b = { job, net, bad_item, why, cap };
+    return layers_build_each(job, input, net, bad_item, why, cap, NULL, NULL);
+}
+
+int layers_build_each(const struct ddpc_job *job, const struct ddpc_shape *input,
+                      struct ddpc_net *net, int *bad_item, char *why, size_t cap,
+                      layers_report_fn report, void *report_ctx)
+{
+    struct bctx b = { job, net, bad_item, why, cap, report, report_ctx, 0 };
     memset(net, 0, sizeof *net);
     net->seq_len = 1;
     net->tie_tensor = -1;
@@ -651,7 +686,7 @@ int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
         if (net->node[k].scratch_floats > net->scratch_floats)
             net->scratch_floats = net->node[k].scratch_floats;
     }
-    return 0;
+    return b.reported ? -1 : 0;
 }
 
 int64_t layers_floats_fused(const struct ddpc_net *net, int64_t *scratch_out)

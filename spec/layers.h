@@ -132,6 +132,21 @@ struct ddpc_bucket_span {
 int  layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                   struct ddpc_net *net, int *bad_item, char *why, size_t cap);
 
+/* One finding of layers_build_each: item as *bad_item, why its message. */
+typedef void (*layers_report_fn)(void *ctx, int item, const char *why);
+
+/* layers_build for the checker, which reports every mismatch in one pass:
+ * a layer whose declared input size (in_features, in_channels) is not the
+ * size it gets is passed to report and the build goes on (its output shape
+ * does not depend on the declaration); an error that leaves no shape to go
+ * on with ends it in why and *bad_item as layers_build does, and is not
+ * passed to report. Returns 0, or -1 when anything was found: with why
+ * empty, only reported mismatches, and the net is whole (its shapes are
+ * those of the sizes each layer gets). */
+int  layers_build_each(const struct ddpc_job *job, const struct ddpc_shape *input,
+                       struct ddpc_net *net, int *bad_item, char *why, size_t cap,
+                       layers_report_fn report, void *report_ctx);
+
 /* The CUDA backend fuses causal attention (runtime/ops_cuda_attn.cuh),
  * dropout on the probabilities included, for bf16 gemm inputs and these
  * head sizes, each its own kernels. */

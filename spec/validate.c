@@ -2417,6 +2417,17 @@ static void batchnorm_batch_rules(struct ddpc_vctx *c, const struct ddpc_net *ne
 /* A sequential model: the input shape (model.input or the data's), every
  * layer's shapes and arguments (layers.c), then the output against the
  * classes or targets. Findings go to the offending item. */
+/* layers_build_each's report: a layer's declared input size that is not
+ * what it gets, at that layer. */
+static void layer_mismatch(void *ctx, int item, const char *why)
+{
+    struct ddpc_vctx *c = ctx;
+    if (item >= 0 && item < c->job->model.n_items && c->item_node[item])
+        vdiag(c, DDPC_SEV_ERROR, c->item_node[item], c->item_path[item], "%s", why);
+    else
+        vdiag(c, DDPC_SEV_ERROR, at(c, "model.layers"), "model.layers", "%s", why);
+}
+
 static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
                               const struct data_info *te)
 {
@@ -2441,7 +2452,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
                   "is for", layers_shape_str(&shape, sh, sizeof sh), (long long)total,
                   (long long)tr->features, org[0] ? " (" : "", org, org[0] ? ")" : "",
                   (long long)tr->features, (long long)tr->features);
-            return;
+            /* the layers are still checked against model.input */
         }
     } else if (tr->nd >= 1 && tr->nd <= DDPC_MAX_DIMS) {
         shape.n = tr->nd;
@@ -2462,14 +2473,23 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
               (long long)lead, (long long)tr->dims[tr->nd - 2], (long long)tr->dims[tr->nd - 1]);
         return;
     } else {
-        return;   /* --no-data: the runtime checks against the data */
+        /* --no-data: the runtime checks against the data; say so, since a
+         * clean check could read as "the layers fit" */
+        if (c->opt && !c->opt->read_data_headers)
+            vdiag(c, DDPC_SEV_NOTE, ln, "model.layers", "the layers' shapes were not checked: "
+                  "--no-data reads no data header, and model.input is not set (set it to the "
+                  "shape of one sample, e.g. [1, 28, 28], to check them without the data)");
+        return;
     }
     if (te->features >= 0 && tr->features >= 0 && te->features != tr->features)
         vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
               "but data.train has %lld", (long long)te->features, (long long)tr->features);
     static struct ddpc_net net;   /* large; validation is single-threaded */
     int bad = -1;
-    if (layers_build(j, &shape, &net, &bad, why, sizeof why) < 0) {
+    /* a declared input size that does not fit is reported and the build goes
+     * on: every such layer, and the output rules below, in one pass */
+    if (layers_build_each(j, &shape, &net, &bad, why, sizeof why, layer_mismatch, c) < 0 &&
+        why[0]) {
         if (!j->model.n_input && bad == 0) {
             /* the first layer refuses the data's own shape: say where it came
              * from and what model.input would be */

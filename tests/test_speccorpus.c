@@ -865,6 +865,38 @@ START_TEST(test_specwalk_limits)
 }
 END_TEST
 
+/* --no-data reads no data header: a sequential model without model.input
+ * has no input shape, so its layers are not checked, and check says so
+ * (a note) rather than pass in silence; with model.input they are. */
+START_TEST(test_cli_no_data_shapes)
+{
+    int fd = enter_top();
+    struct cli_result r;
+    char *nd[] = { "check", "--no-data", "examples/fashion-mnist-cnn.yaml", NULL };
+    NEED_DDPC(run_ddpc(nd, &r));
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "examples/fashion-mnist-cnn.yaml:") &&
+                  strstr(r.out, ": note: model.layers: the layers' shapes were not checked: "
+                                "--no-data reads no data header, and model.input is not set"),
+                  "%s", r.out);
+    run_free(&r);
+    char *in[] = { "check", "--no-data", "--set", "model.input=[1, 28, 28]",
+                   "examples/fashion-mnist-cnn.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(in, &r), 0);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+    /* and a wrong one is found without the data */
+    char *bad[] = { "check", "--no-data", "--set", "model.input=[784]",
+                    "examples/fashion-mnist-cnn.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(bad, &r), 0);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.out, "error: model.layers[0]: "), "%s", r.out);
+    run_free(&r);
+    leave_top(fd);
+}
+END_TEST
+
 /* --set KEY=VALUE overrides the spec on check and plan; a finding about the
  * overridden value names the --set, not a line of the file. */
 START_TEST(test_cli_set)
@@ -1106,6 +1138,7 @@ Suite *speccorpus_suite(void)
     tcase_add_test(cli, test_cli_check_dir_symlink_ladder);
     tcase_add_test(cli, test_cli_check_dir_special_fs);
     tcase_add_test(cli, test_specwalk_limits);
+    tcase_add_test(cli, test_cli_no_data_shapes);
     tcase_add_test(cli, test_cli_set);
     tcase_add_test(tc, test_set_overrides_spec);
     suite_add_tcase(s, cli);
