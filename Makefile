@@ -88,6 +88,7 @@ CXXFLAGS_GLOO := -std=c++17 $(OPT) -Wall -Wextra -Wno-unused-parameter $(SANFLAG
 SPEC_SRC     := $(sort $(wildcard spec/*.c))
 COMPILER_SRC := $(sort $(wildcard compiler/*.c))
 RT_SRC       := $(sort $(filter-out runtime/job.c,$(wildcard runtime/*.c))) spec/sha256.c spec/layers.c spec/tokens.c \
+                spec/safetensors.c \
                 spec/units.c
 CUDA_SRC     := $(sort $(wildcard runtime/*.cu))
 TEST_SRC     := $(sort $(wildcard tests/*.c))

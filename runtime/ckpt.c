@@ -32,6 +32,7 @@
 #include "crc32c.h"
 #include "ident.h"
 #include "layers.h"
+#include "safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "ckpt.c writes float32 data as raw bytes, which the format defines as little-endian");
@@ -1395,121 +1396,6 @@ static const char *act_name(enum ddpc_activation a)
 }
 
 /* ---- model.init_from: a safetensors file with the export's names ---- */
-
-static const char *st_skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
-}
-
-/* Inside one tensor's {...} (entry [p, end)): the value after "key": */
-static const char *st_field(const char *p, const char *end, const char *key)
-{
-    size_t kl = strlen(key);
-    for (const char *q = p; q + kl + 2 < end; q++)
-        if (*q == '"' && (size_t)(end - q) > kl + 2 && memcmp(q + 1, key, kl) == 0 &&
-            q[kl + 1] == '"') {
-            const char *v = st_skip_ws(q + kl + 2, end);
-            if (v < end && *v == ':')
-                return st_skip_ws(v + 1, end);
-        }
-    return NULL;
-}
-
-/* p at a string's opening quote: just past its closing one, or NULL. */
-static const char *st_string_end(const char *p, const char *end)
-{
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p + 1;
-    }
-    return NULL;
-}
-
-/* p at a JSON value: just past it (strings and nesting skipped), or NULL. */
-static const char *st_value_end(const char *p, const char *end)
-{
-    if (p < end && *p == '"')
-        return st_string_end(p, end);
-    int depth = 0;
-    for (; p < end; p++) {
-        if (*p == '"') {
-            if (!(p = st_string_end(p, end)))
-                return NULL;
-            p--;
-        } else if (*p == '{' || *p == '[') {
-            depth++;
-        } else if (*p == '}' || *p == ']') {
-            if (depth == 0)
-                return p;            /* a scalar ended by its object's close */
-            if (--depth == 0)
-                return p + 1;
-        } else if (*p == ',' && depth == 0) {
-            return p;
-        }
-    }
-    return depth == 0 ? p : NULL;
-}
-
-/* The next entry of the header's top-level object, *pp just inside its
- * '{' or after the previous entry: its key [*k, *k + *kl) (quotes off,
- * escapes kept) and its value [*v, *ve). 1: an entry, 0: the object's
- * end, -1: not JSON as safetensors writes it. Only top-level keys are
- * tensor names: a name in __metadata__ or inside a value is not one. */
-static int st_next(const char **pp, const char *end, const char **k, size_t *kl, const char **v,
-                   const char **ve)
-{
-    const char *p = st_skip_ws(*pp, end);
-    if (p < end && *p == ',')
-        p = st_skip_ws(p + 1, end);
-    if (p < end && *p == '}')
-        return 0;
-    const char *ke = p < end && *p == '"' ? st_string_end(p, end) : NULL;
-    if (!ke)
-        return -1;
-    *k = p + 1;
-    *kl = (size_t)(ke - 1 - *k);
-    p = st_skip_ws(ke, end);
-    if (p >= end || *p != ':')
-        return -1;
-    *v = st_skip_ws(p + 1, end);
-    if (!(*ve = st_value_end(*v, end)) || *ve == *v)
-        return -1;
-    *pp = *ve;
-    return 1;
-}
-
-/* "[a, b, ...]" of non-negative integers; returns the count or -1. */
-static int st_ints(const char *p, const char *end, uint64_t *v, int max)
-{
-    if (!p || p >= end || *p != '[')
-        return -1;
-    p = st_skip_ws(p + 1, end);
-    int n = 0;
-    if (p < end && *p == ']')
-        return 0;
-    while (p < end) {
-        if (*p < '0' || *p > '9' || n >= max)
-            return -1;
-        uint64_t x = 0;
-        while (p < end && *p >= '0' && *p <= '9') {
-            if (x > (UINT64_MAX - 9) / 10)
-                return -1;
-            x = x * 10 + (uint64_t)(*p++ - '0');
-        }
-        v[n++] = x;
-        p = st_skip_ws(p, end);
-        if (p < end && *p == ']')
-            return n;
-        if (p >= end || *p != ',')
-            return -1;
-        p = st_skip_ws(p + 1, end);
-    }
-    return -1;
-}
 
 int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
                   struct ddpc_err *e)

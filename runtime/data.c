@@ -26,6 +26,7 @@
 
 #include "data.h"
 #include "csv_header.h"
+#include "finite.h"
 #include "npy_dtype.h"
 #include "rng.h"
 #include "tokens.h"
@@ -278,40 +279,18 @@ static int host_big_endian(void)
     return *(const unsigned char *)&one == 0;
 }
 
-/* Index of the first NaN or infinity in x[n], or -1. Float bits, not
- * isfinite(), so the loop vectorizes: all-ones exponent is inf or nan. The
- * scan costs one read of the array at load time (~10 ms per 100 MB). */
-static int64_t first_nonfinite(const float *x, int64_t n)
-{
-    const int64_t block = 4096;
-    for (int64_t b = 0; b < n; b += block) {
-        int64_t end = b + block < n ? b + block : n;
-        uint32_t bad = 0;
-        for (int64_t i = b; i < end; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-        }
-        if (bad)
-            for (int64_t i = b; i < end; i++)
-                if (!isfinite(x[i]))
-                    return i;
-    }
-    return -1;
-}
-
 /* One NaN or infinity trains the whole model to chance without any error:
  * refuse the file, naming the sample and column. */
 static int check_finite(const float *x, int64_t count, int64_t per_sample, const char *path,
                         const char *what, struct ddpc_err *e)
 {
-    int64_t i = first_nonfinite(x, count);
+    int64_t i = ddpc_first_nonfinite(x, count);
     if (i < 0)
         return 0;
     return DDPC_FAIL(e, DDPC_E_DATA, "%s: %s of sample %lld, column %lld (element %lld) is %s "
                      "(as float32); fix or drop that sample", path, what,
                      (long long)(i / per_sample), (long long)(i % per_sample), (long long)i,
-                     isnan(x[i]) ? "NaN" : x[i] > 0 ? "+infinity" : "-infinity");
+                     ddpc_nonfinite_name(x[i]));
 }
 
 /* labels[n] from raw integer elements; classes = max + 1. */

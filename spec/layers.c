@@ -637,6 +637,7 @@ static int build_gpt(struct bctx *b)
 int layers_build(const struct ddpc_job *job, const struct ddpc_shape *input,
                  struct ddpc_net *net, int *bad_item, char *why, size_t cap)
 {
+    *bad_item = -1;
     return layers_build_each(job, input, net, bad_item, why, cap, NULL, NULL);
 }
 

@@ -29,6 +29,7 @@
 #include "same_file.h"
 #include "csv_header.h"
 #include "probe.h"
+#include "safetensors.h"
 #include "tokens.h"
 #include "units.h"
 
@@ -3001,6 +3002,42 @@ static void cross_rules(struct ddpc_vctx *c)
         schedule_reach(c, tr.samples, world);
 }
 
+/* ---- model.init_from: the file the run starts from ---- */
+
+/* st_check_net's report: each finding at the key's line. */
+static void init_from_report(void *ctx, const char *why)
+{
+    struct ddpc_vctx *c = ctx;
+    vdiag(c, DDPC_SEV_ERROR, at(c, "model.init_from"), "model.init_from", "%s", why);
+}
+
+/* What the run refuses of model.init_from, refused at check: a missing
+ * file, another model's tensors, wrong shapes, a non-finite value
+ * (spec/safetensors.c st_check_net, on the walk the run's reader takes).
+ * Only when the model can be built (else there is no tensor list to
+ * compare with; its own check says why), and not under --no-data (the
+ * file is data). */
+static void init_from_rules(struct ddpc_vctx *c)
+{
+    struct ddpc_job *j = c->job;
+    const struct ddpc_node *n = at(c, "model.init_from");
+    if (!n || !j->model.init_from || !j->model.init_from[0] || !c->opt ||
+        !c->opt->read_data_headers)
+        return;
+    if (j->model.type == DDPC_MODEL_SEQUENTIAL && !j->model.n_input)
+        return;   /* no input shape (the data's is baked in when it was read) */
+    static struct ddpc_net net;   /* large; validation is single-threaded */
+    char why[512];
+    int bad = -1;
+    if (layers_build(j, NULL, &net, &bad, why, sizeof why) < 0)
+        return;   /* the model's own check says why */
+    /* named as the spec writes it (a --set value: as resolved) */
+    char shown[PATH_MAX + 64];
+    st_check_net(j->model.init_from,
+                 n->origin ? j->model.init_from : shown_path(c, n, shown, sizeof shown), &net,
+                 init_from_report, c);
+}
+
 /* ===================== entry ===================== */
 
 static int ends_with(const char *s, const char *suffix)
@@ -3139,6 +3176,7 @@ int validate_job(const char *file, const struct ddpc_node *root, const struct sp
         walk_block(&c, DDPC_B_ROOT, root, (char *)job, "");
         defaults_when_late(&c);
         cross_rules(&c);
+        init_from_rules(&c);
     }
     if (!job->name)
         job->name = default_name(&c);

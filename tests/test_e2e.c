@@ -267,12 +267,35 @@ START_TEST(init_from_continues_an_export)
                   acc_b, loss_b);
     ck_assert_msg(acc_a > 0.5, "a did not learn: %.4f", acc_a);
     run_result_free(&r);
-    run_in(dir, "c", 0, &r);
+    /* a file of another shape: check refuses it at the key, every tensor that
+     * differs named (it passed, and only the run refused it); a job built
+     * without reading it (--no-data) refuses it when it starts */
+    char *ddpc = ddpc_path(), *cspec = NULL, *cjob = NULL;
+    ck_assert_int_ge(asprintf(&cspec, "%s/c.yaml", dir), 0);
+    ck_assert_int_ge(asprintf(&cjob, "%s/c", dir), 0);
+    char *check[] = { ddpc, "check", cspec, NULL };
+    ck_assert_int_eq(run_capture(check, NULL, NULL, 30, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1 &&
+                  strstr(r.out, ":13:14: error: model.init_from: ") &&
+                  strstr(r.out, "a.safetensors': tensor layers.0.weight has shape [8, 12], this "
+                                "model's has [9, 12]\n") &&
+                  strstr(r.out, "a.safetensors': tensor layers.0.bias has shape [8], this "
+                                "model's has [9]\n"), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    char *build[] = { ddpc, "build", cspec, "-o", cjob, "--no-data", NULL };
+    ck_assert_int_eq(run_capture(build, NULL, NULL, 120, &r), 0);
+    ck_assert_msg(r.exited && r.code == 0, "build failed (%d):\n%s%s", r.code, r.out, r.err);
+    run_result_free(&r);
+    char *crun[] = { cjob, NULL };
+    ck_assert_int_eq(run_capture(crun, dir, NULL, 120, &r), 0);
     ck_assert_msg(r.exited && r.code != 0, "c started from a file of another shape:\n%s", r.out);
     ck_assert_msg(strstr(r.err, "layers.0.weight") && strstr(r.err, "[8, 12]") &&
                   strstr(r.err, "[9, 12]"), "error does not name the tensor and shapes:\n%s", r.err);
     ck_assert_int_eq(leftover_children(1.0), 0);
     run_result_free(&r);
+    free(ddpc);
+    free(cspec);
+    free(cjob);
     free(a);
     free(b);
     free(c);

@@ -169,9 +169,11 @@ static unsigned char *fresh_run(const struct gjob *g, int devices, int epochs, s
     return slurp(g, "g.safetensors", n);
 }
 
-/* Builds and runs spec i.yaml: g's model from init_from FILE. */
+/* Builds and runs spec i.yaml: g's model from init_from FILE; with swap,
+ * FILE is rewritten to swap's swap_n bytes between the build (whose check
+ * reads FILE) and the run, so the run's own reading is tested. */
 static void run_init_from(const struct gjob *g, const char *file, int want_ok,
-                          struct run_result *r)
+                          const void *swap, size_t swap_n, struct run_result *r)
 {
     char *spec = NULL, *job = NULL, *yaml = NULL;
     ck_assert_int_ge(asprintf(&spec, "%s/i.yaml", g->dir), 0);
@@ -185,6 +187,12 @@ static void run_init_from(const struct gjob *g, const char *file, int want_ok,
         "logging: {metrics_csv: i.csv, progress: off}\n", file), 0);
     ck_assert_int_eq(write_file(spec, yaml, strlen(yaml)), 0);
     ddpc_build_ok(spec, job);
+    if (swap) {
+        char *p = NULL;
+        ck_assert_int_ge(asprintf(&p, "%s/%s", g->dir, file), 0);
+        ck_assert_int_eq(write_file(p, swap, swap_n), 0);
+        free(p);
+    }
     char *run[] = { job, NULL };
     ck_assert_int_eq(run_capture(run, g->dir, NULL, 120, r), 0);
     ck_assert_msg(!want_ok || (r->exited && r->code == 0), "i: exit %d\n%s%s", r->code, r->out,
@@ -198,7 +206,7 @@ static void run_init_from(const struct gjob *g, const char *file, int want_ok,
 static void init_from_export(const struct gjob *g, double export_loss)
 {
     struct run_result r;
-    run_init_from(g, "g.safetensors", 1, &r);
+    run_init_from(g, "g.safetensors", 1, NULL, 0, &r);
     run_result_free(&r);
     size_t nc;
     char *csv = (char *)slurp(g, "i.csv", &nc);
@@ -230,12 +238,27 @@ static void init_from_export(const struct gjob *g, double export_loss)
     b[8 + hl + lo + 5 * 4 + 3] ^= 0x01;   /* element 5's high byte: a visible change */
     char *p = NULL;
     ck_assert_int_ge(asprintf(&p, "%s/untied.safetensors", g->dir), 0);
-    ck_assert_int_eq(write_file(p, b, n), 0);
-    run_init_from(g, "untied.safetensors", 0, &r);
+    unsigned char *tied = slurp(g, "g.safetensors", &n);
+    ck_assert_int_eq(write_file(p, tied, n), 0);   /* the build's check reads a good file */
+    free(tied);
+    run_init_from(g, "untied.safetensors", 0, b, n, &r);
     ck_assert_msg(r.exited && r.code != 0, "an untied file was accepted:\n%s", r.out);
     ck_assert_msg(strstr(r.err, "lm_head.weight") && strstr(r.err, "transformer.wte.weight") &&
                   strstr(r.err, "element 5"), "%s", r.err);
     run_result_free(&r);
+    /* and check refuses it, at the key, as the run does */
+    char *ddpc = NULL, *spec = NULL;
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    ck_assert_int_ge(asprintf(&spec, "%s/i.yaml", g->dir), 0);
+    char *check[] = { ddpc, "check", spec, NULL };
+    ck_assert_int_eq(run_capture(check, NULL, NULL, 60, &r), 0);
+    ck_assert_msg(r.exited && r.code == 1 &&
+                  strstr(r.out, "error: model.init_from: ") &&
+                  strstr(r.out, "untied.safetensors': lm_head.weight differs from "
+                                "transformer.wte.weight (element 5: "), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    free(ddpc);
+    free(spec);
     free(p);
     free(hdr);
     free(b);
