@@ -717,6 +717,53 @@ START_TEST(test_other_tools_keys)
 }
 END_TEST
 
+/* Names a Lightning, PyTorch or Hugging Face user writes that ddpc spells
+ * otherwise, or lacks: each gets the alias message (ddpc's key, or why
+ * there is none), where check said a bare "unknown key 'transforms'". */
+START_TEST(test_more_tools_keys)
+{
+    static const char *const names[] = {
+        "transforms", "transform", "train_transforms", "target_transform", "lr_scheduler",
+        "max_lr", "milestones", "T_0", "clip_grad_norm", "amp", "use_amp", "autocast",
+        "mixed_precision", "allow_tf32", "compile", "pretrained", "persistent_workers",
+        "prefetch_factor", "collate_fn", "sampler", "auto_select_gpus", "num_processes",
+        "tpu_cores", "distributed_backend", "amp_backend", "amp_level", "replace_sampler_ddp",
+        "auto_lr_find", "auto_scale_batch_size", "track_grad_norm", "progress_bar_refresh_rate",
+        "weights_summary", "terminate_on_nan", "stochastic_weight_avg", "lr_monitor",
+        "model_checkpoint", "tf32", "adam_beta1", "adam_epsilon", "optim", "warmup_ratio",
+        "save_steps", "logging_dir", "report_to", "run_name", "gradient_checkpointing",
+        "dataloader_num_workers", "torch_compile",
+    };
+    struct checked c;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char y[512], want[256];
+        snprintf(y, sizeof y, MINIMAL "%s: 2\n", names[i]);
+        check(&c, y);
+        ck_assert_int_eq(c.rc, -1);
+        ck_assert_int_eq(c.d.n, 1);
+        snprintf(want, sizeof want, "dir/t.yaml:5:1: error: %s: unknown key '%s' (", names[i],
+                 names[i]);
+        ck_assert_msg(strncmp(c.text, want, strlen(want)) == 0 &&
+                      (strstr(c.text, "); ddpc's key is '") ||
+                       strstr(c.text, "); ddpc has no such key: ")), "%s", c.text);
+        checked_free(&c);
+    }
+    check(&c, MINIMAL "transforms: [ToTensor]\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:1: error: transforms: unknown key 'transforms' "
+                             "(PyTorch's torchvision.transforms); ddpc has no such key: "
+                             "preprocessing is not yet in the spec: samples are read as stored "
+                             "(8-bit images scaled to [0, 1], as ToTensor does); write the data "
+                             "already transformed\n");
+    checked_free(&c);
+    /* torch's dtype names for precision say which spelling ddpc takes */
+    check(&c, MINIMAL "precision: bfloat16\n");
+    ck_assert_str_eq(c.text, "dir/t.yaml:5:12: error: precision: 'bfloat16' is not available: "
+                             "torch's dtype name; ddpc keeps fp32 master weights and computes in "
+                             "bf16: write bf16-mixed (or bf16)\n");
+    checked_free(&c);
+}
+END_TEST
+
 /* aliases.def is consistent: every target is a key of keys.def, no name is
  * one of ddpc's keys in the same place, every refused value belongs to an
  * enum key and is not one of its accepted spellings. */
@@ -1113,6 +1160,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_lightning_values);
     tcase_add_test(tc, test_other_tools_keys);
     tcase_add_test(tc, test_alias_table_consistent);
+    tcase_add_test(tc, test_more_tools_keys);
     tcase_add_test(tc, test_lr_scaling_rule);
     tcase_add_test(tc, test_key_table_consistent);
     tcase_add_test(tc, test_key_table_reaches_every_field);
