@@ -26,7 +26,8 @@ static void check_usage(FILE *out)
           "  -           the spec on standard input (\"<stdin>\" in messages; its\n"
           "              relative paths resolve against the current directory); a FILE\n"
           "              that is a pipe (/dev/stdin, <(...)) is read the same way\n"
-          "  --format F  text (file:line:col: error: key: message), json, or github annotations\n"
+          "  --format F  text (file:line:col: error: key: message), github annotations, or\n"
+          "              json (every file checked and every finding, with a stable rule code)\n"
           "  --strict    warnings fail the check (exit 1)\n"
           "  --quiet     print only what fails the check; nothing on success\n"
           "  --no-data   do not read data headers or check the resume path (a sequential\n"
@@ -87,6 +88,41 @@ int cli_take_set(int argc, char **argv, int *i, const char *cmd, struct cli_sets
     }
     sets->v[sets->n++] = v;
     return 1;
+}
+
+/* What JSON says of one file checked. */
+struct file_result {
+    const char *status;   /* "valid", "invalid" (--strict: a warning too), "unreadable" */
+    int errors, warnings, notes;
+};
+
+/* The JSON document: {"version": 2, "files": [...], "diagnostics": [...],
+ * "errors": N, "warnings": N}. Version 1 was the bare array of
+ * diagnostics; each now has its rule's code (spec/rules.def). --quiet
+ * keeps the diagnostics that fail the check; files are always all listed. */
+static void print_json(const struct specwalk_list *in, const struct file_result *res,
+                       const struct ddpc_diag *d, int quiet, int strict, int errors, int warnings)
+{
+    fputs("{\"version\":2,\"files\":[", stdout);
+    for (int i = 0; i < in->n; i++) {
+        fputs(i ? ",\n " : "\n ", stdout);
+        fputs("{\"file\":", stdout);
+        diag_json_string(stdout, strcmp(in->v[i], "-") == 0 ? "<stdin>" : in->v[i]);
+        printf(",\"status\":\"%s\",\"errors\":%d,\"warnings\":%d,\"notes\":%d}",
+               res[i].status ? res[i].status : "unreadable", res[i].errors, res[i].warnings,
+               res[i].notes);
+    }
+    fputs(in->n ? "\n],\n\"diagnostics\":[" : "],\n\"diagnostics\":[", stdout);
+    int first = 1;
+    for (int k = 0; k < d->n; k++) {
+        if (quiet && d->v[k].severity != DDPC_SEV_ERROR &&
+            !(strict && d->v[k].severity == DDPC_SEV_WARNING))
+            continue;
+        fputs(first ? "\n " : ",\n ", stdout);
+        diag_print_entry(&d->v[k], DDPC_FMT_JSON, stdout);
+        first = 0;
+    }
+    printf("%s],\n\"errors\":%d,\"warnings\":%d}\n", first ? "" : "\n", errors, warnings);
 }
 
 /* Long on purpose (~150 lines): argument parsing, directory expansion and
@@ -174,8 +210,8 @@ int cmd_check(int argc, char **argv)
             if (specwalk_dir(a, NULL, &in, &d) < 0)
                 goto oom;
             if (in.n == before && !d.io_error) {
-                diag_add(&d, DDPC_SEV_ERROR, a, 0, 0, "", "no *.yaml or *.yml file in this "
-                         "directory or below");
+                diag_rule(&d, DDPC_R_IO, a, 0, 0, "", "no *.yaml or *.yml file in this "
+                          "directory or below");
                 d.io_error = 1;
             }
             d.io_error |= io0;
@@ -187,6 +223,10 @@ int cmd_check(int argc, char **argv)
     /* many specs usually share a few data files: read each once */
     opt.cache = spec_cache_new();
     int errors = d.n_errors, warnings = 0, io = d.io_error, invalid = 0;
+    /* JSON lists every file checked, a clean one too */
+    struct file_result *res = NULL;
+    if (fmt == DDPC_FMT_JSON && in.n && !(res = calloc((size_t)in.n, sizeof *res)))
+        goto oom;
     if (fmt != DDPC_FMT_JSON) {
         for (int k = 0; k < d.n; k++)
             diag_print_entry(&d.v[k], fmt, stdout);
@@ -204,8 +244,16 @@ int cmd_check(int argc, char **argv)
             io++;
         else if (r == 1 || (strict && d.n_warnings > w0))
             invalid++;
-        if (fmt == DDPC_FMT_JSON)
-            continue;   /* one array at the end */
+        if (fmt == DDPC_FMT_JSON) {
+            /* one document at the end */
+            res[i].status = r == 2 ? "unreadable"
+                            : r == 1 || (strict && d.n_warnings > w0) ? "invalid" : "valid";
+            res[i].errors = d.n_errors - e0;
+            res[i].warnings = d.n_warnings - w0;
+            for (int k = from; k < d.n; k++)
+                res[i].notes += d.v[k].severity == DDPC_SEV_NOTE;
+            continue;
+        }
         /* --quiet keeps what fails the check: errors, and warnings under --strict */
         for (int k = from; k < d.n; k++)
             if (!quiet || d.v[k].severity == DDPC_SEV_ERROR ||
@@ -215,19 +263,9 @@ int cmd_check(int argc, char **argv)
          * over thousands of files */
         diag_free(&d);
     }
-    if (fmt == DDPC_FMT_JSON) {
-        int first = 1;
-        fputc('[', stdout);
-        for (int k = 0; k < d.n; k++) {
-            if (quiet && d.v[k].severity != DDPC_SEV_ERROR &&
-                !(strict && d.v[k].severity == DDPC_SEV_WARNING))
-                continue;
-            fputs(first ? "\n " : ",\n ", stdout);
-            diag_print_entry(&d.v[k], fmt, stdout);
-            first = 0;
-        }
-        fputs(first ? "]\n" : "\n]\n", stdout);
-    }
+    if (fmt == DDPC_FMT_JSON)
+        print_json(&in, res, &d, quiet, strict, errors, warnings);
+    free(res);
     spec_cache_free(opt.cache);
     if (!quiet && fmt == DDPC_FMT_TEXT)
         fprintf(stderr, "%d file%s checked, %d error%s, %d warning%s\n", in.n,

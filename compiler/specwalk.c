@@ -157,7 +157,7 @@ static int name_cmp(const void *a, const void *b)
 
 static void walk_error(struct walk *w, const char *path, const char *fmt, const char *what)
 {
-    diag_add(w->d, DDPC_SEV_ERROR, path, 0, 0, "", fmt, what);
+    diag_rule(w->d, DDPC_R_IO, path, 0, 0, "", fmt, what);
     w->d->io_error = 1;
 }
 
@@ -176,21 +176,21 @@ static int walk_dir(struct walk *w, const char *dir, const struct stat *st, dev_
         /* a mount point (or the named directory): which file system? */
         const char *fs = specwalk_special_fs(dir);
         if (fs) {
-            diag_add(w->d, DDPC_SEV_NOTE, dir, 0, 0, "", "not walked: a %s file system holds "
-                     "kernel state, not specs", fs);
+            diag_rule(w->d, DDPC_R_WALK_SKIP, dir, 0, 0, "", "not walked: a %s file system holds "
+                      "kernel state, not specs", fs);
             return 0;
         }
     }
     if (depth > w->lim->max_depth) {
-        diag_add(w->d, DDPC_SEV_ERROR, dir, 0, 0, "", "not walked: more than %d directories "
-                 "deep; name a deeper directory on the command line", w->lim->max_depth);
+        diag_rule(w->d, DDPC_R_WALK_LIMIT, dir, 0, 0, "", "not walked: more than %d directories "
+                  "deep; name a deeper directory on the command line", w->lim->max_depth);
         w->d->io_error = 1;
         return 0;
     }
     if (w->dirs >= w->lim->max_dirs) {
-        diag_add(w->d, DDPC_SEV_ERROR, dir, 0, 0, "", "stopped after %d directories; the "
-                 "rest of the tree is not checked: name the directories that hold the specs",
-                 w->lim->max_dirs);
+        diag_rule(w->d, DDPC_R_WALK_LIMIT, dir, 0, 0, "", "stopped after %d directories; the "
+                  "rest of the tree is not checked: name the directories that hold the specs",
+                  w->lim->max_dirs);
         w->d->io_error = 1;
         w->stopped = 1;
         return 0;
@@ -232,8 +232,8 @@ static int walk_dir(struct walk *w, const char *dir, const struct stat *st, dev_
             rc = walk_dir(w, p, &cs, st->st_dev, depth + 1);
         } else if (is_spec_name(names.v[i])) {
             if (stat(p, &cs) == 0 && !S_ISREG(cs.st_mode))
-                diag_add(w->d, DDPC_SEV_NOTE, p, 0, 0, "", "not checked: not a regular file "
-                         "(name it on the command line to read it)");
+                diag_rule(w->d, DDPC_R_WALK_SKIP, p, 0, 0, "", "not checked: not a regular file "
+                          "(name it on the command line to read it)");
             else
                 rc = specwalk_add(w->out, p);   /* unreadable or dangling: spec_load_job says so */
         }

@@ -26,9 +26,21 @@ void diag_free(struct ddpc_diag *d)
     memset(d, 0, sizeof *d);
 }
 
-void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int line, int col,
-              const char *path, const char *fmt, ...)
+static const struct ddpc_rule_info rules[DDPC_R_COUNT] = {
+#define DDPC_RULE(id, sev, code, doc) [DDPC_R_##id] = { DDPC_SEV_##sev, code, doc },
+#include "rules.def"
+#undef DDPC_RULE
+};
+
+const struct ddpc_rule_info *diag_rule_info(int r)
 {
+    return r >= 0 && r < DDPC_R_COUNT ? &rules[r] : NULL;
+}
+
+static void diag_addv(struct ddpc_diag *d, enum ddpc_rule rule, const char *file, int line,
+                      int col, const char *path, const char *fmt, va_list args)
+{
+    enum ddpc_severity sev = rules[rule].severity;
     if (sev == DDPC_SEV_ERROR)
         d->n_errors++;
     else if (sev == DDPC_SEV_WARNING)
@@ -42,12 +54,12 @@ void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int
         d->cap = cap;
     }
     va_list ap;
-    va_start(ap, fmt);
+    va_copy(ap, args);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
     if (msg) {
-        va_start(ap, fmt);
+        va_copy(ap, args);
         vsnprintf(msg, (size_t)n + 1, fmt, ap);
         va_end(ap);
     }
@@ -74,6 +86,30 @@ void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int
     e->col = col;
     e->path = p;
     e->message = msg;
+    e->rule = rule;
+}
+
+void diag_add(struct ddpc_diag *d, enum ddpc_severity sev, const char *file, int line, int col,
+              const char *path, const char *fmt, ...)
+{
+    /* the unclassified rules are in the severities' order */
+    enum ddpc_rule r = sev == DDPC_SEV_ERROR ? DDPC_R_ERROR
+                       : sev == DDPC_SEV_WARNING ? DDPC_R_WARNING : DDPC_R_NOTE;
+    va_list ap;
+    va_start(ap, fmt);
+    diag_addv(d, r, file, line, col, path, fmt, ap);
+    va_end(ap);
+}
+
+void diag_rule(struct ddpc_diag *d, enum ddpc_rule r, const char *file, int line, int col,
+               const char *path, const char *fmt, ...)
+{
+    if ((int)r < 0 || r >= DDPC_R_COUNT)
+        r = DDPC_R_ERROR;
+    va_list ap;
+    va_start(ap, fmt);
+    diag_addv(d, r, file, line, col, path, fmt, ap);
+    va_end(ap);
 }
 
 static int entry_cmp(const struct ddpc_diag_entry *a, const struct ddpc_diag_entry *b)
@@ -129,7 +165,7 @@ static const char *sev_name(enum ddpc_severity s)
     return s == DDPC_SEV_ERROR ? "error" : s == DDPC_SEV_WARNING ? "warning" : "note";
 }
 
-static void json_string(FILE *out, const char *s)
+void diag_json_string(FILE *out, const char *s)
 {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -205,12 +241,12 @@ void diag_print_entry(const struct ddpc_diag_entry *e, enum ddpc_diag_format fmt
         break;
     case DDPC_FMT_JSON:
         fputs("{\"file\":", out);
-        json_string(out, e->file);
-        fprintf(out, ",\"line\":%d,\"col\":%d,\"severity\":\"%s\",\"path\":", e->line, e->col,
-                sev_name(e->severity));
-        json_string(out, e->path);
+        diag_json_string(out, e->file);
+        fprintf(out, ",\"line\":%d,\"col\":%d,\"severity\":\"%s\",\"rule\":\"%s\",\"path\":",
+                e->line, e->col, sev_name(e->severity), rules[e->rule].code);
+        diag_json_string(out, e->path);
         fputs(",\"message\":", out);
-        json_string(out, e->message);
+        diag_json_string(out, e->message);
         fputc('}', out);
         break;
     }

@@ -219,25 +219,25 @@ static void report_parser_error(struct composer *c, const yaml_parser_t *p)
     const char *problem = p->problem ? p->problem : "cannot parse the document";
     switch (p->error) {
     case YAML_MEMORY_ERROR:
-        diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while parsing");
+        diag_rule(c->d, DDPC_R_OOM, c->file, 0, 0, "", "out of memory while parsing");
         return;
     case YAML_READER_ERROR:
         offset_pos(c, p->problem_offset, &line, &col);
         if (p->problem_value != -1)
-            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s (#x%02X)", problem,
-                     (unsigned)p->problem_value);
+            diag_rule(c->d, DDPC_R_YAML, c->file, line, col, "", "%s (#x%02X)", problem,
+                      (unsigned)p->problem_value);
         else
-            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s", problem);
+            diag_rule(c->d, DDPC_R_YAML, c->file, line, col, "", "%s", problem);
         return;
     default:
         mark_pos(c, p->problem_mark, &line, &col);
         if (p->context) {
             int cl, cc;
             mark_pos(c, p->context_mark, &cl, &cc);
-            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s (%s at %d:%d)", problem,
-                     p->context, cl, cc);
+            diag_rule(c->d, DDPC_R_YAML, c->file, line, col, "", "%s (%s at %d:%d)", problem,
+                      p->context, cl, cc);
         } else {
-            diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, "", "%s", problem);
+            diag_rule(c->d, DDPC_R_YAML, c->file, line, col, "", "%s", problem);
         }
         return;
     }
@@ -253,7 +253,7 @@ static int composer_error(struct composer *c, yaml_mark_t m, const char *fmt, co
         composer_path(c, c->depth, path, sizeof path);
     else
         path[0] = '\0';
-    diag_add(c->d, DDPC_SEV_ERROR, c->file, line, col, path, fmt, arg);
+    diag_rule(c->d, DDPC_R_YAML, c->file, line, col, path, fmt, arg);
     return -1;
 }
 
@@ -286,7 +286,7 @@ static int composer_attach(struct composer *c, struct ddpc_node *n, size_t size)
         int cap = f->cap ? f->cap * 2 : 8;
         struct ddpc_node **v = realloc(f->items, (size_t)cap * sizeof *v);
         if (!v) {
-            diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while loading");
+            diag_rule(c->d, DDPC_R_OOM, c->file, 0, 0, "", "out of memory while loading");
             return -1;
         }
         f->items = v;
@@ -295,9 +295,9 @@ static int composer_attach(struct composer *c, struct ddpc_node *n, size_t size)
     if (f->node->kind == DDPC_NODE_MAP && f->n % 2 == 0 && n->kind != DDPC_NODE_SCALAR) {
         char path[256];
         composer_path(c, c->depth, path, sizeof path);
-        diag_add(c->d, DDPC_SEV_ERROR, c->file, n->line, n->col, path,
-                 "mapping keys must be plain scalars, found a %s",
-                 n->kind == DDPC_NODE_MAP ? "mapping" : "sequence");
+        diag_rule(c->d, DDPC_R_YAML, c->file, n->line, n->col, path,
+                  "mapping keys must be plain scalars, found a %s",
+                  n->kind == DDPC_NODE_MAP ? "mapping" : "sequence");
         c->failed = 1;
     }
     f->items[f->n++] = n;
@@ -479,8 +479,8 @@ static void composer_dup_report(struct composer *c, const struct ddpc_node *firs
     composer_path(c, c->depth - 1, path, sizeof path);
     char full[512];
     snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", dup->str);
-    diag_add(c->d, DDPC_SEV_ERROR, c->file, dup->line, dup->col, full,
-             "duplicate key '%s' (first given at %d:%d)", dup->str, first->line, first->col);
+    diag_rule(c->d, DDPC_R_DUPLICATE_KEY, c->file, dup->line, dup->col, full,
+              "duplicate key '%s' (first given at %d:%d)", dup->str, first->line, first->col);
     c->failed = 1;
 }
 
@@ -500,7 +500,7 @@ static int composer_dups(struct composer *c, struct frame *f)
     }
     struct ddpc_node **keys = malloc((size_t)nk * sizeof *keys);
     if (!keys) {
-        diag_add(c->d, DDPC_SEV_ERROR, c->file, 0, 0, "", "out of memory while loading");
+        diag_rule(c->d, DDPC_R_OOM, c->file, 0, 0, "", "out of memory while loading");
         return -1;
     }
     int nscalar = 0;
@@ -609,8 +609,8 @@ static int composer_merge(struct composer *c, struct frame *f, const yaml_event_
                 char path[256], full[300];
                 composer_path(c, c->depth - 1, path, sizeof path);
                 snprintf(full, sizeof full, "%s%s<<", path, path[0] ? "." : "");
-                diag_add(c->d, DDPC_SEV_ERROR, c->file, src->line, src->col, full,
-                         "a merge key takes a mapping or a list of mappings");
+                diag_rule(c->d, DDPC_R_YAML, c->file, src->line, src->col, full,
+                          "a merge key takes a mapping or a list of mappings");
                 c->failed = 1;
                 continue;
             }
@@ -744,13 +744,13 @@ int load_yaml(const char *file, const char *buf, size_t len, struct ddpc_arena *
     *root = NULL;
     memset(&p, 0, sizeof p);
     if (len > DDPC_LOAD_MAX_BYTES) {
-        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "file is larger than %u MiB",
-                 DDPC_LOAD_MAX_BYTES >> 20);
+        diag_rule(d, DDPC_R_IO, file, 0, 0, "", "file is larger than %u MiB",
+                  DDPC_LOAD_MAX_BYTES >> 20);
         goto out;
     }
     c = calloc(1, sizeof *c);
     if (!c) {
-        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "out of memory");
+        diag_rule(d, DDPC_R_OOM, file, 0, 0, "", "out of memory");
         goto out;
     }
     /* A UTF-8 byte-order mark (Windows editors write one): libyaml told the
@@ -765,7 +765,7 @@ int load_yaml(const char *file, const char *buf, size_t len, struct ddpc_arena *
     c->a = a;
     c->d = d;
     if (!yaml_parser_initialize(&p)) {
-        diag_add(d, DDPC_SEV_ERROR, file, 0, 0, "", "out of memory");
+        diag_rule(d, DDPC_R_OOM, file, 0, 0, "", "out of memory");
         goto out;
     }
     parser_ok = 1;
@@ -859,8 +859,8 @@ int load_override(struct ddpc_arena *a, struct ddpc_node **root, const char *ori
     struct ddpc_node *v = NULL;
     if (path_len == 0 || path[0] == '.' || path[path_len - 1] == '.' ||
         memmem(path, path_len, "..", 2) || memchr(path, '[', path_len)) {
-        diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "expected key.path=value, with the key "
-                 "path as dotted names (data.train.path); a list is set whole (model.layers=[784, 10])");
+        diag_rule(d, DDPC_R_SET, origin, 0, 0, "", "expected key.path=value, with the key "
+                  "path as dotted names (data.train.path); a list is set whole (model.layers=[784, 10])");
         return -1;
     }
     if (load_yaml(origin, value, strlen(value), a, &v, d) != 0)
@@ -871,8 +871,8 @@ int load_override(struct ddpc_arena *a, struct ddpc_node **root, const char *ori
 
     if (!*root || (*root)->kind != DDPC_NODE_MAP) {
         if (*root) {
-            diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "the spec is not a mapping of keys; "
-                     "nothing to override");
+            diag_rule(d, DDPC_R_SET, origin, 0, 0, "", "the spec is not a mapping of keys; "
+                      "nothing to override");
             return -1;
         }
         if (!(*root = node_new(a, DDPC_NODE_MAP, origin)))
@@ -914,6 +914,6 @@ int load_override(struct ddpc_arena *a, struct ddpc_node **root, const char *ori
         p = dot + 1;
     }
 oom:
-    diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "out of memory");
+    diag_rule(d, DDPC_R_OOM, origin, 0, 0, "", "out of memory");
     return -1;
 }

@@ -559,6 +559,24 @@ static void md_block(FILE *out, enum ddpc_block b, const char *title, unsigned *
     }
 }
 
+/* The codes of `ddpc check --format json`, from spec/rules.def. */
+static void md_rules(FILE *out)
+{
+    fputs("\n## Diagnostic codes\n\n"
+          "Each finding of `ddpc check --format json` has one of these codes as its `rule`.\n"
+          "A code never changes meaning or spelling; new ones are added. `E-other`,\n"
+          "`W-other` and `N-other` are the compiler's own findings, never a spec's.\n\n"
+          "| Code | Severity | Finds |\n|---|---|---|\n", out);
+    for (int r = 0; r < DDPC_R_COUNT; r++) {
+        const struct ddpc_rule_info *ri = diag_rule_info(r);
+        fprintf(out, "| `%s` | %s | ", ri->code,
+                ri->severity == DDPC_SEV_ERROR ? "error"
+                : ri->severity == DDPC_SEV_WARNING ? "warning" : "note");
+        md_cell(out, ri->doc);
+        fputs(" |\n", out);
+    }
+}
+
 void spec_write_reference(FILE *out)
 {
     unsigned done = 0;
@@ -575,9 +593,13 @@ void spec_write_reference(FILE *out)
           "`ddpc check FILE...` reports every problem of a file at once, in source order, as\n"
           "`file:line:col: error|warning: key.path: message`; it exits 0 when all files are\n"
           "valid (warnings allowed; `--strict` fails on them), 1 when one is invalid, and 2\n"
-          "on a usage or I/O error. `--format json` and `--format github` (Actions\n"
-          "annotations) print the same findings for machines; `--no-data` skips reading\n"
-          "data headers and checking the resume path, so the result depends on the spec only.\n\n"
+          "on a usage or I/O error. `--format github` prints the findings as Actions\n"
+          "annotations; `--format json` prints one document for machines: every file checked\n"
+          "(`{\"file\", \"status\": valid|invalid|unreadable, \"errors\", \"warnings\", \"notes\"}`,\n"
+          "a clean one too) and every finding (`{\"file\", \"line\", \"col\", \"severity\",\n"
+          "\"rule\", \"path\", \"message\"}`), whose `rule` is a stable code (the table at the\n"
+          "end) that CI can filter and count on. `--no-data` skips reading data headers,\n"
+          "`model.init_from` and the resume path, so the result depends on the spec only.\n\n"
           "Editors: `ddpc schema > ddpc.schema.json` writes the JSON Schema (2020-12) of this\n"
           "language; with the YAML language server, a first line\n"
           "`# yaml-language-server: $schema=ddpc.schema.json` gives completion and hover docs.\n"
@@ -595,8 +617,8 @@ void spec_write_reference(FILE *out)
           "  paths (checkpoints, metrics, exports) to the directory the job runs in;\n"
           "- nothing in a spec is executed or expanded: no shell, no environment variables,\n"
           "  no YAML tags other than the core ones, which mean their type as in any YAML\n"
-          "  reader (`!!float 1` is 1.0; `!!int 1.5` is an error).\n\n"
-          "Rules across keys (checked by `ddpc check`):\n\n"
+          "  reader (`!!float 1` is 1.0; `!!int 1.5` is an error).\n\n", out);
+    fputs("Rules across keys (checked by `ddpc check`):\n\n"
           "- `strategy: none` with several devices is an error;\n"
           "- several devices and no `lr_scaling`: a warning that shows the linearly scaled rate;\n"
           "- `nccl_timeout`/`rank_sync_timeout` on a single device: a warning; they are ignored;\n"
@@ -613,9 +635,13 @@ void spec_write_reference(FILE *out)
           "  is absolute, a warning when it is relative (the job runs in its own directory);\n"
           "- `launch.num_nodes` > 1 needs a GPU accelerator, and with launcher local a\n"
           "  `launch.master_addr`;\n"
+          "- `model.init_from` is read as the run reads it: a missing file, another model's\n"
+          "  tensors, a tensor of another shape and a NaN or infinity are errors;\n"
+          "- regression targets (NPY float labels) must number the model's outputs;\n"
           "- keys for one optimizer type or data format (e.g. `momentum` with adam) are errors.\n",
           out);
     md_block(out, DDPC_B_ROOT, "Top level", &done);
+    md_rules(out);
 }
 
 /* ===================== docs/coming-from.md ===================== */

@@ -152,7 +152,7 @@ static int apply_overrides(struct spec_doc *sd, const struct spec_options *opt,
         cap += 16 + 4 * strlen(opt->overrides[i]);
     char *text = malloc(cap);
     if (!text) {
-        diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+        diag_rule(d, DDPC_R_OOM, "ddpc", 0, 0, "", "out of memory");
         return -1;
     }
     memcpy(text, sd->text, sd->len);
@@ -164,12 +164,12 @@ static int apply_overrides(struct spec_doc *sd, const struct spec_options *opt,
         const char *eq = strchr(ov, '=');
         const char *origin = arena_printf(&sd->arena, "--set %s", ov);
         if (!origin) {
-            diag_add(d, DDPC_SEV_ERROR, "ddpc", 0, 0, "", "out of memory");
+            diag_rule(d, DDPC_R_OOM, "ddpc", 0, 0, "", "out of memory");
             rc = -1;
             break;
         }
         if (!eq) {
-            diag_add(d, DDPC_SEV_ERROR, origin, 0, 0, "", "expected key.path=value");
+            diag_rule(d, DDPC_R_SET, origin, 0, 0, "", "expected key.path=value");
             rc = -1;
             continue;
         }
@@ -200,7 +200,7 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
     memset(job, 0, sizeof *job);
     sd = calloc(1, sizeof *sd);
     if (!sd) {
-        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "out of memory");
+        diag_rule(d, DDPC_R_OOM, path, 0, 0, "", "out of memory");
         d->io_error = 1;
         return 2;
     }
@@ -216,14 +216,14 @@ int spec_load_job(const char *path, const struct spec_options *opt, struct ddpc_
         rrc = read_file(path, &sd->text, &sd->len, &stream, why, sizeof why);
     }
     if (rrc == -1) {
-        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "cannot read: %s", why);
+        diag_rule(d, DDPC_R_IO, path, 0, 0, "", "cannot read: %s", why);
         d->io_error = 1;
         free(sd);
         return 2;
     }
     *doc = sd;
     if (rrc == -2) {
-        diag_add(d, DDPC_SEV_ERROR, path, 0, 0, "", "%s", why);
+        diag_rule(d, DDPC_R_IO, path, 0, 0, "", "%s", why);
         sd->text = calloc(1, 1);
         goto done;
     }

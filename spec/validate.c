@@ -185,10 +185,11 @@ const char *validate_block_path(enum ddpc_block b)
 
 /* ===================== small helpers ===================== */
 
-static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc_node *n,
+/* A finding of rule (spec/rules.def, which gives its severity) at node n. */
+static void vdiag(struct ddpc_vctx *c, enum ddpc_rule rule, const struct ddpc_node *n,
                   const char *path, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc_node *n,
+static void vdiag(struct ddpc_vctx *c, enum ddpc_rule rule, const struct ddpc_node *n,
                   const char *path, const char *fmt, ...)
 {
     char msg[1024];
@@ -202,10 +203,10 @@ static void vdiag(struct ddpc_vctx *c, enum ddpc_severity sev, const struct ddpc
         col = c->root->col;
     }
     if (n && n->origin) {   /* a value from --set: name it, it has no line */
-        diag_add(c->d, sev, n->origin, 0, 0, path, "%s", msg);
+        diag_rule(c->d, rule, n->origin, 0, 0, path, "%s", msg);
         return;
     }
-    diag_add(c->d, sev, c->file, line, col, path, "%s", msg);
+    diag_rule(c->d, rule, c->file, line, col, path, "%s", msg);
 }
 
 static void join_path(char *out, size_t cap, const char *a, const char *b)
@@ -399,18 +400,18 @@ static int range_check(struct ddpc_vctx *c, const struct ddpc_key *k, const stru
         found[strlen(found) - 1] = '\0';
     }
     if (k->lo == k->hi)
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s, found %s", lo, found);
+        vdiag(c, DDPC_R_RANGE, n, path, "must be %s, found %s", lo, found);
     else if (k->hi == NOHI)
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s %s, found %s",
+        vdiag(c, DDPC_R_RANGE, n, path, "must be %s %s, found %s",
               k->flags & LO_OPEN ? ">" : ">=", lo, found);
     else if (k->lo == NOLO)
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must be %s %s, found %s",
+        vdiag(c, DDPC_R_RANGE, n, path, "must be %s %s, found %s",
               k->flags & HI_OPEN ? "<" : "<=", hi, found);
     else if (k->flags & (LO_OPEN | HI_OPEN))
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must be in %s%s, %s%s, found %s",
+        vdiag(c, DDPC_R_RANGE, n, path, "must be in %s%s, %s%s, found %s",
               k->flags & LO_OPEN ? "(" : "[", lo, hi, k->flags & HI_OPEN ? ")" : "]", found);
     else
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must be between %s and %s, found %s", lo, hi, found);
+        vdiag(c, DDPC_R_RANGE, n, path, "must be between %s and %s, found %s", lo, hi, found);
     return -1;
 }
 
@@ -420,17 +421,17 @@ static int string_check(struct ddpc_vctx *c, const struct ddpc_node *n, const ch
                         int nonempty)
 {
     if (nonempty && n->len == 0) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must not be empty");
+        vdiag(c, DDPC_R_STRING, n, path, "must not be empty");
         return -1;
     }
     if (nonempty && strspn(n->str, " \t") == n->len) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "must not be blank");
+        vdiag(c, DDPC_R_STRING, n, path, "must not be blank");
         return -1;
     }
     for (size_t i = 0; i < n->len; i++) {
         unsigned char ch = (unsigned char)n->str[i];
         if (ch < 0x20 || ch == 0x7f) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "must not contain control characters");
+            vdiag(c, DDPC_R_STRING, n, path, "must not contain control characters");
             return -1;
         }
     }
@@ -442,10 +443,10 @@ static int string_check(struct ddpc_vctx *c, const struct ddpc_node *n, const ch
 static void expansion_warning(struct ddpc_vctx *c, const struct ddpc_node *n, const char *path)
 {
     if (n->str[0] == '~')
-        vdiag(c, DDPC_SEV_WARNING, n, path, "'~' is not expanded (a spec has no shell); "
+        vdiag(c, DDPC_R_PATH_LITERAL, n, path, "'~' is not expanded (a spec has no shell); "
               "this path is taken literally");
     else if (strchr(n->str, '$'))
-        vdiag(c, DDPC_SEV_WARNING, n, path, "'$' is not expanded (a spec has no environment "
+        vdiag(c, DDPC_R_PATH_LITERAL, n, path, "'$' is not expanded (a spec has no environment "
               "variables); this path is taken literally");
 }
 
@@ -485,10 +486,10 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         if (k->type == DDPC_T_ENUM) {
             char list[512];
             enum_list(k, list, sizeof list);
-            vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s", list,
+            vdiag(c, DDPC_R_ENUM, n, path, "expected one of %s; found %s", list,
                   describe(n, found, sizeof found));
         } else {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "expected %s, found %s", type_noun(k->type),
+            vdiag(c, DDPC_R_TYPE, n, path, "expected %s, found %s", type_noun(k->type),
                   describe(n, found, sizeof found));
         }
         return -1;
@@ -518,7 +519,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
                     memcpy(field, &(uint64_t){ (uint64_t)u }, sizeof(uint64_t));
                     break;
                 }
-                vdiag(c, DDPC_SEV_ERROR, n, path, "%s is out of range: must be between %s and "
+                vdiag(c, DDPC_R_RANGE, n, path, "%s is out of range: must be between %s and "
                       "%s", describe(n, found, sizeof found),
                       k->type == DDPC_T_U64 ? "0" : k->type == DDPC_T_INT64
                           ? "-9223372036854775808" : "-2147483648",
@@ -526,7 +527,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
                           : k->type == DDPC_T_INT64 ? "9223372036854775807" : "2147483647");
                 return -1;
             }
-            vdiag(c, DDPC_SEV_ERROR, n, path, "expected an integer, found %s",
+            vdiag(c, DDPC_R_TYPE, n, path, "expected an integer, found %s",
                   describe(n, found, sizeof found));
             return -1;
         }
@@ -544,7 +545,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         break;
     case DDPC_T_DOUBLE:
         if (n->quoted || units_double(n->str, &dv) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "expected a number, found %s",
+            vdiag(c, DDPC_R_TYPE, n, path, "expected a number, found %s",
                   describe(n, found, sizeof found));
             return -1;
         }
@@ -554,7 +555,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         break;
     case DDPC_T_BOOL:
         if (n->quoted || units_bool(n->str, &bv) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "expected a boolean (true or false), found %s",
+            vdiag(c, DDPC_R_TYPE, n, path, "expected a boolean (true or false), found %s",
                   describe(n, found, sizeof found));
             return -1;
         }
@@ -570,7 +571,7 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
             char note[256];
             if (strcmp(r->key, path) == 0 && strlen(r->value) == n->len &&
                 memcmp(r->value, n->str, n->len) == 0) {
-                vdiag(c, DDPC_SEV_ERROR, n, path, "%s is not available: %s",
+                vdiag(c, DDPC_R_REFUSED_VALUE, n, path, "%s is not available: %s",
                       describe(n, found, sizeof found), plain_note(r->note, note, sizeof note));
                 return -1;
             }
@@ -587,10 +588,10 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
                 }
             }
             if (best[0])
-                vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s; did you mean '%s'?",
+                vdiag(c, DDPC_R_ENUM, n, path, "expected one of %s; found %s; did you mean '%s'?",
                       list, describe(n, found, sizeof found), best);
             else
-                vdiag(c, DDPC_SEV_ERROR, n, path, "expected one of %s; found %s", list,
+                vdiag(c, DDPC_R_ENUM, n, path, "expected one of %s; found %s", list,
                       describe(n, found, sizeof found));
             return -1;
         }
@@ -607,13 +608,13 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         break;
     case DDPC_T_NAME:
         if (n->len > 0 && n->str[0] == '-') {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "must not start with '-' (it names files, and "
+            vdiag(c, DDPC_R_STRING, n, path, "must not start with '-' (it names files, and "
                   "would read as a command-line option), found %s",
                   describe(n, found, sizeof found));
             return -1;
         }
         if (!name_ok(n->str, n->len) || strlen(n->str) != n->len) {
-            vdiag(c, DDPC_SEV_ERROR, n, path,
+            vdiag(c, DDPC_R_STRING, n, path,
                   "must be 1 to 64 characters from A-Z a-z 0-9 . _ - (it names files), found %s",
                   describe(n, found, sizeof found));
             return -1;
@@ -628,13 +629,13 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         if (p[0] != '/') {
             const char *dir = abs_dir(c);
             if (!dir) {
-                vdiag(c, DDPC_SEV_ERROR, n, path, "cannot resolve the relative path: %s",
+                vdiag(c, DDPC_R_IO, n, path, "cannot resolve the relative path: %s",
                       strerror(errno));
                 return -1;
             }
             p = arena_printf(c->a, "%s/%s", dir, n->str);
             if (!p) {
-                vdiag(c, DDPC_SEV_ERROR, n, path, "out of memory");
+                vdiag(c, DDPC_R_OOM, n, path, "out of memory");
                 return -1;
             }
         }
@@ -646,13 +647,13 @@ static int parse_scalar(struct ddpc_vctx *c, const struct ddpc_key *k, const str
         if (strcmp(n->str, "none") == 0) {
             dv = 0;   /* explicitly no deadline */
         } else if (units_duration(n->str, &dv, &why) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "%s%s; found %s", why,
+            vdiag(c, DDPC_R_TYPE, n, path, "%s%s; found %s", why,
                   strncmp(why, "expected", 8) == 0 ? ", or none" : "",
                   describe(n, found, sizeof found));
             return -1;
         } else if (dv < DDPC_MIN_TIMEOUT_S) {
             /* a deadline shorter than one scheduler tick fails every healthy run */
-            vdiag(c, DDPC_SEV_ERROR, n, path, "must be at least 1ms, found %s",
+            vdiag(c, DDPC_R_RANGE, n, path, "must be at least 1ms, found %s",
                   describe(n, found, sizeof found));
             return -1;
         }
@@ -768,10 +769,10 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
         else
             snprintf(shown, sizeof shown, "%s's %s", validate_tool_name(al->tool), al->shown);
         if (!al->target)
-            vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc has no such "
+            vdiag(c, DDPC_R_ALIAS_KEY, key, path, "unknown key %s (%s); ddpc has no such "
                   "key: %s", found, shown, note);
         else
-            vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s (%s); ddpc's key is '%s'%s%s%s",
+            vdiag(c, DDPC_R_ALIAS_KEY, key, path, "unknown key %s (%s); ddpc's key is '%s'%s%s%s",
                   found, shown, al->target,
                   b != DDPC_B_ROOT && !strchr(al->target, '.') ? " (top level)" : "",
                   note[0] ? ": " : "", note);
@@ -793,7 +794,7 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
     plain.quoted = 0;
     describe(&plain, found, sizeof found);
     if (best) {
-        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s; did you mean '%s'?", found, best);
+        vdiag(c, DDPC_R_UNKNOWN_KEY, key, path, "unknown key %s; did you mean '%s'?", found, best);
         return;
     }
     /* the right key in the wrong block: say where it belongs */
@@ -804,7 +805,7 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
             continue;
         char where[128];
         join_path(where, sizeof where, validate_block_path(ddpc_keys[i].block), key->str);
-        vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s here; did you mean '%s'?", found,
+        vdiag(c, DDPC_R_UNKNOWN_KEY, key, path, "unknown key %s here; did you mean '%s'?", found,
               where);
         return;
     }
@@ -816,12 +817,12 @@ static void unknown_key(struct ddpc_vctx *c, enum ddpc_block b, const struct ddp
         snprintf(joined, sizeof joined, "%s_%s", block, key->str);
         for (int i = 0; i < ddpc_n_keys; i++)
             if (ddpc_keys[i].block == DDPC_B_ROOT && strcmp(ddpc_keys[i].name, joined) == 0) {
-                vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s here; did you mean '%s' "
+                vdiag(c, DDPC_R_UNKNOWN_KEY, key, path, "unknown key %s here; did you mean '%s' "
                       "(top level)?", found, joined);
                 return;
             }
     }
-    vdiag(c, DDPC_SEV_ERROR, key, path, "unknown key %s", found);
+    vdiag(c, DDPC_R_UNKNOWN_KEY, key, path, "unknown key %s", found);
 }
 
 static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc_node *map,
@@ -833,7 +834,7 @@ static void parse_row(struct ddpc_vctx *c, const struct ddpc_key *k, const struc
     char found[96];
     if (k->type == DDPC_T_BLOCK) {
         if (v->kind != DDPC_NODE_MAP) {
-            vdiag(c, DDPC_SEV_ERROR, v, path, "expected a mapping, found %s",
+            vdiag(c, DDPC_R_TYPE, v, path, "expected a mapping, found %s",
                   describe(v, found, sizeof found));
             return;
         }
@@ -970,7 +971,7 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
         char why[256];
         join_path(path, sizeof path, bpath, k->name);
         if (!only_holds(k, base, why, sizeof why)) {
-            vdiag(c, DDPC_SEV_ERROR, given_key[i], path, "applies only %s", why);
+            vdiag(c, DDPC_R_ONLY_FOR, given_key[i], path, "applies only %s", why);
             continue;
         }
         parse_row(c, k, given_val[i], base, path);
@@ -992,10 +993,10 @@ static void walk_block(struct ddpc_vctx *c, enum ddpc_block b, const struct ddpc
             char cur[64] = "";
             memcpy(&v, base + ddpc_keys[s].off, sizeof v);
             validate_enum_value(&ddpc_keys[s], v, cur, sizeof cur);
-            vdiag(c, DDPC_SEV_ERROR, map, bpath, "missing required key '%s' (needed when %s is %s)",
+            vdiag(c, DDPC_R_MISSING_KEY, map, bpath, "missing required key '%s' (needed when %s is %s)",
                   k->name, ddpc_keys[s].name, cur);
         } else {
-            vdiag(c, DDPC_SEV_ERROR, map, bpath, "missing required key '%s'", k->name);
+            vdiag(c, DDPC_R_MISSING_KEY, map, bpath, "missing required key '%s'", k->name);
         }
     }
 }
@@ -1022,7 +1023,7 @@ static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *fie
     if (n->kind == DDPC_NODE_SCALAR) {
         int cnt = 0, all = 0;
         if (units_devices(n->str, job->devices, &cnt, &all, DDPC_MAX_DEVICES, why, sizeof why) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, n, path, "%s", why);
+            vdiag(c, DDPC_R_DEVICES, n, path, "%s", why);
             return -1;
         }
         job->n_devices = cnt;
@@ -1030,16 +1031,16 @@ static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *fie
         return 0;
     }
     if (n->kind != DDPC_NODE_SEQ) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a device list, count, -1 or \"all\"; found %s",
+        vdiag(c, DDPC_R_TYPE, n, path, "expected a device list, count, -1 or \"all\"; found %s",
               describe(n, found, sizeof found));
         return -1;
     }
     if (n->n == 0) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "empty device list");
+        vdiag(c, DDPC_R_DEVICES, n, path, "empty device list");
         return -1;
     }
     if (n->n > DDPC_MAX_DEVICES) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "more than %d devices", DDPC_MAX_DEVICES);
+        vdiag(c, DDPC_R_DEVICES, n, path, "more than %d devices", DDPC_MAX_DEVICES);
         return -1;
     }
     int rc = 0, cnt = 0;
@@ -1048,13 +1049,13 @@ static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *fie
         int64_t v;
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (plain_int(it, &v) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a device index, found %s",
+            vdiag(c, DDPC_R_TYPE, it, ipath, "expected a device index, found %s",
                   describe(it, found, sizeof found));
             rc = -1;
             continue;
         }
         if (v < 0 || v >= DDPC_MAX_DEVICES) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "device index must be between 0 and %d, found %s",
+            vdiag(c, DDPC_R_RANGE, it, ipath, "device index must be between 0 and %d, found %s",
                   DDPC_MAX_DEVICES - 1, it->str);
             rc = -1;
             continue;
@@ -1063,7 +1064,7 @@ static int key_devices(struct ddpc_vctx *c, const struct ddpc_node *n, void *fie
         for (int j = 0; j < cnt; j++)
             dup |= job->devices[j] == v;
         if (dup) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "device %s is listed twice", it->str);
+            vdiag(c, DDPC_R_DEVICES, it, ipath, "device %s is listed twice", it->str);
             rc = -1;
             continue;
         }
@@ -1109,9 +1110,9 @@ static void unknown_item(struct ddpc_vctx *c, const struct ddpc_node *n, const c
         }
     }
     if (best)
-        vdiag(c, DDPC_SEV_ERROR, n, path, "unknown layer %s; did you mean '%s'?", found, best);
+        vdiag(c, DDPC_R_LAYER_SYNTAX, n, path, "unknown layer %s; did you mean '%s'?", found, best);
     else
-        vdiag(c, DDPC_SEV_ERROR, n, path, "unknown layer %s; see `ddpc schema --format markdown` "
+        vdiag(c, DDPC_R_LAYER_SYNTAX, n, path, "unknown layer %s; see `ddpc schema --format markdown` "
               "for the layer types", found);
 }
 
@@ -1128,7 +1129,7 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (it->kind == DDPC_NODE_MAP) {
             if (it->n != 1) {
-                vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a layer: a name (`- relu`) or a "
+                vdiag(c, DDPC_R_LAYER_SYNTAX, it, ipath, "expected a layer: a name (`- relu`) or a "
                       "mapping with one key (`- linear: {out_features: 10}`), found a mapping of "
                       "%d keys", it->n);
                 rc = -1;
@@ -1140,7 +1141,7 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
                 val = NULL;
         }
         if (name->kind != DDPC_NODE_SCALAR || load_is_null(name)) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a layer: a name (`- relu`) or a mapping "
+            vdiag(c, DDPC_R_LAYER_SYNTAX, it, ipath, "expected a layer: a name (`- relu`) or a mapping "
                   "with one key (`- linear: {out_features: 10}`), found %s",
                   describe(name, found, sizeof found));
             rc = -1;
@@ -1154,7 +1155,7 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
         }
         const struct ddpc_key *row = &ddpc_keys[r];
         if (job->model.n_items >= DDPC_MAX_ITEMS) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "more than %d layers (residual bodies included)",
+            vdiag(c, DDPC_R_LAYER_SYNTAX, it, ipath, "more than %d layers (residual bodies included)",
                   DDPC_MAX_ITEMS);
             return -1;
         }
@@ -1168,14 +1169,14 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
         snprintf(kpath, sizeof kpath, "%s.%s", ipath, row->name);
         if (row->flags & DDPC_F_LIST) {
             if (!val || val->kind != DDPC_NODE_SEQ || val->n == 0) {
-                vdiag(c, DDPC_SEV_ERROR, val ? val : it, kpath, "%s takes a non-empty list of "
+                vdiag(c, DDPC_R_LAYER_SYNTAX, val ? val : it, kpath, "%s takes a non-empty list of "
                       "layers (`- %s: [linear: {out_features: 64}, relu]`), found %s", row->name,
                       row->name, val ? describe(val, found, sizeof found) : "nothing");
                 rc = -1;
                 continue;
             }
             if (depth >= 16) {
-                vdiag(c, DDPC_SEV_ERROR, val, kpath, "%s blocks nested more than 16 deep",
+                vdiag(c, DDPC_R_LAYER_SYNTAX, val, kpath, "%s blocks nested more than 16 deep",
                       row->name);
                 return -1;
             }
@@ -1186,7 +1187,7 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
             continue;
         }
         if (val && val->kind != DDPC_NODE_MAP) {
-            vdiag(c, DDPC_SEV_ERROR, val, kpath, "expected the arguments of %s as a mapping "
+            vdiag(c, DDPC_R_LAYER_SYNTAX, val, kpath, "expected the arguments of %s as a mapping "
                   "(`- %s: {...}`), found %s", row->name, row->name,
                   describe(val, found, sizeof found));
             rc = -1;
@@ -1194,7 +1195,7 @@ static int parse_items(struct ddpc_vctx *c, const struct ddpc_node *seq, const c
         }
         int req = item_has_required(row);
         if (!val && req >= 0) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "%s needs %s: write `- %s: {%s: ...}`",
+            vdiag(c, DDPC_R_LAYER_SYNTAX, it, ipath, "%s needs %s: write `- %s: {%s: ...}`",
                   row->name, ddpc_keys[req].name, row->name, ddpc_keys[req].name);
             rc = -1;
         }
@@ -1219,7 +1220,7 @@ static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     if (!n)
         return 0;
     if (n->kind != DDPC_NODE_SEQ) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of layer sizes [in, hidden..., out] "
+        vdiag(c, DDPC_R_TYPE, n, path, "expected a list of layer sizes [in, hidden..., out] "
               "or of layers, found %s", describe(n, found, sizeof found));
         return -1;
     }
@@ -1231,7 +1232,7 @@ static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
         return rc;
     }
     if (n->n < 2 || n->n > DDPC_MAX_LAYERS) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected 2 to %d layer sizes [in, hidden..., out], "
+        vdiag(c, DDPC_R_RANGE, n, path, "expected 2 to %d layer sizes [in, hidden..., out], "
               "found %d", DDPC_MAX_LAYERS, n->n);
         return -1;
     }
@@ -1240,11 +1241,11 @@ static int key_layers(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
         const struct ddpc_node *it = n->items[i];
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (plain_int(it, &v) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected an integer, found %s",
+            vdiag(c, DDPC_R_TYPE, it, ipath, "expected an integer, found %s",
                   describe(it, found, sizeof found));
             rc = -1;
         } else if (v < 1 || v > (1 << 24)) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be between 1 and %d, found %s", 1 << 24,
+            vdiag(c, DDPC_R_RANGE, it, ipath, "must be between 1 and %d, found %s", 1 << 24,
                   it->str);
             rc = -1;
         } else {
@@ -1266,7 +1267,7 @@ static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
     if (!n)
         return 0;
     if (n->kind != DDPC_NODE_SEQ || n->n < 1 || n->n > DDPC_MAX_DIMS) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected the shape of one sample: [features], "
+        vdiag(c, DDPC_R_TYPE, n, path, "expected the shape of one sample: [features], "
               "[channels, length] or [channels, height, width]; found %s",
               n->kind == DDPC_NODE_SEQ ? "a list of another length" : describe(n, found, sizeof found));
         return -1;
@@ -1276,7 +1277,7 @@ static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         int64_t v;
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (plain_int(n->items[i], &v) < 0 || v < 1 || v > (1 << 24)) {
-            vdiag(c, DDPC_SEV_ERROR, n->items[i], ipath, "expected an integer between 1 and %d, "
+            vdiag(c, DDPC_R_RANGE, n->items[i], ipath, "expected an integer between 1 and %d, "
                   "found %s", 1 << 24, describe(n->items[i], found, sizeof found));
             return -1;
         }
@@ -1284,7 +1285,7 @@ static int key_input(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         job->model.input[i] = (int32_t)v;
     }
     if (total > (1 << 28)) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "%lld floats per sample is more than %d",
+        vdiag(c, DDPC_R_RANGE, n, path, "%lld floats per sample is more than %d",
               (long long)total, 1 << 28);
         return -1;
     }
@@ -1298,7 +1299,7 @@ static int check_sync_bn(struct ddpc_vctx *c, const struct ddpc_node *n, void *f
     int32_t v;
     memcpy(&v, field, sizeof v);
     if (n && v) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "not implemented yet: batch-norm statistics are not "
+        vdiag(c, DDPC_R_NOT_IMPLEMENTED, n, path, "not implemented yet: batch-norm statistics are not "
               "reduced across ranks (each rank normalizes with its own batch, as PyTorch DDP "
               "without SyncBatchNorm); use sync_batchnorm: false");
         return -1;
@@ -1318,7 +1319,7 @@ static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         return 0;
     }
     if (n->kind != DDPC_NODE_SEQ || n->n != 2) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of two numbers [beta1, beta2], found %s",
+        vdiag(c, DDPC_R_TYPE, n, path, "expected a list of two numbers [beta1, beta2], found %s",
               n->kind == DDPC_NODE_SEQ ? (n->n == 1 ? "1 item" : "more than 2 items")
                                        : describe(n, found, sizeof found));
         return -1;
@@ -1329,11 +1330,11 @@ static int key_betas(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         const struct ddpc_node *it = n->items[i];
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (it->kind != DDPC_NODE_SCALAR || it->quoted || units_double(it->str, &b[i]) < 0) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a number, found %s",
+            vdiag(c, DDPC_R_TYPE, it, ipath, "expected a number, found %s",
                   describe(it, found, sizeof found));
             rc = -1;
         } else if (b[i] < 0 || b[i] >= 1) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be in [0, 1), found %s", it->str);
+            vdiag(c, DDPC_R_RANGE, it, ipath, "must be in [0, 1), found %s", it->str);
             rc = -1;
         }
     }
@@ -1357,7 +1358,7 @@ static int key_range(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
     if (!n)
         return 0;
     if (n->kind != DDPC_NODE_SEQ || n->n != 2) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a list of two fractions [from, to] of the "
+        vdiag(c, DDPC_R_TYPE, n, path, "expected a list of two fractions [from, to] of the "
               "token stream, such as [0.0, 0.9], found %s",
               n->kind == DDPC_NODE_SEQ ? (n->n == 1 ? "1 item" : n->n == 0 ? "no items"
                                                                : "more than 2 items")
@@ -1371,16 +1372,16 @@ static int key_range(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
         if (it->kind != DDPC_NODE_SCALAR || it->quoted || units_double(it->str, &v[i]) < 0 ||
             !isfinite(v[i])) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "expected a number, found %s",
+            vdiag(c, DDPC_R_TYPE, it, ipath, "expected a number, found %s",
                   describe(it, found, sizeof found));
             rc = -1;
         } else if (v[i] < 0 || v[i] > 1) {
-            vdiag(c, DDPC_SEV_ERROR, it, ipath, "must be a fraction in [0, 1], found %s", it->str);
+            vdiag(c, DDPC_R_RANGE, it, ipath, "must be a fraction in [0, 1], found %s", it->str);
             rc = -1;
         }
     }
     if (rc == 0 && v[0] >= v[1]) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "from (%s) must be less than to (%s): the range "
+        vdiag(c, DDPC_R_RANGE, n, path, "from (%s) must be less than to (%s): the range "
               "[from, to] would hold no tokens", n->items[0]->str, n->items[1]->str);
         rc = -1;
     }
@@ -1430,7 +1431,7 @@ static int key_limit(struct ddpc_vctx *c, const struct ddpc_node *n, void *field
         job->limit_train_fraction = dv;
         return 0;
     }
-    vdiag(c, DDPC_SEV_ERROR, n, path, "expected a batch count (integer >= 1) or a fraction in "
+    vdiag(c, DDPC_R_TYPE, n, path, "expected a batch count (integer >= 1) or a fraction in "
           "(0, 1]; found %s", describe(n, found, sizeof found));
     return -1;
 }
@@ -1446,7 +1447,7 @@ static int key_resume(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
     if (!n)
         return 0;
     if (n->kind != DDPC_NODE_SCALAR) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected auto, never or a checkpoint path; found %s",
+        vdiag(c, DDPC_R_TYPE, n, path, "expected auto, never or a checkpoint path; found %s",
               describe(n, found, sizeof found));
         return -1;
     }
@@ -1478,7 +1479,7 @@ static int check_host(struct ddpc_vctx *c, const struct ddpc_node *n, void *fiel
              (ch == ']' && i == n->len - 1 && n->str[0] == '[');
     }
     if (!ok) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a host name or IP address, found %s",
+        vdiag(c, DDPC_R_STRING, n, path, "expected a host name or IP address, found %s",
               describe(n, found, sizeof found));
         return -1;
     }
@@ -1499,7 +1500,7 @@ static int check_slurm_name(struct ddpc_vctx *c, const struct ddpc_node *n, void
              ch == '.' || ch == '-' || ch == '_' || ch == ',';
     }
     if (!ok) {
-        vdiag(c, DDPC_SEV_ERROR, n, path, "expected a Slurm name (letters, digits, `_ . -`, "
+        vdiag(c, DDPC_R_STRING, n, path, "expected a Slurm name (letters, digits, `_ . -`, "
               "commas between several), found %s", describe(n, found, sizeof found));
         return -1;
     }
@@ -1928,7 +1929,7 @@ static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s
         layers->n > 0) {
         char lp[48];
         snprintf(lp, sizeof lp, "model.layers[%d]", layers->n - 1);
-        vdiag(c, DDPC_SEV_ERROR, layers->items[layers->n - 1], lp, "output size %.0f is too "
+        vdiag(c, DDPC_R_CLASSES, layers->items[layers->n - 1], lp, "output size %.0f is too "
               "small: the labels of %s go up to %s ('%s' line %d, column %d is label_column)",
               out, spath, fmt_num(lk->max[lc], v, sizeof v),
               shown_path(c, pathnode, shown, sizeof shown), lk->max_line[lc], lc);
@@ -1943,7 +1944,7 @@ static void csv_label_hint(struct ddpc_vctx *c, const struct ddpc_data_source *s
     else
         snprintf(why, sizeof why, "goes up to %s, more classes than the %.0f outputs of "
                  "model.layers", fmt_num(lk->max[lc], v, sizeof v), out);
-    vdiag(c, DDPC_SEV_ERROR, given ? given : pathnode, lkey,
+    vdiag(c, DDPC_R_LABEL_COLUMN, given ? given : pathnode, lkey,
           "column %d of '%s' %s, so it is not the label column (label_column is %d%s); "
           "column %d holds whole numbers up to %.0f: set %s: %d", lc,
           shown_path(c, pathnode, shown, sizeof shown), why, lc, given ? "" : " by default",
@@ -1975,7 +1976,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             return;
         facts_get(c, s->path, s->format, ROLE_CSV, &f);
         if (!f.ok) {
-            vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
+            vdiag(c, DDPC_R_DATA_READ, n, key, "cannot read '%s': %s",
                   shown_path(c, n, shown, sizeof shown), f.why);
             return;
         }
@@ -1984,7 +1985,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             char lk[64];
             snprintf(lk, sizeof lk, "%s.label_column", spath);
             const struct ddpc_node *ln = load_lookup(c->root, lk);
-            vdiag(c, DDPC_SEV_ERROR, ln ? ln : n, ln ? lk : key,
+            vdiag(c, DDPC_R_LABEL_COLUMN, ln ? ln : n, ln ? lk : key,
                   "label column %d does not exist: '%s' has %lld columns", s->label_column,
                   shown_path(c, n, shown, sizeof shown), (long long)cols);
             return;
@@ -1992,7 +1993,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
         info->features = cols - 1;
         const struct csv_look *lk = &f.look;
         if (lk->first_column_numbers)
-            vdiag(c, DDPC_SEV_NOTE, n, key, "line %d of '%s' holds the column numbers 0, 1, "
+            vdiag(c, DDPC_R_CSV_HEADER_NOTE, n, key, "line %d of '%s' holds the column numbers 0, 1, "
                   "..., %lld (the header pandas' to_csv writes for an unnamed array): it is "
                   "taken for a header and not trained on", lk->first_line,
                   shown_path(c, n, shown, sizeof shown), (long long)cols - 1);
@@ -2000,7 +2001,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             2 * lk->first_numbers >= lk->first_fields)
             /* a header has names; a data line with a typo reads as one,
              * and is dropped without a word (pandas' read_csv drops it too) */
-            vdiag(c, DDPC_SEV_WARNING, n, key, "line %d of '%s' is taken for a header (column "
+            vdiag(c, DDPC_R_CSV_HEADER, n, key, "line %d of '%s' is taken for a header (column "
                   "%d is '%s', not a number) and not trained on, but %d of its %d columns are "
                   "numbers: if it is data, fix column %d", lk->first_line,
                   shown_path(c, n, shown, sizeof shown), lk->first_odd_col, lk->first_odd,
@@ -2022,7 +2023,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             return;
         facts_get(c, paths[w], s->format, w ? ROLE_LABELS : ROLE_INPUTS, &f);
         if (!f.ok) {
-            vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s",
+            vdiag(c, DDPC_R_DATA_READ, n, key, "cannot read '%s': %s",
                   shown_path(c, n, shown, sizeof shown), f.why);
             return;
         }
@@ -2030,7 +2031,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
          * loader's rule: runtime/data.c load_npy) */
         int targets = w == 1 && s->format == DDPC_DATA_NPY && f.descr[1] == 'f';
         if (f.nd < 1 || (w == 1 && f.nd != 1 && !(f.nd == 2 && f.dims[1] == 1) && !targets)) {
-            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has %d dimensions; labels must be one value per "
+            vdiag(c, DDPC_R_LABELS, n, key, "'%s' has %d dimensions; labels must be one value per "
                   "sample", shown_path(c, n, shown, sizeof shown), f.nd);
             return;
         }
@@ -2070,11 +2071,11 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
             }
         } else if (f.labels_known && f.min_label < 0) {
             /* the loader refuses negative integer labels whatever the loss */
-            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' has a negative label (%lld); class labels "
+            vdiag(c, DDPC_R_LABELS, n, key, "'%s' has a negative label (%lld); class labels "
                   "start at 0", shown_path(c, n, shown, sizeof shown), (long long)f.min_label);
         } else if (c->job->loss == DDPC_LOSS_CROSS_ENTROPY) {
             if (s->format == DDPC_DATA_NPY && f.descr[1] == 'f')
-                vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' holds floats (%s); cross_entropy needs "
+                vdiag(c, DDPC_R_LABELS, n, key, "'%s' holds floats (%s); cross_entropy needs "
                       "integer class labels", shown_path(c, n, shown, sizeof shown), f.descr);
             else if (f.labels_known)
                 info->max_label = f.max_label;
@@ -2082,7 +2083,7 @@ static void data_source_info(struct ddpc_vctx *c, const struct ddpc_data_source 
     }
     if (count[0] != count[1]) {
         snprintf(key, sizeof key, "%s.labels", spath);
-        vdiag(c, DDPC_SEV_ERROR, load_lookup(c->root, key), key,
+        vdiag(c, DDPC_R_DATA_COUNT, load_lookup(c->root, key), key,
               "%lld labels for %lld inputs", (long long)count[1], (long long)count[0]);
         return;
     }
@@ -2107,7 +2108,7 @@ static void targets_rule(struct ddpc_vctx *c, const struct data_info *tr,
             snprintf(want, sizeof want, "[%lld]", rows);
         else
             snprintf(want, sizeof want, "[%lld, %lld]", rows, (long long)out);
-        vdiag(c, DDPC_SEV_ERROR, n, lp, "the model gives %lld output%s per sample ([%lld]), but "
+        vdiag(c, DDPC_R_TARGETS, n, lp, "the model gives %lld output%s per sample ([%lld]), but "
               "%s.labels '%s' holds regression targets of shape %s, %lld per sample: mse needs "
               "one output per target; give the model %lld output%s, or labels of shape %s",
               (long long)out, out == 1 ? "" : "s", (long long)out,
@@ -2195,7 +2196,7 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
     const char *p = shown_path(c, n, shown, sizeof shown);
     size_t lit = n->str[0] == '/' || !c->dir[0] ? 0 : strlen(c->dir) + 1;
     if (tokens_list(p, lit < strlen(p) ? lit : 0, s->format, &tf, why, sizeof why) < 0) {
-        vdiag(c, DDPC_SEV_ERROR, n, key, "%s", why);
+        vdiag(c, DDPC_R_DATA_READ, n, key, "%s", why);
         return -1;
     }
     int64_t a, b;
@@ -2208,7 +2209,7 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
         char files[32] = "";
         if (tf.n > 1)
             snprintf(files, sizeof files, " (%d files)", tf.n);
-        vdiag(c, DDPC_SEV_ERROR, rn ? rn : n, rn ? rk : key, "'%s'%s holds %lld tokens%s, fewer "
+        vdiag(c, DDPC_R_TOKENS_SHORT, rn ? rn : n, rn ? rk : key, "'%s'%s holds %lld tokens%s, fewer "
               "than block_size + 1 = %lld that one window needs; use more data%s or a smaller "
               "model.block_size", p, files, (long long)(b - a), rn ? " in this range" : "",
               (long long)T + 1, rn ? ", a wider range" : "");
@@ -2218,12 +2219,12 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
         int64_t bytes = (b - a) * tf.elem;
         if (bytes > TOKEN_SCAN_MAX) {
             if (text)
-                vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
+                vdiag(c, DDPC_R_TOKENS_UNCHECKED, vn ? vn : n, vn ? "model.vocab_size" : key,
                       "'%s' is a text source (tokens are bytes, 0 to 255) larger than check "
                       "reads (%lld MiB); the job fails at load if a byte is >= vocab_size %lld",
                       p, (long long)(TOKEN_SCAN_MAX >> 20), (long long)vocab);
             else
-                vdiag(c, DDPC_SEV_WARNING, vn ? vn : n, vn ? "model.vocab_size" : key,
+                vdiag(c, DDPC_R_TOKENS_UNCHECKED, vn ? vn : n, vn ? "model.vocab_size" : key,
                       "'%s' holds %lld tokens (%lld MiB) in %s, more than check reads (%lld "
                       "MiB): they were not compared with vocab_size %lld; the job fails at "
                       "load if one is >= it", p, (long long)(b - a), (long long)(bytes >> 20),
@@ -2234,14 +2235,14 @@ static int64_t token_source_check(struct ddpc_vctx *c, const struct ddpc_data_so
             const char *file = p;
             int r = token_first_over(&tf, a, b, vocab, &file, &idx, &val, &max);
             if (r < 0)
-                vdiag(c, DDPC_SEV_ERROR, n, key, "cannot read '%s': %s", p, strerror(errno));
+                vdiag(c, DDPC_R_DATA_READ, n, key, "cannot read '%s': %s", p, strerror(errno));
             else if (r > 0 && text)
-                vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
+                vdiag(c, DDPC_R_TOKENS_VOCAB, vn ? vn : n, vn ? "model.vocab_size" : key,
                       "'%s' holds byte %lld at offset %lld, not below vocab_size %lld: a text "
                       "source's tokens are its bytes; set model.vocab_size: 256", file,
                       (long long)val, (long long)idx, (long long)vocab);
             else if (r > 0)
-                vdiag(c, DDPC_SEV_ERROR, vn ? vn : n, vn ? "model.vocab_size" : key,
+                vdiag(c, DDPC_R_TOKENS_VOCAB, vn ? vn : n, vn ? "model.vocab_size" : key,
                       "%s: '%s' holds token %lld at token %lld of the file (byte offset %lld), "
                       "not below vocab_size %lld%s; set model.vocab_size to at least %lld, or "
                       "use shards tokenized for this vocabulary", spath, file, (long long)val,
@@ -2279,10 +2280,10 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
         if (errno != ENOTDIR)
             return;
         if (n->str[0] == '/')
-            vdiag(c, DDPC_SEV_ERROR, n, key, "'%s': a directory on the path is a file; the job "
+            vdiag(c, DDPC_R_OUTPUT_PATH, n, key, "'%s': a directory on the path is a file; the job "
                   "would refuse it", n->str);
         else
-            vdiag(c, DDPC_SEV_WARNING, n, key, "'%s': a directory on the path is a file here; a "
+            vdiag(c, DDPC_R_OUTPUT_PATH_HERE, n, key, "'%s': a directory on the path is a file here; a "
                   "job run from this directory would refuse it", n->str);
         return;
     }
@@ -2294,10 +2295,10 @@ static void outpath_kind(struct ddpc_vctx *c, const char *key, int want_dir)
                      : S_ISBLK(st.st_mode) ? "a block device"
                      : S_ISSOCK(st.st_mode) ? "a socket" : "a special file";
     if (n->str[0] == '/')
-        vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' is %s, not %s; the job would refuse it", n->str,
+        vdiag(c, DDPC_R_OUTPUT_PATH, n, key, "'%s' is %s, not %s; the job would refuse it", n->str,
               kind, want_dir ? "a directory" : "a regular file");
     else
-        vdiag(c, DDPC_SEV_WARNING, n, key, "'%s' is %s here, not %s; a job run from this "
+        vdiag(c, DDPC_R_OUTPUT_PATH_HERE, n, key, "'%s' is %s here, not %s; a job run from this "
               "directory would refuse it", n->str, kind, want_dir ? "a directory"
                                                               : "a regular file");
 }
@@ -2312,12 +2313,12 @@ static void outpath_clobbers(struct ddpc_vctx *c, const char *key, const char *o
     const struct ddpc_node *n = at(c, key), *o = other_key ? at(c, other_key) : NULL;
     if (!n || n->kind != DDPC_NODE_SCALAR || !n->str[0])
         return;
-    int sev = n->str[0] == '/' ? DDPC_SEV_ERROR : DDPC_SEV_WARNING;
+    enum ddpc_rule rule = n->str[0] == '/' ? DDPC_R_OUTPUT_CLOBBER : DDPC_R_OUTPUT_CLOBBER_HERE;
     const char *here = n->str[0] == '/' ? "" : " here";
     struct stat so, si;
     int there = stat(n->str, &so) == 0 && S_ISREG(so.st_mode);
     if (o && o->kind == DDPC_NODE_SCALAR && o->str[0] && same_file(o->str, n->str)) {
-        vdiag(c, DDPC_SEV_ERROR, n, key, "'%s' is %s's file too: one would overwrite the "
+        vdiag(c, DDPC_R_OUTPUT_CLOBBER, n, key, "'%s' is %s's file too: one would overwrite the "
               "other; give each its own path", n->str, other_key);
         return;
     }
@@ -2329,7 +2330,7 @@ static void outpath_clobbers(struct ddpc_vctx *c, const char *key, const char *o
         what = "the spec file itself";
     else if (!job_input_at(c->job, &so, "checkpoint.resume", &what))
         return;
-    vdiag(c, sev, n, key, "'%s' is %s%s: the run would overwrite it; point %s at another file",
+    vdiag(c, rule, n, key, "'%s' is %s%s: the run would overwrite it; point %s at another file",
           n->str, what, here, key);
 }
 
@@ -2396,14 +2397,14 @@ static void batchnorm_batch_rules(struct ddpc_vctx *c, const struct ddpc_net *ne
             continue;
         const char *name = layers_type_name(bn->it.type);
         if (b == 1)
-            vdiag(c, DDPC_SEV_ERROR, c->item_node[bn->item], c->item_path[bn->item], "%s "
+            vdiag(c, DDPC_R_BATCHNORM_BATCH, c->item_node[bn->item], c->item_path[bn->item], "%s "
                   "normalizes each channel over the batch, and at batch_size 1 a channel has "
                   "one value: the layer outputs its bias whatever the input, and its running "
                   "variance decays to 0, which ruins evaluation (PyTorch raises 'Expected more "
                   "than 1 value per channel when training'); use batch_size 2 or more, or "
                   "layernorm", name);
         else if (last_one)
-            vdiag(c, DDPC_SEV_WARNING, c->item_node[bn->item], c->item_path[bn->item], "the "
+            vdiag(c, DDPC_R_BATCHNORM_LAST, c->item_node[bn->item], c->item_path[bn->item], "the "
                   "last batch of every epoch holds 1 sample per rank (%lld samples per rank, "
                   "batches of %lld): there %s outputs its bias whatever the input and pulls "
                   "its running variance toward 0 (PyTorch raises there); set data.drop_last: "
@@ -2424,9 +2425,9 @@ static void layer_mismatch(void *ctx, int item, const char *why)
 {
     struct ddpc_vctx *c = ctx;
     if (item >= 0 && item < c->job->model.n_items && c->item_node[item])
-        vdiag(c, DDPC_SEV_ERROR, c->item_node[item], c->item_path[item], "%s", why);
+        vdiag(c, DDPC_R_LAYER_SHAPE, c->item_node[item], c->item_path[item], "%s", why);
     else
-        vdiag(c, DDPC_SEV_ERROR, at(c, "model.layers"), "model.layers", "%s", why);
+        vdiag(c, DDPC_R_LAYER_SHAPE, at(c, "model.layers"), "model.layers", "%s", why);
 }
 
 static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
@@ -2447,7 +2448,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         if (tr->features >= 0 && total != tr->features) {
             char org[160];
             data_origin(j, tr, org, sizeof org);
-            vdiag(c, DDPC_SEV_ERROR, in_node, "model.input", "%s is %lld floats per sample, but "
+            vdiag(c, DDPC_R_INPUT_SHAPE, in_node, "model.input", "%s is %lld floats per sample, but "
                   "data.train has %lld features per sample%s%s%s: give model.input a shape of "
                   "%lld floats in all (e.g. [%lld]), or point data.train at the data the model "
                   "is for", layers_shape_str(&shape, sh, sizeof sh), (long long)total,
@@ -2465,7 +2466,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         for (int i = 0; i + 2 < tr->nd; i++)
             lead *= tr->dims[i];
         char org[160];
-        vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "data.train's samples have %d dimensions "
+        vdiag(c, DDPC_R_INPUT_SHAPE, ln, "model.layers", "data.train's samples have %d dimensions "
               "(%s); at most %d are supported ([features], [channels, length] or [channels, "
               "height, width]): set model.input to the shape each sample has, %lld floats in "
               "all (e.g. [%lld, %lld, %lld], the leading dimensions merged), or store the "
@@ -2477,13 +2478,13 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
         /* --no-data: the runtime checks against the data; say so, since a
          * clean check could read as "the layers fit" */
         if (c->opt && !c->opt->read_data_headers)
-            vdiag(c, DDPC_SEV_NOTE, ln, "model.layers", "the layers' shapes were not checked: "
+            vdiag(c, DDPC_R_SHAPES_UNCHECKED, ln, "model.layers", "the layers' shapes were not checked: "
                   "--no-data reads no data header, and model.input is not set (set it to the "
                   "shape of one sample, e.g. [1, 28, 28], to check them without the data)");
         return;
     }
     if (te->features >= 0 && tr->features >= 0 && te->features != tr->features)
-        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
+        vdiag(c, DDPC_R_TEST_FEATURES, at(c, "data.test"), "data.test", "%lld features per sample, "
               "but data.train has %lld", (long long)te->features, (long long)tr->features);
     static struct ddpc_net net;   /* large; validation is single-threaded */
     int bad = -1;
@@ -2508,9 +2509,9 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
                      org[0] ? " (" : "", org, org[0] ? ")" : "", hint);
         }
         if (bad >= 0 && bad < j->model.n_items && c->item_node[bad])
-            vdiag(c, DDPC_SEV_ERROR, c->item_node[bad], c->item_path[bad], "%s", why);
+            vdiag(c, DDPC_R_LAYER_SHAPE, c->item_node[bad], c->item_path[bad], "%s", why);
         else
-            vdiag(c, DDPC_SEV_ERROR, ln, "model.layers", "%s", why);
+            vdiag(c, DDPC_R_LAYER_SHAPE, ln, "model.layers", "%s", why);
         return;
     }
     if (!j->model.n_input) {
@@ -2525,7 +2526,7 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
     n = c->item_node[li] ? c->item_node[li] : ln;
     const char *lp = c->item_path[li] ? c->item_path[li] : "model.layers";
     if (last->out.n != 1) {
-        vdiag(c, DDPC_SEV_ERROR, n, lp, "the model's output is %s per sample; the loss needs one "
+        vdiag(c, DDPC_R_OUTPUT_SHAPE, n, lp, "the model's output is %s per sample; the loss needs one "
               "vector per sample ([classes] or [targets]): end with flatten and a linear layer",
               layers_shape_str(&last->out, sh, sizeof sh));
         return;
@@ -2533,12 +2534,12 @@ static void sequential_shapes(struct ddpc_vctx *c, const struct data_info *tr,
     int64_t out = last->out_numel;
     targets_rule(c, tr, te, out, n, lp);
     if (tr->classes > 0 && out != tr->classes)
-        vdiag(c, DDPC_SEV_ERROR, n, lp, "%s gives %lld outputs, but data.train has %lld classes",
+        vdiag(c, DDPC_R_CLASSES, n, lp, "%s gives %lld outputs, but data.train has %lld classes",
               layers_type_name(last->it.type), (long long)out, (long long)tr->classes);
     for (int w = 0; w < 2; w++) {
         const struct data_info *di = w ? te : tr;
         if (di->max_label >= out)
-            vdiag(c, DDPC_SEV_ERROR, n, lp, "%s gives %lld outputs, too few: the labels of %s go "
+            vdiag(c, DDPC_R_CLASSES, n, lp, "%s gives %lld outputs, too few: the labels of %s go "
                   "up to %lld (%lld classes)", layers_type_name(last->it.type), (long long)out,
                   w ? "data.test" : "data.train", (long long)di->max_label,
                   (long long)di->max_label + 1);
@@ -2560,13 +2561,13 @@ static void gpt_rules(struct ddpc_vctx *c)
             if (C % h == 0 && abs(h - H) < abs(near - H))
                 near = h;
         n = at(c, "model.n_head") ? at(c, "model.n_head") : at(c, "model.n_embd");
-        vdiag(c, DDPC_SEV_ERROR, n ? n : at(c, "model.type"),
+        vdiag(c, DDPC_R_GPT, n ? n : at(c, "model.type"),
               at(c, "model.n_head") ? "model.n_head" : "model.n_embd",
               "n_embd %d is not divisible by n_head %d: each head gets n_embd / n_head "
               "features (n_head %d would give %d)", C, H, near, C / near);
     }
     if (j->loss != DDPC_LOSS_CROSS_ENTROPY && (n = at(c, "loss")))
-        vdiag(c, DDPC_SEV_ERROR, n, "loss", "a gpt model predicts the next token: its loss is "
+        vdiag(c, DDPC_R_LOSS, n, "loss", "a gpt model predicts the next token: its loss is "
               "cross_entropy");
     if (c->d->n_errors != before)
         return;
@@ -2574,7 +2575,7 @@ static void gpt_rules(struct ddpc_vctx *c)
     char why[512];
     int bad;
     if (layers_build(j, NULL, &net, &bad, why, sizeof why) < 0)
-        vdiag(c, DDPC_SEV_ERROR, at(c, "model.type"), "model.type", "%s", why);
+        vdiag(c, DDPC_R_GPT, at(c, "model.type"), "model.type", "%s", why);
 }
 
 /* Token streams and gpt models go together: a gpt learns from windows of
@@ -2592,11 +2593,11 @@ static void token_format_rules(struct ddpc_vctx *c)
             continue;
         int tok = s->format == DDPC_DATA_TEXT || s->format == DDPC_DATA_TOKENS;
         if (gpt && !tok)
-            vdiag(c, DDPC_SEV_ERROR, n, key, "a gpt model trains on a token stream: format "
+            vdiag(c, DDPC_R_DATA_FORMAT, n, key, "a gpt model trains on a token stream: format "
                   "text (a file's bytes) or tokens (llm.c shards), found %s",
                   ddpc_enum_spell(&ddpc_enum_data_format, s->format));
         else if (!gpt && tok)
-            vdiag(c, DDPC_SEV_ERROR, n, key, "format %s is a token stream for model.type gpt; "
+            vdiag(c, DDPC_R_DATA_FORMAT, n, key, "format %s is a token stream for model.type gpt; "
                   "a %s model needs samples with labels (idx, npy, csv or synthetic)",
                   ddpc_enum_spell(&ddpc_enum_data_format, s->format),
                   ddpc_enum_spell(&ddpc_enum_model_type, j->model.type));
@@ -2613,15 +2614,15 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
     struct data_info tr = *trp, te = *tep;
     int in = j->model.layers[0], out = j->model.layers[j->model.n_layers - 1];
     if (tr.features >= 0 && tr.features != in && (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n->items[0], "model.layers[0]", "input size %d does not match "
+        vdiag(c, DDPC_R_INPUT_SHAPE, n->items[0], "model.layers[0]", "input size %d does not match "
               "the %lld features per sample of data.train", in, (long long)tr.features);
     if (te.features >= 0 && tr.features >= 0 && te.features != tr.features)
-        vdiag(c, DDPC_SEV_ERROR, at(c, "data.test"), "data.test", "%lld features per sample, "
+        vdiag(c, DDPC_R_TEST_FEATURES, at(c, "data.test"), "data.test", "%lld features per sample, "
               "but data.train has %lld", (long long)te.features, (long long)tr.features);
     if (tr.classes > 0 && out != tr.classes && (n = at(c, "model.layers"))) {
         char lp[48];
         snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
-        vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d does not match the "
+        vdiag(c, DDPC_R_CLASSES, n->items[n->n - 1], lp, "output size %d does not match the "
               "%lld classes of data.train", out, (long long)tr.classes);
     }
     if ((n = at(c, "model.layers"))) {
@@ -2635,7 +2636,7 @@ static void mlp_shapes(struct ddpc_vctx *c, const struct data_info *trp,
         if (di->max_label >= out && (n = at(c, "model.layers"))) {
             char lp[48];
             snprintf(lp, sizeof lp, "model.layers[%d]", n->n - 1);
-            vdiag(c, DDPC_SEV_ERROR, n->items[n->n - 1], lp, "output size %d is too small: "
+            vdiag(c, DDPC_R_CLASSES, n->items[n->n - 1], lp, "output size %d is too small: "
                   "the labels of %s go up to %lld (%lld classes)", out,
                   w ? "data.test" : "data.train", (long long)di->max_label,
                   (long long)di->max_label + 1);
@@ -2660,16 +2661,16 @@ static void schedule_reach(struct ddpc_vctx *c, int64_t samples, int world)
     if (total < 1)
         return;
     if (j->schedule.warmup_steps >= total && (n = at(c, "schedule.warmup_steps")))
-        vdiag(c, DDPC_SEV_WARNING, n, "schedule.warmup_steps", "warmup of %lld steps, but the run "
-              "has %lld optimizer step%s: the learning rate never reaches its peak%s; lower "
-              "warmup_steps below %lld (`ddpc plan` shows the rate at each point)",
+        vdiag(c, DDPC_R_SCHEDULE_PAST_RUN, n, "schedule.warmup_steps",
+              "warmup of %lld steps, but the run has %lld optimizer step%s: the learning rate "
+              "never reaches its peak%s; lower warmup_steps below %lld (`ddpc plan` shows the rate at each point)",
               (long long)j->schedule.warmup_steps, (long long)total, total == 1 ? "" : "s",
               j->schedule.decay != DDPC_DECAY_CONSTANT ? " and never decays" : "",
               (long long)total);
     else if (j->schedule.decay == DDPC_DECAY_STEP && j->schedule.step_size > 0 &&
              j->schedule.warmup_steps + j->schedule.step_size >= total &&
              (n = at(c, "schedule.step_size")))
-        vdiag(c, DDPC_SEV_WARNING, n, "schedule.step_size", "the first decay is at optimizer "
+        vdiag(c, DDPC_R_SCHEDULE_PAST_RUN, n, "schedule.step_size", "the first decay is at optimizer "
               "step %lld (warmup_steps + step_size + 1), but the run has %lld: the learning rate "
               "never decays; lower step_size (`ddpc plan` shows the rate at each point)",
               (long long)(j->schedule.warmup_steps + j->schedule.step_size + 1), (long long)total);
@@ -2776,7 +2777,7 @@ static void test_reads_train(struct ddpc_vctx *c)
         break;
     }
     if (what[0])
-        vdiag(c, DDPC_SEV_WARNING, at(c, "data.test"), "data.test", "reads %s: its loss and "
+        vdiag(c, DDPC_R_TEST_IS_TRAIN, at(c, "data.test"), "data.test", "reads %s: its loss and "
               "accuracy measure the training data, not held-out data; give data.test data of "
               "its own%s", what, tr->format == DDPC_DATA_TEXT || tr->format == DDPC_DATA_TOKENS
                   ? " (ranges that do not overlap: train [0, 0.9], test [0.9, 1])" : "");
@@ -2795,7 +2796,7 @@ static void cross_rules(struct ddpc_vctx *c)
     for (int i = 0; i < 2; i++) {
         const char *dkey = job_output_dir_at(c->job, files[i][1]);
         if (dkey)
-            vdiag(c, DDPC_SEV_ERROR, at(c, files[i][0]), files[i][0], "'%s' is %s's directory "
+            vdiag(c, DDPC_R_OUTPUT_CLOBBER, at(c, files[i][0]), files[i][0], "'%s' is %s's directory "
                   "too: the job would write the one and refuse the other; give each its own "
                   "path", files[i][1], dkey);
     }
@@ -2821,7 +2822,7 @@ static void cross_rules(struct ddpc_vctx *c)
             snprintf(what, sizeof what, "devices is all");
         else
             snprintf(what, sizeof what, "%d devices are listed", world);
-        vdiag(c, DDPC_SEV_ERROR, n, "strategy",
+        vdiag(c, DDPC_R_STRATEGY, n, "strategy",
               "strategy none runs a single process, but %s; use strategy: ddp or one device", what);
     }
 
@@ -2841,12 +2842,12 @@ static void cross_rules(struct ddpc_vctx *c)
         if (acc[0])
             snprintf(how, sizeof how, " (%s × %d devices%s)", num, world, acc);
         if (j->devices_all) {
-            vdiag(c, DDPC_SEV_WARNING, n, p, "all devices and no lr_scaling: learning_rate stays "
+            vdiag(c, DDPC_R_LR_UNSCALED, n, p, "all devices and no lr_scaling: learning_rate stays "
                   "%s; lr_scaling: linear would multiply it by the device count%s", num, acc);
         } else {
             snprintf(num2, sizeof num2, "%g",
                      j->learning_rate * ddpc_job_lr_factor(j, DDPC_LR_SCALING_LINEAR, world));
-            vdiag(c, DDPC_SEV_WARNING, n, p, "%d devices and no lr_scaling: learning_rate stays %s; "
+            vdiag(c, DDPC_R_LR_UNSCALED, n, p, "%d devices and no lr_scaling: learning_rate stays %s; "
                   "lr_scaling: linear would use %s%s", world, num, num2, how);
         }
     }
@@ -2856,15 +2857,15 @@ static void cross_rules(struct ddpc_vctx *c)
         double *fields[2] = { &j->nccl_timeout_s, &j->rank_sync_timeout_s };
         for (int i = 0; i < 2; i++)
             if ((n = at(c, keys[i])) && *fields[i] > 0) {
-                vdiag(c, DDPC_SEV_WARNING, n, keys[i], "ignored on a single device (there is no "
-                      "collective to bound)");
+                vdiag(c, DDPC_R_SINGLE_DEVICE_TIMEOUT, n, keys[i],
+                      "ignored on a single device (there is no collective to bound)");
                 *fields[i] = 0;
             }
     }
 
     if (j->precision != DDPC_PRECISION_FP32 && j->accelerator == DDPC_ACCEL_CPU &&
         (n = at(c, "precision")))
-        vdiag(c, DDPC_SEV_ERROR, n, "precision", "%s needs a GPU, but accelerator is cpu; "
+        vdiag(c, DDPC_R_PRECISION, n, "precision", "%s needs a GPU, but accelerator is cpu; "
               "the CPU backend computes in fp32",
               ddpc_enum_spell(&ddpc_enum_precision, j->precision));
 
@@ -2873,20 +2874,20 @@ static void cross_rules(struct ddpc_vctx *c)
      * launch, so every node must find the same kind of device */
     if (nodes > 1 && (n = at(c, "launch.num_nodes"))) {
         if (j->launch.launcher == DDPC_LAUNCHER_LOCAL && !at(c, "launch.master_addr"))
-            vdiag(c, DDPC_SEV_ERROR, n, "launch.num_nodes", "%d nodes with launcher local need "
+            vdiag(c, DDPC_R_MULTINODE, n, "launch.num_nodes", "%d nodes with launcher local need "
                   "launch.master_addr, the address of node 0", nodes);
     }
 
     if (j->model.type == DDPC_MODEL_SEQUENTIAL && j->model.n_layers && (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "model type sequential takes a list of layers "
+        vdiag(c, DDPC_R_MODEL_TYPE, n, "model.layers", "model type sequential takes a list of layers "
               "(`- linear: {out_features: 10}`), found layer sizes; sizes are for type mlp or linear");
     if (j->model.type != DDPC_MODEL_SEQUENTIAL && j->model.n_items && (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "a list of layers needs model.type: sequential "
+        vdiag(c, DDPC_R_MODEL_TYPE, n, "model.layers", "a list of layers needs model.type: sequential "
               "(type here is %s)", j->model.type == DDPC_MODEL_LINEAR ? "linear" : "mlp");
 
     if (j->model.type == DDPC_MODEL_LINEAR && j->model.n_layers && j->model.n_layers != 2 &&
         (n = at(c, "model.layers")))
-        vdiag(c, DDPC_SEV_ERROR, n, "model.layers", "model type linear takes exactly 2 sizes "
+        vdiag(c, DDPC_R_MODEL_TYPE, n, "model.layers", "model type linear takes exactly 2 sizes "
               "[in, out], found %d", j->model.n_layers);
 
     if (j->model.type == DDPC_MODEL_GPT)
@@ -2895,7 +2896,7 @@ static void cross_rules(struct ddpc_vctx *c)
 
     if (j->optimizer.type == DDPC_OPTIM_SGD && j->optimizer.nesterov &&
         j->optimizer.momentum <= 0 && (n = at(c, "optimizer.nesterov")))
-        vdiag(c, DDPC_SEV_ERROR, n, "optimizer.nesterov", "nesterov needs momentum > 0");
+        vdiag(c, DDPC_R_NESTEROV, n, "optimizer.nesterov", "nesterov needs momentum > 0");
 
     if (!at(c, "checkpoint_dir")) {
         static const char *const keys[4] = { "checkpoint.every_n_epochs", "checkpoint.keep_last",
@@ -2903,7 +2904,7 @@ static void cross_rules(struct ddpc_vctx *c)
                                              "checkpoint.every_n_minutes" };
         for (int i = 0; i < 4; i++)
             if ((n = at(c, keys[i])) && !load_is_null(n))
-                vdiag(c, DDPC_SEV_WARNING, n, keys[i], "has no effect without checkpoint_dir");
+                vdiag(c, DDPC_R_NO_CHECKPOINT_DIR, n, keys[i], "has no effect without checkpoint_dir");
     }
 
     if (j->checkpoint.resume == DDPC_RESUME_PATH && c->opt && c->opt->read_data_headers &&
@@ -2914,16 +2915,16 @@ static void cross_rules(struct ddpc_vctx *c)
         struct stat st;
         if (stat(j->checkpoint.resume_path, &st) < 0) {
             if (j->checkpoint.resume_path[0] == '/')
-                vdiag(c, DDPC_SEV_ERROR, n, "checkpoint.resume", "cannot resume from '%s': %s",
+                vdiag(c, DDPC_R_RESUME, n, "checkpoint.resume", "cannot resume from '%s': %s",
                       j->checkpoint.resume_path, strerror(errno));
             else
-                vdiag(c, DDPC_SEV_WARNING, n, "checkpoint.resume", "cannot resume from '%s' "
+                vdiag(c, DDPC_R_RESUME_HERE, n, "checkpoint.resume", "cannot resume from '%s' "
                       "here: %s; a job run from this directory would refuse it (the path is "
                       "relative to the directory the job runs in)", j->checkpoint.resume_path,
                       strerror(errno));
         } else if (!S_ISREG(st.st_mode)) {
             /* the job refuses it at its start: one file is resumed */
-            vdiag(c, j->checkpoint.resume_path[0] == '/' ? DDPC_SEV_ERROR : DDPC_SEV_WARNING,
+            vdiag(c, j->checkpoint.resume_path[0] == '/' ? DDPC_R_RESUME : DDPC_R_RESUME_HERE,
                   n, "checkpoint.resume", "'%s' %s%s: name one checkpoint file (a .ckpt in "
                   "checkpoint_dir)%s", j->checkpoint.resume_path,
                   S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file",
@@ -2945,7 +2946,7 @@ static void cross_rules(struct ddpc_vctx *c)
         int64_t w = token_source_check(c, src, sp, j->model.vocab_size, T, s ? T : T + 1);
         int eff = world > 0 ? world : nodes;
         if (!s && w > 0 && (int64_t)j->batch_size * eff > w && (n = at(c, "batch_size")))
-            vdiag(c, DDPC_SEV_ERROR, n, "batch_size", "batch_size %d × %d device%s = %lld is "
+            vdiag(c, DDPC_R_BATCH_SIZE, n, "batch_size", "batch_size %d × %d device%s = %lld is "
                   "larger than the training set (%lld window%s of block_size + 1 = %lld "
                   "tokens)", j->batch_size, eff, eff == 1 ? "" : "s",
                   (long long)j->batch_size * eff, (long long)w, w == 1 ? "" : "s",
@@ -2972,7 +2973,7 @@ static void cross_rules(struct ddpc_vctx *c)
         mlp_shapes(c, &tr, &te);
     if (tr.classes == 0 && j->loss == DDPC_LOSS_CROSS_ENTROPY) {
         const struct ddpc_node *ln = at(c, "loss");
-        vdiag(c, DDPC_SEV_ERROR, ln ? ln : at(c, "data.train.classes"),
+        vdiag(c, DDPC_R_LOSS, ln ? ln : at(c, "data.train.classes"),
               ln ? "loss" : "data.train.classes", "cross_entropy needs class labels, but "
               "data.train is regression data (classes: 0); use loss: mse");
     }
@@ -2980,7 +2981,7 @@ static void cross_rules(struct ddpc_vctx *c)
     int eff_world = world > 0 ? world : nodes;
     if (tr.samples >= 0 && (int64_t)j->batch_size * eff_world > tr.samples &&
         (n = at(c, "batch_size")))
-        vdiag(c, DDPC_SEV_ERROR, n, "batch_size", "batch_size %d × %d device%s = %lld is larger "
+        vdiag(c, DDPC_R_BATCH_SIZE, n, "batch_size", "batch_size %d × %d device%s = %lld is larger "
               "than the training set (%lld samples)", j->batch_size, eff_world,
               eff_world == 1 ? "" : "s", (long long)j->batch_size * eff_world,
               (long long)tr.samples);
@@ -2993,7 +2994,7 @@ static void cross_rules(struct ddpc_vctx *c)
         int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
         long long g = (long long)j->batch_size * ncpu * nodes;
         if (ncpu > 0 && g > tr.samples)
-            vdiag(c, DDPC_SEV_WARNING, n, "batch_size", "devices: -1 is one CPU worker per CPU "
+            vdiag(c, DDPC_R_BATCH_SIZE_CPUS, n, "batch_size", "devices: -1 is one CPU worker per CPU "
                   "the job may use; on this machine that is %d: batch_size %d × %d = %lld is "
                   "larger than the training set (%lld samples), and the job refuses that at "
                   "start", ncpu * nodes, j->batch_size, ncpu * nodes, g, (long long)tr.samples);
@@ -3008,7 +3009,7 @@ static void cross_rules(struct ddpc_vctx *c)
 static void init_from_report(void *ctx, const char *why)
 {
     struct ddpc_vctx *c = ctx;
-    vdiag(c, DDPC_SEV_ERROR, at(c, "model.init_from"), "model.init_from", "%s", why);
+    vdiag(c, DDPC_R_INIT_FROM, at(c, "model.init_from"), "model.init_from", "%s", why);
 }
 
 /* What the run refuses of model.init_from, refused at check: a missing
@@ -3130,7 +3131,7 @@ static void leading_zeros(struct ddpc_vctx *c, const struct ddpc_node *n, const 
     if (!strchr(n->str, '_'))   /* YAML 1.2 has no digit separators: text to it */
         snprintf(v12, sizeof v12, ", YAML 1.2 readers for %s%s", sign, d);
     if (octal && oct == strtoull(d, NULL, 10))
-        vdiag(c, DDPC_SEV_ERROR, n, path, "%s has a leading zero, which YAML 1.1 readers "
+        vdiag(c, DDPC_R_OCTAL, n, path, "%s has a leading zero, which YAML 1.1 readers "
               "(PyYAML) read as octal; write %s%s (quote it, \"%s\", for text)",
               describe(n, found, sizeof found), sign, d, n->str);
     else {
@@ -3138,7 +3139,7 @@ static void leading_zeros(struct ddpc_vctx *c, const struct ddpc_node *n, const 
         if (octal)
             snprintf(as_oct, sizeof as_oct, ", or %s0o%s for octal %llu", sign,
                      digits + strspn(digits, "0"), oct);
-        vdiag(c, DDPC_SEV_ERROR, n, path, "%s has a leading zero: YAML 1.1 readers (PyYAML) "
+        vdiag(c, DDPC_R_OCTAL, n, path, "%s has a leading zero: YAML 1.1 readers (PyYAML) "
               "take it for %s%s; write %s%s%s (quote it, \"%s\", for text)",
               describe(n, found, sizeof found), v11, v12, sign, d, as_oct, n->str);
     }
@@ -3165,11 +3166,11 @@ int validate_job(const char *file, const struct ddpc_node *root, const struct sp
         c.dir = "";
 
     if (root && root->kind != DDPC_NODE_MAP) {
-        vdiag(&c, DDPC_SEV_ERROR, root, "", "a spec is a mapping of keys, found %s",
+        vdiag(&c, DDPC_R_TYPE, root, "", "a spec is a mapping of keys, found %s",
               describe(root, found, sizeof found));
         walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
     } else if (!root) {
-        diag_add(d, DDPC_SEV_ERROR, file, 1, 1, "", "the spec is empty");
+        diag_rule(d, DDPC_R_TYPE, file, 1, 1, "", "the spec is empty");
         walk_block(&c, DDPC_B_ROOT, NULL, (char *)job, "");
     } else {
         leading_zeros(&c, root, "", 0);

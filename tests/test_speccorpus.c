@@ -92,6 +92,11 @@ static char *check_text(const char *path, int *rc, int read_data)
     size_t sz;
     diag_init(&d);
     *rc = spec_load_job(path, &opt, &job, &doc, &d);
+    /* every finding about a spec has a rule of its own (rules.def), so the
+     * JSON's codes classify it: E-other is the compiler's, never a spec's */
+    for (int k = 0; k < d.n; k++)
+        ck_assert_msg(d.v[k].rule > DDPC_R_NOTE, "%s:%d: a finding with no rule (rules.def): %s",
+                      path, d.v[k].line, d.v[k].message);
     FILE *f = open_memstream(&out, &sz);
     ck_assert_ptr_nonnull(f);
     diag_print(&d, 0, DDPC_FMT_TEXT, f);
@@ -529,20 +534,52 @@ START_TEST(test_cli_formats)
         "ignored on a single device (there is no collective to bound)\n");
     run_free(&r);
 
+    /* JSON: every file checked, the clean one too, and a rule code per
+     * finding; it listed only findings, without codes */
     char *js[] = { "check", "--format=json", "tests/specs/invalid/bf16-cpu.yaml",
-                   "tests/specs/valid/minimal.yaml", NULL };
+                   "tests/specs/valid/minimal.yaml", "tests/specs/valid/warnings.yaml", NULL };
     ck_assert_int_eq(run_ddpc(js, &r), 0);
     ck_assert_int_eq(r.status, 1);
     ck_assert_str_eq(r.out,
-        "[\n {\"file\":\"tests/specs/invalid/bf16-cpu.yaml\",\"line\":2,\"col\":12,\"severity\":\"error\","
-        "\"path\":\"precision\",\"message\":\"bf16 needs a GPU, but accelerator is cpu; the CPU backend "
-        "computes in fp32\"}\n]\n");
+        "{\"version\":2,\"files\":[\n"
+        " {\"file\":\"tests/specs/invalid/bf16-cpu.yaml\",\"status\":\"invalid\",\"errors\":1,"
+        "\"warnings\":0,\"notes\":0},\n"
+        " {\"file\":\"tests/specs/valid/minimal.yaml\",\"status\":\"valid\",\"errors\":0,"
+        "\"warnings\":0,\"notes\":0},\n"
+        " {\"file\":\"tests/specs/valid/warnings.yaml\",\"status\":\"valid\",\"errors\":0,"
+        "\"warnings\":2,\"notes\":0}\n"
+        "],\n\"diagnostics\":[\n"
+        " {\"file\":\"tests/specs/invalid/bf16-cpu.yaml\",\"line\":2,\"col\":12,\"severity\":\"error\","
+        "\"rule\":\"E-precision\",\"path\":\"precision\",\"message\":\"bf16 needs a GPU, but "
+        "accelerator is cpu; the CPU backend computes in fp32\"},\n"
+        " {\"file\":\"tests/specs/valid/warnings.yaml\",\"line\":5,\"col\":16,\"severity\":\"warning\","
+        "\"rule\":\"W-lr-unscaled\",\"path\":\"learning_rate\",\"message\":\"2 devices and no "
+        "lr_scaling: learning_rate stays 0.001; lr_scaling: linear would use 0.002\"},\n"
+        " {\"file\":\"tests/specs/valid/warnings.yaml\",\"line\":12,\"col\":14,\"severity\":\"warning\","
+        "\"rule\":\"W-no-checkpoint-dir\",\"path\":\"checkpoint.keep_last\",\"message\":\"has no "
+        "effect without checkpoint_dir\"}\n"
+        "],\n\"errors\":1,\"warnings\":2}\n");
     run_free(&r);
 
+    /* a clean file is listed; --strict makes a warning's file invalid;
+     * --quiet keeps the files and drops what does not fail */
     char *js0[] = { "check", "--format", "json", "tests/specs/valid/minimal.yaml", NULL };
     ck_assert_int_eq(run_ddpc(js0, &r), 0);
     ck_assert_int_eq(r.status, 0);
-    ck_assert_str_eq(r.out, "[]\n");
+    ck_assert_str_eq(r.out, "{\"version\":2,\"files\":[\n"
+                            " {\"file\":\"tests/specs/valid/minimal.yaml\",\"status\":\"valid\","
+                            "\"errors\":0,\"warnings\":0,\"notes\":0}\n"
+                            "],\n\"diagnostics\":[],\n\"errors\":0,\"warnings\":0}\n");
+    run_free(&r);
+    char *jsq[] = { "check", "--format", "json", "--quiet", "--strict",
+                    "tests/specs/valid/warnings.yaml", "no/such.yaml", NULL };
+    ck_assert_int_eq(run_ddpc(jsq, &r), 0);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.out, "{\"file\":\"tests/specs/valid/warnings.yaml\",\"status\":"
+                                "\"invalid\",\"errors\":0,\"warnings\":2,\"notes\":0}") &&
+                  strstr(r.out, "{\"file\":\"no/such.yaml\",\"status\":\"unreadable\"") &&
+                  strstr(r.out, "\"rule\":\"E-io\"") && strstr(r.out, "\"W-lr-unscaled\""),
+                  "%s", r.out);
     run_free(&r);
 
     char *md[] = { "schema", "--format", "markdown", NULL };

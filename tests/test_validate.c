@@ -881,6 +881,67 @@ START_TEST(test_key_table_consistent)
 }
 END_TEST
 
+/* The rule codes of `ddpc check --format json` (spec/rules.def) are what
+ * CI filters and counts on: this list pins every one, in table order, so a
+ * code renamed, dropped or reused fails here before it breaks a pipeline.
+ * A new rule is appended to the table and to this list. Each code names
+ * its severity (E-, W-, N-) and is unique. */
+START_TEST(test_rule_codes_are_stable)
+{
+    static const char *const pinned[] = {
+        "E-other", "W-other", "N-other",
+        "E-io", "E-walk-limit", "N-walk-skip", "E-yaml", "E-duplicate-key", "E-set", "E-octal",
+        "E-oom",
+        "E-unknown-key", "E-alias-key", "E-missing-key", "E-only-for", "E-type", "E-range",
+        "E-enum", "E-refused-value", "E-string", "W-path-literal", "E-devices",
+        "E-layer-syntax", "E-not-implemented",
+        "E-data-read", "E-data-count", "E-labels", "E-label-column", "N-csv-header",
+        "W-csv-header", "E-input-shape", "E-layer-shape", "N-shapes-unchecked",
+        "E-output-shape", "E-classes", "E-targets", "E-test-features", "E-loss", "E-gpt",
+        "E-data-format", "E-tokens-short", "E-tokens-vocab", "W-tokens-unchecked",
+        "E-batchnorm-batch", "W-batchnorm-last-batch", "E-batch-size", "W-batch-size",
+        "W-test-is-train", "E-init-from",
+        "E-model-type", "E-strategy", "E-precision", "E-nesterov", "E-multinode",
+        "W-lr-unscaled", "W-single-device-timeout", "W-schedule-past-run",
+        "W-no-checkpoint-dir", "E-resume", "W-resume", "E-output-path", "W-output-path",
+        "E-output-clobber", "W-output-clobber",
+    };
+    ck_assert_int_eq(DDPC_R_COUNT, (int)(sizeof pinned / sizeof pinned[0]));
+    for (int r = 0; r < DDPC_R_COUNT; r++) {
+        const struct ddpc_rule_info *ri = diag_rule_info(r);
+        ck_assert_ptr_nonnull(ri);
+        ck_assert_msg(strcmp(ri->code, pinned[r]) == 0, "rule %d is %s, pinned %s", r, ri->code,
+                      pinned[r]);
+        char want = ri->severity == DDPC_SEV_ERROR ? 'E'
+                    : ri->severity == DDPC_SEV_WARNING ? 'W' : 'N';
+        ck_assert_msg(ri->code[0] == want && ri->code[1] == '-', "%s: not its severity", ri->code);
+        for (const char *p = ri->code + 2; *p; p++)
+            ck_assert_msg((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+                          (*p == '-' && p[1] && p[-1] != '-'), "%s: not [a-z0-9-]", ri->code);
+        ck_assert_msg(ri->doc[0], "%s has no description", ri->code);
+        for (int q = 0; q < r; q++)
+            ck_assert_msg(strcmp(diag_rule_info(q)->code, ri->code) != 0, "%s twice", ri->code);
+    }
+    ck_assert_ptr_null(diag_rule_info(DDPC_R_COUNT));
+    /* a finding carries its rule's severity */
+    struct ddpc_diag d;
+    diag_init(&d);
+    diag_rule(&d, DDPC_R_LR_UNSCALED, "f.yaml", 1, 1, "learning_rate", "x");
+    ck_assert_int_eq(d.v[0].severity, DDPC_SEV_WARNING);
+    ck_assert_int_eq(d.n_warnings, 1);
+    diag_add(&d, DDPC_SEV_NOTE, "f.yaml", 1, 1, "", "y");
+    ck_assert_int_eq(d.v[1].rule, DDPC_R_NOTE);
+    diag_free(&d);
+    /* the validator's own findings have theirs */
+    struct checked c;
+    check(&c, MINIMAL "max_epochs: 3\nmomentum: 0.9\n");
+    ck_assert_int_eq(c.d.n, 2);
+    ck_assert_int_eq(c.d.v[0].rule, DDPC_R_ALIAS_KEY);
+    ck_assert_int_eq(c.d.v[1].rule, DDPC_R_UNKNOWN_KEY);
+    checked_free(&c);
+}
+END_TEST
+
 START_TEST(test_output_formats)
 {
     struct ddpc_diag d;
@@ -889,7 +950,7 @@ START_TEST(test_output_formats)
     diag_init(&d);
     diag_add(&d, DDPC_SEV_ERROR, "a,b:c.yaml", 3, 7, "model.layers", "bad \"x\", 100%% wrong");
     diag_add(&d, DDPC_SEV_WARNING, "w.yaml", 1, 1, "", "careful");
-    diag_add(&d, DDPC_SEV_ERROR, "io.yaml", 0, 0, "", "cannot read");
+    diag_rule(&d, DDPC_R_IO, "io.yaml", 0, 0, "", "cannot read");
     ck_assert_int_eq(d.n_errors, 2);
     ck_assert_int_eq(d.n_warnings, 1);
     FILE *f = open_memstream(&out, &sz);
@@ -904,8 +965,10 @@ START_TEST(test_output_formats)
     diag_print(&d, 1, DDPC_FMT_JSON, f);
     fclose(f);
     ck_assert_str_eq(out,
-        "[\n {\"file\":\"w.yaml\",\"line\":1,\"col\":1,\"severity\":\"warning\",\"path\":\"\",\"message\":\"careful\"},\n"
-        " {\"file\":\"io.yaml\",\"line\":0,\"col\":0,\"severity\":\"error\",\"path\":\"\",\"message\":\"cannot read\"}\n]\n");
+        "[\n {\"file\":\"w.yaml\",\"line\":1,\"col\":1,\"severity\":\"warning\",\"rule\":\"W-other\","
+        "\"path\":\"\",\"message\":\"careful\"},\n"
+        " {\"file\":\"io.yaml\",\"line\":0,\"col\":0,\"severity\":\"error\",\"rule\":\"E-io\","
+        "\"path\":\"\",\"message\":\"cannot read\"}\n]\n");
     free(out);
     f = open_memstream(&out, &sz);
     diag_print(&d, 0, DDPC_FMT_TEXT, f);
@@ -1161,6 +1224,7 @@ Suite *validate_suite(void)
     tcase_add_test(tc, test_other_tools_keys);
     tcase_add_test(tc, test_alias_table_consistent);
     tcase_add_test(tc, test_more_tools_keys);
+    tcase_add_test(tc, test_rule_codes_are_stable);
     tcase_add_test(tc, test_lr_scaling_rule);
     tcase_add_test(tc, test_key_table_consistent);
     tcase_add_test(tc, test_key_table_reaches_every_field);
