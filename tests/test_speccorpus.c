@@ -207,6 +207,36 @@ START_TEST(test_reference_up_to_date)
 END_TEST
 
 /* docs/coming-from.md is generated from spec/aliases.def and keys.def */
+/* What the reference says of several nodes is what check does: a CPU job
+ * on two nodes (gloo) is valid, and the reference said multi-node needed a
+ * GPU accelerator. */
+START_TEST(test_reference_multinode_cpu)
+{
+    int fd = enter_top();
+    char *ref = slurp("spec/README.md");
+    ck_assert_ptr_nonnull(ref);
+    ck_assert_msg(!strstr(ref, "needs a GPU accelerator"), "spec/README.md says several nodes "
+                  "need a GPU");
+    ck_assert_ptr_nonnull(strstr(ref, "CPU workers over gloo, so several nodes need no GPU"));
+    free(ref);
+    int rc;
+    char *got = check_text("examples/multinode-cpu.yaml", &rc, 0);
+    ck_assert_msg(rc == 0, "%s", got);
+    free(got);
+    struct ddpc_diag d;
+    struct ddpc_job job;
+    struct spec_doc *doc = NULL;
+    struct spec_options opt = { .read_data_headers = 0 };
+    diag_init(&d);
+    ck_assert_int_eq(spec_load_job("examples/multinode-cpu.yaml", &opt, &job, &doc, &d), 0);
+    ck_assert_int_eq(job.accelerator, DDPC_ACCEL_CPU);
+    ck_assert_int_eq(job.launch.num_nodes, 2);
+    spec_doc_free(doc);
+    diag_free(&d);
+    leave_top(fd);
+}
+END_TEST
+
 START_TEST(test_coming_from_up_to_date)
 {
     int fd = enter_top();
@@ -1161,6 +1191,7 @@ Suite *speccorpus_suite(void)
     tcase_add_loop_test(tc, test_valid_spec, 0, n_valid);
     tcase_add_test(tc, test_reference_up_to_date);
     tcase_add_test(tc, test_coming_from_up_to_date);
+    tcase_add_test(tc, test_reference_multinode_cpu);
     suite_add_tcase(s, tc);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 60);
