@@ -4,7 +4,7 @@
  *
  * defines: attn_forward, attn_backward, attn_floats
  *
- * Layout (GPT.md item 4): row t of a sample's qkv is [q (C) | k (C) | v (C)];
+ * Layout (docs/DESIGN.md, Models): row t of a sample's qkv is [q (C) | k (C) | v (C)];
  * head h owns columns h*hs .. (h+1)*hs of each (hs = C / heads), as
  * nanoGPT's split + view(B, T, nh, hs). The output y [B, T, C] puts head h
  * in the same columns (transpose(1, 2).contiguous().view(B, T, C)).

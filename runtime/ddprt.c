@@ -1421,9 +1421,9 @@ static int ddprt_load_data(struct ddprt_run *r, struct ddpc_err *e)
         r->has_test = 1;
     }
     if (r->job.model.type == DDPC_MODEL_GPT) {
-        /* the token streams become windows of block_size + 1 (GPT.md 3):
-         * training's do not overlap, the test's targets cover every token
-         * but the first once */
+        /* the token streams become windows of block_size + 1 (docs/DESIGN.md,
+         * Models: token data): training's do not overlap, the test's
+         * targets cover every token but the first once */
         int32_t T = r->job.model.block_size, V = r->job.model.vocab_size;
         DDPC_TRY(data_set_windows(&r->train, T, (int64_t)T + 1, V, e));
         if (r->has_test)

@@ -688,7 +688,8 @@ static int node_backward(struct ddpc_model *m, int k, const float *x, int rows, 
     }
     case DDPC_LAYER_EMBEDDING:
         /* wte: a tied lm_head's backward (run before this one) wrote its dW
-         * there already, so the scatter adds (GPT.md item 5) */
+         * there already, so the scatter adds (docs/DESIGN.md, Models: the
+         * tied weight) */
         a.dw = m->grads + L->w_off;
         a.db = m->grads + L->b_off;
         a.T = L->rows;

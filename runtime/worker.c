@@ -1452,7 +1452,7 @@ static int step_forward(struct ddpc_run *r, struct train_state *t, struct ddpc_e
                    ((uint64_t)r->rank << 48) ^
                    (uint64_t)(t->epoch * r->sampler.n_batches + t->b));
     /* the mean over this rank's rows (a gpt's: over its rows * T tokens,
-     * GPT.md 2); the all-reduce averages over the ranks */
+     * docs/DESIGN.md); the all-reduce averages over the ranks */
     DDPC_TRY(batch_forward(r, t->rows,
                            ls / ((float)t->rows * (float)r->seq_len * (float)t->accum), r->acc,
                            e));

@@ -4,7 +4,7 @@
 The torch modules are tests/nanogpt.py's (nanoGPT's model.py, vendored), with
 two substitutions that make the two programs compute the same function:
   * the MLP's GELU is the tanh form (nn.GELU(approximate='tanh')): ddpc's GPT
-    is GPT-2's block (GPT.md item 4), nanoGPT's model.py uses the erf form;
+    is GPT-2's block (docs/DESIGN.md, Models), nanoGPT's model.py uses the erf form;
   * dropout modules apply the keep-mask ddpc drew (mask.<module>), so p > 0
     is compared exactly; without a mask p must be 0.
 

@@ -5,7 +5,7 @@
 # the attn.bias buffer is what runs. Constructing a GPT prints two lines on stdout
 # (the slow-attention warning and the parameter count): wrap it in
 # contextlib.redirect_stdout when stdout is parsed. Its MLP's GELU is the
-# erf form (nn.GELU()); ddpc's GPT uses GPT-2's tanh form (GPT.md item 4), so
+# erf form (nn.GELU()); ddpc's GPT uses GPT-2's tanh form (docs/DESIGN.md), so
 # parity code sets block.mlp.gelu = nn.GELU(approximate='tanh') (gpt_ref.py).
 #
 # MIT License

@@ -5,8 +5,8 @@
  * with a header; the synthetic generator is deterministic per seed. Errors:
  * missing file, wrong IDX magic, truncated file, count mismatch — each
  * message names the offending file. Token streams (text, llm.c shards
- * written by a small writer here): windows byte for byte as GPT.md item 3
- * says, ranges, shards in name order, and every bad shard by name. */
+ * written by a small writer here): windows byte for byte as docs/DESIGN.md
+ * (Models: token data) says, ranges, shards in name order, and every bad shard by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -747,7 +747,7 @@ static void expect_window_error(struct ddpc_dataset *ds, int T, int stride, int 
     ck_assert_int_eq(ds->n, n);   /* unchanged by a failed call */
 }
 
-/* GPT.md item 3 on a 20-byte text, T = 4: training windows d[5i .. 5i+5)
+/* Token windows (docs/DESIGN.md, Models) on a 20-byte text, T = 4: training windows d[5i .. 5i+5)
  * (input 4, labels the next 4), test windows at stride 4 over
  * floor((20 - 1) / 4) = 4 of them. */
 START_TEST(text_windows_train_and_test)

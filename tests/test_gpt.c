@@ -422,8 +422,9 @@ START_TEST(op_xent_seq)
 END_TEST
 
 /* ---- the tied head: embedding -> lm_head (W = wte) -> cross-entropy.
- * Backward as the model runs it (GPT.md item 5): the head writes its dW
- * into wte's gradient, the embedding adds its scatter. ---- */
+ * Backward as the model runs it (docs/DESIGN.md, Models: the tied weight):
+ * the head writes its dW into wte's gradient, the embedding adds its
+ * scatter. ---- */
 
 START_TEST(op_tied_head)
 {

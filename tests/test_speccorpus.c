@@ -12,6 +12,8 @@
  * from DDPC_TOP (`make test` sets it; "." otherwise). The CLI cases run
  * $DDPC_BUILD/bin/ddpc and are skipped, saying so, without DDPC_BUILD.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <glob.h>
@@ -233,6 +235,68 @@ START_TEST(test_reference_multinode_cpu)
     ck_assert_int_eq(job.launch.num_nodes, 2);
     spec_doc_free(doc);
     diag_free(&d);
+    leave_top(fd);
+}
+END_TEST
+
+/* Every Markdown file a source or test comment cites exists (at the top,
+ * under docs/, or beside the citing file): ten comments cited a GPT design
+ * note (GPT dot md) that was never in the tree. */
+static void cited_docs_in(const char *dir, char *missing, size_t cap)
+{
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        char p[1024];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            cited_docs_in(p, missing, cap);
+            continue;
+        }
+        const char *x = strrchr(e->d_name, '.');
+        static const char *const kinds[] = { ".c", ".h", ".cu", ".cuh", ".cc", ".py", ".sh",
+                                             ".m4", ".def" };
+        int src = 0;
+        for (size_t k = 0; x && k < sizeof kinds / sizeof kinds[0]; k++)
+            src |= strcmp(x, kinds[k]) == 0;
+        char *text = src ? slurp(p) : NULL;
+        for (char *m = text; m && (m = strstr(m, ".md")); m += 3) {
+            char *b = m;
+            while (b > text && (isalnum((unsigned char)b[-1]) || strchr("_./-", b[-1])))
+                b--;
+            if (b == m || isalnum((unsigned char)m[3]))
+                continue;
+            char name[256], try_[3][1400];
+            snprintf(name, sizeof name, "%.*s", (int)(m + 3 - b), b);
+            snprintf(try_[0], sizeof try_[0], "%s", name);
+            snprintf(try_[1], sizeof try_[1], "docs/%s", name);
+            snprintf(try_[2], sizeof try_[2], "%s/%s", dir, name);
+            if (access(try_[0], R_OK) && access(try_[1], R_OK) && access(try_[2], R_OK)) {
+                size_t l = strlen(missing);
+                snprintf(missing + l, cap - l, "%s cites %s\n", p, name);
+            }
+        }
+        free(text);
+    }
+    closedir(dp);
+}
+
+START_TEST(test_cited_docs_exist)
+{
+    int fd = enter_top();
+    char missing[4096] = "";
+    static const char *const dirs[] = { "spec", "compiler", "runtime", "tests", "bench",
+                                        "templates", "scripts" };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        cited_docs_in(dirs[i], missing, sizeof missing);
+    ck_assert_msg(!missing[0], "cited documents that do not exist:\n%s", missing);
     leave_top(fd);
 }
 END_TEST
@@ -1192,6 +1256,7 @@ Suite *speccorpus_suite(void)
     tcase_add_test(tc, test_reference_up_to_date);
     tcase_add_test(tc, test_coming_from_up_to_date);
     tcase_add_test(tc, test_reference_multinode_cpu);
+    tcase_add_test(tc, test_cited_docs_exist);
     suite_add_tcase(s, tc);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 60);

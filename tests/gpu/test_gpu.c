@@ -780,7 +780,7 @@ static void gpt_case(struct pair *p, const char *name, int n_embd, int n_head, i
      * its products' operands rounded to bf16 (round to nearest even, fp32
      * sums, as cuBLAS's CUBLAS_COMPUTE_32F) is off by loss 8e-7, logits
      * 2.2e-3, gradients 5.4e-3: bounds 4x that. Both: deterministic on the
-     * GPU too (GPT.md item 7: no float atomics). */
+     * GPU too (docs/DESIGN.md: no float atomics). */
     static const struct {
         int prec;
         const char *tag;
