@@ -118,7 +118,8 @@ DDPC      := $(B)/bin/ddpc
 TESTS     := $(B)/tests/run_tests
 SHARE     := $(B)/share/ddpc
 STAGED    := $(addprefix $(B)/include/ddpc/,$(notdir $(RT_HEADERS))) $(TEMPLATES:%=$(SHARE)/%) \
-             $(SHARE)/job.c $(SHARE)/ddpc.schema.json $(B)/share/man/man1/ddpc.1
+             $(SHARE)/job.c $(SHARE)/ddpc.schema.json $(B)/share/man/man1/ddpc.1 \
+             $(SHARE)/python/ddpc_torch.py
 
 .PHONY: all deps test check demo sanitize install uninstall clean cuda fuzz bench FORCE docs
 all: $(DDPC) $(RT_LIB) $(CUDA_LIB) $(CUDA_SO) $(GLOO_SO) $(STAGED)
@@ -209,6 +210,11 @@ $(SHARE)/templates/%: templates/%
 	cp $< $@
 
 $(SHARE)/job.c: runtime/job.c
+	@mkdir -p $(@D)
+	cp $< $@
+
+# The export's loader for PyTorch users (python3 -m ddpc_torch, README).
+$(SHARE)/python/ddpc_torch.py: python/ddpc_torch.py
 	@mkdir -p $(@D)
 	cp $< $@
 

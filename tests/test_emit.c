@@ -1343,6 +1343,7 @@ START_TEST(installed_ddpc_works_anywhere)
         "bin/ddpc", "lib/libddprt.a", "include/ddpc/ddprt.h", "include/ddpc/job.h",
         "share/ddpc/job.c", "share/ddpc/templates/job_config.h.m4",
         "share/ddpc/ddpc.schema.json", "share/man/man1/ddpc.1",
+        "share/ddpc/python/ddpc_torch.py",
     };
     for (size_t i = 0; i < sizeof installed / sizeof installed[0]; i++) {
         char *f;

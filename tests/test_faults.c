@@ -2058,15 +2058,23 @@ START_TEST(export_gives_the_reported_test_accuracy_in_torch)
     run_result_free(&r);
     ck_assert_int_eq(leftover_children(1.0), 0);
 
-    char *script = path_in(test_top(), "tests/export_accuracy.py");
+    /* the shipped loader (python3 -m ddpc_torch): an mlp's sizes from the
+     * file alone, then the spec's data.test scored */
     char *model = path_in(dir, "out/model.safetensors");
-    char *argv[] = { "/usr/bin/python3", script, model, tei, tel, "16,32,3", NULL };
-    ck_assert_int_eq(run_capture(argv, NULL, NULL, 120, &r), 0);
-    if (r.exited && r.code == 77) {
-        test_skip("faults", "export accuracy in torch: %s", r.out);
-    } else {
-        ck_assert_msg(r.exited && r.code == 0, "export_accuracy.py:\n%s%s", r.out, r.err);
-        double tacc = find_kv(r.out, "accuracy"), tloss = find_kv(r.out, "loss");
+    ck_assert_int_eq(run_loader(model, NULL, 120, &r), 0);
+    if (loader_lacks_torch(&r)) {
+        test_skip("faults", "export accuracy in torch: %s", r.err);
+        run_result_free(&r);
+        goto done;
+    }
+    ck_assert_msg(r.exited && r.code == 0 &&
+                  strstr(r.out, " (job idxjob): mlp (sizes [16, 32, 3], relu), 4 tensors, 643 "
+                                "parameters, strict=True\n"), "ddpc_torch:\n%s%s", r.out, r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(run_loader(model, spec, 120, &r), 0);
+    {
+        ck_assert_msg(r.exited && r.code == 0, "ddpc_torch:\n%s%s", r.out, r.err);
+        double tacc = find_kv(r.out, "test_accuracy"), tloss = find_kv(r.out, "test_loss");
         /* the job prints 4 decimals; BLAS and torch may round one borderline
          * sample differently */
         ck_assert_msg(fabs(tacc - acc) <= 1.0 / 300 + 1e-4 &&
@@ -2079,8 +2087,8 @@ START_TEST(export_gives_the_reported_test_accuracy_in_torch)
                tacc, tloss, acc, loss);
     }
     run_result_free(&r);
+done:
     free(model);
-    free(script);
     free(ddpc);
     free(tri); free(trl); free(tei); free(tel);
     free(spec);

@@ -385,6 +385,20 @@ START_TEST(gpt_trains_deterministically_resumes_exports_and_samples)
                       "nanoGPT's test_loss %.9f, the job's %.9f", tl, csv_loss);
     }
     run_result_free(&r);
+    /* and by the shipped loader (python3 -m ddpc_torch, no tests/ on its
+     * path): its own nanoGPT-named module, the spec's data.test scored */
+    ck_assert_int_eq(run_loader(model, g.spec, 300, &r), 0);
+    if (loader_lacks_torch(&r)) {
+        test_skip("gpt_run: the export by ddpc_torch", "%s", r.err);
+    } else {
+        ck_assert_msg(r.exited && r.code == 0 &&
+                      strstr(r.out, ": gpt (vocab_size 256, block_size 32, n_layer 2, n_head 2, "
+                                    "n_embd 32, bias True), "), "ddpc_torch:\n%s%s", r.out, r.err);
+        double tl = find_kv(r.out, "test_loss");
+        ck_assert_msg(fabs(tl - csv_loss) <= 1e-5 * csv_loss,
+                      "ddpc_torch's test_loss %.9f, the job's %.9f", tl, csv_loss);
+    }
+    run_result_free(&r);
 
     /* model.init_from continues from the export: at a learning rate below
      * float resolution the first epoch's test_loss is the export's; a file

@@ -210,6 +210,25 @@ int run_capture(char *const argv[], const char *cwd, char *const env_extra[],
     return run_finish(&p, timeout_s, r);
 }
 
+int run_loader(const char *model, const char *spec, double timeout_s, struct run_result *r)
+{
+    char *pp = NULL;
+    if (asprintf(&pp, "PYTHONPATH=%s/share/ddpc/python", test_build()) < 0)
+        return -1;
+    char *env[] = { pp, NULL };
+    char *with_spec[] = { "/usr/bin/python3", "-m", "ddpc_torch", (char *)model, "--spec",
+                          (char *)spec, "--score", NULL };
+    char *alone[] = { "/usr/bin/python3", "-m", "ddpc_torch", (char *)model, NULL };
+    int rc = run_capture(spec ? with_spec : alone, "/", env, timeout_s, r);
+    free(pp);
+    return rc;
+}
+
+int loader_lacks_torch(const struct run_result *r)
+{
+    return r->exited && r->code == 1 && r->err && strstr(r->err, "cannot import torch");
+}
+
 /* Field `n` (1-based, after the ")" of comm) of /proc/pid/stat as a
  * number, or -1. */
 static long long proc_stat_field(pid_t pid, int n, char *state)

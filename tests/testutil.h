@@ -25,6 +25,15 @@ int  run_capture(char *const argv[], const char *cwd, char *const env_extra[],
                  double timeout_s, struct run_result *r);
 void run_result_free(struct run_result *r);
 
+/* The shipped loader on an export, as a user runs it: /usr/bin/python3 -m
+ * ddpc_torch MODEL [--spec SPEC --score] with PYTHONPATH the build's
+ * share/ddpc/python (what make install puts in PREFIX/share/ddpc/python),
+ * from / so that nothing of tests/ is on its path. Exit 1 with "cannot
+ * import torch" in its stderr when torch is missing (the caller SKIPs). */
+int  run_loader(const char *model, const char *spec, double timeout_s, struct run_result *r);
+/* Whether r is the loader's "no torch" failure (the caller SKIPs). */
+int  loader_lacks_torch(const struct run_result *r);
+
 /* A program started in the background, in its own process group (pgid ==
  * pid), with its output collected as it comes. */
 struct run_proc {

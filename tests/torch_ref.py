@@ -16,16 +16,14 @@ with Debian's python3-torch (/usr/bin/python3).
         exits 1 when the loss or a gradient differs by more than 1e-5
         relative (L2 norm of the difference over the norm of torch's).
 
-    torch_ref.py accuracy SPEC MODEL.safetensors IMAGES.idx LABELS.idx C,H,W
-        Loads a ddpc export with strict=True, evaluates the IDX test set
-        (uint8 / 255, as ddpc reads it) in eval mode and prints
-        "accuracy=A loss=L n=N".
+The shipped loader (python/ddpc_torch.py, `python3 -m ddpc_torch`) loads
+and scores exports; this file is the independent reference the layer
+tests compare against.
 
 Exit 77 when torch or yaml cannot be imported (the caller prints SKIP).
 safetensors files are read here directly (8-byte header length, JSON
 header, raw little-endian data): no safetensors package needed.
 """
-import gzip
 import json
 import struct
 import sys
@@ -214,40 +212,10 @@ def cmd_grads(spec_path, data_path):
     return 1 if bad else 0
 
 
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        blob = f.read()
-    magic, = struct.unpack(">I", blob[:4])
-    ndim = magic & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, blob[4:4 + 4 * ndim])
-    data = torch.frombuffer(bytearray(blob[4 + 4 * ndim:]), dtype=torch.uint8)
-    return data.reshape(dims)
-
-
-def cmd_accuracy(spec_path, model_path, images, labels, shape):
-    spec = yaml.safe_load(open(spec_path))
-    shape = [int(s) for s in shape.split(",")]
-    net = Net(spec, shape)
-    net.load_state_dict(read_safetensors(model_path), strict=True)
-    net.eval()
-    x = read_idx(images).to(torch.float32) / 255.0
-    x = x.reshape([x.shape[0]] + shape)
-    y = read_idx(labels).to(torch.int64)
-    with torch.no_grad():
-        logits = net(x)
-        loss = torch.nn.functional.cross_entropy(logits, y).item()
-        acc = (logits.argmax(dim=1) == y).to(torch.float64).mean().item()
-    print("accuracy=%.6f loss=%.6f n=%d" % (acc, loss, len(y)))
-    return 0
-
-
 def main():
     torch.set_num_threads(1)
     if len(sys.argv) == 4 and sys.argv[1] == "grads":
         return cmd_grads(sys.argv[2], sys.argv[3])
-    if len(sys.argv) == 7 and sys.argv[1] == "accuracy":
-        return cmd_accuracy(*sys.argv[2:])
     print(__doc__)
     return 2
 
