@@ -301,6 +301,42 @@ START_TEST(test_cited_docs_exist)
 }
 END_TEST
 
+/* A spec's findings are made by the front end (spec/ and the walk of
+ * check DIR); each must name its rule of spec/rules.def, or the JSON's code
+ * is E-other. The corpus catches a finding it produces; this catches one
+ * written without a rule: no diag_add (the rule-less call, for the
+ * compiler's own errors) and no severity where vdiag takes a rule. */
+START_TEST(test_front_end_findings_have_rules)
+{
+    int fd = enter_top();
+    static const char *const files[] = {
+        "spec/validate.c", "spec/load.c", "spec/spec.c", "spec/safetensors.c",
+        "spec/schema.c", "spec/layers.c", "spec/probe.c", "spec/tokens.c", "spec/units.c",
+        "compiler/specwalk.c", "compiler/check.c",
+    };
+    char bad[4096] = "";
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *text = slurp(files[i]);
+        ck_assert_msg(text != NULL, "cannot read %s", files[i]);
+        int line = 1;
+        for (char *l = text; l && *l; line++) {
+            char *nl = strchr(l, '\n');
+            if (nl)
+                *nl = '\0';
+            if (strstr(l, "diag_add(") || (strstr(l, "vdiag(") && strstr(l, "DDPC_SEV_"))) {
+                size_t o = strlen(bad);
+                snprintf(bad + o, sizeof bad - o, "%s:%d: %s\n", files[i], line, l);
+            }
+            l = nl ? nl + 1 : NULL;
+        }
+        free(text);
+    }
+    ck_assert_msg(!bad[0], "findings without a rule (give diag_rule / vdiag a DDPC_R_ of "
+                  "spec/rules.def):\n%s", bad);
+    leave_top(fd);
+}
+END_TEST
+
 START_TEST(test_coming_from_up_to_date)
 {
     int fd = enter_top();
@@ -1257,6 +1293,7 @@ Suite *speccorpus_suite(void)
     tcase_add_test(tc, test_coming_from_up_to_date);
     tcase_add_test(tc, test_reference_multinode_cpu);
     tcase_add_test(tc, test_cited_docs_exist);
+    tcase_add_test(tc, test_front_end_findings_have_rules);
     suite_add_tcase(s, tc);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 60);
