@@ -32,6 +32,7 @@
 #include "crc32c.h"
 #include "ident.h"
 #include "layers.h"
+#include "outver.h"
 #include "safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -257,8 +258,9 @@ static int afile_write(struct ckpt_afile *f, const void *buf, size_t n, struct d
 static int afile_commit(struct ckpt_afile *f, struct ddpc_err *e)
 {
     /* Delayed allocation can report ENOSPC only here, so fsync's error gets
-     * the same message as write's. */
-    if (fsync(f->fd) != 0)
+     * the same message as write's. (fd -1: afile_commit_new closed it and
+     * found its name taken; the export's next name comes here.) */
+    if (f->fd >= 0 && fsync(f->fd) != 0)
         return afile_fail(f, errno, "fsync of the temp file for", e);
     if (ckpt_slow_s > 0) {
         struct timespec ts = { (time_t)ckpt_slow_s,
@@ -268,8 +270,43 @@ static int afile_commit(struct ckpt_afile *f, struct ddpc_err *e)
     }
     int fd = f->fd;
     f->fd = -1;
-    if (close(fd) != 0)
+    if (fd >= 0 && close(fd) != 0)
         return afile_fail(f, errno, "close of the temp file for", e);
+    if (rename(f->tmp, f->final) != 0)
+        return afile_fail(f, errno, "renaming the temp file to", e);
+    f->renamed = 1;
+    return fsync_dir(f->dir, f->what, e);
+}
+
+/* As afile_commit, but the final name must not exist yet: link(2) fails
+ * with EEXIST where another writer took it first (an export version two
+ * runs chose at once: outver.h). Returns 1 when it was taken (the temp
+ * file is kept, closed, for the caller's next name), 0, or an error. A
+ * file system without hard links (EPERM, ENOTSUP, EXDEV on some FUSE or
+ * FAT mounts) gets the rename, after a last look that the name is free. */
+static int afile_commit_new(struct ckpt_afile *f, struct ddpc_err *e)
+{
+    if (f->fd >= 0) {
+        if (fsync(f->fd) != 0)
+            return afile_fail(f, errno, "fsync of the temp file for", e);
+        int fd = f->fd;
+        f->fd = -1;
+        if (close(fd) != 0)
+            return afile_fail(f, errno, "close of the temp file for", e);
+    }
+    if (link(f->tmp, f->final) == 0) {
+        if (unlink(f->tmp) != 0)
+            return afile_fail(f, errno, "removing the temp file (linked) of", e);
+        f->renamed = 1;
+        return fsync_dir(f->dir, f->what, e);
+    }
+    if (errno == EEXIST)
+        return 1;
+    if (errno != EPERM && errno != ENOTSUP && errno != EXDEV && errno != EOPNOTSUPP)
+        return afile_fail(f, errno, "linking the temp file to", e);
+    struct stat st;
+    if (lstat(f->final, &st) == 0)
+        return 1;
     if (rename(f->tmp, f->final) != 0)
         return afile_fail(f, errno, "renaming the temp file to", e);
     f->renamed = 1;
@@ -1604,8 +1641,153 @@ static int export_begin(const char *path, struct sbuf *b, uint64_t data_bytes,
     return afile_write(f, b->s, b->len, e);
 }
 
+/* The export's complete temp file f under its name: path itself without an
+ * identity, else the version of path that is free or this run's
+ * (outver.h), taken by an exclusive link when it is new, so two runs that
+ * chose one free version at once each end with a file of their own.
+ * written (may be NULL) receives the name. */
+static int export_commit(struct ckpt_afile *f, const char *path, const struct ddpc_out_id *id,
+                         char *written, size_t cap, struct ddpc_err *e)
+{
+    int rc = 1;
+    for (int tries = 0; rc == 1 && tries < 100; tries++) {
+        char cand[PATH_MAX];
+        enum ddpc_out_owner who = DDPC_OUT_OURS;
+        if (id)
+            DDPC_TRY(outver_resolve(DDPC_OUT_EXPORT, path, "checkpoint.export", id, cand,
+                                    sizeof cand, &who, e));
+        else
+            DDPC_TRY(path_join(cand, sizeof cand, e, "%s", path));
+        DDPC_TRY(path_join(f->final, sizeof f->final, e, "%s", cand));
+        struct stat st;
+        /* over this run's own file (or an empty one): the rename replaces it */
+        rc = !id || lstat(cand, &st) == 0 ? afile_commit(f, e) : afile_commit_new(f, e);
+    }
+    if (rc == 1)
+        return DDPC_FAIL(e, DDPC_E_SYS, "export %s: every version this run chose was taken by "
+                         "another at once, 100 times; %s", path, f->intact);
+    if (rc == 0 && written && cap)
+        (void)snprintf(written, cap, "%s", f->final);
+    return rc;
+}
+
+/* __metadata__'s identity entries: the run's identity hash and the lines
+ * of its description (ident.h) that the hash covers, those that decide the
+ * trajectory ('T'), so a later run knows whose file this is (outver.h) and
+ * can name what differs; two runs of one trajectory (other logging, other
+ * checkpoint cadence) still write the same bytes. */
+static void export_identity_meta(struct sbuf *b, const struct ddpc_out_id *id)
+{
+    if (!id || !id->hash)
+        return;
+    sb_printf(b, ",\"ddpc_identity\":");
+    sb_json_str(b, id->hash);
+    if (!id->ident)
+        return;
+    size_t n = strlen(id->ident), k = 0;
+    char *t = malloc(n + 1);
+    if (!t) {
+        b->oom = 1;
+        return;
+    }
+    for (const char *p = id->ident; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        if (p[0] == 'T' && p[1] == ' ') {
+            memcpy(t + k, p, l);
+            k += l;
+        }
+        p += l;
+    }
+    t[k] = '\0';
+    sb_printf(b, ",\"ddpc_ident\":");
+    sb_json_str(b, t);
+    free(t);
+}
+
+/* The JSON string at p (its opening quote) unescaped into out (cap bytes,
+ * NUL-terminated, cut short when it does not fit). Returns 0, or -1 when it
+ * is not a string. */
+static int st_string_copy(const char *p, const char *end, char *out, size_t cap)
+{
+    const char *q = p < end && *p == '"' ? st_string_end(p, end) : NULL;
+    if (!q)
+        return -1;
+    size_t n = 0;
+    for (p++, q--; p < q && n + 1 < cap; p++) {
+        char c = *p;
+        if (c == '\\' && p + 1 < q) {
+            c = *++p;
+            if (c == 'n') c = '\n';
+            else if (c == 't') c = '\t';
+            else if (c == 'r') c = '\r';
+            else if (c == 'u' && p + 4 < q) {
+                int v = 0;
+                for (int i = 1; i <= 4; i++)
+                    v = v * 16 + (hexval(p[i]) < 0 ? 0 : hexval(p[i]));
+                p += 4;
+                c = v < 0x80 ? (char)v : '?';
+            }
+        }
+        out[n++] = c;
+    }
+    if (cap)
+        out[n < cap ? n : cap - 1] = '\0';
+    return 0;
+}
+
+int ckpt_export_identity(const char *path, char hash[DDPC_CKPT_HASH_LEN + 1], char *desc,
+                         size_t desc_cap)
+{
+    hash[0] = '\0';
+    if (desc && desc_cap)
+        desc[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    unsigned char lb[8];
+    char *hdr = NULL;
+    int rc = -1;
+    size_t got = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || read_full(fd, lb, 8, &got) != 0 ||
+        got != 8)
+        goto out;
+    uint64_t hl = get_u64(lb);
+    if (hl < 2 || hl > (uint64_t)st.st_size - 8 || hl > (64u << 20) || !(hdr = malloc(hl + 1)) ||
+        read_full(fd, hdr, (size_t)hl, &got) != 0 || got != hl)
+        goto out;
+    hdr[hl] = '\0';
+    const char *end = hdr + hl, *p = st_skip_ws(hdr, end), *k, *v, *ve;
+    size_t kl;
+    if (p >= end || *p != '{')
+        goto out;
+    p++;
+    int more;
+    rc = 1;   /* a safetensors header, with or without ddpc's marks */
+    while ((more = st_next(&p, end, &k, &kl, &v, &ve)) > 0) {
+        if (kl != 12 || memcmp(k, "__metadata__", 12) != 0 || *v != '{')
+            continue;
+        const char *h = st_field(v, ve, "ddpc_identity");
+        char tmp[DDPC_CKPT_HASH_LEN + 8];
+        if (h && st_string_copy(h, ve, tmp, sizeof tmp) == 0 && strlen(tmp) == DDPC_CKPT_HASH_LEN &&
+            is_hex_hash(tmp))
+            memcpy(hash, tmp, DDPC_CKPT_HASH_LEN + 1);
+        const char *d = st_field(v, ve, "ddpc_ident");
+        if (d && desc && desc_cap)
+            (void)st_string_copy(d, ve, desc, desc_cap);
+    }
+    if (more < 0)
+        rc = -1;
+out:
+    free(hdr);
+    (void)close(fd);   /* read-only */
+    return rc;
+}
+
 int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
-                    const float *params, const float *state, struct ddpc_err *e)
+                    const float *params, const float *state, const struct ddpc_out_id *id,
+                    char *written, size_t written_cap, struct ddpc_err *e)
 {
     if (!path || !path[0] || !job || !net || (net->n_params && !params) ||
         (net->n_state && !state))
@@ -1631,11 +1813,13 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
     if (job->model.type == DDPC_MODEL_GPT)
         sb_printf(&b, ",\"ddpc_model\":\"gpt\",\"ddpc_layout\":\"nanoGPT's GPT (model.py) "
                   "state_dict: nn.Linear weights [out, in]; lm_head.weight is "
-                  "transformer.wte.weight (tied); the attn.bias causal masks are not stored\"}}");
+                  "transformer.wte.weight (tied); the attn.bias causal masks are not stored\"");
     else
         sb_printf(&b, ",\"ddpc_model\":\"sequential\",\"ddpc_layout\":\"torch.nn.Sequential held "
                   "as attribute layers; index = position in the spec's list; residual i: a module "
-                  "whose body (nn.Sequential) is layers.<i>.body, output x + body(x)\"}}");
+                  "whose body (nn.Sequential) is layers.<i>.body, output x + body(x)\"");
+    export_identity_meta(&b, id);
+    sb_printf(&b, "}}");
     struct ckpt_afile f;
     int rc = export_begin(path, &b, off, &f, e);
     for (int t = 0; t < net->n_tensors + tied && rc == 0; t++) {
@@ -1650,14 +1834,15 @@ int ckpt_export_net(const char *path, const struct ddpc_job *job, const struct d
         }
     }
     if (rc == 0)
-        rc = afile_commit(&f, e);
+        rc = export_commit(&f, path, id, written, written_cap, e);
     afile_abort(&f);
     free(b.s);
     return rc;
 }
 
 int ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
-                            const float *params, size_t n_params, struct ddpc_err *e)
+                            const float *params, size_t n_params, const struct ddpc_out_id *id,
+                            char *written, size_t written_cap, struct ddpc_err *e)
 {
     if (!path || !path[0] || !job || (n_params && !params))
         return DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_export_safetensors: no path, job or params");
@@ -1700,13 +1885,15 @@ int ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
     for (int l = 0; l < sizes; l++)
         sb_printf(&b, "%s%d", l ? "," : "", (int)job->model.layers[l]);
     sb_printf(&b, "\",\"ddpc_activation\":\"%s\",\"ddpc_layout\":\"layers.<l>.weight is "
-              "nn.Linear [out, in]; activation between layers, none after the last\"}}",
+              "nn.Linear [out, in]; activation between layers, none after the last\"",
               job->model.type == DDPC_MODEL_LINEAR ? "identity" : act_name(job->model.activation));
+    export_identity_meta(&b, id);
+    sb_printf(&b, "}}");
     struct ckpt_afile f;
     int rc = export_begin(path, &b, 4 * (uint64_t)n_params, &f, e);
     if (rc < 0 ||
         (rc = afile_write(&f, params, 4 * n_params, e)) < 0 ||
-        (rc = afile_commit(&f, e)) < 0)
+        (rc = export_commit(&f, path, id, written, written_cap, e)) < 0)
         goto out;
 out:
     afile_abort(&f);

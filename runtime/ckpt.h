@@ -3,7 +3,8 @@
  *
  * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
  *          ckpt_newest_mtime, ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export,
- *          ckpt_file_size, ckpt_export_safetensors, ckpt_remove_stale_export_temps,
+ *          ckpt_file_size, ckpt_export_safetensors, ckpt_export_identity,
+ *          ckpt_remove_stale_export_temps,
  *          ckpt_set_fault, ckpt_set_slow (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
@@ -71,6 +72,7 @@
 #include <sys/types.h>
 #include "err.h"
 #include "job.h"
+#include "outver.h"
 
 #define DDPC_CKPT_VERSION     2
 #define DDPC_CKPT_TAG_LEN     8     /* hex digits of the identity hash in file names */
@@ -194,9 +196,23 @@ int  ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e);
  *     b_l [out_l]       -> "layers.<l>.bias"
  * type linear is the one-layer case ("layers.0.*"). Activations have no
  * parameters and are recorded in __metadata__ only. n_params must equal the
- * count the shapes imply. */
+ * count the shapes imply.
+ * id (may be NULL: path itself, replaced): the run's identity, written into
+ * __metadata__ (ddpc_identity, ddpc_ident: its hash and description), and
+ * the file goes to the version of path outver.h picks (path, or
+ * <stem>-v<k><ext> beside another configuration's export); written (may be
+ * NULL) receives the path written. */
 int  ckpt_export_safetensors(const char *path, const struct ddpc_job *job,
-                             const float *params, size_t n_params, struct ddpc_err *e);
+                             const float *params, size_t n_params, const struct ddpc_out_id *id,
+                             char *written, size_t written_cap, struct ddpc_err *e);
+
+/* The identity an export carries: hash (65 bytes) its __metadata__'s
+ * ddpc_identity, "" when it has none (an older ddpc's, another program's);
+ * desc (may be NULL) its ddpc_ident description. Returns 1 for a
+ * safetensors file, -1 for anything else or an unreadable file. Never
+ * blocks on a FIFO. */
+int  ckpt_export_identity(const char *path, char hash[DDPC_CKPT_HASH_LEN + 1], char *desc,
+                          size_t desc_cap);
 
 /* Writes a layer list's tensors (spec/layers.h: names, shapes, order) as
  * safetensors, atomically: parameters from params, batch-norm buffers from
@@ -214,8 +230,10 @@ struct ddpc_net;
  * file is untrusted: every offset is checked against the file's size. */
 int  ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
                    struct ddpc_err *e);
+/* id, written: as ckpt_export_safetensors. */
 int  ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
-                     const float *params, const float *state, struct ddpc_err *e);
+                     const float *params, const float *state, const struct ddpc_out_id *id,
+                     char *written, size_t written_cap, struct ddpc_err *e);
 
 /* TEST ONLY: every checkpoint write sleeps this many seconds before its
  * rename (a slow file system). 0: off. */

@@ -78,7 +78,7 @@ static const char *const ident_compatible[] = {
     "n_devices", "devices_all", "devices", "accelerator", "strategy", "bucket_cap_mb",
     "checkpoint_dir", "nccl_timeout_s", "rank_sync_timeout_s",
     "data.test", "data.has_test", "data.test_every_n_epochs",
-    "checkpoint", "logging", "launch",
+    "checkpoint", "logging", "launch", "other_run_outputs",
 };
 
 static char field_kind(const struct ident_buf *b, const char *path)

@@ -26,7 +26,7 @@
  *      accelerator, strategy, bucket_cap_mb (slices the same sum),
  *      checkpoint_dir, nccl_timeout, rank_sync_timeout, data.test,
  *      has_test and test_every_n_epochs (evaluation only), checkpoint.*
- *      (cadence, keep_last, export), logging.*, launch.*
+ *      (cadence, keep_last, export), logging.*, launch.*, other_run_outputs
  * Not described: name (it is already in every checkpoint's file name),
  * version, checkpoint.resume and its path (they say where to resume from).
  * Comments and formatting of the spec change no field: the checkpoint also

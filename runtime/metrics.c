@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include "crc32c.h"
 #include "metrics.h"
+#include "outver.h"
 
 /* ===== CRC-32C ========================================================== */
 
@@ -174,6 +175,18 @@ static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, d
     return write_flush(m->csv, line, (size_t)len, what, e);
 }
 
+/* The CSV's first line when the run has an identity (outver.h): a comment
+ * naming the job and its identity, "# ddpc job=NAME identity=HASH\n"
+ * (pandas: read_csv(path, comment="#")). Its length; 0 without one. */
+static size_t csv_id_line(const struct ddpc_metrics *m, char *buf, size_t cap)
+{
+    if (!m->id || !m->id->hash)
+        return 0;
+    int n = snprintf(buf, cap, "# ddpc job=%s identity=%s\n", m->id->job ? m->id->job : "",
+                     m->id->hash);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
 /* Where a resumed run continues the CSV at fd (ours: our header): after
  * the last complete row whose step is <= resume_step. Rows past the
  * checkpoint were written by the attempt that crashed; the resumed run
@@ -182,6 +195,8 @@ static int csv_row(struct ddpc_metrics *m, int64_t step, int epoch, int train, d
  * Rows are in step order, an evaluation row carrying its step too. */
 static off_t csv_keep(const struct ddpc_metrics *m, int fd, int64_t resume_step)
 {
+    char idline[256];
+    size_t il = csv_id_line(m, idline, sizeof idline);
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (off_t)1 << 30)
         return 0;
@@ -202,9 +217,10 @@ static off_t csv_keep(const struct ddpc_metrics *m, int fd, int64_t resume_step)
     off_t keep = 0;
     const char *header = csv_header_of(m);
     size_t hl = strlen(header);
-    if (got >= hl && memcmp(t, header, hl) == 0) {
-        keep = (off_t)hl;
-        for (char *p = t + hl; *p;) {
+    /* ours: the identity line (when the run has one), then the header */
+    if (got >= il + hl && memcmp(t, idline, il) == 0 && memcmp(t + il, header, hl) == 0) {
+        keep = (off_t)(il + hl);
+        for (char *p = t + il + hl; *p;) {
             char *nl = strchr(p, '\n');
             if (!nl)
                 break;                  /* a row cut short by a crash */
@@ -226,8 +242,8 @@ static off_t csv_keep(const struct ddpc_metrics *m, int fd, int64_t resume_step)
  * to a device or pipe (/dev/stdout) is written through. A regular file is
  * locked (flock) for the run, so a second job writing the same CSV is
  * refused instead of splicing its rows in. */
-static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_step,
-                    struct ddpc_err *e)
+static int csv_open_one(struct ddpc_metrics *m, const char *path, int64_t resume_step,
+                        struct ddpc_err *e)
 {
     char dir[PATH_MAX];
     size_t len = strlen(path);
@@ -270,6 +286,13 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
         while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             if (errno == EINTR)
                 continue;
+            /* another run's file, being written: the next version (outver.h) */
+            if (errno == EWOULDBLOCK && m->id &&
+                outver_identity(DDPC_OUT_CSV, path, m->id->hash, NULL) == DDPC_OUT_OTHER) {
+                rc = m->id->refuse ? outver_refuse(DDPC_OUT_CSV, "logging.metrics_csv", path,
+                                                   m->id, e) : 1;
+                goto fail;
+            }
             if (errno == EWOULDBLOCK)
                 rc = DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s' is being written "
                                "by another running job: two runs would splice their rows "
@@ -278,6 +301,13 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
             else
                 rc = DDPC_FAIL(e, DDPC_E_SYS, "logging.metrics_csv '%s': flock: %s", path,
                                strerror(errno));
+            goto fail;
+        }
+        /* under the lock: a file of another configuration (or unmarked
+         * content) is left as it is, and the run takes the next version */
+        if (m->id && outver_identity(DDPC_OUT_CSV, path, m->id->hash, NULL) == DDPC_OUT_OTHER) {
+            rc = m->id->refuse ? outver_refuse(DDPC_OUT_CSV, "logging.metrics_csv", path, m->id,
+                                               e) : 1;
             goto fail;
         }
         if (resume_step >= 0)
@@ -298,12 +328,31 @@ static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_ste
     }
     if (keep > 0)
         return 0;
-    char what[4200];
+    char what[4200], idline[256];
     (void)snprintf(what, sizeof what, "metrics CSV '%s'", path);
+    size_t il = csv_id_line(m, idline, sizeof idline);
+    if (il)
+        DDPC_TRY(write_flush(m->csv, idline, il, what, e));
     return write_flush(m->csv, csv_header_of(m), strlen(csv_header_of(m)), what, e);
 fail:
     (void)close(fd);            /* nothing of ours was written */
     return rc;
+}
+
+/* metrics_csv, or (with an identity) the first version of it that is free
+ * or this run's (outver.h); m->csv_path is the file opened. */
+static int csv_open(struct ddpc_metrics *m, const char *path, int64_t resume_step,
+                    struct ddpc_err *e)
+{
+    for (int k = 0; k < DDPC_OUTVER_MAX; k++) {
+        if (outver_name(DDPC_OUT_CSV, path, k, m->csv_path, sizeof m->csv_path) < 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s': path too long", path);
+        int rc = csv_open_one(m, m->csv_path, resume_step, e);
+        if (rc != 1)
+            return rc;
+    }
+    return DDPC_FAIL(e, DDPC_E_INVALID, "logging.metrics_csv '%s': versions 1 to %d are all "
+                     "other runs' files; point metrics_csv elsewhere", path, DDPC_OUTVER_MAX - 1);
 }
 
 /* ===== TensorBoard: protobuf + TFRecord ================================= */
@@ -438,8 +487,8 @@ static int tb_event(struct ddpc_metrics *m, int64_t step, const char *file_versi
 /* Names the file like TensorFlow's writer (events.out.tfevents.<time>.
  * <host>.<pid> plus a suffix), so TensorBoard and tools that glob
  * "*tfevents*" find it; O_EXCL so two runs never share one file. */
-static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
-                   struct ddpc_err *e)
+static int tb_open_one(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
+                       struct ddpc_err *e)
 {
     char host[256];
     DDPC_TRY(mkdir_p(dir, "logging.tensorboard", e));
@@ -459,6 +508,11 @@ static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
             continue;
         int err = errno;
         (void)close(lfd);       /* not ours */
+        /* another configuration's run, writing: the next version (outver.h) */
+        if (err == EWOULDBLOCK && m->id &&
+            outver_identity(DDPC_OUT_TB, dir, m->id->hash, NULL) == DDPC_OUT_OTHER)
+            return m->id->refuse ? outver_refuse(DDPC_OUT_TB, "logging.tensorboard", dir, m->id,
+                                                 e) : 1;
         if (err == EWOULDBLOCK)
             return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s' is being written by "
                              "another running job: TensorBoard would show both as one run; "
@@ -466,6 +520,26 @@ static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
                              "tensorboard directory", dir);
         return DDPC_FAIL(e, DDPC_E_SYS, "logging.tensorboard '%s': flock: %s", m->tb_path,
                          strerror(err));
+    }
+    if (m->id) {
+        /* under the lock: another configuration's directory (or events no
+         * run marked) is left as it is; a free one becomes this run's, its
+         * lock file naming the run */
+        if (outver_identity(DDPC_OUT_TB, dir, m->id->hash, NULL) == DDPC_OUT_OTHER) {
+            (void)close(lfd);   /* not ours: nothing written */
+            return m->id->refuse ? outver_refuse(DDPC_OUT_TB, "logging.tensorboard", dir, m->id,
+                                                 e) : 1;
+        }
+        char mark[256];
+        int ml = snprintf(mark, sizeof mark, "job=%s identity=%s\n",
+                          m->id->job ? m->id->job : "", m->id->hash);
+        if (ml < 0 || (size_t)ml >= sizeof mark || ftruncate(lfd, 0) != 0 ||
+            pwrite(lfd, mark, (size_t)ml, 0) != ml) {
+            int err = errno;
+            (void)close(lfd);
+            return DDPC_FAIL(e, DDPC_E_SYS, "logging.tensorboard: writing the lock file '%s': "
+                             "%s", m->tb_path, strerror(err));
+        }
     }
     m->tb_lock = lfd + 1;
     if (gethostname(host, sizeof host) == -1)
@@ -512,6 +586,26 @@ static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
     pb_byte(&ev, PB_TAG(1, 0));
     pb_byte(&ev, 1);
     return tb_record(m, ev.b, ev.n, e);
+}
+
+/* logging.tensorboard, or (with an identity) the first version of it that
+ * is free or this run's: <dir>/version_<k> (outver.h); m->tb_dir is the
+ * directory written. */
+static int tb_open(struct ddpc_metrics *m, const char *dir, int64_t resume_step,
+                   struct ddpc_err *e)
+{
+    for (int k = 0; k < DDPC_OUTVER_MAX; k++) {
+        if (outver_name(DDPC_OUT_TB, dir, k, m->tb_dir, sizeof m->tb_dir) < 0)
+            return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s': path too long", dir);
+        int rc = tb_open_one(m, m->tb_dir, resume_step, e);
+        if (rc != 1)
+            return rc;
+        if (!m->id)
+            break;
+    }
+    return DDPC_FAIL(e, DDPC_E_INVALID, "logging.tensorboard '%s': versions 1 to %d are all "
+                     "other runs' directories; point tensorboard elsewhere", dir,
+                     DDPC_OUTVER_MAX - 1);
 }
 
 /* ===== progress line ==================================================== */
@@ -567,8 +661,16 @@ int metrics_clear_progress(struct ddpc_metrics *m, struct ddpc_err *e)
 int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
                  int64_t resume_step, FILE *out, int is_tty, struct ddpc_err *e)
 {
+    return metrics_open_as(m, job, NULL, total_steps, resume_step, out, is_tty, e);
+}
+
+int metrics_open_as(struct ddpc_metrics *m, const struct ddpc_job *job,
+                    const struct ddpc_out_id *id, int64_t total_steps, int64_t resume_step,
+                    FILE *out, int is_tty, struct ddpc_err *e)
+{
     memset(m, 0, sizeof *m);
     m->job = job;
+    m->id = id;
     m->out = out;
     m->every_n_steps = job->logging.every_n_steps >= 1 ? job->logging.every_n_steps : 1;
     m->total_steps = total_steps > 0 ? total_steps : 0;

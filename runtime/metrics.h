@@ -1,6 +1,6 @@
 /* metrics.h - rank 0's observability: progress line, metrics CSV, TensorBoard.
  *
- * defines: metrics_open, metrics_step, metrics_eval, metrics_clear_progress,
+ * defines: metrics_open, metrics_open_as, metrics_step, metrics_eval, metrics_clear_progress,
  *          metrics_close, metrics_format_eta, metrics_crc32c_masked
  *
  * Only rank 0 calls any of this: the files are written by one process, so
@@ -48,8 +48,13 @@
 /* struct ddpc_metrics.progress */
 enum { DDPC_METRICS_QUIET, DDPC_METRICS_REDRAW, DDPC_METRICS_LINES };
 
+struct ddpc_out_id;
+
 struct ddpc_metrics {
     const struct ddpc_job *job;     /* not owned; outlives the metrics */
+    const struct ddpc_out_id *id;   /* the run's identity (outver.h); NULL: none. Not owned */
+    char     csv_path[4096];        /* the CSV written: metrics_csv or a version of it */
+    char     tb_dir[4096];          /* the directory written: tensorboard or a version */
     FILE    *out;                   /* progress stream (stdout); not owned, never closed */
     FILE    *csv;                   /* owned; NULL: no CSV */
     FILE    *tb;                    /* owned; NULL: no TensorBoard */
@@ -83,6 +88,17 @@ struct ddpc_metrics {
  * safe to call. */
 int metrics_open(struct ddpc_metrics *m, const struct ddpc_job *job, int64_t total_steps,
                  int64_t resume_step, FILE *out, int is_tty, struct ddpc_err *e);
+
+/* metrics_open for a run with an identity (outver.h): the CSV opens with
+ * a line "# ddpc job=NAME identity=HASH" before its header, the
+ * TensorBoard directory's lock file names it, and a path holding another
+ * configuration's output is left alone for the next version of it
+ * (metrics-v1.csv, <tensorboard>/version_1), or refused (id->refuse):
+ * m->csv_path and m->tb_dir say what was opened; the caller says so
+ * (outver_note). id is not copied and must outlive m. */
+int metrics_open_as(struct ddpc_metrics *m, const struct ddpc_job *job,
+                    const struct ddpc_out_id *id, int64_t total_steps, int64_t resume_step,
+                    FILE *out, int is_tty, struct ddpc_err *e);
 
 /* After optimizer step `step` (1-based count of steps taken) of epoch `epoch`
  * (1-based). lr is the rate just used, loss the (rank-reduced) training loss,

@@ -35,6 +35,7 @@
 #include "model.h"
 #include "ops_kernels.h"
 #include "optim.h"
+#include "outver.h"
 #include "sampler.h"
 #include "worker.h"
 
@@ -149,6 +150,7 @@ struct ddpc_run {
         int      resumed;
         char    *ident;         /* rank 0: this run's description; NULL elsewhere */
         char     ident_hash[DDPC_IDENT_HASH_LEN + 1];
+        struct ddpc_out_id out_id;  /* the identity outputs carry (outver.h) */
         double   last_t;        /* rank 0: start, or the last checkpoint written */
         double   check_t;       /* rank 0: time of the last every_n_minutes look */
         int64_t  check_step;    /* all ranks: step of that look */
@@ -528,6 +530,10 @@ static int run_ckpt_init(struct ddpc_run *r, struct ddpc_err *e)
             return DDPC_FAIL(e, DDPC_E_INVALID, "worker: the run's description exceeds %zu "
                              "bytes (paths that long?)", cap);
         ident_hash(r->ckpt.ident, r->ckpt.ident_hash);
+        r->ckpt.out_id = (struct ddpc_out_id){
+            .job = j->name, .hash = r->ckpt.ident_hash, .ident = r->ckpt.ident,
+            .refuse = j->other_run_outputs == DDPC_OTHER_OUTPUTS_REFUSE,
+        };
         r->ckpt.last_t = r->ckpt.check_t = ddpc_now();
     }
     return 0;
@@ -1352,6 +1358,31 @@ static int train_init_params(struct ddpc_run *r, struct ddpc_err *e)
     return run_resume(r, e);
 }
 
+/* Rank 0, at the start: where the outputs go when their paths hold
+ * another configuration's (outver.h): the CSV and TensorBoard versions
+ * metrics opened, and the export's as things stand (it is chosen again
+ * when it is written, at the end). other_run_outputs: refuse stops here,
+ * before any step. */
+static int train_output_notes(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = r->job;
+    const struct ddpc_metrics *m = &r->log.metrics;
+    if (j->logging.metrics_csv && *j->logging.metrics_csv)
+        outver_note(t->out, DDPC_OUT_CSV, "logging.metrics_csv", j->logging.metrics_csv,
+                    m->csv_path, &r->ckpt.out_id);
+    if (j->logging.tensorboard && *j->logging.tensorboard)
+        outver_note(t->out, DDPC_OUT_TB, "logging.tensorboard", j->logging.tensorboard,
+                    m->tb_dir, &r->ckpt.out_id);
+    const char *x = j->checkpoint.export_path;
+    if (x && *x) {
+        char v[4096];
+        DDPC_TRY(outver_resolve(DDPC_OUT_EXPORT, x, "checkpoint.export", &r->ckpt.out_id, v,
+                                sizeof v, NULL, e));
+        outver_note(t->out, DDPC_OUT_EXPORT, "checkpoint.export", x, v, &r->ckpt.out_id);
+    }
+    return 0;
+}
+
 /* Rank 0 opens its logging (progress line, metrics CSV, TensorBoard). */
 static int train_open_metrics(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
 {
@@ -1362,10 +1393,11 @@ static int train_open_metrics(struct ddpc_run *r, struct train_state *t, struct 
         r->log.mjob.logging.progress = DDPC_PROGRESS_OFF;
     /* the rows the checkpoint's run wrote up to it stay (in its steps,
      * where a resume_step regrouping numbers this run's otherwise) */
-    DDPC_TRY(metrics_open(&r->log.metrics, &r->log.mjob, r->optim.total_steps,
-                          r->ckpt.resumed ? r->ckpt.file_step : -1, t->out,
-                          t->out ? isatty(fileno(t->out)) : 0, e));
+    DDPC_TRY(metrics_open_as(&r->log.metrics, &r->log.mjob, &r->ckpt.out_id,
+                             r->optim.total_steps, r->ckpt.resumed ? r->ckpt.file_step : -1,
+                             t->out, t->out ? isatty(fileno(t->out)) : 0, e));
     r->log.on = 1;
+    DDPC_TRY(train_output_notes(r, t, e));
     /* Lightning warns of this too: a training-loss row is written every
      * every_n_steps optimizer steps, so a shorter run writes none */
     const struct ddpc_job *j = r->job;
@@ -1773,14 +1805,22 @@ static int train_export(struct ddpc_run *r, struct ddpc_err *e)
     if (!j->checkpoint.export_path || !*j->checkpoint.export_path)
         return 0;
     if (r->rank == 0) {
+        char written[4096];
         DDPC_TRY(state_to_host(r, 0, e));
         if (j->model.type == DDPC_MODEL_SEQUENTIAL || j->model.type == DDPC_MODEL_GPT)
             DDPC_TRY(ckpt_export_net(j->checkpoint.export_path, j, &r->model.net,
                                      r->ckpt.host_state, r->ckpt.host_state + r->model.n_params,
-                                     e));
+                                     &r->ckpt.out_id, written, sizeof written, e));
         else
             DDPC_TRY(ckpt_export_safetensors(j->checkpoint.export_path, j, r->ckpt.host_state,
-                                             r->model.n_params, e));
+                                             r->model.n_params, &r->ckpt.out_id, written,
+                                             sizeof written, e));
+        /* beside another configuration's export: the end of the log says where */
+        if (r->a->out && strcmp(written, j->checkpoint.export_path) != 0) {
+            fprintf(r->a->out, "exported to %s (checkpoint.export %s holds another "
+                    "configuration's model)\n", written, j->checkpoint.export_path);
+            fflush(r->a->out);
+        }
     }
     return ckpt_written_barrier(r, "the export", j->checkpoint.export_path, e);
 }

@@ -97,13 +97,16 @@
     A(DDPC_PROGRESS_ON, "true") A(DDPC_PROGRESS_OFF, "false")
 #define DDPC_ENUM_LIST_launcher(V, A, H) \
     V(DDPC_LAUNCHER_LOCAL, "local") V(DDPC_LAUNCHER_SLURM, "slurm")
+/* an output path holding another configuration's file (runtime/outver.h) */
+#define DDPC_ENUM_LIST_other_run_outputs(V, A, H) \
+    V(DDPC_OTHER_OUTPUTS_VERSION, "version") V(DDPC_OTHER_OUTPUTS_REFUSE, "refuse")
 
 /* Every list, for code that instantiates them all (spec/keytab.h). */
 #define DDPC_ENUM_LISTS(X) \
     X(strategy) X(accelerator) X(lr_scaling) X(precision) X(matmul_precision) X(model_type) \
     X(activation) \
     X(init) X(loss) X(data_format) X(optimizer_type) X(decay) X(resume) X(progress) \
-    X(launcher) X(layer_type) X(gelu_approx) X(weight_decay_on)
+    X(launcher) X(layer_type) X(gelu_approx) X(weight_decay_on) X(other_run_outputs)
 
 #define DDPC_ENUMERATOR_(id, s) id,
 #define DDPC_NO_ENUMERATOR_(id, s)
@@ -128,6 +131,7 @@ enum ddpc_launcher       { DDPC_ENUM_BODY_(launcher) };
 enum ddpc_layer_type     { DDPC_ENUM_BODY_(layer_type) };
 enum ddpc_gelu_approx    { DDPC_ENUM_BODY_(gelu_approx) };
 enum ddpc_weight_decay_on { DDPC_ENUM_BODY_(weight_decay_on) };
+enum ddpc_other_run_outputs { DDPC_ENUM_BODY_(other_run_outputs) };
 
 /* One item of a sequential model's layer list: the arguments of every type
  * side by side (a type reads only its own; the others stay 0). PyTorch's
@@ -207,6 +211,7 @@ struct ddpc_job {
     const char *checkpoint_dir;         /* NULL or "" = no checkpoints */
     double      nccl_timeout_s;         /* 0 = unset: no deadline */
     double      rank_sync_timeout_s;    /* 0 = unset: no per-step barrier */
+    enum ddpc_other_run_outputs other_run_outputs;  /* another run's output at a path */
 
     /* ---- model ---- */
     struct {

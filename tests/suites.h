@@ -11,7 +11,7 @@
     X(comm_shm) X(ddp)      X(cuda)     X(e2e)      X(ckpt)      X(metrics) \
     X(faults)   X(store)    X(comm_gloo) X(multinode) X(layers) \
     X(gpt)      X(gpt_run)  X(cuda_rows) X(cuda_attn) X(comm_nccl) \
-    X(cuda_standin)
+    X(cuda_standin) X(lifecycle)
 
 #define DDPC_DECLARE_SUITE(name) Suite *name##_suite(void);
 DDPC_SUITES(DDPC_DECLARE_SUITE)

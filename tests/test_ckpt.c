@@ -1147,7 +1147,8 @@ START_TEST(safetensors_layout_and_data)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct ddpc_err e;
     ddpc_err_clear(&e);
-    ck_assert_msg(ckpt_export_safetensors(path, &job, params, np, &e) == 0, "%s", e.msg);
+    ck_assert_msg(ckpt_export_safetensors(path, &job, params, np, NULL, NULL, 0, &e) == 0, "%s",
+                  e.msg);
 
     size_t n;
     unsigned char *b = slurp(path, &n);
@@ -1210,13 +1211,14 @@ START_TEST(safetensors_layout_and_data)
     ddpc_err_clear(&e);
     char path2[4200];
     snprintf(path2, sizeof path2, "%s/bad.safetensors", dir);
-    ck_assert_int_eq(ckpt_export_safetensors(path2, &job, params, np - 1, &e), DDPC_E_INVALID);
+    ck_assert_int_eq(ckpt_export_safetensors(path2, &job, params, np - 1, NULL, NULL, 0, &e),
+                     DDPC_E_INVALID);
     ck_assert_int_eq(file_size(path2), -1);
 
     /* Out of space during export: error, previous export intact. */
     ddpc_err_clear(&e);
     ckpt_set_fault(500, ENOSPC);
-    ck_assert_int_lt(ckpt_export_safetensors(path, &job, params, np, &e), 0);
+    ck_assert_int_lt(ckpt_export_safetensors(path, &job, params, np, NULL, NULL, 0, &e), 0);
     ckpt_set_fault(-1, 0);
     ck_assert_msg(strstr(e.msg, "no space left on device") && strstr(e.msg, path), "%s", e.msg);
     ck_assert_int_eq(file_size(path), (long long)(8 + hl + 4 * np));
@@ -1308,7 +1310,8 @@ START_TEST(safetensors_linear_model)
     snprintf(path, sizeof path, "%s/lin.safetensors", dir);
     struct ddpc_err e;
     ddpc_err_clear(&e);
-    ck_assert_msg(ckpt_export_safetensors(path, &job, params, 8, &e) == 0, "%s", e.msg);
+    ck_assert_msg(ckpt_export_safetensors(path, &job, params, 8, NULL, NULL, 0, &e) == 0, "%s",
+                  e.msg);
     size_t n;
     unsigned char *b = slurp(path, &n);
     ck_assert(strstr((char *)b + 8, "\"layers.0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],"

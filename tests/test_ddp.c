@@ -1225,6 +1225,8 @@ START_TEST(checkpoint_resume_continues_exactly)
     ck_assert_ptr_nonnull(f);
     char line[256];
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert(strncmp(line, "# ddpc job=", 11) == 0);   /* the run's identity (outver.h) */
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
     ck_assert(strncmp(line, "step,", 5) == 0);
     int rows = 0;
     while (fgets(line, sizeof line, f))

@@ -356,11 +356,15 @@ static void assert_no_partial_files(const char *cwd)
         char *t = (char *)slurp(csv, &n);
         t = realloc(t, n + 1);
         t[n] = '\0';
-        const char *hdr = "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n";
-        ck_assert_msg(strncmp(t, hdr, strlen(hdr)) == 0, "CSV header:\n%s", t);
+        /* the run's identity line (outver.h), then the header */
+        const char *id = "# ddpc job=", *hdr = "step,epoch,lr,loss,samples_per_s,eval_loss,"
+                                               "eval_accuracy\n";
+        ck_assert_msg(strncmp(t, id, strlen(id)) == 0, "CSV identity line:\n%s", t);
+        size_t body = (size_t)(strchr(t, '\n') - t) + 1;
+        ck_assert_msg(strncmp(t + body, hdr, strlen(hdr)) == 0, "CSV header:\n%s", t);
         ck_assert_msg(n > 0 && t[n - 1] == '\n', "CSV ends in a partial row:\n%s", t);
         int commas = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = body; i < n; i++) {
             if (t[i] == ',')
                 commas++;
             else if (t[i] == '\n') {
@@ -2118,10 +2122,13 @@ START_TEST(metrics_files_and_plain_output)
         lines++;
     for (const char *q = t; (q = strstr(q, ",,\n")) != NULL; q++)
         train_rows++;
-    ck_assert_msg(train_rows == EPOCHS * 256 / 64 && lines - 1 - train_rows == EPOCHS,
-                  "%d train rows, %d eval rows:\n%s", train_rows, lines - 1 - train_rows, t);
+    /* the identity line and the header are no rows */
+    ck_assert_msg(train_rows == EPOCHS * 256 / 64 && lines - 2 - train_rows == EPOCHS,
+                  "%d train rows, %d eval rows:\n%s", train_rows, lines - 2 - train_rows, t);
     const char *head = "step,epoch,lr,loss,samples_per_s,eval_loss,eval_accuracy\n64,1,";
-    ck_assert_msg(strncmp(t, head, strlen(head)) == 0, "CSV starts:\n%.300s", t);
+    ck_assert_msg(strncmp(t, "# ddpc job=" JOB_NAME " identity=", 21 + strlen(JOB_NAME)) == 0 &&
+                  strncmp(strchr(t, '\n') + 1, head, strlen(head)) == 0, "CSV starts:\n%.300s",
+                  t);
     ck_assert_msg(strstr(t, "\n2048,8,"), "no row for the last step:\n%s", t);
     assert_no_partial_files(ref);
     ck_assert_int_eq(n_names_with(tb, "events.out.tfevents."), 1);
@@ -2140,7 +2147,9 @@ START_TEST(metrics_files_and_plain_output)
         ck_assert_ptr_nonnull(arg[k]);
         snprintf(arg[k], cap, "%s=", tags[k]);
     }
-    for (char *line = strchr(t, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
+    /* the rows: after the identity line and the header */
+    for (char *line = strchr(strchr(t, '\n') + 1, '\n') + 1; *line;
+         line = strchr(line, '\n') + 1) {
         char cell[7][40];
         int c = 0;
         size_t len = 0;

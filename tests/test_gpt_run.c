@@ -287,8 +287,9 @@ START_TEST(gpt_trains_deterministically_resumes_exports_and_samples)
     size_t nc;
     char *csv = (char *)slurp(&g, "g.csv", &nc);
     csv[nc] = '\0';
-    ck_assert_msg(strncmp(csv, "step,epoch,lr,loss,tokens_per_s,eval_loss,eval_accuracy\n",
-                          56) == 0, "%s", csv);
+    ck_assert_msg(strncmp(csv, "# ddpc job=g identity=", 22) == 0 &&
+                  strncmp(strchr(csv, '\n') + 1, "step,epoch,lr,loss,tokens_per_s,eval_loss,"
+                          "eval_accuracy\n", 56) == 0, "%s", csv);
     const char *last = csv + nc - 1;
     while (last > csv && last[-1] != '\n')
         last--;
