@@ -309,6 +309,7 @@ char *emit_prologue(const struct emit_input *in, const char *plan_json, struct d
     def_cstr(&df, "M_VERSION", in->version);
     def_cstr(&df, "M_SPEC_PATH", in->spec_path);
     def_cstr(&df, "M_SPEC_HASH", in->spec_hash);
+    def_cstr(&df, "M_BUILT_FROM", in->built_from ? in->built_from : "");
     def_cbytes(&df, "M_SPEC_TEXT", in->spec_text, in->spec_len);
     def_i64(&df, "M_SPEC_LEN", (int64_t)in->spec_len);
     def_job(&df, in->job);

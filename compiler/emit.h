@@ -31,6 +31,9 @@ struct emit_input {
     const char *spec_text;       /* the spec's bytes */
     size_t      spec_len;
     const char *spec_hash;       /* 64 hex digits (spec_sha256_hex) */
+    const char *built_from;      /* "job=NAME spec=ABSOLUTE-PATH", baked as DDPC_BUILT_FROM:
+                                    what `ddpc build` reads back from a program it would
+                                    replace (NULL: "") */
     const char *version;         /* ddpc version, baked as DDPC_COMPILER_VERSION */
     const char *templates_dir;   /* holds job_config.h.m4, job.plan.json.m4, job.sbatch.m4 */
     const char *m4;              /* m4 program; NULL: "m4" on PATH */

@@ -2,7 +2,7 @@
  *
  *   ddpc check FILE|DIR|-...           validate specs (compiler/check.c)
  *   ddpc plan FILE|- [--json] [--no-data]   the static launch plan
- *   ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]
+ *   ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data] [--force]
  *   ddpc schema                        JSON Schema of the language (compiler/check.c)
  *   ddpc --version | --help | help [COMMAND]
  * check, plan and build take --set KEY.PATH=VALUE (repeatable), and "-" for
@@ -43,7 +43,7 @@ static const char usage_text[] =
     "usage: ddpc check FILE|DIR|-... [--format text|json|github] [--set KEY=VALUE]...\n"
     "       ddpc plan FILE|- [--json] [--no-data] [--set KEY=VALUE]...\n"
     "       ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
-    "                  [--set KEY=VALUE]...\n"
+    "                  [--force] [--set KEY=VALUE]...\n"
     "       ddpc schema [--format json|markdown|coming-from]\n"
     "       ddpc --version | --help | help COMMAND | COMMAND --help\n"
     "\n"
@@ -58,6 +58,7 @@ static const char usage_text[] =
     "          --cpu-only      never link the CUDA backend\n"
     "          --no-data       do not read data files (plan and build); counts\n"
     "                          that need them are left unknown\n"
+    "          --force         replace OUT even when it was built from another spec\n"
     "  schema  print the JSON Schema of the spec language\n"
     "  FILE -  the spec on standard input (\"<stdin>\" in messages; its relative\n"
     "          paths resolve against the current directory); a FILE that is a pipe\n"
@@ -79,7 +80,7 @@ static const char plan_usage[] =
 
 static const char build_usage[] =
     "usage: ddpc build FILE|- [-o OUT] [--emit-dir DIR] [--verbose] [--cpu-only] [--no-data]\n"
-    "                  [--set KEY.PATH=VALUE]...\n"
+    "                  [--force] [--set KEY.PATH=VALUE]...\n"
     "  check, plan, generate job_config.h from the m4 templates and compile the\n"
     "  job program OUT (default ./NAME from the spec)\n"
     "  -o OUT          the program to write\n"
@@ -87,6 +88,9 @@ static const char build_usage[] =
     "  --verbose       print the m4 and compiler command lines\n"
     "  --cpu-only      never load the CUDA backend\n"
     "  --no-data       do not read data files (for building where the data is not)\n"
+    "  --force         replace OUT even when it was built from another spec (or by\n"
+    "                  another tool): without it, such a program is kept and the\n"
+    "                  build refused\n"
     "  --set K=V       override key K (dotted) with the YAML value V; repeatable;\n"
     "                  the program carries the overrides and their hash\n"
     "exit: 0 ok, 1 invalid spec, 2 usage or I/O error, 3 compile failure\n";
@@ -291,6 +295,59 @@ static int check_output(const char *out, const char *spec, int defaulted, struct
     return 0;
 }
 
+/* A program at OUT that ddpc built from another spec is another job's:
+ * `ddpc build` replaces it only with --force (a sweep that rebuilt one
+ * -o for every configuration lost all programs but the last). The spec a
+ * program came from is the DDPC-BUILT-FROM line runtime/job.c bakes into
+ * it; the file is read, never run. A program without one (another tool's,
+ * or an older ddpc's) is refused the same way. */
+static int check_replace(const char *out, const char *built_from, int force,
+                         struct ddpc_diag *d)
+{
+    struct stat st;
+    if (force || stat(out, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;   /* nothing there: check_output has refused anything else */
+    if (st.st_size > ((off_t)1 << 30)) {
+        diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "an existing file of %lld bytes: not a "
+                 "program ddpc built; refusing to replace it (--force does, or choose another "
+                 "output with -o)", (long long)st.st_size);
+        return -1;
+    }
+    int fd = open(out, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    char *b = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (fd >= 0 && b && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (fd >= 0)
+        (void)close(fd);   /* read-only */
+    char theirs[4200] = "";
+    static const char mark[] = "\nDDPC-BUILT-FROM ";
+    const char *m = b ? memmem(b, got, mark, sizeof mark - 1) : NULL;
+    if (m) {
+        const char *v = m + sizeof mark - 1, *nl = memchr(v, '\n', got - (size_t)(v - b));
+        if (nl && (size_t)(nl - v) < sizeof theirs)
+            memcpy(theirs, v, (size_t)(nl - v));
+    }
+    free(b);
+    if (theirs[0] && strcmp(theirs, built_from) == 0)
+        return 0;
+    if (theirs[0])
+        diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "this program was built from another spec "
+                 "(%s; this build is %s): refusing to replace it. Choose another output with "
+                 "-o, or replace it with --force", theirs, built_from);
+    else
+        diag_add(d, DDPC_SEV_ERROR, out, 0, 0, "", "a program that does not say which spec "
+                 "it was built from (another tool's, or an older ddpc's): refusing to replace "
+                 "it. Choose another output with -o, or replace it with --force");
+    return -1;
+}
+
 /* How the plan and the sbatch script name the program: ./BASENAME, the
  * binary as run from its own directory. Not the -o path as given: the plan
  * is baked into the binary and must not depend on where it was built
@@ -311,7 +368,7 @@ static char *program_name(const char *out)
 static int cmd_build(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *emit_dir = NULL;
-    int verbose = 0, cpu_only = 0, no_data = 0, r;
+    int verbose = 0, cpu_only = 0, no_data = 0, force = 0, r;
     struct cli_sets sets = { .n = 0 };
     for (int i = 1; i < argc; i++) {
         if ((r = cli_take_set(argc, argv, &i, "build", &sets)) != 0) {
@@ -336,6 +393,8 @@ static int cmd_build(int argc, char **argv)
             cpu_only = 1;
         } else if (strcmp(argv[i], "--no-data") == 0) {
             no_data = 1;
+        } else if (strcmp(argv[i], "--force") == 0) {
+            force = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return usage_error("build: unknown option %s", argv[i]);
         } else if (file) {
@@ -362,7 +421,7 @@ static int cmd_build(int argc, char **argv)
     struct spec_doc *doc = NULL;
     char prefix[PATH_MAX], hash[65];
     char *tmp_dir = NULL, *program = NULL, *out_default = NULL, *templates = NULL;
-    char *sbatch = NULL, *cc_output = NULL;
+    char *sbatch = NULL, *cc_output = NULL, *built_from = NULL;
     diag_init(&d);
 
     intr_install();     /* an interrupt leaves no temp file or directory behind */
@@ -382,6 +441,17 @@ static int cmd_build(int argc, char **argv)
     if (!(program = program_name(out)))
         goto oom;
     if (check_output(out, file, out == out_default, &d) != 0)
+        goto fail;
+    {   /* the spec this program comes from: its file, wherever it is built from */
+        char abs[PATH_MAX];
+        int from_stdin = strcmp(file, "-") == 0;
+        if (from_stdin || !realpath(file, abs))
+            (void)snprintf(abs, sizeof abs, "%s", from_stdin ? DDPC_SPEC_STDIN : file);
+        if ((from_stdin ? asprintf(&built_from, "spec=%s job=%s", abs, job.name)
+                        : asprintf(&built_from, "spec=%s", abs)) < 0)
+            goto oom;
+    }
+    if (check_replace(out, built_from, force, &d) != 0)
         goto fail;
 
     rc = EXIT_INVALID;
@@ -425,7 +495,8 @@ static int cmd_build(int argc, char **argv)
     struct emit_input in = {
         .job = &job, .plan = &plan, .spec_text = spec_text,
         .spec_path = strcmp(file, "-") == 0 ? DDPC_SPEC_STDIN : file,
-        .spec_len = spec_len, .spec_hash = hash, .version = DDPC_VERSION,
+        .spec_len = spec_len, .spec_hash = hash, .built_from = built_from,
+        .version = DDPC_VERSION,
         .templates_dir = templates, .m4 = NULL, .log = verbose ? stderr : NULL,
     };
     rc = EXIT_COMPILE;
@@ -475,6 +546,7 @@ done:
     free(program);
     free(out_default);
     free(cc_output);
+    free(built_from);
     plan_free(&plan);
     spec_doc_free(doc);
     diag_free(&d);

@@ -35,6 +35,14 @@
 #define DDPC_GLOO_PLUGIN NULL
 #endif
 
+#ifdef DDPC_BUILT_FROM
+/* Where this program came from, as bytes in the file: `ddpc build -o` of
+ * another spec (or another job) refuses to replace it without --force
+ * (compiler/main.c reads the line back; it never runs the program). */
+__attribute__((used)) static const char ddpc_built_from[] =
+    "\nDDPC-BUILT-FROM " DDPC_BUILT_FROM "\n";
+#endif
+
 int main(int argc, char **argv)
 {
     const struct ddprt_program program = {

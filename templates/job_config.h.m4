@@ -20,6 +20,7 @@ m4_dnl spec/keys.def: a new key needs no edit here.
 #define DDPC_COMPILER_VERSION M_VERSION
 #define DDPC_SPEC_PATH M_SPEC_PATH
 #define DDPC_SPEC_HASH M_SPEC_HASH
+#define DDPC_BUILT_FROM M_BUILT_FROM  /* ddpc build reads it back before replacing the program */
 #define DDPC_SPEC_LEN M_SPEC_LEN
 #define DDPC_JOB_NAME M_NAME
 

@@ -1,5 +1,5 @@
 /* test_lifecycle.c - after training, as a user runs it: runs that never
- * overwrite each other's outputs (outver.h).
+ * overwrite each other's outputs (outver.h), `ddpc build --force`.
  *
  * One small job serves them: a CNN on 8x8 images of three classes (a
  * quadrant brighter than the others), trained by 2 CPU workers in about a
@@ -300,6 +300,56 @@ START_TEST(sweep_of_four_learning_rates_keeps_four_exports)
 }
 END_TEST
 
+/* `ddpc build -o OUT` keeps a program at OUT built from another spec (a
+ * sweep that builds one -o per configuration from several specs, a typo
+ * in -o) unless --force; rebuilding from the same spec replaces it. */
+START_TEST(build_keeps_another_specs_program)
+{
+    struct lc f = { 0 };
+    lc_make(&f, "lc-force", NULL, 1);
+    char *ddpc = NULL, *other = path_in(f.dir, "other.yaml");
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    char *text = read_whole(f.spec, NULL);
+    ck_assert_int_eq(write_file(other, text, strlen(text)), 0);
+    free(text);
+    struct stat st0, st1;
+    ck_assert_int_eq(stat(f.job, &st0), 0);
+    struct run_result r;
+    char *same[] = { ddpc, "build", f.spec, "-o", f.job, "--set", "epochs=1", NULL };
+    lc_run(&f, same, 0, &r);
+    run_result_free(&r);
+    char *b[] = { ddpc, "build", other, "-o", f.job, NULL };
+    lc_run(&f, b, 2, &r);
+    ck_assert_msg(strstr(r.err, "this program was built from another spec (spec=") &&
+                  strstr(r.err, "job.yaml; this build is spec=") && strstr(r.err, "--force"),
+                  "%s", r.err);
+    run_result_free(&r);
+    ck_assert_int_eq(stat(f.job, &st1), 0);
+    char *bf[] = { ddpc, "build", other, "-o", f.job, "--force", NULL };
+    lc_run(&f, bf, 0, &r);
+    run_result_free(&r);
+    char *p[] = { f.job, "--version", NULL };
+    lc_run(&f, p, 0, &r);
+    ck_assert_msg(strstr(r.out, "other.yaml"), "%s", r.out);
+    run_result_free(&r);
+    /* a program no ddpc marked */
+    char *ls = path_in(f.dir, "ls");
+    size_t n;
+    char *bytes = read_whole("/bin/true", &n);
+    ck_assert_int_eq(write_file(ls, bytes, n), 0);
+    ck_assert_int_eq(chmod(ls, 0755), 0);
+    free(bytes);
+    char *bl[] = { ddpc, "build", f.spec, "-o", ls, NULL };
+    lc_run(&f, bl, 2, &r);
+    ck_assert_msg(strstr(r.err, "does not say which spec it was built from"), "%s", r.err);
+    run_result_free(&r);
+    free(ls);
+    free(other);
+    free(ddpc);
+    lc_free(&f);
+}
+END_TEST
+
 Suite *lifecycle_suite(void)
 {
     Suite *s = suite_create("lifecycle");
@@ -307,6 +357,7 @@ Suite *lifecycle_suite(void)
     tcase_set_timeout(ver, 300);
     tcase_add_test(ver, version_names);
     tcase_add_test(ver, sweep_of_four_learning_rates_keeps_four_exports);
+    tcase_add_test(ver, build_keeps_another_specs_program);
     suite_add_tcase(s, ver);
     return s;
 }
