@@ -103,17 +103,7 @@ void ckpt_set_slow(double seconds)
 /* atomic files: temp in the same directory, fsync, rename, fsync(dir)     */
 /* ===================================================================== */
 
-struct ckpt_afile {
-    int      fd;                /* -1 when closed */
-    int      renamed;           /* the final name exists: nothing to unlink */
-    uint64_t written;           /* bytes written so far */
-    uint64_t total;             /* bytes the file will have, for messages */
-    const char *what;           /* "checkpoint_dir <dir>" etc., message prefix */
-    const char *intact;         /* what a failure leaves intact, for messages */
-    char     dir[PATH_MAX];
-    char     tmp[PATH_MAX];
-    char     final[PATH_MAX];
-};
+/* struct ckpt_afile is in ckpt.h (predict.c writes its output with it) */
 
 /* This machine's name for temp file names: checkpoint_dir may be on a file
  * system shared by several nodes, and a pid is only meaningful on the host
@@ -1008,6 +998,52 @@ out:
     return rc;
 }
 
+int ckpt_find_newest(const char *dir, const char *job_name, const char *ident_hash,
+                     struct ddpc_ckpt *out, char *path_out, size_t path_cap, int *others,
+                     FILE *report, struct ddpc_err *e)
+{
+    memset(out, 0, sizeof *out);
+    *others = 0;
+    if (path_out && path_cap)
+        path_out[0] = '\0';
+    DDPC_TRY(check_job_name(job_name, e));
+    struct ckpt_entry *v = NULL;
+    size_t n = 0;
+    int missing = 0, rc = 0;
+    char path[PATH_MAX];
+    DDPC_TRY(list_ckpts(dir, job_name, &v, &n, &missing, e));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (v[i].tag[0] && strncmp(v[i].tag, ident_hash, DDPC_CKPT_TAG_LEN) != 0) {
+            ++*others;
+            continue;
+        }
+        if ((rc = path_join(path, sizeof path, e, "%s/%s", dir, v[i].name)) < 0)
+            break;
+        struct ddpc_err re;
+        ddpc_err_clear(&re);
+        if (ckpt_read(path, out, &re) < 0) {
+            if (report)
+                fprintf(report, "ckpt: skipping %s; trying the previous checkpoint\n", re.msg);
+            continue;
+        }
+        if (strcmp(out->ident_hash, ident_hash) != 0) {
+            ++*others;
+            ckpt_free(out);
+            memset(out, 0, sizeof *out);
+            continue;
+        }
+        rc = 1;
+        if (path_out && path_cap && (size_t)snprintf(path_out, path_cap, "%s", path) >= path_cap) {
+            ckpt_free(out);
+            memset(out, 0, sizeof *out);
+            rc = DDPC_FAIL(e, DDPC_E_INVALID, "ckpt_find_newest: path_out too small for %s",
+                           path);
+        }
+    }
+    entries_free(v, n);
+    return rc;
+}
+
 /* Does the header of dir/name hold identity ident_hash? Reads the header
  * only (its own checksum included); anything unreadable is "no". */
 static int header_has_ident(const char *path, const char *ident_hash)
@@ -1437,33 +1473,39 @@ static const char *act_name(enum ddpc_activation a)
 int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
                   struct ddpc_err *e)
 {
+    return ckpt_read_net_as(path, "model.init_from", net, params, state, e);
+}
+
+int ckpt_read_net_as(const char *path, const char *what, const struct ddpc_net *net,
+                     float *params, float *state, struct ddpc_err *e)
+{
     FILE *f = fopen(path, "rbe");
     if (!f)
-        return DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s", path, strerror(errno));
+        return DDPC_FAIL(e, DDPC_E_DATA, "%s %s: %s", what, path, strerror(errno));
     unsigned char lb[8];
     char *hdr = NULL;
     int rc = 0;
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: not a regular file", path);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: not a regular file", what, path);
         goto out;
     }
     if (fread(lb, 1, 8, f) != 8) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: too short for safetensors", path);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: too short for safetensors", what, path);
         goto out;
     }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--)
         hl = hl << 8 | lb[i];
     if (hl < 2 || hl > (uint64_t)st.st_size - 8 || hl > (64u << 20)) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: header length %llu does not fit "
-                       "the file (%lld bytes): not a safetensors file", path,
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: header length %llu does not fit "
+                       "the file (%lld bytes): not a safetensors file", what, path,
                        (unsigned long long)hl, (long long)st.st_size);
         goto out;
     }
     hdr = malloc(hl + 1);
     if (!hdr || fread(hdr, 1, hl, f) != hl) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: cannot read its header", path);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: cannot read its header", what, path);
         goto out;
     }
     hdr[hl] = '\0';
@@ -1474,24 +1516,25 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
     size_t kl;
     int entries = 0, more;
     if (body >= end || *body != '{') {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: its header is not a JSON object: "
-                       "not a safetensors file", path);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: its header is not a JSON object: "
+                       "not a safetensors file", what, path);
         goto out;
     }
     body++;
     for (const char *p = body; (more = st_next(&p, end, &k, &kl, &val, &ve)) > 0;)
         entries += !(kl == 12 && memcmp(k, "__metadata__", 12) == 0);
     if (more < 0) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: its header is not valid JSON: not a "
-                       "safetensors file", path);
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: its header is not valid JSON: not a "
+                       "safetensors file", what, path);
         goto out;
     }
     /* a tied weight is in the file twice (nanoGPT's state_dict: wte and
      * lm_head.weight); read it once under each name and require equality */
     int tied = net->tie_tensor >= 0 && net->tie_tensor < net->n_tensors && net->tie_name[0];
     if (entries != net->n_tensors + tied) {
-        rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s holds %d tensors; this model has %d "
-                       "(`ddpc plan` lists them%s%s; the file must hold exactly those names)", path,
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s holds %d tensors; this model has %d "
+                       "(`ddpc plan` lists them%s%s; the file must hold exactly those names)",
+                       what, path,
                        entries, net->n_tensors + tied, tied ? ", and the tied " : "",
                        tied ? net->tie_name : "");
         goto out;
@@ -1507,7 +1550,7 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
             T = &tie_alias;
             tie_copy = malloc(4 * T->numel + 4);
             if (!tie_copy) {
-                rc = DDPC_FAIL(e, DDPC_E_NOMEM, "model.init_from %s: out of memory", path);
+                rc = DDPC_FAIL(e, DDPC_E_NOMEM, "%s %s: out of memory", what, path);
                 break;
             }
         }
@@ -1520,12 +1563,12 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                 close = ve - 1;   /* its '}' */
             }
         if (times > 1) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s holds tensor %s %d times", path,
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s holds tensor %s %d times", what, path,
                            T->name, times);
             break;
         }
         if (!close) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s has no tensor %s", path, T->name);
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s has no tensor %s", what, path, T->name);
             break;
         }
         const char *dt = st_field(open, close, "dtype");
@@ -1535,7 +1578,7 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
         int no = st_ints(st_field(open, close, "data_offsets"), close, offs, 2);
         int want_i64 = T->is_count;
         if (!(want_i64 ? (is_i64 || is_f32) : is_f32)) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s is not %s", path,
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: tensor %s is not %s", what, path,
                            T->name, want_i64 ? "I64" : "F32");
             break;
         }
@@ -1550,27 +1593,28 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
             for (int i = 0; i < nd && nd > 0; i++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
                          (unsigned long long)shp[i]);
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s has shape %s], this "
-                           "model's has %s]", path, T->name, nd < 0 ? "(unreadable" : got, want);
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: tensor %s has shape %s], this "
+                           "model's has %s]", what, path, T->name, nd < 0 ? "(unreadable" : got,
+                           want);
             break;
         }
         uint64_t esz = is_i64 ? 8 : 4;
         if (no != 2 || offs[1] < offs[0] || offs[1] - offs[0] != esz * T->numel ||
             offs[1] > data_len) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: tensor %s's data_offsets do not "
-                           "fit its shape or the file", path, T->name);
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: tensor %s's data_offsets do not "
+                           "fit its shape or the file", what, path, T->name);
             break;
         }
         float *dst = t == net->n_tensors ? tie_copy
                                          : (T->kind == DDPC_TENSOR_PARAM ? params : state) + T->off;
         if (fseeko(f, (off_t)(8 + hl + offs[0]), SEEK_SET) != 0) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s", path, strerror(errno));
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: %s", what, path, strerror(errno));
             break;
         }
         if (is_i64 || (want_i64 && is_f32)) {
             unsigned char b8[8] = { 0 };
             if (fread(b8, 1, (size_t)esz, f) != esz) {
-                rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: truncated", path);
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: truncated", what, path);
                 break;
             }
             if (is_i64) {
@@ -1582,7 +1626,7 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                 memcpy(dst, b8, 4);
             }
         } else if (fread(dst, 4, T->numel, f) != T->numel) {
-            rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: truncated", path);
+            rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: truncated", what, path);
             break;
         }
         if (t == net->n_tensors) {
@@ -1591,9 +1635,9 @@ int ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, f
                 size_t i = 0;
                 while (i < W->numel && memcmp(&tie_copy[i], &params[W->off + i], 4) == 0)
                     i++;
-                rc = DDPC_FAIL(e, DDPC_E_DATA, "model.init_from %s: %s differs from %s (element "
+                rc = DDPC_FAIL(e, DDPC_E_DATA, "%s %s: %s differs from %s (element "
                                "%zu: %.9g vs %.9g), but this model ties them (one weight): a "
-                               "file of an untied model cannot be continued", path,
+                               "file of an untied model cannot be continued", what, path,
                                net->tie_name, W->name, i, (double)tie_copy[i],
                                (double)params[W->off + i]);
             }
@@ -1669,6 +1713,36 @@ static int export_commit(struct ckpt_afile *f, const char *path, const struct dd
     if (rc == 0 && written && cap)
         (void)snprintf(written, cap, "%s", f->final);
     return rc;
+}
+
+int ckpt_out_open(struct ckpt_afile *f, const char *path, const char *what, const char *key,
+                  const char *intact, struct ddpc_err *e)
+{
+    f->fd = -1;
+    f->tmp[0] = '\0';
+    f->renamed = 0;
+    char dir[PATH_MAX];
+    size_t base_off = 0;
+    DDPC_TRY(split_dir(path, dir, sizeof dir, &base_off, e));
+    if (!path[base_off])
+        return DDPC_FAIL(e, DDPC_E_INVALID, "%s %s: names a directory, not a file", what, path);
+    DDPC_TRY(dir_ready(dir, what, key, e));
+    return afile_open(f, dir, path + base_off, 0, what, intact, e);
+}
+
+int ckpt_out_write(struct ckpt_afile *f, const void *buf, size_t n, struct ddpc_err *e)
+{
+    return afile_write(f, buf, n, e);
+}
+
+int ckpt_out_commit(struct ckpt_afile *f, struct ddpc_err *e)
+{
+    return afile_commit(f, e);
+}
+
+void ckpt_out_abort(struct ckpt_afile *f)
+{
+    afile_abort(f);
 }
 
 /* __metadata__'s identity entries: the run's identity hash and the lines

@@ -1,10 +1,10 @@
 /* ckpt.h - checkpoints: atomic write, verified read, resume selection,
  * pruning, pre-flight checks, and safetensors export of the final model.
  *
- * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_prune,
+ * defines: ckpt_write, ckpt_read, ckpt_free, ckpt_find_resume, ckpt_find_newest, ckpt_prune,
  *          ckpt_newest_mtime, ckpt_preflight, ckpt_preflight_n, ckpt_preflight_export,
  *          ckpt_file_size, ckpt_export_safetensors, ckpt_export_identity,
- *          ckpt_remove_stale_export_temps,
+ *          ckpt_remove_stale_export_temps, ckpt_out_open/write/commit/abort,
  *          ckpt_set_fault, ckpt_set_slow (tests only)
  *
  * Only rank 0 calls the writers. Nothing here trains, communicates or
@@ -151,6 +151,16 @@ int  ckpt_find_resume(const char *dir, const char *job_name, const char *ident_h
                       char *path_out, size_t path_cap, FILE *report,
                       struct ddpc_err *e);
 
+/* The newest readable checkpoint of identity ident_hash among job_name's
+ * in dir (./job --eval's "last"): by name's tag, then the header's full
+ * identity. Never writes; a corrupt one gets a line on report (may be NULL)
+ * and the one before is tried. Returns 1 with *out filled (ckpt_free it)
+ * and path_out set, 0 when there is none (no directory, or no file of this
+ * identity: *others counts those of other identities), negative on error. */
+int  ckpt_find_newest(const char *dir, const char *job_name, const char *ident_hash,
+                      struct ddpc_ckpt *out, char *path_out, size_t path_cap, int *others,
+                      FILE *report, struct ddpc_err *e);
+
 /* Removes this job's checkpoints of identity ident_hash beyond the
  * keep_last most recently written (modification time, then step;
  * keep_last <= 0 or ident_hash NULL keeps all), and temp files left by dead
@@ -187,6 +197,30 @@ int  ckpt_preflight_export(const char *path, struct ddpc_err *e);
  * host (an export interrupted by a signal); ckpt_prune does the same for
  * checkpoint_dir. NULL or "" is no export: 0. */
 int  ckpt_remove_stale_export_temps(const char *path, struct ddpc_err *e);
+
+/* An output file written atomically, as checkpoints are: a temp file
+ * beside it (.<name>.tmp.<host>.<pid>, which ckpt_remove_stale_export_temps
+ * finds when its writer died), fsync, rename over the name, fsync(dir).
+ * ckpt_out_open creates missing parent directories; what ("--predict -o")
+ * and key (what to change) prefix messages, intact says what a failure
+ * leaves ("any earlier file is intact"). ckpt_out_abort always, after a
+ * commit too: it unlinks the temp file unless it was renamed. */
+struct ckpt_afile {
+    int      fd;                /* -1 when closed */
+    int      renamed;           /* the final name exists: nothing to unlink */
+    uint64_t written;           /* bytes written so far */
+    uint64_t total;             /* bytes the file will have, for messages */
+    const char *what;           /* "checkpoint_dir <dir>" etc., message prefix */
+    const char *intact;         /* what a failure leaves intact, for messages */
+    char     dir[4096];
+    char     tmp[4096];
+    char     final[4096];
+};
+int  ckpt_out_open(struct ckpt_afile *f, const char *path, const char *what, const char *key,
+                   const char *intact, struct ddpc_err *e);
+int  ckpt_out_write(struct ckpt_afile *f, const void *buf, size_t n, struct ddpc_err *e);
+int  ckpt_out_commit(struct ckpt_afile *f, struct ddpc_err *e);
+void ckpt_out_abort(struct ckpt_afile *f);
 
 /* Writes the model's parameters (flat buffer, model.h's order) as a
  * safetensors file, atomically, creating missing parent directories. Tensor names follow a PyTorch module whose
@@ -230,6 +264,10 @@ struct ddpc_net;
  * file is untrusted: every offset is checked against the file's size. */
 int  ckpt_read_net(const char *path, const struct ddpc_net *net, float *params, float *state,
                    struct ddpc_err *e);
+/* The same, messages naming the file as `what` ("--model") instead of
+ * model.init_from. */
+int  ckpt_read_net_as(const char *path, const char *what, const struct ddpc_net *net,
+                      float *params, float *state, struct ddpc_err *e);
 /* id, written: as ckpt_export_safetensors. */
 int  ckpt_export_net(const char *path, const struct ddpc_job *job, const struct ddpc_net *net,
                      const float *params, const float *state, const struct ddpc_out_id *id,

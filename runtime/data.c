@@ -1493,6 +1493,24 @@ void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
     }
 }
 
+void data_elements_to_float(const void *raw, size_t n, char kind, int size, int big_endian,
+                            int boolean, float *out)
+{
+    const unsigned char *p = raw;
+    if (kind == 'u' && size == 1 && !boolean) {
+        u8_to_float(p, out, n, 1.0f / 255.0f);   /* inputs_from_array's u8_scale */
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = boolean ? (float)(p[i] != 0)
+                         : (float)elem_load(p + i * (size_t)size, kind, size, big_endian);
+}
+
+int data_csv_number(const char *s, double *v)
+{
+    return csv_number(s, v);
+}
+
 void data_prefetch(const struct ddpc_dataset *ds, const int64_t *idx, int count)
 {
 #if defined(__GNUC__)

@@ -110,6 +110,17 @@ int  data_set_windows(struct ddpc_dataset *ds, int32_t T, int64_t stride, int32_
  * labels_out[i * T + t] = d[s + t + 1], s = idx[i] * stride. */
 void data_gather(const struct ddpc_dataset *ds, const int64_t *idx, int count,
                  float *x_out, int32_t *labels_out, float *y_out);
+/* n stored elements of an IDX or NPY array (kind 'u' 'i' 'f', size bytes
+ * each, byte order, numpy bool) into out[n] as the floats a model reads:
+ * exactly what data_load then data_gather make of them (uint8 pixels times
+ * 1/255, bools 0 or 1, anything else its value as float32). For inputs
+ * read in pieces (./job --predict, predict.c). */
+void data_elements_to_float(const void *raw, size_t n, char kind, int size, int big_endian,
+                            int boolean, float *out);
+/* One CSV field as data_load reads it (blanks and quotes around it,
+ * decimal only): 1 with *v set, 0 when it is not a number. */
+int  data_csv_number(const char *s, double *v);
+
 /* Hints the CPU to start loading the inputs of samples idx[0..count) (the
  * next batch) into cache, so the next data_gather does not wait on DRAM.
  * No effect on results. */

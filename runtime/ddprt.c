@@ -1,7 +1,8 @@
 /* ddprt.c - ddprt_main: what ./job does between argv and the exit status.
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
- * --master --sample --prompt --temperature), the backend and device choice
+ * --master --sample --prompt --temperature --eval --predict -o --checkpoint
+ * --model --data --labels), the backend and device choice
  * (cpu / gpu / auto), the dry-run report of the baked job, the rendezvous (node 0 hosts the job's store,
  * store.h, for gloo and NCCL alike: at master_addr:master_port, or on an
  * ephemeral loopback port for a one-node GPU job), the node rank and the
@@ -69,8 +70,10 @@
 #include "ddprt.h"
 #include "devprobe.h"
 #include "env.h"
+#include "evaluate.h"
 #include "keytab.h"
 #include "launch.h"
+#include "predict.h"
 #include "same_file.h"
 #include "std_fds.h"
 #include "sample.h"
@@ -109,6 +112,8 @@ struct ddprt_run {
     int   has_test;
     double t_launch;
     struct ddpc_sample_opts sample;    /* --sample; n 0: none */
+    int   evaluating;                  /* --eval or --predict: no training (evaluate.h) */
+    struct ddpc_eval_opts eval;
 };
 
 /* ===== flags ===== */
@@ -122,6 +127,14 @@ struct ddprt_flags {
     const char *prompt;                /* --prompt TEXT */
     double temperature;                /* --temperature T; default 1 */
     int have_temperature;
+    /* the model without training (evaluate.h) */
+    int eval;                          /* --eval */
+    const char *predict;               /* --predict INPUT */
+    const char *output;                /* -o / --output OUT */
+    const char *checkpoint;            /* --checkpoint last|best|FILE */
+    const char *model;                 /* --model FILE.safetensors */
+    const char *data;                  /* --data PATH (--eval) */
+    const char *labels;                /* --labels PATH (--eval --data, idx and npy) */
 };
 
 static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *p)
@@ -129,6 +142,10 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
     fprintf(f,
             "usage: %s [--dry-run] [--resume PATH] [--node-rank K] [--master HOST:PORT]\n"
             "       [--sample N [--prompt TEXT] [--temperature T]]\n"
+            "       %s --eval [--checkpoint last|FILE | --model FILE]\n"
+            "              [--data PATH [--labels PATH]]\n"
+            "       %s --predict INPUT -o OUT.npy|OUT.csv\n"
+            "              [--checkpoint last|FILE | --model FILE]\n"
             "\n"
             "Trains the job `%s` built by ddpc from %s: one worker process per device,\n"
             "gradients all-reduced every step.\n"
@@ -139,7 +156,10 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "                     else $SLURM_PROCID, else 0)\n"
             "  --master HOST:PORT the rendezvous, hosted by node 0 (default: launch.master_addr\n"
             "                     and master_port from the spec; IPv6 as [ADDR]:PORT; one-node\n"
-            "                     GPU jobs pick a free local port)\n"
+            "                     GPU jobs pick a free local port)\n",
+            argv0, argv0, argv0, p->job->name ? p->job->name : "?",
+            p->spec_path ? p->spec_path : "?");
+    fputs(
             "  --sample N         after training (or when a resumed job has nothing left to\n"
             "                     train), generate N tokens from the final model: rank 0, the\n"
             "                     job's seed; raw bytes when vocab_size <= 256, else token ids\n"
@@ -148,19 +168,42 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "                     are the tokens; default: a newline)\n"
             "  --temperature T    divide the logits by T >= 0 before sampling; 0 takes the most\n"
             "                     likely token (default 1)\n"
+            "  --eval             score the model on the test set (data.test) on the job's\n"
+            "                     workers, train nothing, write nothing: the numbers the end of\n"
+            "                     training prints for the same weights\n"
+            "  --checkpoint W     the weights --eval and --predict use: last (the newest\n"
+            "                     checkpoint of this configuration in checkpoint_dir; the\n"
+            "                     default), or a checkpoint file (./best, ./last for files of\n"
+            "                     those names); without checkpoint_dir, the default is the export\n"
+            "  --model FILE       a safetensors export (checkpoint.export's, or PyTorch's with\n"
+            "                     the same tensor names) instead of a checkpoint\n"
+            "  --data PATH        --eval on this file, in data.test's format (data.train's\n"
+            "                     without a test set); --labels PATH for idx and npy\n"
+            "  --predict INPUT    run the model over INPUT (NPY, IDX, CSV; a gpt: text or an\n"
+            "                     llm.c shard), streamed, on every worker, into -o OUT: .npy or\n"
+            "                     .csv, one row per sample in input order: class and\n"
+            "                     probabilities (cross_entropy), the outputs (mse), or for a\n"
+            "                     gpt per token: token, next (most likely next token), prob,\n"
+            "                     logprob of the actual next token (context: its block_size\n"
+            "                     window, as data.test's); OUT appears whole or not at all\n"
+
             "  --version          print the ddpc version and the spec's hash\n"
             "  --help             this text\n"
             "\n"
             "Checkpoints (checkpoint_dir): the newest valid one is resumed from unless\n"
             "checkpoint.resume says otherwise; a corrupt one is reported and skipped.\n"
+            "Outputs (checkpoint.export, metrics_csv, tensorboard) carry the run's identity:\n"
+            "a path holding another configuration's is left alone and the run writes the\n"
+            "next version beside it (model-v1.safetensors, metrics-v1.csv, <dir>/version_1)\n"
+            "and says so; other_run_outputs: refuse stops instead.\n"
             "\n"
-            "Exit status: 0 trained; 1 a worker failed (the message names its rank, device\n"
-            "and cause) or a check before training failed; 2 bad arguments; 130 / 143 / 129\n"
-            "/ 138 / 140 stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2 (every\n"
-            "worker is stopped, no partial file is left; no checkpoint is written for the\n"
-            "signal); 141, without a message, when standard output is a pipe whose reader\n"
-            "ended (./job | head), likewise.\n",
-            argv0, p->job->name ? p->job->name : "?", p->spec_path ? p->spec_path : "?");
+            "Exit status: 0 trained (or evaluated, predicted); 1 a worker failed\n"
+            "(the message names its rank, device and cause) or a check before training\n"
+            "failed; 2 bad arguments; 130 / 143 / 129 / 138 / 140 stopped by SIGINT /\n"
+            "SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2 (every worker is stopped, no partial\n"
+            "file is left; no checkpoint is written for the signal); 141, without a\n"
+            "message, when standard output is a pipe whose reader ended (./job | head),\n"
+            "likewise.\n", f);
 }
 
 /* Command-line and environment numbers (units.h: decimal only, no
@@ -201,6 +244,106 @@ static int ddprt_check_sample(const struct ddprt_flags *f, const struct ddpc_job
     return 0;
 }
 
+/* --eval and --predict against the other flags and the baked
+ * job. Returns 0, or an exit status after printing the problem. */
+static int ddprt_check_eval(const struct ddprt_flags *f, const struct ddpc_job *j,
+                            const char *argv0)
+{
+    const char *bad = NULL, *why = NULL;
+    int modes = f->eval + (f->predict != NULL);
+    if (modes > 1)
+        bad = "--eval and --predict", why = "are separate runs: give one";
+    else if (f->output && !f->predict)
+        bad = "-o", why = "names --predict's output: it applies only with --predict INPUT";
+    else if (f->predict && !f->output)
+        bad = "--predict", why = "needs -o OUT.npy or -o OUT.csv, where the predictions go";
+    else if ((f->checkpoint || f->model) && !f->eval && !f->predict)
+        bad = f->checkpoint ? "--checkpoint" : "--model",
+        why = "names the weights of --eval or --predict (training resumes with --resume)";
+    else if ((f->data || f->labels) && !f->eval)
+        bad = f->data ? "--data" : "--labels",
+        why = f->predict ? "applies to --eval; --predict takes its input as --predict INPUT"
+                         : "applies only with --eval";
+    else if (f->labels && !f->data)
+        bad = "--labels", why = "goes with --data PATH (the inputs it labels)";
+    else if (modes && (f->resume || f->sample || f->prompt || f->have_temperature || f->dry_run))
+        bad = f->eval ? "--eval" : "--predict",
+        why = "trains nothing: --resume, --sample, --prompt, --temperature and --dry-run do "
+              "not apply";
+    if (bad) {
+        fprintf(stderr, "%s: %s %s (see --help)\n", argv0, bad, why);
+        return DDPRT_EXIT_USAGE;
+    }
+    if (!f->eval && !f->predict)
+        return 0;
+    struct ddpc_model_source src;
+    char msg[600];
+    if (evaluate_source_parse(f->checkpoint, f->model, &src, msg, sizeof msg) < 0) {
+        fprintf(stderr, "%s: %s\n", argv0, msg);
+        return DDPRT_EXIT_USAGE;
+    }
+    if (f->eval && !f->data && !j->data.has_test) {
+        fprintf(stderr, "%s: --eval: the job has no test set (data.test); name the data to "
+                "evaluate on: --data PATH (in data.train's format)\n", argv0);
+        return DDPRT_EXIT_USAGE;
+    }
+    if (f->data) {
+        const struct ddpc_data_source *base = j->data.has_test ? &j->data.test : &j->data.train;
+        int pair = base->format == DDPC_DATA_IDX || base->format == DDPC_DATA_NPY;
+        const char *fmt = base->format == DDPC_DATA_IDX ? "idx" : base->format == DDPC_DATA_NPY
+                        ? "npy" : base->format == DDPC_DATA_CSV ? "csv"
+                        : base->format == DDPC_DATA_TEXT ? "text"
+                        : base->format == DDPC_DATA_TOKENS ? "tokens" : "synthetic";
+        if (base->format == DDPC_DATA_SYNTHETIC) {
+            fprintf(stderr, "%s: --data: the job's data is synthetic: there is no file format "
+                    "to read another file in\n", argv0);
+            return DDPRT_EXIT_USAGE;
+        }
+        if (pair && !f->labels) {
+            fprintf(stderr, "%s: --data %s: the job's data is %s, inputs and labels in two "
+                    "files: give the labels too (--labels PATH)\n", argv0, f->data, fmt);
+            return DDPRT_EXIT_USAGE;
+        }
+        if (!pair && f->labels) {
+            fprintf(stderr, "%s: --labels: the job's data is %s, whose labels are in the file "
+                    "itself (--data alone)\n", argv0, fmt);
+            return DDPRT_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* The run's --eval / --predict options, and --eval's data source in place
+ * of data.test (data.train's format without a test set; a text or token
+ * file whole). */
+static void ddprt_eval_setup(struct ddprt_run *r, const struct ddprt_flags *f)
+{
+    struct ddpc_job *j = &r->job;
+    r->evaluating = 1;
+    r->eval.predict = f->predict != NULL;
+    (void)evaluate_source_parse(f->checkpoint, f->model, &r->eval.src, NULL, 0);
+    r->eval.input = f->predict;
+    r->eval.output = f->output;
+    r->eval.data_desc = "data.test";
+    /* a failure would fail the same way again */
+    j->launch.max_restarts = 0;
+    if (!f->data)
+        return;
+    struct ddpc_data_source src = j->data.has_test ? j->data.test : j->data.train;
+    if (src.format == DDPC_DATA_IDX || src.format == DDPC_DATA_NPY) {
+        src.inputs = f->data;
+        src.labels = f->labels;
+    } else {
+        src.path = f->data;
+        src.path_literal = (int32_t)strlen(f->data);   /* a file name, not a pattern */
+        src.range_lo = 0;
+        src.range_hi = 1;
+    }
+    j->data.test = src;
+    j->data.has_test = 1;
+    r->eval.data_desc = f->data;
+}
+
 static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
 {
     memset(f, 0, sizeof *f);
@@ -222,7 +365,7 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
         } while (0)
         /* --dry-run=no must not dry-run: a flag without a value takes none */
         if (eq && (FLAG_IS("--help") || FLAG_IS("-h") || FLAG_IS("--version") ||
-                   FLAG_IS("--dry-run"))) {
+                   FLAG_IS("--dry-run") || FLAG_IS("--eval"))) {
             fprintf(stderr, "%s: %.*s takes no value (got '%s'; see --help)\n", argv0,
                     (int)klen, a, eq + 1);
             return DDPRT_EXIT_USAGE;
@@ -267,6 +410,21 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
                 return DDPRT_EXIT_USAGE;
             }
             f->have_temperature = 1;
+        } else if (FLAG_IS("--eval")) {
+            f->eval = 1;
+        } else if (FLAG_IS("--predict") || FLAG_IS("-o") || FLAG_IS("--output") ||
+                   FLAG_IS("--checkpoint") || FLAG_IS("--model") || FLAG_IS("--data") ||
+                   FLAG_IS("--labels")) {
+            const char **slot = FLAG_IS("--predict") ? &f->predict
+                              : FLAG_IS("--checkpoint") ? &f->checkpoint
+                              : FLAG_IS("--model") ? &f->model : FLAG_IS("--data") ? &f->data
+                              : FLAG_IS("--labels") ? &f->labels : &f->output;
+            TAKE_VALUE();
+            if (!*val) {
+                fprintf(stderr, "%s: %.*s needs a path\n", argv0, (int)klen, a);
+                return DDPRT_EXIT_USAGE;
+            }
+            *slot = val;
         } else {
             fprintf(stderr, "%s: unknown argument '%s' (see --help)\n", argv0, a);
             return DDPRT_EXIT_USAGE;
@@ -924,12 +1082,13 @@ static int ddprt_worker(const struct launch_worker *w, struct ddpc_err *e)
         .ops = &ops,
         .grad_comm = have_grad ? &grad : NULL,
         .sync_comm = have_sync ? &sync : NULL,
-        .train = &r->train,
+        .train = r->evaluating ? NULL : &r->train,
         .test = r->has_test ? &r->test : NULL,
         .out = w->rank == 0 ? stdout : NULL,
         .t_launch = r->t_launch,
         .spec_hash = r->p->spec_hash,   /* stamped into checkpoints, checked on resume */
         .sample = r->sample.n > 0 ? &r->sample : NULL,
+        .eval = r->evaluating ? &r->eval : NULL,
     };
     struct ddpc_worker_result res;
     memset(&res, 0, sizeof res);
@@ -1094,6 +1253,13 @@ static void ddprt_remove_stale_temps(const struct ddprt_run *r)
 {
     const struct ddpc_job *j = &r->job;
     struct ddpc_err pe = { 0 };
+    if (r->evaluating) {
+        /* --eval and --predict never touch checkpoint_dir or the export:
+         * only --predict's own output, whose temp a killed run left */
+        if (r->eval.output && ckpt_remove_stale_export_temps(r->eval.output, &pe) < 0)
+            fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
+        return;
+    }
     if (ckpt_remove_stale_export_temps(j->checkpoint.export_path, &pe) < 0)
         fprintf(stderr, "ddpc: warning: %s\n", pe.msg);
     ddpc_err_clear(&pe);
@@ -1474,6 +1640,8 @@ static struct ddprt_run *ddprt_run_new(const struct ddprt_program *p,
     }
     r->sample = (struct ddpc_sample_opts){ .n = fl->sample, .prompt = fl->prompt,
                                            .temperature = fl->temperature, .seed = p->job->seed };
+    if (fl->eval || fl->predict)
+        ddprt_eval_setup(r, fl);
     return r;
 }
 
@@ -1505,6 +1673,50 @@ static int ddprt_dry_run(struct ddprt_run *r, const struct ddprt_flags *fl, cons
     return 0;
 }
 
+/* Prepare --eval and --predict: no checkpoint or output preflight (they
+ * write into checkpoint_dir: a probe, a prune), no training data; the
+ * model file named is readable, --predict's input and output make sense,
+ * --eval's data loaded. Returns 0, or -1 with the error reported. */
+static int ddprt_prepare_eval(struct ddprt_run *r, struct ddpc_err *e)
+{
+    const struct ddpc_eval_opts *o = &r->eval;
+    const char *named = o->src.kind == DDPC_SOURCE_FILE || o->src.kind == DDPC_SOURCE_EXPORT
+                      ? o->src.path : NULL;
+    struct stat st;
+    if (r->node_rank == 0 && named && (stat(named, &st) != 0 || access(named, R_OK) != 0)) {
+        fprintf(stderr, "ddpc: error: %s %s: %s\n",
+                o->src.kind == DDPC_SOURCE_EXPORT ? "--model" : "--checkpoint", named,
+                strerror(errno));
+        return -1;
+    }
+    if (r->node_rank == 0 && named && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "ddpc: error: %s %s: not a regular file; name one %s\n",
+                o->src.kind == DDPC_SOURCE_EXPORT ? "--model" : "--checkpoint", named,
+                o->src.kind == DDPC_SOURCE_EXPORT ? "safetensors file" : "checkpoint (a .ckpt "
+                "in checkpoint_dir)");
+        return -1;
+    }
+    int rc = 0;
+    if (o->predict) {
+        rc = predict_preflight(&r->job, o->input, o->output, e);
+        if (rc == 0)
+            ddprt_remove_stale_temps(r);
+    } else {
+        rc = data_load(&r->job.data.test, &r->test, e);
+        if (rc == 0 && r->job.model.type == DDPC_MODEL_GPT)
+            rc = data_set_windows(&r->test, r->job.model.block_size, r->job.model.block_size,
+                                  r->job.model.vocab_size, e);
+        r->has_test = rc == 0;
+    }
+    if (rc == 0)
+        rc = ddprt_memory_preflight(r, e);
+    if (rc < 0) {
+        ddprt_report(e);
+        return -1;
+    }
+    return 0;
+}
+
 /* Prepare: the plan, the preflights (outputs, checkpoints, batch, memory)
  * and the data, loaded once before fork and shared copy-on-write by every
  * worker: a bad file or setting stops the job here with nothing started.
@@ -1517,6 +1729,8 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
     }
     if (r->job.accelerator == DDPC_ACCEL_AUTO && !r->use_cuda)
         fprintf(stderr, "%s\n", r->accel_note);
+    if (r->evaluating)
+        return ddprt_prepare_eval(r, e);
     /* the checkpoint named (--resume, checkpoint.resume: PATH) is a file
      * rank 0 can read: said here, once, instead of by rank 0 after the
      * workers started (with the other ranks' "stopped" lines). Rank 0 is
@@ -1808,7 +2022,8 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
         ddprt_print_version(p, argv0);
         return 0;
     }
-    if ((st = ddprt_check_sample(&fl, p->job, argv0)) != 0)
+    if ((st = ddprt_check_sample(&fl, p->job, argv0)) != 0 ||
+        (st = ddprt_check_eval(&fl, p->job, argv0)) != 0)
         return st;
 
     struct ddpc_err ee = { 0 };

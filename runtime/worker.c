@@ -36,6 +36,7 @@
 #include "ops_kernels.h"
 #include "optim.h"
 #include "outver.h"
+#include "predict.h"
 #include "sampler.h"
 #include "worker.h"
 
@@ -512,12 +513,13 @@ static int run_ckpt_init(struct ddpc_run *r, struct ddpc_err *e)
     r->ckpt.on = j->checkpoint_dir && *j->checkpoint_dir;
     r->ckpt.n_opt = (r->optim.m ? r->model.n_params : 0) + (r->optim.v ? r->model.n_params : 0);
     r->n_ck = r->model.n_params + r->model.n_state;
-    if (r->rank == 0 && (r->ckpt.on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
+    if (r->rank == 0 && !r->a->eval &&
+        (r->ckpt.on || (j->checkpoint.export_path && *j->checkpoint.export_path))) {
         r->ckpt.host_state = malloc((r->n_ck + r->ckpt.n_opt) * sizeof(float));
         if (!r->ckpt.host_state)
             return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the checkpoint buffer");
     }
-    if (r->rank == 0 && r->ckpt.on)
+    if (r->rank == 0 && r->ckpt.on && !r->a->eval)   /* --eval writes nothing there */
         DDPC_TRY(ckpt_preflight(j->checkpoint_dir,
                                 ckpt_file_size(r->n_ck, r->ckpt.n_opt) +
                                 DDPC_CKPT_IDENT_MAX, e));
@@ -552,7 +554,7 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->batch = j->batch_size;
     if (r->comm_on && !a->grad_comm)
         return DDPC_FAIL(e, DDPC_E_INVALID, "world %d needs a gradient communicator", a->world);
-    if (!a->train)
+    if (!a->train && !a->eval)
         return DDPC_FAIL(e, DDPC_E_INVALID, "no training data");
     if (j->batch_size <= 0 || j->epochs < 0)
         return DDPC_FAIL(e, DDPC_E_INVALID, "batch_size %d, epochs %d", (int)j->batch_size,
@@ -575,13 +577,14 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
         r->out_dim = (int)(net->out_numel / (net->seq_len > 1 ? net->seq_len : 1));
         seq = net->seq_len > 1 ? net->seq_len : 1;
         r->eval_rows = layers_eval_rows(net, r->batch, DDPC_EVAL_BATCH);
-        max_rows = layers_buffer_rows(net, r->batch, a->test != NULL);
+        max_rows = layers_buffer_rows(net, r->batch, a->test != NULL || a->eval != NULL);
         free(net);
     }
-    DDPC_TRY(run_check_data(r, a->train, "train", e));
+    if (a->train)
+        DDPC_TRY(run_check_data(r, a->train, "train", e));
     if (a->test)
         DDPC_TRY(run_check_data(r, a->test, "test", e));
-    r->seq_len = a->train->seq_len > 1 ? a->train->seq_len : 1;
+    r->seq_len = !a->train ? seq : a->train->seq_len > 1 ? a->train->seq_len : 1;
     if (r->seq_len != seq)
         return DDPC_FAIL(e, DDPC_E_INVALID, "training data has %d labels per sample, the model "
                          "predicts %d", r->seq_len, seq);
@@ -599,6 +602,10 @@ static int run_init(struct ddpc_run *r, const struct ddpc_worker_args *a, struct
     r->scaler.on = j->precision == DDPC_PRECISION_FP16 && !r->ops->host_memory;
     r->scaler.scale = 65536.0f;
     DDPC_TRY(model_init(&r->model, r->ops, j, max_rows, e));
+    if (a->eval) {   /* the model only: no sampler, optimizer or shared state */
+        DDPC_TRY(run_alloc_buffers(r, max_rows, e));
+        return run_ckpt_init(r, e);
+    }
     DDPC_TRY(sampler_init(&r->sampler, a->train->n, r->rank, r->world, r->batch,
                           j->data.shuffle, j->data.drop_last, j->seed, j->limit_train_batches,
                           j->limit_train_fraction, e));
@@ -1310,7 +1317,7 @@ static int run_same_job(struct ddpc_run *r, struct ddpc_err *e)
     memcpy(h, r->ckpt.ident_hash, 12);
     h[12] = '\0';
     int64_t id = (int64_t)strtoull(h, NULL, 16);
-    int64_t nt = a->train->n, ne = a->test ? a->test->n : 0;
+    int64_t nt = a->train ? a->train->n : 0, ne = a->test ? a->test->n : 0;
     const int64_t low48 = ((int64_t)1 << 48) - 1;
     double mine[3] = { (double)id, (double)(nt & low48), (double)(ne & low48) };
     double v[3];
@@ -1702,6 +1709,17 @@ static int step_checkpoint(struct ddpc_run *r, struct train_state *t, struct ddp
     return 0;
 }
 
+/* The test metrics from evaluate()'s sums reduced over the ranks (loss,
+ * correct, count): the one rule for the end of an epoch and for --eval. */
+static void test_result(const struct ddpc_run *r, const double sums[3],
+                        struct ddpc_worker_result *res)
+{
+    res->test_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+    /* a gpt's next-token accuracy is not a figure anyone reads: none */
+    res->test_accuracy = r->job->loss == DDPC_LOSS_CROSS_ENTROPY && sums[2] > 0 &&
+                         r->seq_len == 1 ? sums[1] / sums[2] : -1;
+}
+
 /* End of epoch, evaluate: the epoch's training loss and the test set's,
  * reduced over the ranks into res. */
 static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc_err *e)
@@ -1737,12 +1755,8 @@ static int epoch_evaluate(struct ddpc_run *r, struct train_state *t, struct ddpc
         return reduced_loss_ok(m[0], what, e);
     }
     res->train_loss = m[1] > 0 ? m[0] / m[1] : NAN;
-    if (t->eval) {
-        res->test_loss = m[4] > 0 ? m[2] / m[4] : NAN;
-        /* a gpt's next-token accuracy is not a figure anyone reads: none */
-        res->test_accuracy = j->loss == DDPC_LOSS_CROSS_ENTROPY && m[4] > 0 && r->seq_len == 1
-                                 ? m[3] / m[4] : -1;
-    }
+    if (t->eval)
+        test_result(r, m + 2, res);
     t->epoch_s = ddpc_now() - t->t_epoch;
     return 0;
 }
@@ -1970,6 +1984,76 @@ static int run_train(struct ddpc_run *r, struct ddpc_worker_result *res, struct 
     return train_params_out(r, res, e);
 }
 
+/* ===== --eval and --predict: the model without training ===== */
+
+/* Rank 0 reads the weights --eval or --predict names (evaluate.h: never a
+ * write), every rank gets them, as a resume's are broadcast. what
+ * receives rank 0's description of them. */
+static int eval_weights(struct ddpc_run *r, char *what, size_t cap, struct ddpc_err *e)
+{
+    struct ddpc_model *m = &r->model;
+    DDPC_TRY(run_same_job(r, e));
+    if (r->rank == 0) {
+        float *host = malloc((m->n_params + m->n_state + 1) * sizeof *host);
+        if (!host)
+            return DDPC_FAIL(e, DDPC_E_NOMEM, "worker: cannot allocate the model's host copy");
+        int rc = evaluate_load(r->job, &m->net, &r->ckpt.out_id, &r->a->eval->src, host,
+                               host + m->n_params, r->a->out, what, cap, e);
+        if (rc == 0)
+            rc = r->ops->to_device(r->ops, m->params, host, m->n_params * sizeof *host, e);
+        if (rc == 0 && m->n_state)
+            rc = r->ops->to_device(r->ops, m->state, host + m->n_params,
+                                   m->n_state * sizeof *host, e);
+        free(host);
+        if (rc < 0)
+            return rc;
+    }
+    if (r->comm_on) {
+        struct ddpc_comm *c = r->a->grad_comm;
+        double dl = ddpc_deadline_after(r->job->nccl_timeout_s);
+        DDPC_TRY(c->broadcast(c, m->params, m->n_params, 0, dl, e));
+        if (m->n_state)
+            DDPC_TRY(c->broadcast(c, m->state, m->n_state, 0, dl, e));
+    }
+    return 0;
+}
+
+/* --eval: the test set's metrics with evaluate() and test_result, as the
+ * end of training computes them (the same numbers for the same weights);
+ * --predict: predict.c over the model. */
+static int run_eval(struct ddpc_run *r, struct ddpc_worker_result *res, struct ddpc_err *e)
+{
+    const struct ddpc_eval_opts *o = r->a->eval;
+    char what[4400] = "";
+    DDPC_TRY(eval_weights(r, what, sizeof what, e));
+    if (o->predict) {
+        struct predict_ctx c = {
+            .job = r->job, .model = &r->model, .ops = r->ops,
+            .comm = r->comm_on ? r->a->grad_comm : NULL, .rank = r->rank, .world = r->world,
+            .rows = r->eval_rows, .dx = r->buf.dx, .hx = r->buf.hx, .in_dim = r->in_dim,
+            .out_dim = r->out_dim, .seq_len = r->seq_len,
+            .out = r->rank == 0 ? r->a->out : NULL, .timeout_s = r->job->nccl_timeout_s,
+        };
+        return predict_run(&c, o->input, o->output, e);
+    }
+    if (!r->a->test)
+        return DDPC_FAIL(e, DDPC_E_INVALID, "--eval: no data to evaluate on");
+    double m[3];
+    DDPC_TRY(evaluate(r, &m[0], &m[1], &m[2], e));
+    DDPC_TRY(metrics_reduce(r, m, 3, e));
+    test_result(r, m, res);
+    res->wall_s = ddpc_now() - r->a->t_launch;
+    FILE *out = r->rank == 0 ? r->a->out : NULL;
+    if (!out)
+        return 0;
+    evaluate_report(out, r->job, what, o->data_desc, m[2], res->test_loss, res->test_accuracy,
+                    res->wall_s);
+    if (fflush(out) == EOF || ferror(out))
+        return DDPC_FAIL(e, DDPC_E_SYS, "writing --eval's result to standard output failed: %s",
+                         strerror(errno));
+    return 0;
+}
+
 int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
                struct ddpc_err *e)
 {
@@ -1981,7 +2065,7 @@ int worker_run(const struct ddpc_worker_args *a, struct ddpc_worker_result *res,
     struct ddpc_run r;
     int rc = run_init(&r, a, e);
     if (rc == 0)
-        rc = run_train(&r, res, e);
+        rc = a->eval ? run_eval(&r, res, e) : run_train(&r, res, e);
     /* The ranks leave together. A rank that exits while a peer still reads
      * the last collective can reset the connection under it (TCP answers a
      * close with unread bytes, such as gloo's ring notifications, with a

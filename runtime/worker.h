@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "data.h"
 #include "sample.h"
+#include "evaluate.h"
 
 struct ddpc_worker_args {
     const struct ddpc_job     *job;
@@ -34,6 +35,10 @@ struct ddpc_worker_args {
     const struct ddpc_sample_opts *sample;  /* rank 0 generates from the final model
                                                into out after the ranks' last barrier
                                                (sample.h); NULL: no */
+    const struct ddpc_eval_opts *eval;      /* ./job --eval or --predict (evaluate.h):
+                                               the model is read, never trained, and
+                                               test is the set --eval scores (train
+                                               may be NULL); NULL: train */
 };
 
 /* What a finished run reports (identical on every rank after the final

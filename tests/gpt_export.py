@@ -15,6 +15,13 @@ stride BLOCK: inputs d[i*T : i*T+T], targets d[i*T+1 : i*T+T+1], i over
 floor((n-1)/T)) and prints "test_loss=L tokens=N": the mean cross-entropy
 over every target token, which must equal the job's test_loss.
 
+    gpt_export.py MODEL.safetensors TEST.txt VOCAB BLOCK N_LAYER N_HEAD N_EMBD BIAS PRED.npy
+        also checks ./job --predict TEST.txt -o PRED.npy (predict.h): one record per
+        byte of TEST.txt, its window's context (windows of BLOCK at stride BLOCK, the
+        last one shorter): token, next (torch's argmax), prob (within 2e-6) and
+        logprob of the byte that follows (within 2e-5; NaN after the last); prints
+        "predict: rows=N next_mismatches=K max_prob_diff=P max_logprob_diff=L".
+
 Exit 77 when torch cannot be imported (the caller prints SKIP); 1 when the
 file does not load strictly.
 """
@@ -75,7 +82,37 @@ def main():
     print("strict load OK (%d keys, %d attn.bias masks from the module)" % (len(state),
                                                                           len(missing)))
     print("test_loss=%.9f tokens=%d" % (total / count, count))
+    if len(sys.argv) > 9:
+        return check_predictions(gpt, d, V, T, sys.argv[9])
+    return 0
+
+
+def check_predictions(gpt, d, V, T, pred_path):
+    import numpy
+    a = numpy.load(pred_path)
+    if len(a) != d.numel():
+        print("FAIL: %d prediction rows for %d tokens" % (len(a), d.numel()))
+        return 1
+    bad = 0
+    dp = dl = 0.0
+    with torch.no_grad():
+        for s in range(0, d.numel(), T):
+            x = d[s:s + T].unsqueeze(0)
+            logits, _ = gpt(x, x)   # targets given: logits at every position
+            lp = F.log_softmax(logits[0].double(), dim=-1)
+            for t in range(x.shape[1]):
+                row = a[s + t]
+                nxt = int(lp[t].argmax())
+                bad += int(row["token"]) != int(d[s + t]) or int(row["next"]) != nxt
+                dp = max(dp, abs(float(row["prob"]) - float(lp[t, nxt].exp())))
+                if s + t + 1 < d.numel():
+                    dl = max(dl, abs(float(row["logprob"]) - float(lp[t, d[s + t + 1]])))
+                elif not numpy.isnan(row["logprob"]):
+                    bad += 1
+    print("predict: rows=%d next_mismatches=%d max_prob_diff=%.3g max_logprob_diff=%.3g"
+          % (len(a), bad, dp, dl))
+    return 1 if bad or dp > 2e-6 or dl > 2e-5 else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,11 @@
-/* test_lifecycle.c - after training, as a user runs it: runs that never
- * overwrite each other's outputs (outver.h), `ddpc build --force`.
+/* test_lifecycle.c - after training, as a user runs it: ./job --eval,
+ * ./job --predict, runs that never overwrite each other's outputs
+ * (outver.h), `ddpc build --force`.
  *
  * One small job serves them: a CNN on 8x8 images of three classes (a
  * quadrant brighter than the others), trained by 2 CPU workers in about a
- * second. Writes only under temporary directories. */
+ * second. PyTorch parity (tests/torch_ref.py, /usr/bin/python3) is SKIPped
+ * where torch is missing. Writes only under temporary directories. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -140,6 +142,635 @@ static void metrics_of(const char *text, const char *after, char *buf, size_t ca
     snprintf(buf, cap, "%.*s %.*s", ll, l, al, a);
 }
 
+/* ---- the checkpoint directory, byte for byte ---- */
+
+/* Every entry of dir: name, size, mtime (ns) and a CRC of its bytes. */
+static char *dir_snapshot(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    char *names[256];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 256)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            names[n++] = strdup(de->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if (strcmp(names[k], names[i]) < 0) {
+                char *t = names[i]; names[i] = names[k]; names[k] = t;
+            }
+    size_t cap = 256 + (size_t)n * 400, len = 0;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    out[0] = '\0';
+    struct stat st;
+    ck_assert_int_eq(stat(dir, &st), 0);
+    len += (size_t)snprintf(out + len, cap - len, ". mtime %lld.%09ld\n",
+                            (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    for (int i = 0; i < n; i++) {
+        char *p = path_in(dir, names[i]);
+        ck_assert_int_eq(lstat(p, &st), 0);
+        size_t blen = 0;
+        char *bytes = read_whole(p, &blen);
+        len += (size_t)snprintf(out + len, cap - len, "%s %lld %lld.%09ld %08x\n", names[i],
+                                (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                                st.st_mtim.tv_nsec, (unsigned)crc32c(0, bytes, blen));
+        free(bytes);
+        free(p);
+        free(names[i]);
+    }
+    return out;
+}
+
+/* A pid that is not running (a child reaped at once). */
+static pid_t dead_pid(void)
+{
+    pid_t p = fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0)
+        _exit(0);
+    ck_assert_int_eq(waitpid(p, NULL, 0), p);
+    return p;
+}
+
+/* ---- --eval ---- */
+
+/* ./job --eval scores the newest checkpoint of the configuration (and a
+ * named one, and the export) on the job's test set with the numbers the
+ * training printed for those weights, and leaves the checkpoint directory
+ * exactly as it was: not a byte, a name or a time changed, and not even
+ * a dead writer's temp file removed (the training launcher removes those).
+ * The same numbers in PyTorch, from the export. */
+START_TEST(eval_scores_checkpoints_without_touching_them)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-eval", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    char done[128], epoch1[128], got[128];
+    metrics_of(r.out, "\ndone ", done, sizeof done);
+    metrics_of(r.out, "epoch 1/2", epoch1, sizeof epoch1);
+    run_result_free(&r);
+
+    char *ckdir = path_in(f.dir, "ckpt");
+    char host[256] = "h";
+    ck_assert_int_eq(gethostname(host, sizeof host), 0);
+    int simple = strlen(host) <= 63 && strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                                              "OPQRSTUVWXYZ0123456789-") == strlen(host);
+    char *stale = NULL;
+    if (simple) {   /* the temp name a writer dead mid-checkpoint leaves (ckpt.h) */
+        ck_assert_int_ge(asprintf(&stale, "%s/.lc-e0001-s000000019.ckpt.tmp.%s.%d", ckdir, host,
+                                  (int)dead_pid()), 0);
+        ck_assert_int_eq(write_file(stale, "partial", 7), 0);
+    }
+    char *before = dir_snapshot(ckdir);
+
+    char *e1[] = { f.job, "--eval", NULL };
+    lc_run(&f, e1, 0, &r);
+    metrics_of(r.out, "done eval", got, sizeof got);
+    ck_assert_msg(strcmp(got, done) == 0, "--eval: %s; training ended with %s", got, done);
+    ck_assert_msg(strstr(r.out, "eval: checkpoint ckpt/lc-e0002-s"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "samples=200 "), "%s", r.out);
+    run_result_free(&r);
+
+    /* the first epoch's checkpoint: the first epoch's line */
+    DIR *d = opendir(ckdir);
+    char first[512] = "";
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, "lc-e0001-", 9) == 0)
+            snprintf(first, sizeof first, "ckpt/%s", de->d_name);
+    closedir(d);
+    ck_assert_msg(first[0], "no epoch-1 checkpoint");
+    char *e2[] = { f.job, "--eval", "--checkpoint", first, NULL };
+    lc_run(&f, e2, 0, &r);
+    metrics_of(r.out, "done eval", got, sizeof got);
+    ck_assert_msg(strcmp(got, epoch1) == 0, "--eval --checkpoint %s: %s; epoch 1 printed %s",
+                  first, got, epoch1);
+    run_result_free(&r);
+
+    char *e3[] = { f.job, "--eval", "--model", "out/model.safetensors", NULL };
+    lc_run(&f, e3, 0, &r);
+    metrics_of(r.out, "done eval", got, sizeof got);
+    ck_assert_msg(strcmp(got, done) == 0, "--eval --model: %s; training ended with %s", got, done);
+    run_result_free(&r);
+
+    /* another file of the same format: the training set */
+    char *e4[] = { f.job, "--eval", "--data", "train-x.idx", "--labels", "train-y.idx", NULL };
+    lc_run(&f, e4, 0, &r);
+    ck_assert_msg(strstr(r.out, "samples=600 ") && strstr(r.out, " on train-x.idx"), "%s", r.out);
+    run_result_free(&r);
+
+    char *after = dir_snapshot(ckdir);
+    ck_assert_msg(strcmp(before, after) == 0, "--eval changed checkpoint_dir:\nbefore:\n%s"
+                  "after:\n%s", before, after);
+
+    /* PyTorch on the export: the same digits */
+    char *script = NULL;
+    ck_assert_int_ge(asprintf(&script, "%s/tests/torch_ref.py", test_top()), 0);
+    char *py[] = { "/usr/bin/python3", script, "eval", f.spec, "out/model.safetensors",
+                   "test-x.idx", "test-y.idx", NULL };
+    ck_assert_int_eq(run_capture(py, f.dir, NULL, 120, &r), 0);
+    if (r.exited && r.code == 77) {
+        test_skip("lifecycle: --eval against PyTorch", "%s", r.out);
+    } else {
+        ck_assert_msg(r.exited && r.code == 0, "torch_ref.py eval:\n%s%s", r.out, r.err);
+        metrics_of(r.out, "test_loss", got, sizeof got);
+        ck_assert_msg(strcmp(got, done) == 0, "PyTorch: %s; ddpc: %s", got, done);
+    }
+    run_result_free(&r);
+    free(script);
+    free(stale);
+    free(before);
+    free(after);
+    free(ckdir);
+    lc_free(&f);
+}
+END_TEST
+
+/* What --eval is given wrong says so before any worker starts. */
+START_TEST(eval_refusals_name_the_cause)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-evalbad", NULL, 1);
+    struct run_result r;
+    struct { char *argv[8]; const char *want; int code; } c[] = {
+        { { f.job, "--eval", NULL }, "no checkpoint of this configuration of job lc in "
+          "checkpoint_dir ckpt", 1 },
+        { { f.job, "--eval", "--checkpoint", "best", NULL }, "keeps no best checkpoint", 1 },
+        { { f.job, "--eval", "--checkpoint", "nope.ckpt", NULL }, "nope.ckpt: No such file", 1 },
+        { { f.job, "--eval", "--model", "train-x.idx", NULL }, "--model train-x.idx", 1 },
+        { { f.job, "--eval", "--data", "test-x.idx", NULL }, "give the labels too", 2 },
+        { { f.job, "--eval", "--labels", "test-y.idx", NULL }, "--labels goes with --data", 2 },
+        { { f.job, "--eval", "--resume", "x", NULL }, "trains nothing", 2 },
+        { { f.job, "--eval", "--checkpoint", "last", "--model", "m", NULL }, "give one", 2 },
+        { { f.job, "--checkpoint", "last", NULL }, "names the weights of --eval", 2 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        lc_run(&f, c[i].argv, c[i].code, &r);
+        ck_assert_msg(strstr(r.err, c[i].want), "%s %s: no '%s' in:\n%s", c[i].argv[1],
+                      c[i].argv[2] ? c[i].argv[2] : "", c[i].want, r.err);
+        ck_assert_msg(!strstr(r.out, "epoch 1/"), "it trained:\n%s", r.out);
+        run_result_free(&r);
+    }
+    char *ck = path_in(f.dir, "ckpt");
+    ck_assert_msg(access(ck, F_OK) != 0, "--eval created checkpoint_dir");
+    free(ck);
+    lc_free(&f);
+}
+END_TEST
+
+/* ---- --predict ---- */
+
+static void write_npy_u8(const char *path, const unsigned char *px, int n)
+{
+    char head[128];
+    int dl = snprintf(head + 10, sizeof head - 10, "{'descr': '|u1', 'fortran_order': False, "
+                      "'shape': (%d, 1, %d, %d), }", n, SIDE, SIDE);
+    int pad = (64 - (10 + dl + 1) % 64) % 64;
+    memcpy(head, "\x93NUMPY\x01\x00", 8);
+    head[8] = (char)((dl + pad + 1) & 0xff);
+    head[9] = (char)((dl + pad + 1) >> 8);
+    memset(head + 10 + dl, ' ', (size_t)pad);
+    head[10 + dl + pad] = '\n';
+    size_t hl = (size_t)(10 + dl + pad + 1), nb = (size_t)n * SIDE * SIDE;
+    char *b = malloc(hl + nb);
+    ck_assert_ptr_nonnull(b);
+    memcpy(b, head, hl);
+    memcpy(b + hl, px, nb);
+    ck_assert_int_eq(write_file(path, b, hl + nb), 0);
+    free(b);
+}
+
+static void gzip_file(const char *src, const char *dst)
+{
+    size_t n;
+    char *b = read_whole(src, &n);
+    gzFile g = gzopen(dst, "wb");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(gzwrite(g, b, (unsigned)n), (int)n);
+    ck_assert_int_eq(gzclose(g), Z_OK);
+    free(b);
+}
+
+/* torch_ref.py predict: class ids equal torch's argmax, probabilities
+ * within 2e-6; returns 0 when torch is missing (SKIP printed). */
+static void torch_predict(const struct lc *f, const char *input, const char *pred)
+{
+    char *script = NULL;
+    ck_assert_int_ge(asprintf(&script, "%s/tests/torch_ref.py", test_top()), 0);
+    char *py[] = { "/usr/bin/python3", script, "predict", f->spec, "out/model.safetensors",
+                   (char *)input, (char *)pred, NULL };
+    struct run_result r;
+    ck_assert_int_eq(run_capture(py, f->dir, NULL, 120, &r), 0);
+    if (r.exited && r.code == 77)
+        test_skip("lifecycle: --predict against PyTorch", "%s", r.out);
+    else
+        ck_assert_msg(r.exited && r.code == 0, "torch_ref.py predict %s %s:\n%s%s", input, pred,
+                      r.out, r.err);
+    run_result_free(&r);
+    free(script);
+}
+
+/* ./job --predict over an IDX, a gzipped IDX, an NPY and a CSV of the
+ * test images writes one row per sample in input order, as NPY records or
+ * CSV, on 2 workers the bytes 1 worker writes, and PyTorch's softmax on
+ * the export gives the same classes and probabilities (2e-6). The
+ * classes, against the labels, give --eval's accuracy. */
+START_TEST(predict_writes_rows_in_input_order)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-predict", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    char done[128];
+    metrics_of(r.out, "\ndone ", done, sizeof done);
+    run_result_free(&r);
+
+    unsigned char *px = malloc((size_t)N_TEST * SIDE * SIDE), lab[N_TEST];
+    make_images(px, lab, N_TEST, 2);
+    char *npy = path_in(f.dir, "test.npy"), *gz = path_in(f.dir, "test-x.idx.gz");
+    char *csv = path_in(f.dir, "test.csv");
+    write_npy_u8(npy, px, N_TEST);
+    gzip_file(f.test_x, gz);
+    /* the CSV holds the floats the model reads, and the label column the
+     * job would read from a CSV: here none, so as many columns as inputs */
+    FILE *c = fopen(csv, "w");
+    ck_assert_ptr_nonnull(c);
+    for (int k = 0; k < SIDE * SIDE; k++)   /* a header line */
+        fprintf(c, "x%d%s", k, k + 1 < SIDE * SIDE ? "," : "\n");
+    for (int i = 0; i < N_TEST; i++)
+        for (int k = 0; k < SIDE * SIDE; k++)
+            fprintf(c, "%.9g%s", (double)((float)px[(size_t)i * SIDE * SIDE + k] *
+                                         (1.0f / 255.0f)), k + 1 < SIDE * SIDE ? "," : "\n");
+    ck_assert_int_eq(fclose(c), 0);
+
+    const char *inputs[] = { "test-x.idx", "test-x.idx.gz", "test.npy", "test.csv" };
+    char *first = NULL;
+    size_t first_n = 0;
+    for (int i = 0; i < 4; i++) {
+        char out[64];
+        snprintf(out, sizeof out, "pred-%d.npy", i);
+        char *p[] = { f.job, "--predict", (char *)inputs[i], "-o", out, NULL };
+        lc_run(&f, p, 0, &r);
+        ck_assert_msg(strstr(r.out, "done predict rows=200 "), "%s", r.out);
+        run_result_free(&r);
+        char *op = path_in(f.dir, out);
+        size_t n;
+        char *bytes = read_whole(op, &n);
+        if (!first) {
+            first = bytes;
+            first_n = n;
+        } else {
+            /* the same floats from every format of the same pixels */
+            ck_assert_msg(n == first_n && memcmp(bytes, first, n) == 0, "%s predicts other "
+                          "numbers than %s", inputs[i], inputs[0]);
+            free(bytes);
+        }
+        free(op);
+        torch_predict(&f, inputs[i], out);
+    }
+    /* NPY records: class (int32) then 3 float32, after a 128-byte header */
+    ck_assert_int_eq((int)first_n, 128 + N_TEST * 16);
+    int right = 0;
+    for (int i = 0; i < N_TEST; i++) {
+        int32_t k;
+        memcpy(&k, first + 128 + (size_t)i * 16, 4);
+        right += k == lab[i];
+    }
+    char acc[64];
+    snprintf(acc, sizeof acc, "test_accuracy=%.4f", right / (double)N_TEST);
+    ck_assert_msg(strstr(done, acc), "predicted classes give %s; the run printed %s", acc, done);
+
+    /* CSV out; and a one-worker program of the same spec writes the same bytes */
+    char *p2[] = { f.job, "--predict", "test.npy", "-o", "pred.csv", NULL };
+    lc_run(&f, p2, 0, &r);
+    run_result_free(&r);
+    torch_predict(&f, "test.npy", "pred.csv");
+    char *one = path_in(f.dir, "one"), *ddpc = NULL;
+    ck_assert_int_ge(asprintf(&ddpc, "%s/bin/ddpc", test_build()), 0);
+    char *b1[] = { ddpc, "build", f.spec, "-o", one, "--set", "devices=1", NULL };
+    lc_run(&f, b1, 0, &r);
+    run_result_free(&r);
+    char *p3[] = { one, "--predict", "test.npy", "-o", "pred-one.npy", "--model",
+                   "out/model.safetensors", NULL };
+    lc_run(&f, p3, 0, &r);
+    run_result_free(&r);
+    char *op = path_in(f.dir, "pred-one.npy");
+    size_t n;
+    char *bytes = read_whole(op, &n);
+    ck_assert_msg(n == first_n && memcmp(bytes, first, n) == 0,
+                  "1 worker predicts other bytes than 2");
+    free(bytes);
+    free(op);
+    free(first);
+    free(ddpc);
+    free(one);
+    free(px);
+    free(npy);
+    free(gz);
+    free(csv);
+    lc_free(&f);
+}
+END_TEST
+
+/* A bad input found mid-way (a CSV line near the end that is not
+ * numbers) fails the run naming the line, and leaves OUT as it was: no
+ * partial file under its name, no temp file beside it. */
+START_TEST(predict_failure_leaves_the_output_as_it_was)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-predbad", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    run_result_free(&r);
+    char *csv = path_in(f.dir, "in.csv"), *out = path_in(f.dir, "p.csv");
+    FILE *c = fopen(csv, "w");
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < 3000; i++)
+        for (int k = 0; k < SIDE * SIDE; k++)
+            fprintf(c, "%s%s", i == 2990 && k == 7 ? "x7" : "0.5",
+                    k + 1 < SIDE * SIDE ? "," : "\n");
+    ck_assert_int_eq(fclose(c), 0);
+    ck_assert_int_eq(write_file(out, "old\n", 4), 0);
+    char *p[] = { f.job, "--predict", "in.csv", "-o", "p.csv", NULL };
+    lc_run(&f, p, 1, &r);
+    ck_assert_msg(strstr(r.err, "in.csv:2991: column 8 (\"x7\") is not a number"), "%s", r.err);
+    run_result_free(&r);
+    size_t n;
+    char *b = read_whole(out, &n);
+    ck_assert_msg(n == 4 && memcmp(b, "old\n", 4) == 0, "p.csv changed: %s", b);
+    free(b);
+    DIR *d = opendir(f.dir);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        ck_assert_msg(!strstr(de->d_name, ".tmp."), "left %s", de->d_name);
+    closedir(d);
+    /* wrong widths and names are refused before any worker starts */
+    char *p2[] = { f.job, "--predict", "train-y.idx", "-o", "q.npy", NULL };
+    lc_run(&f, p2, 1, &r);
+    ck_assert_msg(strstr(r.err, "1 values per sample, but the model reads 64"), "%s", r.err);
+    run_result_free(&r);
+    char *p3[] = { f.job, "--predict", "test-x.idx", "-o", "q.json", NULL };
+    lc_run(&f, p3, 1, &r);
+    ck_assert_msg(strstr(r.err, "end it in .npy or .csv"), "%s", r.err);
+    run_result_free(&r);
+    char *p4[] = { f.job, "--predict", "in.csv", "-o", "./in.csv", NULL };
+    lc_run(&f, p4, 1, &r);
+    ck_assert_msg(strstr(r.err, "is the input itself"), "%s", r.err);
+    run_result_free(&r);
+    free(csv);
+    free(out);
+    lc_free(&f);
+}
+END_TEST
+
+/* Writes an NPY of n float32 samples of SIDE*SIDE values, in pieces. */
+static void write_big_npy(const char *path, long n)
+{
+    FILE *o = fopen(path, "wb");
+    ck_assert_ptr_nonnull(o);
+    char dict[128];
+    int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, "
+                      "'shape': (%ld, 1, %d, %d), }", n, SIDE, SIDE);
+    int pad = (64 - (10 + dl + 1) % 64) % 64, hl = dl + pad + 1;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, o);
+    fputc(hl & 0xff, o);
+    fputc(hl >> 8, o);
+    fwrite(dict, 1, (size_t)dl, o);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', o);
+    fputc('\n', o);
+    float row[SIDE * SIDE * 256];
+    uint64_t s = 7;
+    for (long i = 0; i < n; i += 256) {
+        for (int k = 0; k < SIDE * SIDE * 256; k++)
+            row[k] = test_urand(&s);
+        long m = n - i < 256 ? n - i : 256;
+        ck_assert_int_eq((int)fwrite(row, sizeof(float) * SIDE * SIDE, (size_t)m, o), (int)m);
+    }
+    ck_assert_int_eq(fclose(o), 0);
+}
+
+/* Peak resident memory (KiB) of argv's process tree: run from a child of
+ * its own, whose RUSAGE_CHILDREN then holds only it. */
+static long peak_kib(const struct lc *f, char *const argv[])
+{
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t p = fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        struct run_result r;
+        long kib = -1;
+        if (run_capture(argv, f->dir, NULL, 300, &r) == 0 && r.exited && r.code == 0) {
+            struct rusage u;
+            if (getrusage(RUSAGE_CHILDREN, &u) == 0)
+                kib = u.ru_maxrss;
+        } else {
+            fprintf(stderr, "%s%s", r.out ? r.out : "", r.err ? r.err : "");
+        }
+        if (write(fd[1], &kib, sizeof kib) != sizeof kib)
+            _exit(1);
+        _exit(0);
+    }
+    close(fd[1]);
+    long kib = -1;
+    ck_assert_int_eq((int)read(fd[0], &kib, sizeof kib), (int)sizeof kib);
+    close(fd[0]);
+    ck_assert_int_eq(waitpid(p, NULL, 0), p);
+    ck_assert_msg(kib > 0, "the run failed");
+    return kib;
+}
+
+/* --predict streams: the largest process of the job holds about the same
+ * resident memory for an input 8 times as large (12 MiB and 100 MiB of
+ * float32 samples), where reading the input whole would add its size. */
+START_TEST(predict_memory_does_not_grow_with_the_input)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-predmem", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    run_result_free(&r);
+    char *small = path_in(f.dir, "small.npy"), *big = path_in(f.dir, "big.npy");
+    write_big_npy(small, 50000);
+    write_big_npy(big, 400000);
+    char *ps[] = { f.job, "--predict", "small.npy", "-o", "s.npy", NULL };
+    char *pb[] = { f.job, "--predict", "big.npy", "-o", "b.npy", NULL };
+    long ks = peak_kib(&f, ps), kb = peak_kib(&f, pb);
+    printf("lifecycle: --predict peak RSS %ld KiB for 12.2 MiB of input, %ld KiB for 97.7 "
+           "MiB\n", ks, kb);
+    ck_assert_msg(kb - ks < 16 * 1024, "peak RSS grew by %ld KiB for 85 MiB more input", kb - ks);
+    struct stat st;
+    char *bo = path_in(f.dir, "b.npy");
+    ck_assert_int_eq(stat(bo, &st), 0);
+    ck_assert_int_eq((long long)st.st_size, 128 + 400000LL * 16);
+    free(bo);
+    free(small);
+    free(big);
+    lc_free(&f);
+}
+END_TEST
+
+/* Under a real cgroup memory limit (v1's memory.limit_in_bytes, where
+ * this machine lets root make a group) smaller than the input, --predict
+ * runs through it: the input is read in pieces, never held. */
+START_TEST(predict_input_larger_than_a_cgroup_limit)
+{
+    adopt_orphans();
+    FILE *cg = fopen("/proc/self/cgroup", "re");
+    char line[512], rel[400] = "";
+    while (cg && fgets(line, sizeof line, cg))
+        if (sscanf(line, "%*d:memory:%399s", rel) == 1)
+            break;
+    if (cg)
+        fclose(cg);
+    char *group = NULL;
+    ck_assert_int_ge(asprintf(&group, "/sys/fs/cgroup/memory%s/ddpc-predict-%d",
+                              strcmp(rel, "/") == 0 ? "" : rel, (int)getpid()), 0);
+    if (!rel[0] || geteuid() != 0 || mkdir(group, 0755) != 0) {
+        test_skip("lifecycle: --predict under a cgroup limit", "needs root and a writable "
+                  "cgroup v1 memory hierarchy (%s: %s)", group, strerror(errno));
+        free(group);
+        return;
+    }
+    struct lc f = { 0 };
+    lc_make(&f, "lc-predcg", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    run_result_free(&r);
+    char *big = path_in(f.dir, "big.npy");
+    write_big_npy(big, 1000000);   /* 244 MiB */
+    char *limit = path_in(group, "memory.limit_in_bytes");
+    ck_assert_int_eq(write_file(limit, "167772160", 9), 0);   /* 160 MiB */
+    char *sh = NULL;
+    ck_assert_int_ge(asprintf(&sh, "echo $$ > %s/cgroup.procs && exec \"$0\" --predict big.npy "
+                              "-o b.npy", group), 0);
+    char *argv[] = { "/bin/sh", "-c", sh, f.job, NULL };
+    lc_run(&f, argv, 0, &r);
+    ck_assert_msg(strstr(r.out, "done predict rows=1000000 "), "%s%s", r.out, r.err);
+    run_result_free(&r);
+    char *failcnt = path_in(group, "memory.max_usage_in_bytes");
+    size_t n;
+    char *peak = read_whole(failcnt, &n);
+    printf("lifecycle: --predict of 244 MiB under a 160 MiB cgroup: peak usage %s", peak);
+    free(peak);
+    free(failcnt);
+    ck_assert_int_eq(rmdir(group), 0);
+    free(sh);
+    free(limit);
+    free(big);
+    free(group);
+    lc_free(&f);
+}
+END_TEST
+
+/* A gpt: --eval prints the test_loss the training ended with; --predict
+ * of a text file writes a row per byte (its token, the most likely next
+ * one, its probability, the log-probability of the byte that follows),
+ * whose mean -logprob over the whole windows is --eval --data's test_loss
+ * for the same file, and nanoGPT in PyTorch on the export agrees on every
+ * row (tests/gpt_export.py). */
+START_TEST(gpt_eval_and_predict_next_tokens)
+{
+    adopt_orphans();
+    char *dir = make_temp_dir("lc-gpt");
+    struct lc f = { .dir = dir };
+    char *txt = path_in(dir, "t.txt"), *spec = path_in(dir, "g.yaml"), *job = path_in(dir, "g");
+    FILE *t = fopen(txt, "w");
+    ck_assert_ptr_nonnull(t);
+    const char *words[] = { "the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ",
+                            "lazy ", "dog", ".\n" };
+    uint64_t st = 5;
+    for (int i = 0; i < 900; i++) {
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        fputs(words[(st >> 33) % 10], t);
+    }
+    ck_assert_int_eq(fclose(t), 0);
+    const char *text =
+        "version: 1\nname: g\ndevices: 2\naccelerator: cpu\nepochs: 2\nbatch_size: 4\n"
+        "learning_rate: 0.003\nlr_scaling: none\n"
+        "model: {type: gpt, vocab_size: 256, block_size: 16, n_layer: 1, n_head: 2, n_embd: 16, "
+        "dropout: 0.0}\n"
+        "optimizer: {type: adamw}\ncheckpoint_dir: ck\ncheckpoint: {export: g.safetensors}\n"
+        "data:\n  train: {format: text, path: t.txt, range: [0, 0.9]}\n"
+        "  test: {format: text, path: t.txt, range: [0.9, 1]}\n";
+    ck_assert_int_eq(write_file(spec, text, strlen(text)), 0);
+    ddpc_build_ok(spec, job);
+    struct run_result r;
+    char *train[] = { job, NULL };
+    lc_run(&f, train, 0, &r);
+    double loss = find_kv(strstr(r.out, "\ndone "), "test_loss");
+    run_result_free(&r);
+    char *ev[] = { job, "--eval", NULL };
+    lc_run(&f, ev, 0, &r);
+    ck_assert_msg(fabs(find_kv(r.out, "test_loss") - loss) < 1e-9 && strstr(r.out, "perplexity="),
+                  "--eval: %s; the run ended at test_loss=%.4f", r.out, loss);
+    run_result_free(&r);
+    char *ed[] = { job, "--eval", "--data", "t.txt", NULL };
+    lc_run(&f, ed, 0, &r);
+    double whole = find_kv(r.out, "test_loss");
+    run_result_free(&r);
+    char *pr[] = { job, "--predict", "t.txt", "-o", "p.npy", NULL };
+    lc_run(&f, pr, 0, &r);
+    run_result_free(&r);
+    size_t nt, np;
+    char *pp = path_in(dir, "p.npy"), *bytes = read_whole(txt, &nt), *pred = read_whole(pp, &np);
+    /* NPY 1.0: the header's length at bytes 8-9, then 16-byte records */
+    size_t h = 10 + ((unsigned char)pred[8] | (size_t)(unsigned char)pred[9] << 8);
+    ck_assert_int_eq((int)np, (int)(h + 16 * nt));
+    free(pp);
+    double sum = 0;
+    size_t whole_rows = (nt - 1) / 16 * 16;
+    for (size_t i = 0; i < nt; i++) {
+        int32_t tok;
+        float lp;
+        memcpy(&tok, pred + h + 16 * i, 4);
+        memcpy(&lp, pred + h + 16 * i + 12, 4);
+        ck_assert_int_eq(tok, (unsigned char)bytes[i]);
+        ck_assert_msg(i + 1 < nt ? isfinite(lp) && lp <= 0 : isnan(lp), "row %zu: %g", i, lp);
+        if (i < whole_rows)
+            sum -= lp;
+    }
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%.4f", sum / (double)whole_rows);
+    snprintf(b, sizeof b, "%.4f", whole);
+    ck_assert_msg(strcmp(a, b) == 0, "mean -logprob %s, --eval --data %s", a, b);
+    char *script = NULL;
+    ck_assert_int_ge(asprintf(&script, "%s/tests/gpt_export.py", test_top()), 0);
+    char *py[] = { "/usr/bin/python3", script, "g.safetensors", "t.txt", "256", "16", "1", "2",
+                   "16", "1", "p.npy", NULL };
+    ck_assert_int_eq(run_capture(py, dir, NULL, 120, &r), 0);
+    if (r.exited && r.code == 77)
+        test_skip("lifecycle: gpt --predict against nanoGPT", "%s", r.out);
+    else
+        ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "next_mismatches=0"),
+                      "gpt_export.py:\n%s%s", r.out, r.err);
+    run_result_free(&r);
+    free(script);
+    free(bytes);
+    free(pred);
+    free(txt);
+    free(spec);
+    free(job);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---- outputs that never overwrite another configuration's ---- */
 
 /* Version names: before the last extension of the file name, inside a
@@ -179,7 +810,9 @@ static void sweep_run(const struct lc *f, const char *job, char *done, size_t ca
  * metrics CSVs and four TensorBoard runs, each carrying its own
  * configuration's identity, without a single extra flag: the first run
  * writes the paths the spec names, the others the next version beside them
- * and say so. A rerun of one configuration rewrites its own version,
+ * and say so. Each export, given to --eval, gives its own run's numbers, as
+ * does each job's --eval by default (no checkpoint_dir: the export of its
+ * configuration). A rerun of one configuration rewrites its own version,
  * none other; other_run_outputs: refuse stops before training, naming the
  * file. (Before: each run replaced model.safetensors and metrics.csv.) */
 START_TEST(sweep_of_four_learning_rates_keeps_four_exports)
@@ -249,6 +882,21 @@ START_TEST(sweep_of_four_learning_rates_keeps_four_exports)
             ck_assert_msg(strcmp(hashes[i], hashes[k]) != 0, "%s and %s: one identity",
                           exports[i], exports[k]);
         free(x);
+        /* the export is its run's model: --eval on it prints the run's numbers */
+        char *e[] = { jobs[0], "--eval", "--model", (char *)exports[i], NULL };
+        lc_run(&f, e, 0, &r);
+        metrics_of(r.out, "done eval", got, sizeof got);
+        ck_assert_msg(strcmp(got, done[i]) == 0, "%s: %s, its run printed %s", exports[i], got,
+                      done[i]);
+        if (i > 0)
+            ck_assert_msg(strstr(r.out, "was written by another configuration"), "%s", r.out);
+        run_result_free(&r);
+        char *d[] = { jobs[i], "--eval", NULL };   /* the default: its own export */
+        lc_run(&f, d, 0, &r);
+        metrics_of(r.out, "done eval", got, sizeof got);
+        ck_assert_msg(strcmp(got, done[i]) == 0 && strstr(r.out, exports[i]),
+                      "job-%d --eval: %s", i, r.out);
+        run_result_free(&r);
         char *c = path_in(f.dir, csvs[i]), *line = read_whole(c, NULL), want[400];
         snprintf(want, sizeof want, "# ddpc job=lc identity=%s\nstep,", hashes[i]);
         ck_assert_msg(strncmp(line, want, strlen(want)) == 0, "%s:\n%.200s", csvs[i], line);
@@ -353,6 +1001,19 @@ END_TEST
 Suite *lifecycle_suite(void)
 {
     Suite *s = suite_create("lifecycle");
+    TCase *eval = tcase_create("eval");
+    tcase_set_timeout(eval, 300);
+    tcase_add_test(eval, eval_scores_checkpoints_without_touching_them);
+    tcase_add_test(eval, eval_refusals_name_the_cause);
+    suite_add_tcase(s, eval);
+    TCase *pred = tcase_create("predict");
+    tcase_set_timeout(pred, 300);
+    tcase_add_test(pred, predict_writes_rows_in_input_order);
+    tcase_add_test(pred, predict_failure_leaves_the_output_as_it_was);
+    tcase_add_test(pred, predict_memory_does_not_grow_with_the_input);
+    tcase_add_test(pred, predict_input_larger_than_a_cgroup_limit);
+    tcase_add_test(pred, gpt_eval_and_predict_next_tokens);
+    suite_add_tcase(s, pred);
     TCase *ver = tcase_create("versions");
     tcase_set_timeout(ver, 300);
     tcase_add_test(ver, version_names);

@@ -16,6 +16,19 @@ with Debian's python3-torch (/usr/bin/python3).
         exits 1 when the loss or a gradient differs by more than 1e-5
         relative (L2 norm of the difference over the norm of torch's).
 
+    torch_ref.py eval SPEC MODEL.safetensors INPUTS [LABELS]
+        ./job --eval's numbers in PyTorch: the export loaded with strict=True
+        in eval mode over a CSV (the label column data.test names), or an
+        IDX or NPY file of inputs and one of labels, converted as ddpc reads
+        them (uint8 times float32(1/255)). Prints
+        "test_loss=L test_accuracy=A n=N" with 4 decimals, as ddpc prints them.
+
+    torch_ref.py predict SPEC MODEL.safetensors INPUT PREDICTIONS
+        ./job --predict's output (.npy records of class and prob, or .csv
+        class,p0,...) against softmax(model(INPUT)) in PyTorch: the class ids
+        must be torch's argmax and the probabilities within 2e-6. Prints
+        "n=N class_mismatches=K max_prob_diff=D" and exits 1 on a mismatch.
+
 The shipped loader (python/ddpc_torch.py, `python3 -m ddpc_torch`) loads
 and scores exports; this file is the independent reference the layer
 tests compare against.
@@ -24,6 +37,7 @@ Exit 77 when torch or yaml cannot be imported (the caller prints SKIP).
 safetensors files are read here directly (8-byte header length, JSON
 header, raw little-endian data): no safetensors package needed.
 """
+import gzip
 import json
 import struct
 import sys
@@ -212,8 +226,129 @@ def cmd_grads(spec_path, data_path):
     return 1 if bad else 0
 
 
+def read_idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        blob = f.read()
+    magic, = struct.unpack(">I", blob[:4])
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, blob[4:4 + 4 * ndim])
+    data = torch.frombuffer(bytearray(blob[4 + 4 * ndim:]), dtype=torch.uint8)
+    return data.reshape(dims)
+
+
+def read_array(path):
+    """An IDX (.gz or not) or NPY file as a torch tensor of its stored dtype."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        head = f.read(6)
+    if head == b"\x93NUMPY":
+        import numpy
+        return torch.from_numpy(numpy.load(path))
+    return read_idx(path)
+
+
+def as_inputs(t):
+    """Floats as ddpc reads them: uint8 pixels times float32(1/255)."""
+    if t.dtype == torch.uint8:
+        scale = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(255.0, dtype=torch.float32)
+        return t.to(torch.float32) * scale
+    return t.to(torch.float32)
+
+
+def read_csv_rows(path, label_column, n_inputs):
+    """Rows of numbers (a first line that is not all numbers is a header);
+    label_column None: every column is an input."""
+    xs, ys = [], []
+    with open(path) as f:
+        first = True
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            cells = line.split(",")
+            try:
+                vals = [float(c.strip().strip('"')) for c in cells]
+            except ValueError:
+                if first:
+                    first = False
+                    continue
+                raise
+            first = False
+            if label_column is not None and len(vals) == n_inputs + 1:
+                ys.append(int(vals[label_column]))
+                del vals[label_column]
+            xs.append(vals)
+    x = torch.tensor(xs, dtype=torch.float64).to(torch.float32)
+    return x, (torch.tensor(ys, dtype=torch.int64) if ys else None)
+
+
+def load_net(spec_path, model_path):
+    spec = yaml.safe_load(open(spec_path))
+    shape = spec["model"]["input"]
+    net = Net(spec, shape)
+    net.load_state_dict(read_safetensors(model_path), strict=True)
+    net.eval()
+    n = 1
+    for d in shape:
+        n *= d
+    return spec, net, n
+
+
+def label_column(spec):
+    data = spec.get("data", {})
+    src = data.get("test") or data.get("train") or {}
+    return src.get("label_column", 0) if src.get("format") == "csv" else None
+
+
+def cmd_eval(spec_path, model_path, inputs, labels=None):
+    spec, net, n_in = load_net(spec_path, model_path)
+    if inputs.endswith(".csv"):
+        x, y = read_csv_rows(inputs, label_column(spec), n_in)
+    else:
+        x = as_inputs(read_array(inputs)).reshape(-1, n_in)
+        y = read_array(labels).to(torch.int64).reshape(-1)
+    with torch.no_grad():
+        logits = net(x)
+        loss = torch.nn.functional.cross_entropy(logits, y, reduction="none").double().mean()
+        acc = (logits.argmax(dim=1) == y).to(torch.float64).mean().item()
+    print("test_loss=%.4f test_accuracy=%.4f n=%d" % (loss.item(), acc, len(y)))
+    return 0
+
+
+def cmd_predict(spec_path, model_path, inputs, pred_path):
+    spec, net, n_in = load_net(spec_path, model_path)
+    if inputs.endswith(".csv"):
+        x, _ = read_csv_rows(inputs, label_column(spec), n_in)
+    else:
+        x = as_inputs(read_array(inputs)).reshape(-1, n_in)
+    with torch.no_grad():
+        p = torch.softmax(net(x), dim=1)
+    cls = p.argmax(dim=1)
+    if pred_path.endswith(".npy"):
+        import numpy
+        a = numpy.load(pred_path)
+        got_cls = torch.from_numpy(a["class"].astype("int64"))
+        got_p = torch.from_numpy(a["prob"].astype("float32"))
+    else:
+        rows = [l.strip().split(",") for l in open(pred_path) if l.strip()][1:]
+        got_cls = torch.tensor([int(r[0]) for r in rows])
+        got_p = torch.tensor([[float(v) for v in r[1:]] for r in rows], dtype=torch.float32)
+    if got_p.shape != p.shape:
+        print("FAIL shapes: ddpc %s, torch %s" % (tuple(got_p.shape), tuple(p.shape)))
+        return 1
+    bad = int((got_cls != cls).sum().item())
+    diff = (got_p.double() - p.double()).abs().max().item() if len(p) else 0.0
+    print("n=%d class_mismatches=%d max_prob_diff=%.3g" % (len(p), bad, diff))
+    return 1 if bad or diff > 2e-6 else 0
+
+
 def main():
     torch.set_num_threads(1)
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "eval":
+        return cmd_eval(*sys.argv[2:])
+    if len(sys.argv) == 6 and sys.argv[1] == "predict":
+        return cmd_predict(*sys.argv[2:])
     if len(sys.argv) == 4 and sys.argv[1] == "grads":
         return cmd_grads(sys.argv[2], sys.argv[3])
     print(__doc__)
