@@ -2,7 +2,7 @@
  *
  * Owns: run-time flags (--help --version --dry-run --resume --node-rank
  * --master --sample --prompt --temperature --eval --predict -o --checkpoint
- * --model --data --labels), the backend and device choice
+ * --model --data --labels --report), the backend and device choice
  * (cpu / gpu / auto), the dry-run report of the baked job, the rendezvous (node 0 hosts the job's store,
  * store.h, for gloo and NCCL alike: at master_addr:master_port, or on an
  * ephemeral loopback port for a one-node GPU job), the node rank and the
@@ -70,10 +70,13 @@
 #include "ddprt.h"
 #include "devprobe.h"
 #include "env.h"
+#include "ident.h"
+#include "outver.h"
 #include "evaluate.h"
 #include "keytab.h"
 #include "launch.h"
 #include "predict.h"
+#include "report.h"
 #include "same_file.h"
 #include "std_fds.h"
 #include "sample.h"
@@ -135,6 +138,7 @@ struct ddprt_flags {
     const char *model;                 /* --model FILE.safetensors */
     const char *data;                  /* --data PATH (--eval) */
     const char *labels;                /* --labels PATH (--eval --data, idx and npy) */
+    int report;                        /* --report */
 };
 
 static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *p)
@@ -146,6 +150,7 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "              [--data PATH [--labels PATH]]\n"
             "       %s --predict INPUT -o OUT.npy|OUT.csv\n"
             "              [--checkpoint last|FILE | --model FILE]\n"
+            "       %s --report\n"
             "\n"
             "Trains the job `%s` built by ddpc from %s: one worker process per device,\n"
             "gradients all-reduced every step.\n"
@@ -157,7 +162,7 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "  --master HOST:PORT the rendezvous, hosted by node 0 (default: launch.master_addr\n"
             "                     and master_port from the spec; IPv6 as [ADDR]:PORT; one-node\n"
             "                     GPU jobs pick a free local port)\n",
-            argv0, argv0, argv0, p->job->name ? p->job->name : "?",
+            argv0, argv0, argv0, argv0, p->job->name ? p->job->name : "?",
             p->spec_path ? p->spec_path : "?");
     fputs(
             "  --sample N         after training (or when a resumed job has nothing left to\n"
@@ -186,7 +191,8 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "                     gpt per token: token, next (most likely next token), prob,\n"
             "                     logprob of the actual next token (context: its block_size\n"
             "                     window, as data.test's); OUT appears whole or not at all\n"
-
+            "  --report           write the run report (HTML beside metrics_csv: curves,\n"
+            "                     learning rate, throughput, the plan) from the metrics so far\n"
             "  --version          print the ddpc version and the spec's hash\n"
             "  --help             this text\n"
             "\n"
@@ -195,9 +201,10 @@ static void ddprt_usage(FILE *f, const char *argv0, const struct ddprt_program *
             "Outputs (checkpoint.export, metrics_csv, tensorboard) carry the run's identity:\n"
             "a path holding another configuration's is left alone and the run writes the\n"
             "next version beside it (model-v1.safetensors, metrics-v1.csv, <dir>/version_1)\n"
-            "and says so; other_run_outputs: refuse stops instead.\n"
+            "and says so; other_run_outputs: refuse stops instead. At the end of a run with\n"
+            "metrics_csv, the report (metrics.html beside metrics.csv) is written too.\n"
             "\n"
-            "Exit status: 0 trained (or evaluated, predicted); 1 a worker failed\n"
+            "Exit status: 0 trained (or evaluated, predicted, reported); 1 a worker failed\n"
             "(the message names its rank, device and cause) or a check before training\n"
             "failed; 2 bad arguments; 130 / 143 / 129 / 138 / 140 stopped by SIGINT /\n"
             "SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2 (every worker is stopped, no partial\n"
@@ -244,15 +251,15 @@ static int ddprt_check_sample(const struct ddprt_flags *f, const struct ddpc_job
     return 0;
 }
 
-/* --eval and --predict against the other flags and the baked
+/* --eval, --predict and --report against the other flags and the baked
  * job. Returns 0, or an exit status after printing the problem. */
 static int ddprt_check_eval(const struct ddprt_flags *f, const struct ddpc_job *j,
                             const char *argv0)
 {
     const char *bad = NULL, *why = NULL;
-    int modes = f->eval + (f->predict != NULL);
+    int modes = f->eval + (f->predict != NULL) + f->report;
     if (modes > 1)
-        bad = "--eval and --predict", why = "are separate runs: give one";
+        bad = "--eval, --predict and --report", why = "are separate runs: give one";
     else if (f->output && !f->predict)
         bad = "-o", why = "names --predict's output: it applies only with --predict INPUT";
     else if (f->predict && !f->output)
@@ -267,7 +274,7 @@ static int ddprt_check_eval(const struct ddprt_flags *f, const struct ddpc_job *
     else if (f->labels && !f->data)
         bad = "--labels", why = "goes with --data PATH (the inputs it labels)";
     else if (modes && (f->resume || f->sample || f->prompt || f->have_temperature || f->dry_run))
-        bad = f->eval ? "--eval" : "--predict",
+        bad = f->eval ? "--eval" : f->predict ? "--predict" : "--report",
         why = "trains nothing: --resume, --sample, --prompt, --temperature and --dry-run do "
               "not apply";
     if (bad) {
@@ -365,7 +372,7 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
         } while (0)
         /* --dry-run=no must not dry-run: a flag without a value takes none */
         if (eq && (FLAG_IS("--help") || FLAG_IS("-h") || FLAG_IS("--version") ||
-                   FLAG_IS("--dry-run") || FLAG_IS("--eval"))) {
+                   FLAG_IS("--dry-run") || FLAG_IS("--eval") || FLAG_IS("--report"))) {
             fprintf(stderr, "%s: %.*s takes no value (got '%s'; see --help)\n", argv0,
                     (int)klen, a, eq + 1);
             return DDPRT_EXIT_USAGE;
@@ -412,6 +419,8 @@ static int ddprt_parse_flags(int argc, char **argv, struct ddprt_flags *f)
             f->have_temperature = 1;
         } else if (FLAG_IS("--eval")) {
             f->eval = 1;
+        } else if (FLAG_IS("--report")) {
+            f->report = 1;
         } else if (FLAG_IS("--predict") || FLAG_IS("-o") || FLAG_IS("--output") ||
                    FLAG_IS("--checkpoint") || FLAG_IS("--model") || FLAG_IS("--data") ||
                    FLAG_IS("--labels")) {
@@ -1773,6 +1782,55 @@ static int ddprt_prepare(struct ddprt_run *r, const struct ddprt_flags *fl, stru
     return 0;
 }
 
+/* The run report (report.h) from this configuration's metrics CSV (the
+ * version of logging.metrics_csv that carries this run's identity:
+ * outver.h). at_end: after a run, where a job without metrics_csv has
+ * none and says nothing. Prints "report: PATH": --report's result on
+ * standard output; after a run, a note on standard error, so the run's
+ * own output (a --sample's text) ends standard output. */
+static int ddprt_write_report(const struct ddprt_run *r, int at_end, struct ddpc_err *e)
+{
+    const struct ddpc_job *j = &r->job;
+    const char *base = j->logging.metrics_csv;
+    if (!base || !*base)
+        return at_end ? 0 : DDPC_FAIL(e, DDPC_E_INVALID, "--report: the job writes no metrics "
+                                      "(logging.metrics_csv): there is nothing to draw; set it "
+                                      "and train");
+    size_t cap = 16384;
+    char *ident = malloc(cap), hash[DDPC_IDENT_HASH_LEN + 1], csv[4200], html[4300];
+    if (!ident)
+        return DDPC_FAIL(e, DDPC_E_NOMEM, "report: out of memory");
+    int rc = 0;
+    /* the identity the workers give the run (worker.c run_ckpt_init) */
+    if (ident_format(j, r->world, r->use_cuda ? "cuda" : "cpu", ident, cap) < 0) {
+        rc = DDPC_FAIL(e, DDPC_E_INVALID, "report: the run's description exceeds %zu bytes", cap);
+        goto out;
+    }
+    ident_hash(ident, hash);
+    struct ddpc_out_id id = { .job = j->name, .hash = hash, .ident = ident };
+    enum ddpc_out_owner who;
+    if ((rc = outver_resolve(DDPC_OUT_CSV, base, "logging.metrics_csv", &id, csv, sizeof csv,
+                             &who, e)) < 0)
+        goto out;
+    if (who != DDPC_OUT_OURS) {
+        rc = DDPC_FAIL(e, DDPC_E_DATA, "%s: logging.metrics_csv %s holds no metrics of this "
+                       "configuration (identity %.8s...): train it first (./job)",
+                       at_end ? "report" : "--report", base, hash);
+        goto out;
+    }
+    struct report_input in = { .job = j, .csv = csv, .plan_json = r->p->plan_json,
+                               .spec_path = r->p->spec_path, .ddpc_version = r->p->ddpc_version };
+    if ((rc = report_write(&in, html, sizeof html, e)) == 0) {
+        FILE *o = at_end ? stderr : stdout;
+        fprintf(o, "report: %s\n", html);
+        if (fflush(o) == EOF)
+            rc = DDPC_FAIL(e, DDPC_E_SYS, "writing the report's path: %s", strerror(errno));
+    }
+out:
+    free(ident);
+    return rc;
+}
+
 /* One rendezvous for every engine: node 0 hosts the store (store.h) for the
  * job's whole life (every attempt) whenever ranks must meet: gloo between
  * nodes, NCCL between GPUs. A port in use is reported here, before any
@@ -2042,12 +2100,23 @@ int ddprt_main(const struct ddprt_program *p, int argc, char **argv)
     struct store_host store = { 0, -1, 0 };   /* node 0 of a multi-node CPU job */
     if (fl.dry_run) {
         status = ddprt_dry_run(r, &fl, argv0, &e);
+    } else if (fl.report) {
+        /* the report alone: no worker, no data */
+        status = ddprt_plan(r, &fl, &e) == 0 && ddprt_write_report(r, 0, &e) == 0
+               ? 0 : DDPRT_EXIT_FAIL;
+        if (status)
+            ddprt_report(&e);
     } else if (ddprt_prepare(r, &fl, &e) == 0) {
         if (ddprt_rendezvous(r, &fl, &store, &e) == 0) {
             struct launch_opts o;
             ddprt_launch_opts(r, &o);
             status = ddprt_supervise(r, &o, &e);
         }
+        /* a finished run's report, beside its metrics (node 0 holds them);
+         * the training stands whatever happens to it */
+        if (status == 0 && !r->evaluating && r->node_rank == 0 &&
+            ddprt_write_report(r, 1, &e) < 0)
+            fprintf(stderr, "ddpc: warning: the run report was not written: %s\n", e.msg);
     } else {
         /* a node K > 0 that stops before its first attempt (its data, a
          * preflight, its --resume) gives up as surely as one whose attempts

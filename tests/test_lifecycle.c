@@ -1,6 +1,6 @@
 /* test_lifecycle.c - after training, as a user runs it: ./job --eval,
  * ./job --predict, runs that never overwrite each other's outputs
- * (outver.h), `ddpc build --force`.
+ * (outver.h), `ddpc build --force`, and the run report.
  *
  * One small job serves them: a CNN on 8x8 images of three classes (a
  * quadrant brighter than the others), trained by 2 CPU workers in about a
@@ -998,6 +998,162 @@ START_TEST(build_keeps_another_specs_program)
 }
 END_TEST
 
+/* ---- the run report ---- */
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A PNG as Chromium's --screenshot writes it (8-bit RGB or RGBA, not
+ * interlaced): the fraction of pixels that are not white (*ink) and of
+ * those near the color rgb (*color). 0, or -1 for a PNG it cannot read. */
+static int png_ink(const char *path, const unsigned char rgb[3], double *ink, double *color)
+{
+    size_t n;
+    unsigned char *b = (unsigned char *)read_whole(path, &n);
+    if (n < 33 || memcmp(b, "\x89PNG\r\n\x1a\n", 8) != 0) {
+        free(b);
+        return -1;
+    }
+    uint32_t w = be32(b + 16), h = be32(b + 20);
+    int bpp = b[25] == 6 ? 4 : b[25] == 2 ? 3 : 0;
+    if (b[24] != 8 || !bpp || b[28] != 0 || w == 0 || h == 0 || w > 10000 || h > 10000) {
+        free(b);
+        return -1;
+    }
+    unsigned char *idat = malloc(n);
+    size_t il = 0;
+    for (size_t pos = 8; pos + 12 <= n;) {
+        uint32_t len = be32(b + pos);
+        if (pos + 12 + len > n)
+            break;
+        if (memcmp(b + pos + 4, "IDAT", 4) == 0) {
+            memcpy(idat + il, b + pos + 8, len);
+            il += len;
+        }
+        pos += 12 + len;
+    }
+    size_t stride = (size_t)w * (size_t)bpp;
+    uLongf rl = (uLongf)((stride + 1) * h);
+    unsigned char *raw = malloc(rl), *prev = calloc(1, stride);
+    int rc = uncompress(raw, &rl, idat, il) == Z_OK && rl == (stride + 1) * h ? 0 : -1;
+    long inked = 0, near = 0;
+    for (uint32_t y = 0; rc == 0 && y < h; y++) {
+        unsigned char *line = raw + (size_t)y * (stride + 1) + 1, f = line[-1];
+        for (size_t x = 0; x < stride; x++) {
+            int a = x >= (size_t)bpp ? line[x - bpp] : 0, up = prev[x];
+            int c = x >= (size_t)bpp ? prev[x - bpp] : 0, pr;
+            switch (f) {
+            case 1: line[x] = (unsigned char)(line[x] + a); break;
+            case 2: line[x] = (unsigned char)(line[x] + up); break;
+            case 3: line[x] = (unsigned char)(line[x] + (a + up) / 2); break;
+            case 4: {
+                int p = a + up - c, pa = abs(p - a), pb = abs(p - up), pc = abs(p - c);
+                pr = pa <= pb && pa <= pc ? a : pb <= pc ? up : c;
+                line[x] = (unsigned char)(line[x] + pr);
+                break;
+            }
+            default: break;
+            }
+        }
+        for (size_t x = 0; x < stride; x += (size_t)bpp) {
+            inked += line[x] < 245 || line[x + 1] < 245 || line[x + 2] < 245;
+            near += abs(line[x] - rgb[0]) < 40 && abs(line[x + 1] - rgb[1]) < 40 &&
+                    abs(line[x + 2] - rgb[2]) < 40;
+        }
+        memcpy(prev, line, stride);
+    }
+    *ink = (double)inked / ((double)w * h);
+    *color = (double)near / ((double)w * h);
+    free(prev);
+    free(raw);
+    free(idat);
+    free(b);
+    return rc;
+}
+
+/* A finished run writes its report beside the metrics (logs/metrics.html),
+ * ./job --report writes it again: one HTML file, no script, nothing
+ * fetched, with the loss, learning-rate (and the plan's points) and
+ * throughput charts, the best epoch, a confusion matrix found beside the
+ * metrics, and the plan against the run. Headless Chromium renders it
+ * (Debian's chromium; SKIP without it): the screenshot is not blank, and
+ * the charts' blue lines are drawn. */
+START_TEST(report_renders_in_chromium)
+{
+    adopt_orphans();
+    struct lc f = { 0 };
+    lc_make(&f, "lc-report", NULL, 1);
+    struct run_result r;
+    char *train[] = { f.job, NULL };
+    lc_run(&f, train, 0, &r);
+    ck_assert_msg(strstr(r.err, "report: logs/metrics.html\n"), "%s", r.err);
+    run_result_free(&r);
+    char *cm = path_in(f.dir, "logs/metrics-confusion.csv");
+    ck_assert_int_eq(write_file(cm, "step,0,1,2\n38,60,3,2\n38,4,55,6\n38,1,2,67\n", 42), 0);
+    char *rep[] = { f.job, "--report", NULL };
+    lc_run(&f, rep, 0, &r);
+    ck_assert_msg(strstr(r.out, "report: logs/metrics.html\n"), "%s", r.out);
+    run_result_free(&r);
+    char *html = path_in(f.dir, "logs/metrics.html");
+    char *page = read_whole(html, NULL);
+    const char *want[] = { "<svg", "<title>Loss</title>", "<title>Learning rate</title>",
+                           "the plan's schedule points", "<title>Throughput</title>",
+                           "best epoch ", "eval_loss", "configuration identity",
+                           "from <code>logs/metrics-confusion.csv</code>",
+                           "true \\ predicted", "0.85)\">67</td>",
+                           "optimizer steps in all</td><td>38</td><td>38</td>",
+                           "This plan predicts no times yet" };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(page, want[i]), "no '%s' in the report:\n%.3000s", want[i], page);
+    ck_assert_msg(!strstr(page, "<script") && !strstr(page, "src=") && !strstr(page, "href=") &&
+                  !strstr(page, "url("), "the report refers to something outside it");
+    for (const char *h = page; (h = strstr(h, "http")); h++)
+        ck_assert_msg(strncmp(h - 7, "xmlns=\"http://www.w3.org/2000/svg", 33) == 0,
+                      "a link in the report: %.60s", h);
+    free(page);
+
+    if (access("/usr/bin/chromium", X_OK) != 0) {
+        test_skip("lifecycle: the report in Chromium", "/usr/bin/chromium is missing "
+                  "(Debian's chromium package; scripts/install-deps installs it)");
+    } else {
+        char *shot = path_in(f.dir, "shot.png"), *prof = path_in(f.dir, "chromium-profile");
+        char *url = NULL, *shot_arg = NULL, *prof_arg = NULL;
+        ck_assert_int_ge(asprintf(&url, "file://%s", html), 0);
+        ck_assert_int_ge(asprintf(&shot_arg, "--screenshot=%s", shot), 0);
+        ck_assert_int_ge(asprintf(&prof_arg, "--user-data-dir=%s", prof), 0);
+        char *ch[] = { "/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                       "--hide-scrollbars", "--no-first-run", "--disable-extensions",
+                       "--window-size=800,1300", prof_arg, shot_arg, url, NULL };
+        char *home = NULL;
+        ck_assert_int_ge(asprintf(&home, "HOME=%s", f.dir), 0);
+        char *env[] = { home, NULL };
+        ck_assert_int_eq(run_capture(ch, f.dir, env, 120, &r), 0);
+        ck_assert_msg(r.exited && r.code == 0 && access(shot, R_OK) == 0,
+                      "chromium exit %d:\n%s%s", r.code, r.out, r.err);
+        run_result_free(&r);
+        double ink, blue;
+        const unsigned char line_blue[3] = { 0x1f, 0x77, 0xb4 };
+        ck_assert_msg(png_ink(shot, line_blue, &ink, &blue) == 0, "cannot read %s", shot);
+        printf("lifecycle: the report in Chromium: %.1f%% of the screenshot drawn, %.2f%% the "
+               "charts' blue\n", 100 * ink, 100 * blue);
+        ck_assert_msg(ink > 0.03, "the screenshot is blank (%.4f drawn)", ink);
+        ck_assert_msg(blue > 0.001, "no chart line in the screenshot (%.5f blue)", blue);
+        free(home);
+        free(url);
+        free(shot_arg);
+        free(prof_arg);
+        free(shot);
+        free(prof);
+    }
+    (void)leftover_children(2.0);   /* chromium's helpers, should any outlive it */
+    free(cm);
+    free(html);
+    lc_free(&f);
+}
+END_TEST
+
 Suite *lifecycle_suite(void)
 {
     Suite *s = suite_create("lifecycle");
@@ -1020,5 +1176,9 @@ Suite *lifecycle_suite(void)
     tcase_add_test(ver, sweep_of_four_learning_rates_keeps_four_exports);
     tcase_add_test(ver, build_keeps_another_specs_program);
     suite_add_tcase(s, ver);
+    TCase *rep = tcase_create("report");
+    tcase_set_timeout(rep, 300);
+    tcase_add_test(rep, report_renders_in_chromium);
+    suite_add_tcase(s, rep);
     return s;
 }
